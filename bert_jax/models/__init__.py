@@ -1,0 +1,21 @@
+"""BERT-family models in Flax linen (UER-style: embedding, encoder and targets are separate modules).
+
+Imports JAX and Flax only, never TensorFlow, so models run where only JAX is installed.
+"""
+
+from bert_jax.models import axes, heads, losses
+from bert_jax.models.bert import BertForPreTraining, BertModel, validate_targets
+from bert_jax.models.config import SIZES, BertConfig
+from bert_jax.models.embeddings import BertEmbeddings
+from bert_jax.models.encoders import ENCODERS, LstmEncoder, TransformerEncoder, TransformerLayer
+from bert_jax.models.heads import (BertForQuestionAnswering, BertForSequenceClassification,
+                                   BertForTokenClassification)
+from bert_jax.models.params import count_params, dummy_inputs, scan_params, unscan_params
+from bert_jax.models.targets import TARGETS
+
+__all__ = [
+    "axes", "heads", "losses", "BertConfig", "SIZES", "BertModel", "BertForPreTraining", "BertEmbeddings",
+    "TransformerEncoder", "TransformerLayer", "LstmEncoder", "ENCODERS", "TARGETS", "validate_targets",
+    "BertForSequenceClassification", "BertForTokenClassification", "BertForQuestionAnswering",
+    "count_params", "dummy_inputs", "scan_params", "unscan_params",
+]

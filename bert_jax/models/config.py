@@ -1,0 +1,138 @@
+"""BertConfig: the architecture hyper-parameters, a size table, and Google/HF JSON interchange."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Optional
+
+import jax.numpy as jnp
+
+# (layers, hidden) of the size table; heads = H / 64, intermediate = 4H (Google's 24 small BERTs use the
+# same rule, e.g. BERT-mini is L4/H256/A4).
+SIZES = {
+    "tiny": (2, 128),
+    "mini": (4, 256),
+    "small": (4, 512),
+    "medium": (8, 512),
+    "base": (12, 768),
+    "large": (24, 1024),
+}
+
+ENCODERS = ("transformer", "lstm")
+LAYER_NORM_TYPES = ("post", "pre")
+ATTENTION_IMPLS = ("auto", "xla", "cudnn")
+REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "minimal")
+
+# Keys of Google's bert_config.json (also a subset of Hugging Face's config.json).
+_GOOGLE_KEYS = (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+    "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
+    "type_vocab_size", "initializer_range",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+  """Architecture of a BERT-family encoder. Field names follow Google's bert_config.json."""
+
+  vocab_size: int = 30522
+  hidden_size: int = 768
+  num_hidden_layers: int = 12
+  num_attention_heads: int = 12
+  intermediate_size: int = 3072
+  hidden_act: str = "gelu"                 # exact erf GELU as in BERT; "gelu_new"/"gelu_tanh" = tanh approx.
+  hidden_dropout_prob: float = 0.1
+  attention_probs_dropout_prob: float = 0.1
+  max_position_embeddings: int = 512
+  type_vocab_size: int = 2
+  initializer_range: float = 0.02
+  layer_norm_eps: float = 1e-12
+  encoder: str = "transformer"             # "transformer" | "lstm" (bidirectional, ELMo-style)
+  layer_norm_type: str = "post"            # "post" (BERT) | "pre" (pre-LN Transformer)
+  dtype: str = "float32"                   # compute dtype; "bfloat16" on accelerators
+  param_dtype: str = "float32"             # parameters (master weights) stay float32
+  attention_impl: str = "auto"             # jax.nn.dot_product_attention: "xla" | "cudnn" | "auto"
+  scan_layers: bool = False                # nn.scan over layers: O(1) compile time in depth
+  remat_policy: str = "none"               # rematerialisation: none | full | dots | dots_no_batch | minimal
+
+  def __post_init__(self):
+    if self.hidden_size % self.num_attention_heads:
+      raise ValueError(
+          f"hidden_size={self.hidden_size} is not a multiple of num_attention_heads="
+          f"{self.num_attention_heads}")
+    for name, allowed in (("encoder", ENCODERS), ("layer_norm_type", LAYER_NORM_TYPES),
+                          ("attention_impl", ATTENTION_IMPLS), ("remat_policy", REMAT_POLICIES)):
+      if getattr(self, name) not in allowed:
+        raise ValueError(f"BertConfig.{name}={getattr(self, name)!r}; expected one of {allowed}")
+    if self.encoder == "lstm" and self.hidden_size % 2:
+      raise ValueError("the lstm encoder needs an even hidden_size (two directions of H/2)")
+    for name in ("dtype", "param_dtype"):
+      jnp.dtype(getattr(self, name))  # raises TypeError on an unknown dtype name
+
+  @property
+  def head_dim(self) -> int:
+    return self.hidden_size // self.num_attention_heads
+
+  @property
+  def compute_dtype(self):
+    return jnp.dtype(self.dtype)
+
+  @property
+  def parameter_dtype(self):
+    return jnp.dtype(self.param_dtype)
+
+  # ---- construction -------------------------------------------------------------------------------
+  @classmethod
+  def from_size(cls, size: str, **overrides: Any) -> "BertConfig":
+    """A config from the size table (tiny .. large); heads = H/64, FFN = 4H."""
+    if size not in SIZES:
+      raise ValueError(f"unknown model size {size!r}; expected one of {tuple(SIZES)}")
+    layers, hidden = SIZES[size]
+    fields = dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=max(1, hidden // 64),
+                  intermediate_size=4 * hidden)
+    fields.update(overrides)
+    return cls(**fields)
+
+  @classmethod
+  def from_dict(cls, d: dict) -> "BertConfig":
+    """Accepts our own dicts, Google's bert_config.json and Hugging Face's config.json (extra keys ignored)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    fields = {k: v for k, v in d.items() if k in names}
+    if "layer_norm_eps" not in d and "layer_norm_epsilon" in d:
+      fields["layer_norm_eps"] = d["layer_norm_epsilon"]
+    return cls(**fields)
+
+  def to_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+  def replace(self, **changes: Any) -> "BertConfig":
+    return dataclasses.replace(self, **changes)
+
+  @classmethod
+  def from_json_file(cls, path: str) -> "BertConfig":
+    with open(path, encoding="utf-8") as f:
+      try:
+        d = json.load(f)
+      except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not a valid JSON model config ({e})") from e
+    missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                           "intermediate_size") if k not in d]
+    if missing:
+      raise ValueError(f"{path}: model config lacks required keys {missing}")
+    return cls.from_dict(d)
+
+  from_google_json = from_json_file
+
+  def to_google_dict(self) -> dict:
+    return {k: getattr(self, k) for k in _GOOGLE_KEYS}
+
+  def to_google_json(self, path: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+      json.dump(self.to_google_dict(), f, indent=2, sort_keys=True)
+      f.write("\n")
+
+  def to_json_file(self, path: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+      json.dump(self.to_dict(), f, indent=2, sort_keys=True)
+      f.write("\n")

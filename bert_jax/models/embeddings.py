@@ -1,0 +1,45 @@
+"""BERT's input embeddings: word + learned position + segment (token type), LayerNorm, dropout."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.models import axes
+from bert_jax.models.config import BertConfig
+from bert_jax.models.layers import constrain, kernel_init, layer_norm
+
+
+class BertEmbeddings(nn.Module):
+  """input_ids, segment_ids [B, T] -> embeddings [B, T, H]; `word_embeddings.embedding` is tied to MLM."""
+
+  config: BertConfig
+  deterministic: bool = True
+
+  def setup(self):
+    cfg = self.config
+    embed = lambda n, names, name: nn.Embed(  # noqa: E731
+        n, cfg.hidden_size, dtype=cfg.compute_dtype, param_dtype=cfg.parameter_dtype,
+        embedding_init=kernel_init(cfg, names), name=name)
+    self.word_embeddings = embed(cfg.vocab_size, (axes.VOCAB, axes.EMBED), "word_embeddings")
+    self.position_embeddings = embed(cfg.max_position_embeddings, (None, axes.EMBED), "position_embeddings")
+    self.token_type_embeddings = embed(cfg.type_vocab_size, (None, axes.EMBED), "token_type_embeddings")
+    self.layer_norm = layer_norm(cfg, "LayerNorm")
+    self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+
+  def __call__(self, input_ids: jax.Array, segment_ids: jax.Array) -> jax.Array:
+    length = input_ids.shape[-1]
+    if length > self.config.max_position_embeddings:
+      raise ValueError(f"sequence length {length} exceeds max_position_embeddings="
+                       f"{self.config.max_position_embeddings}")
+    x = self.word_embeddings(input_ids)
+    x = x + self.position_embeddings(jnp.arange(length)[None, :])
+    x = x + self.token_type_embeddings(segment_ids)
+    x = self.layer_norm(x)
+    x = self.dropout(x, deterministic=self.deterministic)
+    return constrain(x, (axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED))
+
+  def embedding_table(self) -> jax.Array:
+    """The word-embedding matrix [V, H] (float32 params), for the tied MLM / LM decoder."""
+    return self.word_embeddings.embedding

@@ -1,0 +1,138 @@
+"""Building blocks shared by the encoders and targets: initialisers, dense layers, attention, FFN."""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.models import axes
+from bert_jax.models.config import BertConfig
+
+Array = jax.Array
+
+
+def kernel_init(config: BertConfig, names):
+  """Truncated normal(stddev=initializer_range), as Google BERT, with logical axis names."""
+  return nn.with_logical_partitioning(nn.initializers.truncated_normal(config.initializer_range), names)
+
+
+def zeros_init(names):
+  return nn.with_logical_partitioning(nn.initializers.zeros_init(), names)
+
+
+def ones_init(names):
+  return nn.with_logical_partitioning(nn.initializers.ones_init(), names)
+
+
+def constrain(x: Array, names) -> Array:
+  """Sharding constraint by logical names; a no-op outside a mesh + rules context."""
+  return nn.with_logical_constraint(x, names)
+
+
+def activation(name: str):
+  if name == "gelu":
+    return functools.partial(jax.nn.gelu, approximate=False)   # BERT's exact erf GELU
+  if name in ("gelu_new", "gelu_tanh", "gelu_pytorch_tanh"):
+    return functools.partial(jax.nn.gelu, approximate=True)
+  if name == "relu":
+    return jax.nn.relu
+  if name in ("swish", "silu"):
+    return jax.nn.silu
+  if name == "tanh":
+    return jnp.tanh
+  raise ValueError(f"unknown hidden_act {name!r}; expected gelu, gelu_new, relu, silu or tanh")
+
+
+def layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
+  """LayerNorm with BERT's eps; statistics in float32 even for bf16 activations."""
+  return nn.LayerNorm(epsilon=config.layer_norm_eps, dtype=config.compute_dtype,
+                      param_dtype=config.parameter_dtype, scale_init=ones_init((axes.EMBED,)),
+                      bias_init=zeros_init((axes.EMBED,)), name=name)
+
+
+def dense(config: BertConfig, features: int, names, name: str, bias_axis=None) -> nn.Dense:
+  return nn.Dense(features, dtype=config.compute_dtype, param_dtype=config.parameter_dtype,
+                  kernel_init=kernel_init(config, names), bias_init=zeros_init((bias_axis or names[-1],)),
+                  name=name)
+
+
+def padding_mask(input_mask: Array) -> Array:
+  """[B, T] 0/1 -> boolean [B, 1, 1, T]: every query may attend to every real key."""
+  return (input_mask > 0)[:, None, None, :]
+
+
+def causal_mask(input_mask: Array) -> Array:
+  """[B, T] -> boolean [B, 1, T, T]: key <= query and key is real."""
+  length = input_mask.shape[-1]
+  causal = jnp.tril(jnp.ones((length, length), dtype=bool))
+  return causal[None, None] & padding_mask(input_mask)
+
+
+class SelfAttention(nn.Module):
+  """Multi-head self-attention. Inputs [B, T, H] -> [B, T, H].
+
+  Uses `jax.nn.dot_product_attention` (XLA, or cuDNN flash attention on GPUs) whenever attention dropout
+  is inactive. With attention-probability dropout during training, the probabilities must be materialised,
+  so an explicit einsum/softmax path (fused well by XLA) is used instead.
+  """
+
+  config: BertConfig
+  deterministic: bool = True
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Array, input_mask: Array, causal: bool = False) -> Array:
+    cfg = self.config
+    nh, hd = cfg.num_attention_heads, cfg.head_dim
+    proj = functools.partial(
+        nn.DenseGeneral, features=(nh, hd), axis=-1, dtype=cfg.compute_dtype,
+        param_dtype=cfg.parameter_dtype, kernel_init=kernel_init(cfg, (axes.EMBED, axes.HEADS, axes.KV)),
+        bias_init=zeros_init((axes.HEADS, axes.KV)))
+    q = proj(name="query")(x)
+    k = proj(name="key")(x)
+    v = proj(name="value")(x)
+    qkv_names = (axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_HEADS, axes.ACT_KV)
+    q, k, v = (constrain(t, qkv_names) for t in (q, k, v))
+
+    rate = cfg.attention_probs_dropout_prob
+    if not self.deterministic and rate > 0.0:
+      scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) / math.sqrt(hd)
+      scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+      probs = jax.nn.softmax(scores, axis=-1).astype(cfg.compute_dtype)
+      probs = nn.Dropout(rate)(probs, deterministic=False)
+      ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+    else:
+      impl = None if cfg.attention_impl == "auto" else cfg.attention_impl
+      if impl is None and jax.default_backend() != "gpu":
+        impl = "xla"
+      if impl == "cudnn":
+        # cuDNN's fused kernel takes right-padding as sequence lengths (BERT inputs are right-padded).
+        lengths = jnp.sum(input_mask, axis=-1).astype(jnp.int32)
+        ctx = jax.nn.dot_product_attention(q, k, v, is_causal=causal, query_seq_lengths=lengths,
+                                           key_value_seq_lengths=lengths, implementation="cudnn")
+      else:
+        ctx = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=impl)
+    ctx = constrain(ctx, qkv_names)
+    out = nn.DenseGeneral(features=cfg.hidden_size, axis=(-2, -1), dtype=cfg.compute_dtype,
+                          param_dtype=cfg.parameter_dtype,
+                          kernel_init=kernel_init(cfg, (axes.HEADS, axes.KV, axes.EMBED)),
+                          bias_init=zeros_init((axes.EMBED,)), name="output")(ctx)
+    return out
+
+
+class FeedForward(nn.Module):
+  """Position-wise FFN: dense(4H) + GELU + dense(H). [B, T, H] -> [B, T, H]."""
+
+  config: BertConfig
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    cfg = self.config
+    h = dense(cfg, cfg.intermediate_size, (axes.EMBED, axes.MLP), "intermediate")(x)
+    h = activation(cfg.hidden_act)(h)
+    h = constrain(h, (axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_MLP))
+    return dense(cfg, cfg.hidden_size, (axes.MLP, axes.EMBED), "output")(h)

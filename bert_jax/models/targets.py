@@ -1,0 +1,46 @@
+"""Pre-training targets: masked LM, next-sentence / sentence-order prediction, causal LM.
+
+Each target is a small module on top of the encoder output with no knowledge of which encoder produced it.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.models import axes
+from bert_jax.models.config import BertConfig
+from bert_jax.models.layers import activation, dense, layer_norm, zeros_init
+
+TARGETS = ("mlm", "nsp", "sop", "lm")
+
+
+def gather_positions(sequence: jax.Array, positions: jax.Array) -> jax.Array:
+  """sequence [B, T, H], positions [B, P] -> [B, P, H]. The MLM head runs on P << T positions only."""
+  return jnp.take_along_axis(sequence, positions[..., None].astype(jnp.int32), axis=1)
+
+
+class LanguageModelHead(nn.Module):
+  """BERT's MLM head: dense(H) + act + LayerNorm + decoder tied to the word embeddings + output bias.
+
+  hidden [B, P, H], table [V, H] -> logits [B, P, V] in float32 (bf16 inputs, f32 accumulation).
+  """
+
+  config: BertConfig
+
+  @nn.compact
+  def __call__(self, hidden: jax.Array, table: jax.Array) -> jax.Array:
+    cfg = self.config
+    h = dense(cfg, cfg.hidden_size, (axes.EMBED, axes.MLP), "transform", bias_axis=axes.MLP)(hidden)
+    h = activation(cfg.hidden_act)(h)
+    h = layer_norm(cfg, "LayerNorm")(h)
+    bias = self.param("output_bias", zeros_init((axes.VOCAB,)), (cfg.vocab_size,), cfg.parameter_dtype)
+    logits = jnp.einsum("bph,vh->bpv", h.astype(cfg.compute_dtype), table.astype(cfg.compute_dtype),
+                        preferred_element_type=jnp.float32)
+    return logits + bias.astype(jnp.float32)
+
+
+def sentence_pair_head(config: BertConfig, name: str) -> nn.Dense:
+  """NSP / SOP classifier on the pooled [CLS] vector: [B, H] -> [B, 2] (params {kernel [H, 2], bias [2]})."""
+  return dense(config, 2, (axes.MLP, None), name)

@@ -1,0 +1,165 @@
+r"""Pre-training config: BERT of a given size on raw text or TFRecords.
+
+Run (a few seconds on a CPU):
+  python train.py --config=configs/pretrain.py:size=tiny,runlocal --workdir=/tmp/bert_tiny \
+      --config.data.input_files=corpus.txt --config.data.vocab_file=vocab.txt
+
+Variants after the colon, comma-separated:
+  size=tiny|mini|small|medium|base|large    model size (heads = H/64, FFN = 4H)
+  runlocal (alias debug)                    shrink steps/batch/length so it runs in seconds on a CPU
+  preset=bert_paper                         BERT paper: 256 x 512 tokens, 1M steps, lr 1e-4, 10k warmup,
+                                            90% of steps at length 128, then 10% at 512
+  preset=lamb_pod                           LAMB large batch (You et al. 2019; NVIDIA's recipe): 64k then
+                                            32k sequences, 7,038 + 1,563 steps, for TPU pod slices
+Override any field with --config.FIELD=VALUE, e.g. --config.optimizer.learning_rate=5e-4.
+"""
+
+import ml_collections
+
+from bert_jax.models import axes
+
+_SIZES = ("tiny", "mini", "small", "medium", "base", "large")
+
+
+def _parse(arg):
+  opts = {"size": "base", "runlocal": False, "preset": None}
+  for part in filter(None, (arg or "").split(",")):
+    key, _, value = part.partition("=")
+    key = key.strip()
+    if key in ("runlocal", "debug") and not value:
+      opts["runlocal"] = True
+    elif key in _SIZES and not value:
+      opts["size"] = key
+    elif key in ("size", "preset"):
+      opts[key] = value.strip()
+    else:
+      raise ValueError(f"configs/pretrain.py: unknown config argument {part!r}; expected size=..., "
+                       "preset=bert_paper|lamb_pod or runlocal")
+  if opts["size"] not in _SIZES:
+    raise ValueError(f"configs/pretrain.py: size={opts['size']!r}; expected one of {_SIZES}")
+  return opts
+
+
+def get_config(arg=None):
+  opts = _parse(arg)
+  config = ml_collections.ConfigDict()
+  config.seed = 0                                  # parameter init, dropout and data order
+
+  # Model: sizes from bert_jax.models.config.SIZES; any BertConfig field may be overridden here.
+  config.model = ml_collections.ConfigDict()
+  config.model.size = opts["size"]                 # tiny/mini/small/medium/base/large
+  config.model.vocab_size = -1                     # -1: take the number of lines of data.vocab_file
+  config.model.encoder = "transformer"             # transformer | lstm
+  config.model.layer_norm_type = "post"            # post (BERT) | pre
+  config.model.hidden_dropout_prob = 0.1
+  config.model.attention_probs_dropout_prob = 0.1
+  config.model.max_position_embeddings = 512
+  config.model.dtype = "bfloat16"                  # compute dtype; params stay float32
+  config.model.param_dtype = "float32"
+  config.model.attention_impl = "auto"             # auto | xla | cudnn (flash attention on GPUs)
+  config.model.scan_layers = False                 # nn.scan over layers (fast compiles for deep models)
+  config.model.remat_policy = "none"               # none | full | dots | dots_no_batch | minimal
+  config.targets = ("mlm", "nsp")                  # any of mlm, nsp, sop, lm (lm alone)
+
+  # Data.
+  config.data = ml_collections.ConfigDict()
+  config.data.input_files = ""                     # comma-separated globs: raw text (.txt) or TFRecords
+  config.data.eval_input_files = ""                # held-out data for periodic evaluation ("" = none)
+  config.data.vocab_file = ""                      # WordPiece vocab; copied into the work directory
+  config.data.do_lower_case = True                 # uncased models lower-case and strip accents
+  config.data.max_seq_length = 128                 # tokens per sequence incl. [CLS]/[SEP]
+  config.data.max_predictions_per_seq = 20         # MLM predictions per sequence (15% of 128 ~ 19)
+  config.data.masked_lm_prob = 0.15                # share of tokens selected for prediction (raw text)
+  config.data.short_seq_prob = 0.1                 # share of shorter sequences (raw text)
+  config.data.do_whole_word_mask = False           # whole-word masking (raw text)
+  config.data.chinese_whole_word_mask = False      # word boundaries from jieba for Chinese (raw text)
+  config.data.pair_mode = "nsp"                    # nsp | sop: how sentence pairs are labelled
+  config.data.shuffle_buffer = 10_000              # examples in the shuffle buffer
+  # Two-phase schedule as in the BERT paper: ((fraction of steps, max_seq_length, max_predictions), ...).
+  # Empty = one phase with data.max_seq_length.
+  config.data.phases = ()
+
+  # Optimisation. batch_size is global (all hosts); per-host batch = batch_size / process_count.
+  config.batch_size = 256
+  config.grad_accum_steps = 1                      # micro-batches per step (batch_size must divide)
+  config.num_train_steps = 1_000_000
+  config.warmup_steps = 10_000
+  config.optimizer = ml_collections.ConfigDict()
+  config.optimizer.name = "adamw"                  # adamw | lamb
+  config.optimizer.learning_rate = 1e-4            # peak learning rate after warmup
+  config.optimizer.schedule = "linear"             # linear | polynomial decay to 0 after warmup
+  config.optimizer.power = 1.0                     # polynomial decay power (LAMB recipe: 0.5)
+  config.optimizer.weight_decay = 0.01             # decoupled, not on LayerNorm or biases
+  config.optimizer.b1 = 0.9
+  config.optimizer.b2 = 0.999
+  config.optimizer.eps = 1e-6
+  config.optimizer.clip_norm = 1.0                 # global-norm clipping (0 = off)
+  config.nan_policy = "stop"                       # stop | skip: on a NaN/Inf loss or gradient
+
+  # Checkpoints, logging, evaluation.
+  config.checkpoint_every_steps = 1_000
+  config.keep_checkpoints = 3                      # newest checkpoints kept by Orbax
+  config.log_every_steps = 100
+  config.eval_every_steps = 10_000
+  config.eval_steps = 100                          # batches per evaluation
+  config.init_checkpoint = ""                      # pre-training work dir, converted checkpoint or zoo name
+
+  # Sharding: one mesh, named axes; -1 takes the remaining devices. Logical -> mesh axis rules.
+  config.mesh = ml_collections.ConfigDict()
+  config.mesh.shape = (-1, 1, 1)
+  config.mesh.axes = ("data", "fsdp", "tensor")
+  config.logical_axis_rules = axes.DEFAULT_RULES
+
+  # Multi-host: auto-detected on TPU pods; on GPU clusters pass coordinator/process info.
+  config.distributed = ml_collections.ConfigDict()
+  config.distributed.enable = False                # call jax.distributed.initialize at start-up
+  config.distributed.coordinator_address = ""      # "host:port" of process 0 ("" = auto, e.g. TPU/SLURM)
+  config.distributed.num_processes = -1            # -1 = auto
+  config.distributed.process_id = -1               # -1 = auto
+
+  if opts["preset"] == "bert_paper":
+    # Devlin et al. 2019: 256 seqs x 512 tokens (128k tokens) per step, 1M steps, Adam lr 1e-4, 10k warmup,
+    # linear decay; 90% of the steps at length 128 then 10% at 512 to learn the position embeddings.
+    config.batch_size = 256
+    config.num_train_steps = 1_000_000
+    config.warmup_steps = 10_000
+    config.optimizer.name = "adamw"
+    config.optimizer.learning_rate = 1e-4
+    config.data.phases = ((0.9, 128, 20), (0.1, 512, 80))
+  elif opts["preset"] == "lamb_pod":
+    # You et al. 2019 (LAMB), NVIDIA's BERT-large recipe: phase 1 64k x 128 for 7,038 steps (lr 6e-3,
+    # warmup 28.4%), phase 2 32k x 512 for 1,563 steps. One config runs one phase: phase 2 is a second run
+    # with --config.init_checkpoint=<phase-1 workdir> --config.batch_size=32768 --config.num_train_steps=1563
+    # --config.optimizer.learning_rate=4e-3 --config.warmup_steps=200 --config.data.max_seq_length=512
+    # --config.data.max_predictions_per_seq=80.
+    config.model.size = opts["size"] if arg and "size=" in arg else "large"
+    config.batch_size = 65_536
+    config.num_train_steps = 7_038
+    config.warmup_steps = 2_000
+    config.optimizer.name = "lamb"
+    config.optimizer.learning_rate = 6e-3
+    config.optimizer.schedule = "polynomial"
+    config.optimizer.power = 0.5
+    config.optimizer.weight_decay = 0.01
+    config.model.scan_layers = True
+    config.model.remat_policy = "dots_no_batch"
+    config.mesh.shape = (-1, 1, 1)
+    config.checkpoint_every_steps = 200
+  elif opts["preset"] is not None:
+    raise ValueError(f"configs/pretrain.py: unknown preset {opts['preset']!r}; expected bert_paper or lamb_pod")
+
+  if opts["runlocal"]:
+    config.model.dtype = "float32"                 # CPUs have no fast bf16 matmuls
+    config.batch_size = 16
+    config.num_train_steps = 20
+    config.warmup_steps = 2
+    config.optimizer.learning_rate = 1e-3
+    config.data.max_seq_length = 64
+    config.data.max_predictions_per_seq = 10
+    config.data.phases = ()
+    config.data.shuffle_buffer = 1_000
+    config.checkpoint_every_steps = 10
+    config.log_every_steps = 5
+    config.eval_every_steps = 10
+    config.eval_steps = 2
+  return config

@@ -1,0 +1,27 @@
+"""Shared test setup: 8 simulated CPU devices (set before JAX is imported), quiet TF, tiny fixtures."""
+
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def tiny_vocab(tmp_path):
+  """A small English WordPiece vocab written to a temp dir; returns its path."""
+  tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "cat", "dog", "sat", "on", "mat",
+            "run", "##ning", "##s", "play", "##ed", "un", "##want", "##ed", "is", "was", ".", ",", "!", "?",
+            "hello", "world", "jax", "bert", "model", "train", "##ing", "data"]
+  path = tmp_path / "vocab.txt"
+  seen, lines = set(), []
+  for t in tokens:
+    if t not in seen:
+      seen.add(t)
+      lines.append(t)
+  path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+  return str(path)
