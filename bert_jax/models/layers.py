@@ -7,6 +7,7 @@ import math
 from typing import Optional
 
 import flax.linen as nn
+from flax.linen.dtypes import promote_dtype
 import jax
 import jax.numpy as jnp
 
@@ -73,6 +74,33 @@ def causal_mask(input_mask: Array) -> Array:
   return causal[None, None] & padding_mask(input_mask)
 
 
+class DenseGeneral(nn.Module):
+  """Contracts the last `num_in_axes` input axes with a kernel [*in, *features], plus a bias [*features].
+
+  Unlike flax's nn.DenseGeneral (which initialises a flattened 2-D kernel and reshapes it), the kernel is
+  created at its full rank, so its logical axis names match its rank; flax's version fails under a global
+  mesh (jax.set_mesh) because the names are applied to the 2-D kernel. Same init values, same param names.
+  """
+
+  config: BertConfig
+  features: tuple
+  num_in_axes: int
+  kernel_names: tuple
+  bias_names: tuple
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    cfg = self.config
+    n = self.num_in_axes
+    kernel = self.param("kernel", kernel_init(cfg, self.kernel_names), x.shape[-n:] + tuple(self.features),
+                        cfg.parameter_dtype)
+    bias = self.param("bias", zeros_init(self.bias_names), tuple(self.features), cfg.parameter_dtype)
+    x, kernel, bias = promote_dtype(x, kernel, bias, dtype=cfg.compute_dtype)
+    contract = (tuple(range(x.ndim - n, x.ndim)), tuple(range(n)))
+    y = jax.lax.dot_general(x, kernel, (contract, ((), ())))
+    return y + bias
+
+
 class SelfAttention(nn.Module):
   """Multi-head self-attention. Inputs [B, T, H] -> [B, T, H].
 
@@ -88,10 +116,8 @@ class SelfAttention(nn.Module):
   def __call__(self, x: Array, mask: Array, input_mask: Array, causal: bool = False) -> Array:
     cfg = self.config
     nh, hd = cfg.num_attention_heads, cfg.head_dim
-    proj = functools.partial(
-        nn.DenseGeneral, features=(nh, hd), axis=-1, dtype=cfg.compute_dtype,
-        param_dtype=cfg.parameter_dtype, kernel_init=kernel_init(cfg, (axes.EMBED, axes.HEADS, axes.KV)),
-        bias_init=zeros_init((axes.HEADS, axes.KV)))
+    proj = functools.partial(DenseGeneral, cfg, (nh, hd), 1, (axes.EMBED, axes.HEADS, axes.KV),
+                             (axes.HEADS, axes.KV))
     q = proj(name="query")(x)
     k = proj(name="key")(x)
     v = proj(name="value")(x)
@@ -117,10 +143,8 @@ class SelfAttention(nn.Module):
       else:
         ctx = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=impl)
     ctx = constrain(ctx, qkv_names)
-    out = nn.DenseGeneral(features=cfg.hidden_size, axis=(-2, -1), dtype=cfg.compute_dtype,
-                          param_dtype=cfg.parameter_dtype,
-                          kernel_init=kernel_init(cfg, (axes.HEADS, axes.KV, axes.EMBED)),
-                          bias_init=zeros_init((axes.EMBED,)), name="output")(ctx)
+    out = DenseGeneral(cfg, (cfg.hidden_size,), 2, (axes.HEADS, axes.KV, axes.EMBED), (axes.EMBED,),
+                       name="output")(ctx)
     return out
 
 
