@@ -1,0 +1,253 @@
+"""Sentence / sentence-pair classification (and regression): examples, features, and a generic file reader.
+
+Features (`convert_examples_to_features`), one row per example:
+  input_ids, input_mask, segment_ids  int32 [N, max_seq_length]   [CLS] a [SEP] (b [SEP]), Google truncation
+  label_ids      int32 [N] label id (index into label_list), -1 for unlabelled (test) rows;
+                 float32 [N] for regression, NaN when unlabelled
+  example_index  int32 [N] row in the ExampleSet
+
+Generic files (`read_classification_file` / `ClassificationFormat`): TSV, CSV or JSONL; columns by header name
+or 0-based index; header present or not. Defaults fit ChnSentiCorp-style files (`label\\ttext_a` with a header
+row). Examples:
+
+    fmt = ClassificationFormat()                                   # header "label\\ttext_a[\\ttext_b]"
+    fmt = ClassificationFormat(text_a=1, label=0, header=False)    # "1\\t这本书很好" rows, no header
+    fmt = ClassificationFormat(text_a="review", label="rating", file_format="csv")   # quoted CSV
+    fmt = ClassificationFormat(text_a="sentence1", text_b="sentence2", label="label", file_format="jsonl")
+    es = read_classification_split(data_dir, "train", fmt, label_list=None)   # train.tsv/.csv/.jsonl
+    labels = infer_label_list(es)                                  # sorted labels seen in train
+
+Chinese needs nothing special: the BERT tokenizer splits CJK ideographs into single characters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+from bert_jax.input_pipeline.tasks import common
+
+Column = Union[int, str]
+
+
+@dataclasses.dataclass
+class ClassificationExample:
+  guid: str                                  # "<file>:<line>" or "<tfds name>:<split>:<n>"
+  text_a: str
+  text_b: Optional[str] = None
+  label: Optional[Union[str, float]] = None  # label string; float for regression; None when unlabelled
+  index: Optional[str] = None                # id for submission files (GLUE test "index" column)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Features.
+# --------------------------------------------------------------------------------------------------------
+def convert_examples_to_features(examples: Sequence[ClassificationExample], tokenizer, max_seq_length: int,
+                                 label_list: Optional[Sequence[str]] = None,
+                                 is_regression: bool = False) -> Dict[str, np.ndarray]:
+  """Tokenises, packs, pads; see the module docstring for the arrays."""
+  common.check_max_seq_length(max_seq_length)
+  examples = list(examples)
+  cls_id, sep_id = common.special_ids(tokenizer)
+  ids_a = common.encode_texts(tokenizer, [e.text_a for e in examples])
+  pair_idx = [i for i, e in enumerate(examples) if e.text_b is not None]
+  ids_b_list = common.encode_texts(tokenizer, [examples[i].text_b for i in pair_idx])
+  ids_b: List[Optional[List[int]]] = [None] * len(examples)
+  for i, ids in zip(pair_idx, ids_b_list):
+    ids_b[i] = ids
+  id_rows, seg_rows = [], []
+  for a, b in zip(ids_a, ids_b):
+    ids, seg = common.pack_pair(a, b, cls_id, sep_id, max_seq_length)
+    id_rows.append(ids)
+    seg_rows.append(seg)
+  out = common.model_inputs(id_rows, seg_rows, max_seq_length)
+  if is_regression:
+    labels = np.array([np.nan if e.label is None else float(e.label) for e in examples], dtype=np.float32)
+  else:
+    if label_list is None:
+      raise ValueError("label_list is required for classification features")
+    label_map = {l: i for i, l in enumerate(label_list)}
+    labels = np.full(len(examples), -1, dtype=np.int32)
+    for i, e in enumerate(examples):
+      if e.label is None:
+        continue
+      if e.label not in label_map:
+        raise common.TaskDataError(e.guid, None, f"label {e.label!r} is not in the label set {list(label_list)}")
+      labels[i] = label_map[e.label]
+  out["label_ids"] = labels
+  out["example_index"] = np.arange(len(examples), dtype=np.int32)
+  return out
+
+
+# --------------------------------------------------------------------------------------------------------
+# Generic files.
+# --------------------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class ClassificationFormat:
+  """Where the text and label are in a TSV / CSV / JSONL file."""
+  text_a: Column = "text_a"          # column name (needs a header / JSON key) or 0-based index
+  text_b: Optional[Column] = None    # second sentence for pair tasks
+  label: Optional[Column] = "label"  # None: the files carry no labels
+  header: Optional[bool] = None      # None: True when any column is given by name
+  file_format: Optional[str] = None  # "tsv" | "csv" | "jsonl"; None: from the file extension
+  is_regression: bool = False        # labels are floats (e.g. a similarity score)
+
+  def has_header(self) -> bool:
+    if self.header is not None:
+      return self.header
+    return any(isinstance(c, str) for c in (self.text_a, self.text_b, self.label) if c is not None)
+
+
+_EXTENSIONS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".txt": "tsv"}
+SPLIT_FILE_STEMS = {"train": ("train",), "dev": ("dev", "validation", "valid", "val"), "test": ("test",)}
+
+
+def split_file(data_dir: str, split: str, file_format: Optional[str] = None) -> str:
+  """`<data_dir>/<split>.{tsv,csv,jsonl,json,txt}` (dev also matches validation/valid/val)."""
+  stems = SPLIT_FILE_STEMS.get(split, (split,))
+  exts = [e for e, f in _EXTENSIONS.items() if file_format is None or f == file_format]
+  return common.find_file(data_dir, [s + e for s in stems for e in exts], f"{split} split")
+
+
+def _rows(path: str, fmt: ClassificationFormat):
+  """(line, row) where row is a list (tsv/csv) or a dict (jsonl)."""
+  kind = fmt.file_format or _EXTENSIONS.get(os.path.splitext(path)[1].lower())
+  if kind is None:
+    raise ValueError(f"{path}: cannot tell the format from the extension; set file_format")
+  if kind == "tsv":
+    yield from common.read_tsv_lines(path)
+  elif kind == "csv":
+    yield from common.read_csv_lines(path)
+  elif kind == "jsonl":
+    with open(path, encoding="utf-8-sig") as f:
+      for n, line in enumerate(f, start=1):
+        if not line.strip():
+          continue
+        try:
+          obj = json.loads(line)
+        except json.JSONDecodeError as e:
+          raise common.TaskDataError(path, n, f"invalid JSON: {e.msg}") from None
+        if not isinstance(obj, dict):
+          raise common.TaskDataError(path, n, f"expected a JSON object per line, got {type(obj).__name__}")
+        yield n, obj
+  else:
+    raise ValueError(f"unknown file_format {kind!r} (tsv, csv or jsonl)")
+
+
+def read_classification_file(path: str, fmt: ClassificationFormat, split: str = "train",
+                             label_list: Optional[Sequence[str]] = None, on_error: str = "raise",
+                             labels_required: Optional[bool] = None) -> common.ExampleSet:
+  """Reads one file into ClassificationExamples.
+
+  Errors (file:line): a missing column, an empty text, a label outside `label_list`, a non-numeric
+  regression label. `labels_required` (default: split != "test"): rows without a label column are an error;
+  otherwise they become unlabelled examples.
+  """
+  report = common.SkipReport(source=path)
+  bad = common.ErrorPolicy(on_error, report)
+  if labels_required is None:
+    labels_required = split != "test" and fmt.label is not None
+  label_set = set(label_list) if label_list is not None else None
+  header_map: Optional[Dict[str, int]] = None
+  examples: List[ClassificationExample] = []
+  for line, row in _rows(path, fmt):
+    if isinstance(row, list) and fmt.has_header() and header_map is None:
+      header_map = {name.strip(): i for i, name in enumerate(row)}
+      for col in (fmt.text_a, fmt.text_b):
+        if isinstance(col, str) and col not in header_map:
+          raise common.TaskDataError(path, line, f"header has no column {col!r}; columns: {list(header_map)}")
+      if labels_required and isinstance(fmt.label, str) and fmt.label not in header_map:
+        raise common.TaskDataError(path, line, f"header has no label column {fmt.label!r}; "
+                                   f"columns: {list(header_map)}")
+      continue
+
+    def get(col: Column, required: bool):
+      if isinstance(row, dict):
+        key = col if isinstance(col, str) else str(col)
+        if key in row and row[key] is not None:
+          return row[key]
+        if required:
+          bad(path, line, "missing field", f"no key {key!r} in {sorted(row)}")
+        return None
+      idx = col
+      if isinstance(col, str):
+        if header_map is None:
+          raise ValueError(f"{path}: column {col!r} is a name but the format has header=False")
+        idx = header_map.get(col)
+        if idx is None:
+          return None
+      if idx >= len(row):
+        if required:
+          bad(path, line, "missing column", f"row has {len(row)} column(s), column {col!r} is index {idx}")
+        return None
+      return row[idx]
+
+    n_before = report.total
+    text_a = get(fmt.text_a, True)
+    text_b = get(fmt.text_b, True) if fmt.text_b is not None else None
+    label = get(fmt.label, labels_required) if fmt.label is not None else None
+    if report.total != n_before:
+      continue
+    text_a = str(text_a)
+    if text_b is not None:
+      text_b = str(text_b)
+    if not text_a.strip():
+      bad(path, line, "empty text", f"column {fmt.text_a!r} is empty")
+      continue
+    if label is not None:
+      label = str(label).strip()
+      if fmt.is_regression:
+        try:
+          label = float(label)
+        except ValueError:
+          bad(path, line, "bad regression label", f"{label!r} is not a number")
+          continue
+        if not math.isfinite(label):
+          bad(path, line, "bad regression label", f"{label!r} is not finite")
+          continue
+      elif label_set is not None and label not in label_set:
+        bad(path, line, "label not in label set", f"{label!r} not in {sorted(label_set)}")
+        continue
+    examples.append(ClassificationExample(guid=f"{path}:{line}", text_a=text_a, text_b=text_b, label=label,
+                                          index=str(len(examples))))
+  return common.finish(examples, path, split, report)
+
+
+def read_classification_split(data_dir: str, split: str, fmt: ClassificationFormat,
+                              label_list: Optional[Sequence[str]] = None,
+                              on_error: str = "raise") -> common.ExampleSet:
+  return read_classification_file(split_file(data_dir, split, fmt.file_format), fmt, split, label_list, on_error)
+
+
+def _label_sort_key(label: str):
+  try:
+    return (0, float(label), label)
+  except ValueError:
+    return (1, 0.0, label)
+
+
+def infer_label_list(example_set) -> List[str]:
+  """Sorted distinct labels (numerically when they are numbers): the label list of a training set."""
+  labels = {e.label for e in example_set if e.label is not None}
+  if not labels:
+    raise ValueError(f"{getattr(example_set, 'source', 'examples')}: no labelled examples to take labels from")
+  return sorted(labels, key=_label_sort_key)
+
+
+def write_predictions_tsv(path: str, example_set, predictions: Sequence, label_list=None) -> str:
+  """`index\\tprediction` rows (label strings, or scores for regression) for a generic test set."""
+  d = os.path.dirname(path)
+  if d:
+    os.makedirs(d, exist_ok=True)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write("index\tprediction\n")
+    for e, p in zip(example_set, predictions):
+      if label_list is not None and not isinstance(p, str) and float(p) == int(p):
+        p = label_list[int(p)]
+      f.write(f"{e.index}\t{p}\n")
+  return path

@@ -1,0 +1,374 @@
+"""Task registry: one object per fine-tuning task that reads data, makes features, turns model outputs into
+predictions, scores them and writes the files users submit.
+
+    task = get_task("mrpc")                       # cola sst2 mrpc stsb qqp mnli qnli rte wnli ax
+    task = get_task("squad_v2", doc_stride=128)   # squad_v1 squad_v2 (language="zh" for CMRC2018 scoring)
+    task = get_task("ner", label_list=None)       # CoNLL files or TFDS conll2003 (use_tfds=True)
+    task = get_task("classification", text_a="text_a", label="label")   # generic TSV/CSV/JSONL
+    task.prepare(data_dir)                        # infers label_list from train for ner/classification
+
+    train = task.read("train", data_dir)                          # ExampleSet (.examples, .skipped)
+    feats = task.featurize(train, tokenizer, max_seq_length, is_training=True)   # dict of numpy arrays
+    ... model over feats[k] for k in task.model_input_keys; loss on feats[k] for k in task.label_keys ...
+    for split in task.eval_splits:                                # ("dev",) or MNLI's matched/mismatched
+      es = task.read(split, data_dir); f = task.featurize(es, tokenizer, max_seq_length)
+      outputs = {"logits": ...}  # head outputs for every row of f, concatenated, eval padding removed
+      preds = task.predict(es, f, outputs)
+      metrics = task.evaluate(es, preds, split)                   # {} when the split has no labels
+      paths = task.write_predictions(output_dir, split, es, preds)
+
+Attributes every task has:
+  name, kind ("classification" | "regression" | "squad" | "ner"),
+  head ("sequence_classification" | "question_answering" | "token_classification": the heads.BertFor* class),
+  label_list (None for regression and SQuAD), is_regression, num_labels (1 for regression, 0 for SQuAD),
+  metric_fn (dotted name of the scoring function), main_metric (key of evaluate() used for the best checkpoint;
+  higher is better), train_split, eval_splits, test_splits,
+  model_input_keys = ("input_ids", "input_mask", "segment_ids"), label_keys (feature keys the loss reads):
+    classification ("label_ids",) int32 [B]; regression ("label_ids",) float32 [B];
+    squad ("start_positions", "end_positions") int32 [B]; ner ("label_ids",) int32 [B, T], -100 = ignore.
+  outputs expected by predict(): classification/regression/ner {"logits"}, squad {"start_logits",
+    "end_logits"} (the heads' output names).
+Metric values are fractions for GLUE/NER/classification and percentages for SQuAD (official scripts).
+The AX diagnostic is predicted with an MNLI model: read get_task("ax").read("test", data_dir) and write with
+get_task("ax").write_predictions (AX.tsv).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from bert_jax.evaluation import glue as glue_eval
+from bert_jax.evaluation import ner as ner_eval
+from bert_jax.evaluation import squad as squad_eval
+from bert_jax.evaluation import squad_postprocess
+from bert_jax.input_pipeline.tasks import classification, common, glue, ner, squad
+
+MODEL_INPUT_KEYS = ("input_ids", "input_mask", "segment_ids")
+
+
+class Task:
+  """Base class; see the module docstring for the contract."""
+  name = ""
+  kind = ""
+  head = ""
+  label_list: Optional[List[str]] = None
+  is_regression = False
+  metric_fn = ""
+  main_metric = ""
+  train_split: Optional[str] = "train"
+  eval_splits = ("dev",)
+  test_splits = ("test",)
+  model_input_keys = MODEL_INPUT_KEYS
+  label_keys = ("label_ids",)
+
+  def __init__(self, on_error: str = "raise"):
+    self.on_error = on_error
+
+  @property
+  def num_labels(self) -> int:
+    if self.is_regression:
+      return 1
+    return len(self.label_list) if self.label_list is not None else 0
+
+  def prepare(self, data_dir: Optional[str] = None, use_tfds: bool = False, **read_kwargs) -> "Task":
+    """Fills in what needs the data (label lists inferred from train); a no-op for fixed-label tasks."""
+    return self
+
+  def read(self, split: str, data_dir: Optional[str] = None, *, use_tfds: bool = False,
+           tfds_data_dir: Optional[str] = None, download: bool = False,
+           on_error: Optional[str] = None) -> common.ExampleSet:
+    raise NotImplementedError
+
+  def featurize(self, example_set, tokenizer, max_seq_length: int, is_training: bool = False):
+    raise NotImplementedError
+
+  def predict(self, example_set, features, outputs: Dict[str, np.ndarray]):
+    raise NotImplementedError
+
+  def evaluate(self, example_set, predictions, split: Optional[str] = None) -> Dict:
+    raise NotImplementedError
+
+  def write_predictions(self, output_dir: str, split: str, example_set, predictions) -> List[str]:
+    raise NotImplementedError
+
+  def _require_labels(self):
+    if self.label_list is None and not self.is_regression:
+      raise ValueError(f"task {self.name!r} has no label_list yet: pass label_list= to get_task or call "
+                       "task.prepare(data_dir) to take it from the training data")
+
+  def __repr__(self):
+    return (f"{type(self).__name__}(name={self.name!r}, kind={self.kind!r}, num_labels={self.num_labels}, "
+            f"main_metric={self.main_metric!r})")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Sentence(-pair) classification and regression.
+# --------------------------------------------------------------------------------------------------------
+class _SequenceTask(Task):
+  head = "sequence_classification"
+
+  def featurize(self, example_set, tokenizer, max_seq_length, is_training=False):
+    self._require_labels()
+    return classification.convert_examples_to_features(example_set, tokenizer, max_seq_length,
+                                                       self.label_list, self.is_regression)
+
+  def predict(self, example_set, features, outputs):
+    logits = np.asarray(outputs["logits"])
+    if logits.shape[0] != len(example_set):
+      raise ValueError(f"{logits.shape[0]} logits rows for {len(example_set)} examples")
+    if self.is_regression:
+      return logits.reshape(len(example_set), -1)[:, 0].astype(np.float64)
+    return np.argmax(logits, axis=-1).astype(np.int32)
+
+  def _gold(self, example_set):
+    if any(e.label is None for e in example_set):
+      return None
+    if self.is_regression:
+      return np.array([float(e.label) for e in example_set])
+    m = {l: i for i, l in enumerate(self.label_list)}
+    return np.array([m[e.label] for e in example_set], dtype=np.int32)
+
+
+class GlueTask(_SequenceTask):
+  metric_fn = "bert_jax.evaluation.glue.compute_metrics"
+
+  def __init__(self, name: str, on_error: str = "raise"):
+    super().__init__(on_error)
+    self.spec = glue.get_spec(name)
+    self.name = self.spec.name
+    self.label_list = self.spec.label_list
+    self.is_regression = self.spec.is_regression
+    self.kind = "regression" if self.is_regression else "classification"
+    self.main_metric = glue_eval.MAIN_METRIC[self.name]
+    if self.name == "mnli":
+      self.eval_splits = ("dev_matched", "dev_mismatched")
+      self.test_splits = ("test_matched", "test_mismatched")
+    if self.name == "ax":
+      self.train_split = None
+      self.eval_splits = ()
+
+  def read(self, split, data_dir=None, *, use_tfds=False, tfds_data_dir=None, download=False, on_error=None):
+    on_error = on_error or self.on_error
+    if use_tfds:
+      return glue.read_glue_tfds(self.name, split, tfds_data_dir or data_dir, download, on_error)
+    if data_dir is None:
+      raise ValueError("data_dir is required to read GLUE files")
+    return glue.read_glue(self.name, split, data_dir, on_error)
+
+  def _metric_task(self, split):
+    if self.name == "mnli":
+      return "mnli_mismatched" if split and "mismatched" in split else "mnli_matched"
+    return self.name
+
+  def evaluate(self, example_set, predictions, split=None):
+    gold = self._gold(example_set)
+    if gold is None:
+      return {}
+    return glue_eval.compute_metrics(self._metric_task(split or example_set.split), predictions, gold)
+
+  def write_predictions(self, output_dir, split, example_set, predictions):
+    split = glue.canonical_split(self.spec, split)
+    indices = [e.index for e in example_set]
+    if split.startswith("test"):
+      return [glue_eval.write_glue_submission(output_dir, self._metric_task(split), predictions, indices,
+                                              self.label_list)]
+    rows = glue_eval.format_predictions(self._metric_task(split), predictions, self.label_list)
+    path = os.path.join(output_dir, f"{self.name}_{split}_predictions.tsv")
+    os.makedirs(output_dir, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+      f.write("index\tprediction\tlabel\n")
+      for e, p in zip(example_set, rows):
+        label = "" if e.label is None else (f"{e.label:.3f}" if self.is_regression else e.label)
+        f.write(f"{e.index}\t{p}\t{label}\n")
+    return [path]
+
+
+class ClassificationTask(_SequenceTask):
+  """Generic single-sentence / pair classification (or regression) from TSV/CSV/JSONL files."""
+  name = "classification"
+  metric_fn = "bert_jax.evaluation.glue.compute_metrics"
+
+  def __init__(self, label_list: Optional[Sequence[str]] = None, text_a="text_a", text_b=None, label="label",
+               header: Optional[bool] = None, file_format: Optional[str] = None, is_regression: bool = False,
+               on_error: str = "raise", name: str = "classification"):
+    super().__init__(on_error)
+    self.name = name
+    self.format = classification.ClassificationFormat(text_a=text_a, text_b=text_b, label=label, header=header,
+                                                      file_format=file_format, is_regression=is_regression)
+    self.is_regression = is_regression
+    self.label_list = list(label_list) if label_list is not None else None
+    self.kind = "regression" if is_regression else "classification"
+    self.main_metric = "corr" if is_regression else "accuracy"
+
+  def prepare(self, data_dir=None, use_tfds=False, **read_kwargs):
+    if self.label_list is None and not self.is_regression:
+      if data_dir is None:
+        raise ValueError("data_dir is required to infer the label list")
+      train = classification.read_classification_split(data_dir, "train", self.format, None, self.on_error)
+      self.label_list = classification.infer_label_list(train)
+    return self
+
+  def read(self, split, data_dir=None, *, use_tfds=False, tfds_data_dir=None, download=False, on_error=None):
+    if use_tfds:
+      raise ValueError("the generic classification task reads files only (set use_tfds=False)")
+    if data_dir is None:
+      raise ValueError("data_dir is required")
+    return classification.read_classification_split(data_dir, split, self.format, self.label_list,
+                                                    on_error or self.on_error)
+
+  def evaluate(self, example_set, predictions, split=None):
+    gold = self._gold(example_set)
+    if gold is None:
+      return {}
+    if self.is_regression:
+      return glue_eval.compute_metrics("stsb", predictions, gold)
+    out = {"accuracy": glue_eval.accuracy(predictions, gold)}
+    if len(self.label_list) == 2:
+      out["f1"] = glue_eval.f1_binary(predictions, gold, pos_label=1)
+    out["mcc"] = glue_eval.matthews_corrcoef(predictions, gold)
+    return out
+
+  def write_predictions(self, output_dir, split, example_set, predictions):
+    path = os.path.join(output_dir, f"{self.name}_{split}_predictions.tsv")
+    labels = None if self.is_regression else self.label_list
+    return [classification.write_predictions_tsv(path, example_set, list(predictions), labels)]
+
+
+# --------------------------------------------------------------------------------------------------------
+# SQuAD.
+# --------------------------------------------------------------------------------------------------------
+class SquadTask(Task):
+  kind = "squad"
+  head = "question_answering"
+  label_keys = ("start_positions", "end_positions")
+  test_splits = ()
+  metric_fn = "bert_jax.evaluation.squad.evaluate"
+
+  def __init__(self, version_2_with_negative: bool, doc_stride: int = 128, max_query_length: int = 64,
+               n_best_size: int = 20, max_answer_length: int = 30, null_score_diff_threshold: float = 0.0,
+               language: str = "auto", on_error: Optional[str] = None):
+    super().__init__(on_error)
+    self.version_2_with_negative = version_2_with_negative
+    self.name = "squad_v2" if version_2_with_negative else "squad_v1"
+    self.main_metric = "f1"
+    self.doc_stride, self.max_query_length = doc_stride, max_query_length
+    self.n_best_size, self.max_answer_length = n_best_size, max_answer_length
+    self.null_score_diff_threshold = null_score_diff_threshold
+    self.language = language
+
+  def read(self, split, data_dir=None, *, use_tfds=False, tfds_data_dir=None, download=False, on_error=None):
+    on_error = on_error or self.on_error
+    if use_tfds:
+      return squad.read_squad_tfds(split, self.version_2_with_negative, tfds_data_dir or data_dir, download,
+                                   on_error)
+    if data_dir is None:
+      raise ValueError("data_dir is required to read SQuAD files")
+    return squad.read_squad_split(data_dir, split, self.version_2_with_negative, on_error)
+
+  def featurize(self, example_set, tokenizer, max_seq_length, is_training=False):
+    return squad.convert_examples_to_features(example_set, tokenizer, max_seq_length, self.doc_stride,
+                                              self.max_query_length, is_training=is_training)
+
+  def predict(self, example_set, features, outputs):
+    return squad_postprocess.postprocess_predictions(
+        example_set, features, outputs["start_logits"], outputs["end_logits"], n_best_size=self.n_best_size,
+        max_answer_length=self.max_answer_length, version_2_with_negative=self.version_2_with_negative,
+        null_score_diff_threshold=self.null_score_diff_threshold)
+
+  def evaluate(self, example_set, predictions, split=None):
+    gold = squad.gold_answers(example_set)
+    if self.version_2_with_negative:
+      return squad_eval.evaluate_v2(gold, predictions.predictions, predictions.null_odds,
+                                    na_prob_thresh=self.null_score_diff_threshold, language=self.language)
+    return squad_eval.evaluate_v1(gold, predictions.predictions, language=self.language)
+
+  def write_predictions(self, output_dir, split, example_set, predictions):
+    prefix = "" if split in ("dev", "validation") else f"{split}_"
+    return list(squad_postprocess.write_prediction_files(output_dir, predictions, prefix).values())
+
+
+# --------------------------------------------------------------------------------------------------------
+# NER.
+# --------------------------------------------------------------------------------------------------------
+class NerTask(Task):
+  name = "ner"
+  kind = "ner"
+  head = "token_classification"
+  main_metric = "f1"
+  metric_fn = "bert_jax.evaluation.ner.evaluate"
+
+  def __init__(self, label_list: Optional[Sequence[str]] = None, mode: str = "conlleval", scheme: str = "BIO",
+               on_error: str = "raise"):
+    super().__init__(on_error)
+    self.label_list = list(label_list) if label_list is not None else None
+    self.mode, self.scheme = mode, scheme
+
+  def prepare(self, data_dir=None, use_tfds=False, tfds_data_dir=None, download=False, **_):
+    if self.label_list is not None:
+      return self
+    if use_tfds:
+      # TFDS conll2003 carries its tag names.
+      self.label_list = list(ner.CONLL2003_LABELS)
+      return self
+    if data_dir is None:
+      raise ValueError("data_dir is required to infer the NER label list")
+    sets = [ner.read_conll_split(data_dir, "train", None, self.on_error)]
+    try:
+      sets.append(ner.read_conll_split(data_dir, "dev", None, self.on_error))
+    except FileNotFoundError:
+      pass
+    self.label_list = ner.infer_label_list(sets)
+    return self
+
+  def read(self, split, data_dir=None, *, use_tfds=False, tfds_data_dir=None, download=False, on_error=None):
+    if use_tfds:
+      return ner.read_conll2003_tfds(split, tfds_data_dir or data_dir, download)
+    if data_dir is None:
+      raise ValueError("data_dir is required to read CoNLL files")
+    return ner.read_conll_split(data_dir, split, self.label_list, on_error or self.on_error)
+
+  def featurize(self, example_set, tokenizer, max_seq_length, is_training=False):
+    self._require_labels()
+    return ner.convert_examples_to_features(example_set, tokenizer, max_seq_length, self.label_list)
+
+  def predict(self, example_set, features, outputs):
+    logits = np.asarray(outputs["logits"])
+    return ner.predictions_to_tags(example_set, features, np.argmax(logits, axis=-1), self.label_list)
+
+  def evaluate(self, example_set, predictions, split=None):
+    if any(ex.labels is None for ex in example_set):
+      return {}
+    return ner_eval.evaluate([ex.labels for ex in example_set], predictions, self.mode, self.scheme)
+
+  def write_predictions(self, output_dir, split, example_set, predictions):
+    return [ner.write_predictions(os.path.join(output_dir, f"{split}_predictions.txt"), example_set,
+                                  predictions)]
+
+
+# --------------------------------------------------------------------------------------------------------
+# Registry.
+# --------------------------------------------------------------------------------------------------------
+TASK_NAMES = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli", "ax", "squad_v1",
+              "squad_v2", "ner", "classification")
+
+
+def get_task(name: str, **kwargs) -> Task:
+  """A fresh task object by name (see TASK_NAMES); kwargs go to the task's constructor:
+  GLUE: on_error. squad_v1/v2: doc_stride, max_query_length, n_best_size, max_answer_length,
+  null_score_diff_threshold, language, on_error. ner: label_list, mode, scheme, on_error.
+  classification: label_list, text_a, text_b, label, header, file_format, is_regression, on_error."""
+  key = name.lower().replace("-", "_")
+  key = {"sst_2": "sst2", "sts_b": "stsb", "squad": "squad_v1", "squad1": "squad_v1", "squad2": "squad_v2",
+         "squad_v1.1": "squad_v1", "squad_v2.0": "squad_v2", "conll2003": "ner", "diagnostic": "ax"}.get(key, key)
+  if key in glue.GLUE_TASKS:
+    return GlueTask(key, **kwargs)
+  if key in ("squad_v1", "squad_v2"):
+    return SquadTask(version_2_with_negative=(key == "squad_v2"), **kwargs)
+  if key == "ner":
+    return NerTask(**kwargs)
+  if key == "classification":
+    return ClassificationTask(**kwargs)
+  raise KeyError(f"unknown task {name!r}; known: {', '.join(TASK_NAMES)}")

@@ -1,0 +1,311 @@
+"""SQuAD v1.1 / v2.0 (and CMRC2018-style Chinese) reading and doc-stride feature creation.
+
+    es = read_squad(path, version_2_with_negative=False, is_training=True, on_error="skip")
+    es = read_squad_split(data_dir, "train", version_2_with_negative)   # train-v1.1.json / dev-v2.0.json ...
+    es = read_squad_tfds("train", version_2_with_negative, data_dir=None)  # TFDS squad/v1.1 | squad/v2.0
+    feats = convert_examples_to_features(es, tokenizer, max_seq_length=384, doc_stride=128,
+                                         max_query_length=64, is_training=True)
+
+Features, one row per doc-stride window ([CLS] question [SEP] context window [SEP]):
+  input_ids, input_mask, segment_ids  int32 [N, T]
+  start_positions, end_positions      int32 [N]  answer token positions; 0 ([CLS]) when the question is
+                                                 unanswerable or the answer is not inside this window
+  is_impossible                       int32 [N]  1 when start_positions == 0 for either reason
+  example_index                       int32 [N]  row of the ExampleSet
+  with_offsets=True (the default for evaluation) adds, for bert_jax.evaluation.squad_postprocess:
+  token_char_spans                    int32 [N, T, 2]  [start, end) of each context token in context_text,
+                                                       -1 for [CLS]/question/[SEP]/padding
+  token_is_max_context                bool  [N, T]     this window gives the token its most context
+
+Answer positions come from character offsets, not Google's whitespace words: every WordPiece token knows the
+exact characters it covers (`common.tokenize_with_char_spans`), the answer's first token is the first one
+ending after `answer_start` and its last token the last one starting before `answer_start + len(text)`.
+This handles accents, Chinese (one token per character, CMRC2018) and answers inside a word. The
+`answer_start` check is Google's: the context at answer_start must read the answer text (whitespace runs
+compared as single spaces); a mismatch is an error naming file and question id, or with on_error="skip"
+a counted skip (Google's run_squad skips and logs them). Only training reads check answers; evaluation keeps
+all questions and scores against every gold answer text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from bert_jax.input_pipeline.tasks import common
+
+
+@dataclasses.dataclass
+class SquadExample:
+  qas_id: str
+  question_text: str
+  context_text: str
+  answer_text: Optional[str] = None   # training answer (the first), None when impossible / not training
+  start_char: Optional[int] = None    # its [start_char, end_char) in context_text (checked)
+  end_char: Optional[int] = None
+  is_impossible: bool = False
+  answers: List[str] = dataclasses.field(default_factory=list)  # all gold texts, [] when unanswerable
+  title: str = ""
+
+
+def split_file_names(split: str, version_2_with_negative: bool) -> List[str]:
+  v = "v2.0" if version_2_with_negative else "v1.1"
+  stem = {"train": "train", "dev": "dev", "validation": "dev", "test": "test"}.get(split, split)
+  return [f"{stem}-{v}.json", f"{stem}.json"]
+
+
+def read_squad_split(data_dir: str, split: str, version_2_with_negative: bool = False,
+                     on_error: Optional[str] = None) -> common.ExampleSet:
+  """Reads <data_dir>/{train,dev}-v1.1.json (or -v2.0); falls back to <split>.json (CMRC2018 copies)."""
+  path = common.find_file(data_dir, split_file_names(split, version_2_with_negative), f"SQuAD {split}")
+  return read_squad(path, version_2_with_negative, is_training=(split == "train"), split=split,
+                    on_error=on_error)
+
+
+def _line_finder(raw: str):
+  cache: Dict[str, Optional[int]] = {}
+
+  def line_of(qid: str) -> Optional[int]:
+    if qid not in cache:
+      pos = raw.find(json.dumps(qid, ensure_ascii=False))
+      if pos < 0:
+        pos = raw.find(json.dumps(qid))
+      cache[qid] = raw.count("\n", 0, pos) + 1 if pos >= 0 else None
+    return cache[qid]
+
+  return line_of
+
+
+def locate_answer(context: str, text: str, answer_start: int) -> Optional[tuple]:
+  """[start, end) of `text` at `answer_start` in `context`, or None when the context does not read the
+  answer there. Whitespace runs compare as one space (Google's check); surrounding spaces of the answer
+  text are ignored."""
+  if not isinstance(answer_start, int) or answer_start < 0 or answer_start > len(context) or not text.strip():
+    return None
+  lead = len(text) - len(text.lstrip())
+  core = text.strip()
+  s = answer_start + lead
+  if context[s:s + len(core)] == core:
+    return s, s + len(core)
+  # Whitespace-insensitive: walk the context from s, matching the answer's words in order.
+  words = core.split()
+  pos = s
+  for k, w in enumerate(words):
+    if k > 0:
+      if pos >= len(context) or not context[pos].isspace():
+        return None
+      while pos < len(context) and context[pos].isspace():
+        pos += 1
+    if context[pos:pos + len(w)] != w:
+      return None
+    pos += len(w)
+  return s, pos
+
+
+def read_squad(path: str, version_2_with_negative: bool = False, is_training: bool = True,
+               split: str = "train", on_error: Optional[str] = None) -> common.ExampleSet:
+  """Parses an official-format SQuAD JSON file (data -> paragraphs -> qas).
+
+  on_error: "raise" or "skip" for bad questions (answer not at answer_start, a training question without an
+  answer in v1 mode, missing fields); default "skip" for training (as Google's run_squad), "raise" otherwise.
+  """
+  if on_error is None:
+    on_error = "skip" if is_training else "raise"
+  with open(path, "rb") as f:
+    raw_bytes = f.read()
+  try:
+    raw = raw_bytes.decode("utf-8-sig")
+  except UnicodeDecodeError as e:
+    raise common.TaskDataError(path, raw_bytes[:e.start].count(b"\n") + 1, "not valid UTF-8") from None
+  try:
+    data = json.loads(raw)
+  except json.JSONDecodeError as e:
+    raise common.TaskDataError(path, e.lineno, f"invalid JSON: {e.msg} (column {e.colno})") from None
+  if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+    raise common.TaskDataError(path, 1, "expected a JSON object with a 'data' list (SQuAD format)")
+  line_of = _line_finder(raw)
+  report = common.SkipReport(source=path)
+  bad = common.ErrorPolicy(on_error, report)
+  examples: List[SquadExample] = []
+  for a_i, article in enumerate(data["data"]):
+    title = article.get("title", "")
+    for p_i, para in enumerate(article.get("paragraphs", [])):
+      if "context" not in para or "qas" not in para:
+        bad(path, None, "missing field", f"article {a_i} paragraph {p_i} lacks 'context' or 'qas'")
+        continue
+      context = para["context"]
+      for qa in para["qas"]:
+        ex = _parse_qa(qa, context, title, version_2_with_negative, is_training, path, line_of, bad,
+                       f"article {a_i} paragraph {p_i}")
+        if ex is not None:
+          examples.append(ex)
+  return common.finish(examples, path, split, report)
+
+
+def _parse_qa(qa, context, title, v2, is_training, path, line_of, bad, where) -> Optional[SquadExample]:
+  qid = str(qa.get("id", ""))
+  line = line_of(qid) if qid else None
+  if not qid or "question" not in qa:
+    bad(path, line, "missing field", f"a question in {where} lacks 'id' or 'question'")
+    return None
+  answers = qa.get("answers", []) or []
+  is_impossible = bool(qa.get("is_impossible", False)) if v2 else False
+  if v2 and "is_impossible" not in qa and not answers:
+    is_impossible = True
+  ex = SquadExample(qas_id=qid, question_text=qa["question"], context_text=context,
+                    is_impossible=is_impossible, title=title,
+                    answers=[] if is_impossible else [a.get("text", "") for a in answers])
+  if not is_training:
+    return ex
+  if is_impossible:
+    return ex
+  if not answers:
+    bad(path, line, "no answer", f"question id {qid} has no answer (a v1.1 training question needs one"
+        f"{'' if v2 else '; use version_2_with_negative for unanswerable questions'})")
+    return None
+  first = answers[0]
+  text, start = first.get("text"), first.get("answer_start")
+  span = locate_answer(context, text, start) if isinstance(text, str) else None
+  if span is None:
+    shown = context[start:start + len(text)] if isinstance(start, int) and isinstance(text, str) else None
+    bad(path, line, "answer mismatch", f"question id {qid}: answer {text!r} is not at answer_start={start!r}"
+        f" (context there reads {shown!r})")
+    return None
+  ex.answer_text = text
+  ex.start_char, ex.end_char = span
+  return ex
+
+
+def read_squad_tfds(split: str, version_2_with_negative: bool = False, data_dir: Optional[str] = None,
+                    download: bool = False, on_error: Optional[str] = None) -> common.ExampleSet:
+  """Reads TFDS squad/v1.1 or squad/v2.0 (`split`: train or dev/validation)."""
+  name = "squad/v2.0" if version_2_with_negative else "squad/v1.1"
+  tsplit = {"dev": "validation", "eval": "validation"}.get(split, split)
+  is_training = tsplit == "train"
+  if on_error is None:
+    on_error = "skip" if is_training else "raise"
+  source = f"tfds:{name}:{tsplit}"
+  ds, _ = common.load_tfds(name, tsplit, data_dir, download)
+  report = common.SkipReport(source=source)
+  bad = common.ErrorPolicy(on_error, report)
+  examples: List[SquadExample] = []
+  for n, ex in enumerate(ds):
+    qa = {"id": common.as_text(ex["id"], source), "question": common.as_text(ex["question"], source),
+          "answers": [{"text": common.as_text(t, source), "answer_start": int(s)}
+                      for t, s in zip(ex["answers"]["text"], ex["answers"]["answer_start"])]}
+    if version_2_with_negative:
+      qa["is_impossible"] = bool(ex["is_impossible"])
+    title = common.as_text(ex.get("title", b""), source)
+    parsed = _parse_qa(qa, common.as_text(ex["context"], source), title, version_2_with_negative, is_training,
+                       source, lambda _qid, n=n: n, bad, f"example {n}")
+    if parsed is not None:
+      examples.append(parsed)
+  return common.finish(examples, source, "train" if is_training else "dev", report)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Features.
+# --------------------------------------------------------------------------------------------------------
+def _doc_spans(num_tokens: int, max_tokens_for_doc: int, doc_stride: int):
+  """Google's sliding windows: (start, length) pairs covering all tokens."""
+  spans = []
+  start = 0
+  while start < num_tokens:
+    length = min(num_tokens - start, max_tokens_for_doc)
+    spans.append((start, length))
+    if start + length == num_tokens:
+      break
+    start += min(length, doc_stride)
+  return spans or [(0, 0)]
+
+
+def _is_max_context(spans, cur_index: int, position: int) -> bool:
+  """Google's _check_is_max_context: score = min(left, right context) + 0.01 * window length."""
+  best_score, best_index = None, None
+  for i, (start, length) in enumerate(spans):
+    end = start + length - 1
+    if position < start or position > end:
+      continue
+    score = min(position - start, end - position) + 0.01 * length
+    if best_score is None or score > best_score:
+      best_score, best_index = score, i
+  return cur_index == best_index
+
+
+def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer, max_seq_length: int = 384,
+                                 doc_stride: int = 128, max_query_length: int = 64,
+                                 is_training: bool = False,
+                                 with_offsets: Optional[bool] = None) -> Dict[str, np.ndarray]:
+  """Doc-stride windows as numpy arrays (see the module docstring)."""
+  if with_offsets is None:
+    with_offsets = not is_training
+  cls_id, sep_id = common.special_ids(tokenizer)
+  if doc_stride <= 0:
+    raise ValueError(f"doc_stride must be positive, got {doc_stride}")
+  rows = {k: [] for k in ("ids", "seg", "start", "end", "imp", "ex", "spans", "maxctx")}
+  for ex_i, ex in enumerate(examples):
+    q_ids = common.encode_text(tokenizer, ex.question_text)[:max_query_length]
+    max_tokens_for_doc = max_seq_length - len(q_ids) - 3
+    if max_tokens_for_doc <= 0:
+      raise ValueError(f"max_seq_length={max_seq_length} leaves no room for the context after a "
+                       f"{len(q_ids)}-token question (max_query_length={max_query_length})")
+    doc_tokens, doc_spans = common.tokenize_with_char_spans(tokenizer, ex.context_text)
+    doc_ids = tokenizer.convert_tokens_to_ids(doc_tokens)
+    tok_start = tok_end = None
+    if is_training and not ex.is_impossible:
+      if ex.start_char is None:
+        raise ValueError(f"question {ex.qas_id}: training features need answer offsets (read with "
+                         "is_training=True)")
+      inside = [k for k, (s, e) in enumerate(doc_spans) if e > ex.start_char and s < ex.end_char]
+      if inside:
+        tok_start, tok_end = inside[0], inside[-1]
+    windows = _doc_spans(len(doc_ids), max_tokens_for_doc, doc_stride)
+    offset = len(q_ids) + 2
+    for w_i, (w_start, w_len) in enumerate(windows):
+      ids = [cls_id] + q_ids + [sep_id] + doc_ids[w_start:w_start + w_len] + [sep_id]
+      seg = [0] * offset + [1] * (w_len + 1)
+      start_pos = end_pos = 0
+      if tok_start is not None and w_start <= tok_start and tok_end <= w_start + w_len - 1:
+        start_pos, end_pos = tok_start - w_start + offset, tok_end - w_start + offset
+      rows["ids"].append(ids)
+      rows["seg"].append(seg)
+      rows["start"].append(start_pos)
+      rows["end"].append(end_pos)
+      rows["imp"].append(int(start_pos == 0))
+      rows["ex"].append(ex_i)
+      if with_offsets:
+        spans = np.full((max_seq_length, 2), -1, dtype=np.int32)
+        maxctx = np.zeros((max_seq_length,), dtype=bool)
+        for k in range(w_len):
+          spans[offset + k] = doc_spans[w_start + k]
+          maxctx[offset + k] = _is_max_context(windows, w_i, w_start + k)
+        rows["spans"].append(spans)
+        rows["maxctx"].append(maxctx)
+  out = common.model_inputs(rows["ids"], rows["seg"], max_seq_length)
+  out["start_positions"] = np.asarray(rows["start"], dtype=np.int32)
+  out["end_positions"] = np.asarray(rows["end"], dtype=np.int32)
+  out["is_impossible"] = np.asarray(rows["imp"], dtype=np.int32)
+  out["example_index"] = np.asarray(rows["ex"], dtype=np.int32)
+  if with_offsets:
+    n = len(rows["ids"])
+    out["token_char_spans"] = (np.stack(rows["spans"]) if n else np.zeros((0, max_seq_length, 2), np.int32))
+    out["token_is_max_context"] = (np.stack(rows["maxctx"]) if n else np.zeros((0, max_seq_length), bool))
+  return out
+
+
+def gold_answers(example_set) -> Dict[str, List[str]]:
+  """{qid: [gold texts]} for bert_jax.evaluation.squad.evaluate (empty list = unanswerable)."""
+  return {e.qas_id: list(e.answers) for e in example_set}
+
+
+def write_json(path: str, obj) -> str:
+  d = os.path.dirname(path)
+  if d:
+    os.makedirs(d, exist_ok=True)
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(obj, f, ensure_ascii=False, indent=2)
+  return path
