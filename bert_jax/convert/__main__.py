@@ -1,0 +1,128 @@
+"""Command line: python -m bert_jax.convert {import-tf, import-hf, export-hf, zoo, rank} [--flags].
+
+Run `python -m bert_jax.convert COMMAND --help` for each command's flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def _bool(s: str) -> bool:
+  if s.lower() in ("1", "true", "yes"):
+    return True
+  if s.lower() in ("0", "false", "no"):
+    return False
+  raise argparse.ArgumentTypeError(f"expected true/false, got {s!r}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(prog="python -m bert_jax.convert", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  sub = p.add_subparsers(dest="command", required=True)
+
+  t = sub.add_parser("import-tf", help="Google TF1 checkpoint (bert_model.ckpt) -> DIR")
+  t.add_argument("--checkpoint", required=True, help="checkpoint prefix, e.g. .../bert_model.ckpt")
+  t.add_argument("--config", default=None, help="bert_config.json (default: next to the checkpoint)")
+  t.add_argument("--vocab", default=None, help="vocab.txt (default: next to the checkpoint)")
+  t.add_argument("--output", required=True, help="output directory")
+  t.add_argument("--do_lower_case", type=_bool, default=None,
+                 help="tokenizer casing (default: from the folder name 'uncased'/'cased', else the vocab)")
+
+  h = sub.add_parser("import-hf", help="Hugging Face BERT folder -> DIR")
+  h.add_argument("--input", required=True, help="folder with config.json, model.safetensors, vocab.txt")
+  h.add_argument("--output", required=True, help="output directory")
+  h.add_argument("--vocab", default=None, help="vocab.txt (default: in the folder, or from tokenizer.json)")
+  h.add_argument("--do_lower_case", type=_bool, default=None,
+                 help="tokenizer casing (default: tokenizer_config.json, else guessed from the vocab)")
+  h.add_argument("--ignore", default="",
+                 help="comma-separated regexes of source keys to drop on purpose, e.g. '^classifier\\.'")
+
+  e = sub.add_parser("export-hf", help="DIR -> Hugging Face folder")
+  e.add_argument("--input", required=True, help="our checkpoint directory")
+  e.add_argument("--output", required=True, help="output Hugging Face folder")
+  e.add_argument("--heads", default="pretraining", choices=("pretraining", "mlm", "none"),
+                 help="pretraining: BertForPreTraining; mlm: BertForMaskedLM; none: bare BertModel")
+
+  z = sub.add_parser("zoo", help="list the registry of public checkpoints")
+  z.add_argument("--name", default=None, help="show one entry with its download and convert commands")
+  z.add_argument("--filter", default="", help="only names/languages/corpora containing this text")
+
+  r = sub.add_parser("rank", help="rank checkpoints by masked-LM loss on a sample of a text file")
+  r.add_argument("--checkpoints", required=True, help="comma-separated checkpoint dirs or zoo names")
+  r.add_argument("--text", required=True, help="unlabeled text, one sentence/paragraph per line")
+  r.add_argument("--num_sequences", type=int, default=64)
+  r.add_argument("--max_seq_length", type=int, default=128)
+  r.add_argument("--masked_lm_prob", type=float, default=0.15)
+  r.add_argument("--batch_size", type=int, default=16)
+  r.add_argument("--seed", type=int, default=0)
+  r.add_argument("--output_json", default=None)
+  return p
+
+
+def main(argv=None) -> int:
+  args = build_parser().parse_args(argv)
+  if args.command == "zoo":
+    from bert_jax.convert import zoo
+    if args.name:
+      if args.name not in zoo.REGISTRY:
+        try:
+          zoo.resolve(args.name)
+        except zoo.ZooError as err:
+          print(err, file=sys.stderr)
+        return 2
+      x = zoo.REGISTRY[args.name]
+      print(f"{x.name}: {x.size}, {x.params:,} params, {x.language}, {'cased' if x.cased else 'uncased'}, "
+            f"{x.corpus}{'; ' + x.note if x.note else ''}\nformat: {x.fmt}; source: {x.url}"
+            + (f" (also on Hugging Face: {x.hf_repo})" if x.hf_repo else "")
+            + f"\nto fetch and convert:\n{x.how_to_convert()}")
+      return 0
+    f = args.filter.lower()
+    entries = [x for x in zoo.REGISTRY.values()
+               if not f or f in x.name.lower() or f in x.language.lower() or f in x.corpus.lower()]
+    print(zoo.format_table(entries))
+    return 0
+
+  from bert_jax.convert.mapping import ConversionError
+  try:
+    if args.command == "import-tf":
+      from bert_jax.convert.google_tf import import_tf_checkpoint
+      _, _, report = import_tf_checkpoint(args.checkpoint, args.output, config_file=args.config,
+                                          vocab_file=args.vocab, do_lower_case=args.do_lower_case)
+      print(report.summary())
+      print(f"wrote {args.output}")
+    elif args.command == "import-hf":
+      from bert_jax.convert.hf import import_hf
+      ignore = [x for x in args.ignore.split(",") if x]
+      _, _, report = import_hf(args.input, args.output, vocab_file=args.vocab, do_lower_case=args.do_lower_case,
+                               ignore=ignore)
+      print(report.summary())
+      print(f"wrote {args.output}")
+    elif args.command == "export-hf":
+      from bert_jax.convert.hf import export_hf
+      report = export_hf(args.input, args.output, heads=args.heads)
+      print(f"wrote {report.loaded} tensors to {args.output}")
+      for n in report.notes:
+        print(n)
+    elif args.command == "rank":
+      from bert_jax.convert import rank
+      rows = rank.rank_checkpoints([c for c in args.checkpoints.split(",") if c], args.text,
+                                   num_sequences=args.num_sequences, max_seq_length=args.max_seq_length,
+                                   masked_lm_prob=args.masked_lm_prob, seed=args.seed,
+                                   batch_size=args.batch_size)
+      print(rank.format_table(rows))
+      if args.output_json:
+        with open(args.output_json, "w", encoding="utf-8") as f:
+          json.dump(rows, f, indent=2)
+          f.write("\n")
+  except (ConversionError, FileNotFoundError, ValueError) as err:
+    print(f"error: {err}", file=sys.stderr)
+    return 1
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

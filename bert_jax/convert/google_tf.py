@@ -1,0 +1,78 @@
+"""Import Google's original TF1 BERT checkpoints (bert_model.ckpt + bert_config.json + vocab.txt).
+
+TensorFlow is imported inside `read_tf_checkpoint` only, so the rest of bert_jax.convert works without it.
+
+    python -m bert_jax.convert import-tf --checkpoint=uncased_L-12_H-768_A-12/bert_model.ckpt \
+        --output=DIR            # bert_config.json and vocab.txt are taken from the checkpoint's folder
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Dict, Optional
+
+import numpy as np
+
+from bert_jax.convert import io, mapping
+from bert_jax.models.config import BertConfig
+
+# Variables that are not model weights: Adam slots of Google's AdamWeightDecayOptimizer, the step counter,
+# and the loss-scaling / LAMB bookkeeping of NVIDIA's and TF2-era variants of the same checkpoints.
+_IGNORABLE = re.compile(r"(/adam_[mv]$|/lamb_[mv]$|/Momentum$|^global_step$|^good_steps$|^bad_steps$|"
+                        r"^loss_scale$|^current_loss_scale$|^_CHECKPOINTABLE_OBJECT_GRAPH$)")
+
+
+def is_ignorable(name: str) -> bool:
+  return bool(_IGNORABLE.search(name))
+
+
+def read_tf_checkpoint(path: str) -> Dict[str, np.ndarray]:
+  """{variable name: array} of a TF checkpoint prefix (e.g. .../bert_model.ckpt)."""
+  import tensorflow as tf  # lazy: the only TensorFlow use in bert_jax.convert
+
+  if os.path.isdir(path):
+    latest = tf.train.latest_checkpoint(path)
+    if latest is None:
+      raise FileNotFoundError(f"{path}: a directory without a TF checkpoint (no 'checkpoint' index file); pass "
+                              "the checkpoint prefix, e.g. .../bert_model.ckpt")
+    path = latest
+  if not (os.path.exists(path + ".index") or os.path.exists(path)):
+    raise FileNotFoundError(f"TF checkpoint not found: {path} (expected {path}.index and {path}.data-*)")
+  reader = tf.train.load_checkpoint(path)
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def import_tf_checkpoint(checkpoint: str, output: Optional[str] = None, config_file: Optional[str] = None,
+                         vocab_file: Optional[str] = None, do_lower_case: Optional[bool] = None,
+                         seed: int = 0, variables: Optional[Dict[str, np.ndarray]] = None):
+  """Converts a Google TF1 BERT checkpoint; writes `output` (see bert_jax.convert.io) when given.
+
+  Returns (config, params, report). `config_file` and `vocab_file` default to bert_config.json and vocab.txt
+  next to the checkpoint. `variables` may pass an already-read {name: array} dict (tests).
+  """
+  folder = os.path.dirname(os.path.abspath(checkpoint)) if not os.path.isdir(checkpoint) else checkpoint
+  config_file = config_file or os.path.join(folder, "bert_config.json")
+  vocab_file = vocab_file or os.path.join(folder, "vocab.txt")
+  for what, p, flag in (("model config", config_file, "--config"), ("vocab", vocab_file, "--vocab")):
+    if not os.path.exists(p):
+      raise FileNotFoundError(f"{what} not found: {p} (Google's zips hold it next to bert_model.ckpt; pass "
+                              f"{flag}=PATH)")
+  config = BertConfig.from_google_json(config_file)
+  report = mapping.ConversionReport(source=checkpoint, fmt="google")
+  n_vocab = io.count_vocab_lines(vocab_file)
+  if n_vocab > config.vocab_size:
+    raise mapping.ConversionError(f"{vocab_file} has {n_vocab} lines but {config_file} says vocab_size="
+                                  f"{config.vocab_size}: token ids would overflow the embedding table")
+  if n_vocab < config.vocab_size:
+    report.notes.append(f"vocab.txt has {n_vocab} tokens for vocab_size={config.vocab_size} (padded table)")
+  if variables is None:
+    variables = read_tf_checkpoint(checkpoint)
+  params = mapping.assign_params(variables, "google", config, report, ignorable=is_ignorable, seed=seed)
+  if do_lower_case is None:
+    do_lower_case = io.guess_do_lower_case(vocab_file, hint=os.path.basename(folder))
+  if output:
+    io.save_params_dir(output, config, params, vocab_file,
+                       info={"source": os.path.abspath(checkpoint), "format": "google_tf",
+                             "do_lower_case": bool(do_lower_case), "report": report.to_dict()})
+  return config, params, report

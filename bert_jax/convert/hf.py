@@ -1,0 +1,291 @@
+"""Hugging Face BERT folders in and out, without PyTorch (safetensors' NumPy API).
+
+    python -m bert_jax.convert import-hf --input=HF_DIR --output=DIR
+    python -m bert_jax.convert export-hf --input=DIR --output=HF_DIR [--heads=pretraining|mlm|none]
+
+Import reads config.json, model.safetensors (or a sharded model.safetensors.index.json; pytorch_model.bin
+only where torch is importable) and vocab.txt (or the WordPiece vocab inside tokenizer.json). It accepts
+BertForPreTraining / BertForMaskedLM state dicts ("bert." prefix, "cls." heads) and bare BertModel ones
+(no prefix, no heads, e.g. sentence-transformers models); absent head groups are initialised fresh and
+reported.
+
+Export writes config.json, model.safetensors, vocab.txt and tokenizer_config.json:
+  --heads=pretraining  BertForPreTraining layout; transformers.BertForPreTraining loads it with no missing or
+                       unexpected keys, and BertModel with no missing keys (BertModel then reports the
+                       cls.* heads as unexpected, exactly as for Google's bert-base-uncased on the Hub).
+  --heads=mlm          BertForMaskedLM layout (no pooler, no NSP head).
+  --heads=none         bare BertModel layout (no prefix, no heads): BertModel loads it with no report at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from typing import Dict, Optional, Sequence
+
+import numpy as np
+
+from bert_jax.convert import io, mapping
+from bert_jax.models.config import BertConfig
+
+_BARE_PREFIXES = ("embeddings.", "encoder.", "pooler.")
+# Buffers that transformers writes next to the weights (not parameters).
+_HF_BUFFERS = re.compile(r"(^|\.)(position_ids|token_type_ids)$")
+
+HEADS = {
+    # heads option: (groups, architectures, key prefix of the encoder)
+    "pretraining": (("embeddings", "encoder", "pooler", "mlm", "nsp"), "BertForPreTraining", "bert."),
+    "mlm": (("embeddings", "encoder", "mlm"), "BertForMaskedLM", "bert."),
+    "none": (("embeddings", "encoder", "pooler"), "BertModel", ""),
+}
+
+_ACT_TO_HF = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_tanh": "gelu_new",
+              "gelu_pytorch_tanh": "gelu_pytorch_tanh", "relu": "relu", "silu": "silu", "swish": "silu",
+              "tanh": "tanh"}
+
+
+# ---- reading ---------------------------------------------------------------------------------------------
+def _read_safetensors(path: str) -> Dict[str, np.ndarray]:
+  from safetensors.numpy import load_file
+  try:
+    return load_file(path)
+  except TypeError:
+    # NumPy has no bfloat16: safetensors' NumPy API refuses such files. Read the (simple) format directly:
+    # 8-byte little-endian header length, a JSON header {name: {dtype, shape, data_offsets}}, then the data.
+    import ml_dtypes
+    dtypes = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
+              "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": bool}
+    with open(path, "rb") as f:
+      n = int.from_bytes(f.read(8), "little")
+      header = json.loads(f.read(n))
+      data = f.read()
+    out = {}
+    for name, meta in header.items():
+      if name == "__metadata__":
+        continue
+      if meta["dtype"] not in dtypes:
+        raise ValueError(f"{path}: tensor {name} has unsupported dtype {meta['dtype']}")
+      start, end = meta["data_offsets"]
+      out[name] = np.frombuffer(data[start:end], dtype=dtypes[meta["dtype"]]).reshape(meta["shape"])
+    return out
+
+
+def _read_torch_bin(path: str) -> Dict[str, np.ndarray]:
+  try:
+    import torch
+  except ImportError as e:
+    raise ImportError(f"{path} is a PyTorch pickle and torch is not installed; install torch, or convert the "
+                      "folder to model.safetensors first") from e
+  state = torch.load(path, map_location="cpu", weights_only=True)
+  return {k: (v.float() if v.is_floating_point() else v).numpy() for k, v in state.items()}
+
+
+def read_hf_state_dict(folder: str) -> Dict[str, np.ndarray]:
+  """{key: array} of a Hugging Face model folder (safetensors preferred, sharded or not)."""
+  def p(name):
+    return os.path.join(folder, name)
+
+  for single, index, reader in (("model.safetensors", "model.safetensors.index.json", _read_safetensors),
+                                ("pytorch_model.bin", "pytorch_model.bin.index.json", _read_torch_bin)):
+    if os.path.exists(p(single)):
+      return reader(p(single))
+    if os.path.exists(p(index)):
+      with open(p(index), encoding="utf-8") as f:
+        shards = sorted(set(json.load(f)["weight_map"].values()))
+      out: Dict[str, np.ndarray] = {}
+      for shard in shards:
+        out.update(reader(p(shard)))
+      return out
+  raise FileNotFoundError(f"{folder}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin "
+                          f"(files: {sorted(os.listdir(folder)) if os.path.isdir(folder) else 'not a folder'})")
+
+
+def _write_vocab_from_tokenizer_json(tokenizer_json: str, out_path: str) -> None:
+  with open(tokenizer_json, encoding="utf-8") as f:
+    model = json.load(f).get("model", {})
+  if model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
+    raise ValueError(f"{tokenizer_json}: not a WordPiece tokenizer (model.type={model.get('type')!r}); "
+                     "BERT needs a vocab.txt (pass --vocab)")
+  by_id = sorted(model["vocab"].items(), key=lambda kv: kv[1])
+  if [i for _, i in by_id] != list(range(len(by_id))):
+    raise ValueError(f"{tokenizer_json}: WordPiece ids are not contiguous 0..{len(by_id) - 1}")
+  with open(out_path, "w", encoding="utf-8") as f:
+    f.writelines(tok + "\n" for tok, _ in by_id)
+
+
+def hf_config_to_bert(config_dict: dict, source: str) -> BertConfig:
+  model_type = config_dict.get("model_type", "bert")
+  if model_type != "bert":
+    raise mapping.ConversionError(
+        f"{source}: model_type={model_type!r}; only BERT checkpoints convert exactly (RoBERTa/ELECTRA/... use "
+        "different position ids or heads)")
+  pos = config_dict.get("position_embedding_type", "absolute")
+  if pos != "absolute":
+    raise mapping.ConversionError(f"{source}: position_embedding_type={pos!r}; only 'absolute' is supported")
+  missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                         "intermediate_size") if k not in config_dict]
+  if missing:
+    raise mapping.ConversionError(f"{source}: config lacks {missing}")
+  return BertConfig.from_dict(config_dict)
+
+
+def normalize_hf_state_dict(state: Dict[str, np.ndarray], report: mapping.ConversionReport) -> Dict[str, np.ndarray]:
+  """Old names (LayerNorm.gamma/beta), bare BertModel keys (no "bert." prefix), and the tied decoder."""
+  out = {}
+  renamed = 0
+  for k, v in state.items():
+    nk = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", k))
+    renamed += nk != k
+    out[nk] = v
+  if renamed:
+    report.notes.append(f"renamed {renamed} old-style LayerNorm.gamma/beta keys")
+  if not any(k.startswith("bert.") for k in out) and any(k.startswith(_BARE_PREFIXES) for k in out):
+    out = {("bert." + k if k.startswith(_BARE_PREFIXES) else k): v for k, v in out.items()}
+    report.notes.append("bare BertModel checkpoint (keys without the 'bert.' prefix)")
+  word = out.get("bert.embeddings.word_embeddings.weight")
+  dec_w = out.pop("cls.predictions.decoder.weight", None)
+  if dec_w is not None:
+    if word is None or dec_w.shape != word.shape or not np.array_equal(dec_w, word):
+      raise mapping.ConversionError(
+          f"{report.source}: cls.predictions.decoder.weight differs from bert.embeddings.word_embeddings.weight; "
+          "BERT ties them and so does our model: an untied decoder cannot be converted exactly")
+    report.notes.append("cls.predictions.decoder.weight equals the word embeddings (tied); dropped")
+  dec_b = out.pop("cls.predictions.decoder.bias", None)
+  if dec_b is not None:
+    if "cls.predictions.bias" not in out:
+      out["cls.predictions.bias"] = dec_b
+    elif not np.array_equal(out["cls.predictions.bias"], dec_b):
+      raise mapping.ConversionError(f"{report.source}: cls.predictions.decoder.bias differs from "
+                                    "cls.predictions.bias (they are one tied tensor in BERT)")
+  return out
+
+
+def import_hf(folder: str, output: Optional[str] = None, vocab_file: Optional[str] = None,
+              do_lower_case: Optional[bool] = None, ignore: Sequence[str] = (), seed: int = 0):
+  """Converts a Hugging Face BERT folder. Returns (config, params, report); writes `output` when given.
+
+  `ignore`: regular expressions of source keys to drop deliberately (e.g. "^classifier\\." of a fine-tuned
+  BertForSequenceClassification); they are listed in the report.
+  """
+  config_path = os.path.join(folder, "config.json")
+  if not os.path.exists(config_path):
+    raise FileNotFoundError(f"{folder}: no config.json (not a Hugging Face model folder)")
+  with open(config_path, encoding="utf-8") as f:
+    config_dict = json.load(f)
+  config = hf_config_to_bert(config_dict, config_path)
+  report = mapping.ConversionReport(source=folder, fmt="hf")
+  state = normalize_hf_state_dict(read_hf_state_dict(folder), report)
+  patterns = [re.compile(p) for p in ignore]
+  ignorable = lambda n: bool(_HF_BUFFERS.search(n)) or any(p.search(n) for p in patterns)  # noqa: E731
+  params = mapping.assign_params(state, "hf", config, report, ignorable=ignorable, seed=seed)
+
+  tmp_vocab = None
+  if vocab_file is None:
+    vocab_file = os.path.join(folder, "vocab.txt")
+    if not os.path.exists(vocab_file):
+      tok_json = os.path.join(folder, "tokenizer.json")
+      if not os.path.exists(tok_json):
+        raise FileNotFoundError(f"{folder}: no vocab.txt or tokenizer.json; pass --vocab=PATH")
+      import tempfile
+      tmp_vocab = tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False).name
+      _write_vocab_from_tokenizer_json(tok_json, tmp_vocab)
+      vocab_file = tmp_vocab
+      report.notes.append("vocab.txt written from tokenizer.json's WordPiece vocab")
+  try:
+    n_vocab = io.count_vocab_lines(vocab_file)
+    if n_vocab > config.vocab_size:
+      raise mapping.ConversionError(f"{vocab_file} has {n_vocab} lines but config.json says vocab_size="
+                                    f"{config.vocab_size}: token ids would overflow the embedding table")
+    if n_vocab < config.vocab_size:
+      report.notes.append(f"vocab.txt has {n_vocab} tokens for vocab_size={config.vocab_size} (padded table)")
+    if do_lower_case is None:
+      do_lower_case = _hf_do_lower_case(folder, vocab_file)
+    if output:
+      io.save_params_dir(output, config, params, vocab_file,
+                         info={"source": os.path.abspath(folder), "format": "hf",
+                               "do_lower_case": bool(do_lower_case), "report": report.to_dict()})
+  finally:
+    if tmp_vocab:
+      os.unlink(tmp_vocab)
+  return config, params, report
+
+
+def _hf_do_lower_case(folder: str, vocab_file: str) -> bool:
+  tc = os.path.join(folder, "tokenizer_config.json")
+  if os.path.exists(tc):
+    with open(tc, encoding="utf-8") as f:
+      value = json.load(f).get("do_lower_case")
+    if isinstance(value, bool):
+      return value
+  return io.guess_do_lower_case(vocab_file, hint=os.path.basename(os.path.normpath(folder)))
+
+
+# ---- writing ---------------------------------------------------------------------------------------------
+def hf_config_dict(config: BertConfig, architecture: str, pad_token_id: int = 0) -> dict:
+  if config.hidden_act not in _ACT_TO_HF:
+    raise mapping.ConversionError(f"hidden_act={config.hidden_act!r} has no transformers equivalent")
+  return {
+      "architectures": [architecture],
+      "model_type": "bert",
+      "vocab_size": config.vocab_size,
+      "hidden_size": config.hidden_size,
+      "num_hidden_layers": config.num_hidden_layers,
+      "num_attention_heads": config.num_attention_heads,
+      "intermediate_size": config.intermediate_size,
+      "hidden_act": _ACT_TO_HF[config.hidden_act],
+      "hidden_dropout_prob": config.hidden_dropout_prob,
+      "attention_probs_dropout_prob": config.attention_probs_dropout_prob,
+      "max_position_embeddings": config.max_position_embeddings,
+      "type_vocab_size": config.type_vocab_size,
+      "initializer_range": config.initializer_range,
+      "layer_norm_eps": config.layer_norm_eps,
+      "position_embedding_type": "absolute",
+      "pad_token_id": pad_token_id,
+      "tie_word_embeddings": True,
+      "torch_dtype": "float32",
+  }
+
+
+def export_hf(input_dir: str, output: str, heads: str = "pretraining") -> mapping.ConversionReport:
+  """Our checkpoint directory -> a Hugging Face folder (config.json, model.safetensors, vocab.txt)."""
+  from safetensors.numpy import save_file
+
+  if heads not in HEADS:
+    raise ValueError(f"heads={heads!r}; expected one of {tuple(HEADS)}")
+  groups, architecture, prefix = HEADS[heads]
+  config, params, vocab_file = io.load_params_dir(input_dir)
+  report = mapping.ConversionReport(source=input_dir, fmt="hf")
+  need = {"pooler": "bert", "mlm": "mlm", "nsp": "nsp"}
+  absent = [g for g in groups if g in need and need[g] not in params]
+  if absent:
+    raise mapping.ConversionError(
+        f"{input_dir}: params lack {absent} needed by --heads={heads} ({architecture}); top-level keys are "
+        f"{sorted(params)}; use --heads=mlm (no NSP head) or --heads=none (encoder only)")
+  extra = sorted(k for k in params if k not in ("bert",) + tuple(g for g in groups if g in ("mlm", "nsp")))
+  if extra:
+    report.notes.append(f"not exported (no {architecture} equivalent): params{extra}")
+  arrays = mapping.export_arrays(params, "hf", config, groups=groups)
+  if prefix != "bert.":
+    arrays = {(k[len("bert."):] if k.startswith("bert.") else k): v for k, v in arrays.items()}
+  os.makedirs(output, exist_ok=True)
+  save_file(arrays, os.path.join(output, "model.safetensors"), metadata={"format": "pt"})
+  vocab = {}
+  with open(vocab_file, encoding="utf-8") as f:
+    for i, line in enumerate(f):
+      vocab.setdefault(line.strip(), i)
+  with open(os.path.join(output, "config.json"), "w", encoding="utf-8") as f:
+    json.dump(hf_config_dict(config, architecture, pad_token_id=vocab.get("[PAD]", 0)), f, indent=2)
+    f.write("\n")
+  shutil.copyfile(vocab_file, os.path.join(output, "vocab.txt"))
+  info = io.read_info(input_dir)
+  do_lower_case = info.get("do_lower_case")
+  if do_lower_case is None:
+    do_lower_case = io.guess_do_lower_case(vocab_file)
+  with open(os.path.join(output, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+    json.dump({"tokenizer_class": "BertTokenizer", "do_lower_case": bool(do_lower_case),
+               "model_max_length": config.max_position_embeddings}, f, indent=2)
+    f.write("\n")
+  report.loaded = len(arrays)
+  return report

@@ -1,0 +1,303 @@
+"""Name and shape mapping between our parameter tree and Google TF1 / Hugging Face BERT checkpoints.
+
+One table (`name_table`) lists, for every parameter of `BertForPreTraining(cfg, ("mlm", "nsp"))`, its path in
+our un-scanned tree, its Google TF1 variable name, its Hugging Face state-dict key and a *kind* saying how
+the array is laid out in each format:
+
+  kind          ours               Google TF1           Hugging Face (torch Linear is [out, in])
+  same          any                same                 same
+  dense_kernel  [in, out]          [in, out]            [out, in]
+  qkv_kernel    [H, heads, hd]     [H, heads*hd]        [heads*hd, H]
+  qkv_bias      [heads, hd]        [heads*hd]           [heads*hd]
+  out_kernel    [heads, hd, H]     [heads*hd, H]        [H, heads*hd]
+  nsp_kernel    [H, 2]             [2, H] (output_weights is stored transposed in Google's checkpoints)
+
+`assign_params` turns a {source name: array} dict into our tree, asserting every shape against the model's
+own shapes (`jax.eval_shape` of init), listing source names that map to nothing, naming missing targets,
+and initialising whole optional groups (pooler / MLM head / NSP head) that a checkpoint lacks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from bert_jax.models.config import BertConfig
+
+FORMATS = ("google", "hf")
+LINEAR_KINDS = ("dense_kernel", "qkv_kernel", "out_kernel", "nsp_kernel")
+# Groups that a checkpoint may lack as a whole: HF BertForMaskedLM has no pooler and no NSP head, a bare
+# BertModel (sentence-transformers) has no heads. They are then initialised fresh and reported.
+OPTIONAL_GROUPS = ("pooler", "mlm", "nsp")
+REQUIRED_GROUPS = ("embeddings", "encoder")
+
+
+class ConversionError(ValueError):
+  """A checkpoint that cannot be converted exactly; the message names the variables involved."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+  ours: Tuple[str, ...]     # path in params, e.g. ("bert", "encoder", "layer_0", "attention", "query", "kernel")
+  google: str               # Google TF1 variable name
+  hf: str                   # Hugging Face state-dict key (with the "bert." prefix)
+  kind: str                 # layout kind, see the module docstring
+  group: str                # embeddings | encoder | pooler | mlm | nsp
+
+  def source(self, fmt: str) -> str:
+    return self.google if fmt == "google" else self.hf
+
+  @property
+  def path(self) -> str:
+    return "/".join(self.ours)
+
+
+def _ln(ours: Tuple[str, ...], google: str, hf: str, group: str) -> List[Entry]:
+  return [Entry(ours + ("scale",), google + "/gamma", hf + ".weight", "same", group),
+          Entry(ours + ("bias",), google + "/beta", hf + ".bias", "same", group)]
+
+
+def _dense(ours: Tuple[str, ...], google: str, hf: str, group: str, kernel_kind="dense_kernel",
+           bias_kind="same") -> List[Entry]:
+  return [Entry(ours + ("kernel",), google + "/kernel", hf + ".weight", kernel_kind, group),
+          Entry(ours + ("bias",), google + "/bias", hf + ".bias", bias_kind, group)]
+
+
+def name_table(config: BertConfig) -> List[Entry]:
+  """Every parameter of BertForPreTraining(config, ("mlm", "nsp")) with its Google and HF names."""
+  if config.encoder != "transformer" or config.layer_norm_type != "post":
+    raise ConversionError(
+        f"only BERT's post-LN Transformer has Google/HF equivalents; this config has encoder="
+        f"{config.encoder!r}, layer_norm_type={config.layer_norm_type!r}")
+  t: List[Entry] = []
+  emb = ("bert", "embeddings")
+  for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
+    t.append(Entry(emb + (name, "embedding"), f"bert/embeddings/{name}", f"bert.embeddings.{name}.weight",
+                   "same", "embeddings"))
+  t += _ln(emb + ("LayerNorm",), "bert/embeddings/LayerNorm", "bert.embeddings.LayerNorm", "embeddings")
+  for i in range(config.num_hidden_layers):
+    o = ("bert", "encoder", f"layer_{i}")
+    g = f"bert/encoder/layer_{i}"
+    h = f"bert.encoder.layer.{i}"
+    for qkv in ("query", "key", "value"):
+      t += _dense(o + ("attention", qkv), f"{g}/attention/self/{qkv}", f"{h}.attention.self.{qkv}", "encoder",
+                  kernel_kind="qkv_kernel", bias_kind="qkv_bias")
+    t += _dense(o + ("attention", "output"), f"{g}/attention/output/dense", f"{h}.attention.output.dense",
+                "encoder", kernel_kind="out_kernel")
+    t += _ln(o + ("attention_LayerNorm",), f"{g}/attention/output/LayerNorm",
+             f"{h}.attention.output.LayerNorm", "encoder")
+    t += _dense(o + ("ffn", "intermediate"), f"{g}/intermediate/dense", f"{h}.intermediate.dense", "encoder")
+    t += _dense(o + ("ffn", "output"), f"{g}/output/dense", f"{h}.output.dense", "encoder")
+    t += _ln(o + ("output_LayerNorm",), f"{g}/output/LayerNorm", f"{h}.output.LayerNorm", "encoder")
+  t += _dense(("bert", "pooler"), "bert/pooler/dense", "bert.pooler.dense", "pooler")
+  t += _dense(("mlm", "transform"), "cls/predictions/transform/dense", "cls.predictions.transform.dense", "mlm")
+  t += _ln(("mlm", "LayerNorm"), "cls/predictions/transform/LayerNorm", "cls.predictions.transform.LayerNorm",
+           "mlm")
+  t.append(Entry(("mlm", "output_bias"), "cls/predictions/output_bias", "cls.predictions.bias", "same", "mlm"))
+  t.append(Entry(("nsp", "kernel"), "cls/seq_relationship/output_weights", "cls.seq_relationship.weight",
+                 "nsp_kernel", "nsp"))
+  t.append(Entry(("nsp", "bias"), "cls/seq_relationship/output_bias", "cls.seq_relationship.bias", "same",
+                 "nsp"))
+  return t
+
+
+# ---- layouts ---------------------------------------------------------------------------------------------
+def source_shape(fmt: str, kind: str, target: Sequence[int]) -> Tuple[int, ...]:
+  """The shape a parameter of our shape `target` has in checkpoint format `fmt`."""
+  t = tuple(int(x) for x in target)
+  if kind == "qkv_kernel":
+    g = (t[0], t[1] * t[2])
+  elif kind == "qkv_bias":
+    g = (t[0] * t[1],)
+  elif kind == "out_kernel":
+    g = (t[0] * t[1], t[2])
+  elif kind == "nsp_kernel":
+    return (t[1], t[0])                    # [2, H] in both Google's and HF's checkpoints
+  else:
+    g = t
+  if fmt == "hf" and kind in LINEAR_KINDS:
+    g = g[::-1]
+  return g
+
+
+def to_ours(fmt: str, kind: str, array: np.ndarray, target: Sequence[int]) -> np.ndarray:
+  if kind == "nsp_kernel" or (fmt == "hf" and kind in LINEAR_KINDS):
+    array = array.T
+  return np.ascontiguousarray(array.reshape(tuple(target)))
+
+
+def from_ours(fmt: str, kind: str, array: np.ndarray) -> np.ndarray:
+  array = np.asarray(array)
+  if kind == "nsp_kernel":
+    return np.ascontiguousarray(array.T)
+  g = source_shape("google", kind, array.shape)
+  out = array.reshape(g)
+  if fmt == "hf" and kind in LINEAR_KINDS:
+    out = out.T
+  return np.ascontiguousarray(out)
+
+
+# ---- expected shapes ---------------------------------------------------------------------------------------
+def expected_shapes(config: BertConfig) -> Dict[Tuple[str, ...], Tuple[Tuple[int, ...], np.dtype]]:
+  """{path: (shape, dtype)} of BertForPreTraining(config, ("mlm", "nsp")) params, from jax.eval_shape."""
+  import flax
+  import flax.linen as nn
+  import jax
+
+  from bert_jax.models import BertForPreTraining, dummy_inputs
+
+  cfg = config.replace(scan_layers=False)
+  model = BertForPreTraining(cfg, targets=("mlm", "nsp"))
+  shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), *dummy_inputs(cfg)))
+  params = nn.unbox(flax.core.unfreeze(shapes["params"]))
+  flat = flax.traverse_util.flatten_dict(params)
+  return {k: (tuple(v.shape), np.dtype(v.dtype)) for k, v in flat.items()}
+
+
+def init_params(config: BertConfig, seed: int = 0) -> dict:
+  """Freshly initialised BertForPreTraining(config, ("mlm", "nsp")) params (numpy, un-scanned)."""
+  import flax
+  import flax.linen as nn
+  import jax
+
+  from bert_jax.models import BertForPreTraining, dummy_inputs
+
+  cfg = config.replace(scan_layers=False)
+  model = BertForPreTraining(cfg, targets=("mlm", "nsp"))
+  params = nn.unbox(flax.core.unfreeze(jax.jit(model.init)(jax.random.key(seed), *dummy_inputs(cfg))["params"]))
+  return jax.tree.map(np.asarray, params)
+
+
+def checked_table(config: BertConfig) -> Tuple[List[Entry], Dict]:
+  """name_table(config), verified to cover exactly the model's parameters (guards against model renames)."""
+  table = name_table(config)
+  shapes = expected_shapes(config)
+  ours = {e.ours for e in table}
+  extra, missing = sorted(ours - set(shapes)), sorted(set(shapes) - ours)
+  if extra or missing:
+    raise RuntimeError("bert_jax.convert.mapping is out of date with bert_jax.models: table entries without a "
+                       f"model parameter {['/'.join(p) for p in extra]}, model parameters without a table "
+                       f"entry {['/'.join(p) for p in missing]}")
+  return table, shapes
+
+
+# ---- assignment ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class ConversionReport:
+  source: str
+  fmt: str
+  loaded: int = 0
+  fresh_groups: List[str] = dataclasses.field(default_factory=list)
+  ignored: List[str] = dataclasses.field(default_factory=list)      # known-ignorable names (optimizer slots...)
+  notes: List[str] = dataclasses.field(default_factory=list)
+  source_dtypes: Dict[str, int] = dataclasses.field(default_factory=dict)
+
+  def to_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+  def summary(self) -> str:
+    lines = [f"converted {self.loaded} tensors from {self.fmt} checkpoint {self.source}"]
+    if self.source_dtypes:
+      lines.append("source dtypes: " + ", ".join(f"{k} x{v}" for k, v in sorted(self.source_dtypes.items())))
+    if self.fresh_groups:
+      lines.append(f"initialised fresh (absent from the checkpoint): {', '.join(self.fresh_groups)}")
+    if self.ignored:
+      shown = ", ".join(self.ignored[:6]) + (f", ... ({len(self.ignored)} in all)" if len(self.ignored) > 6 else "")
+      lines.append(f"ignored {len(self.ignored)} known non-model variables: {shown}")
+    lines += self.notes
+    return "\n".join(lines)
+
+
+def _nest(flat: Mapping[Tuple[str, ...], np.ndarray]) -> dict:
+  out: dict = {}
+  for path, value in flat.items():
+    d = out
+    for k in path[:-1]:
+      d = d.setdefault(k, {})
+    d[path[-1]] = value
+  return out
+
+
+def assign_params(source: Mapping[str, np.ndarray], fmt: str, config: BertConfig, report: ConversionReport,
+                  ignorable: Callable[[str], bool] = lambda name: False, seed: int = 0) -> dict:
+  """{source name: array} in format `fmt` -> our params tree (float32 numpy, un-scanned).
+
+  Raises ConversionError when a source name maps to nothing (unless `ignorable(name)`; those are recorded in
+  `report.ignored`), when a shape differs from the model's, or when a target parameter has no source (except
+  whole optional groups, which are initialised from `seed` and recorded in `report.fresh_groups`).
+  """
+  if fmt not in FORMATS:
+    raise ValueError(f"unknown checkpoint format {fmt!r}; expected one of {FORMATS}")
+  table, shapes = checked_table(config)
+  by_source = {e.source(fmt): e for e in table}
+  unknown = sorted(n for n in source if n not in by_source and not ignorable(n))
+  if unknown:
+    raise ConversionError(
+        f"{report.source}: {len(unknown)} {fmt} variable(s) map to no parameter of BertForPreTraining: "
+        f"{unknown}")
+  report.ignored = sorted(n for n in source if n not in by_source)
+
+  present_groups = {e.group for e in table if e.source(fmt) in source}
+  missing = [e for e in table if e.source(fmt) not in source]
+  fresh = sorted({e.group for e in missing if e.group in OPTIONAL_GROUPS and e.group not in present_groups},
+                 key=OPTIONAL_GROUPS.index)
+  hard_missing = [e for e in missing if e.group not in fresh]
+  if hard_missing:
+    raise ConversionError(
+        f"{report.source}: {len(hard_missing)} parameter(s) of the model have no {fmt} variable: " +
+        ", ".join(f"{e.source(fmt)} (-> {e.path})" for e in hard_missing))
+
+  mismatched = []
+  flat: Dict[Tuple[str, ...], np.ndarray] = {}
+  for e in table:
+    if e.group in fresh:
+      continue
+    array = np.asarray(source[e.source(fmt)])
+    target_shape, target_dtype = shapes[e.ours]
+    want = source_shape(fmt, e.kind, target_shape)
+    if tuple(array.shape) != want:
+      mismatched.append(f"{e.source(fmt)}: checkpoint shape {tuple(array.shape)}, model expects {want} "
+                        f"(-> {e.path} {target_shape})")
+      continue
+    report.source_dtypes[str(array.dtype)] = report.source_dtypes.get(str(array.dtype), 0) + 1
+    flat[e.ours] = to_ours(fmt, e.kind, array.astype(target_dtype, copy=False), target_shape)
+  if mismatched:
+    raise ConversionError(f"{report.source}: {len(mismatched)} shape mismatch(es) between the checkpoint and "
+                          f"the model config:\n  " + "\n  ".join(mismatched))
+  if fresh:
+    import flax
+    init = flax.traverse_util.flatten_dict(init_params(config, seed))
+    for e in table:
+      if e.group in fresh:
+        flat[e.ours] = init[e.ours]
+    report.fresh_groups = fresh
+  report.loaded = len(table) - sum(1 for e in table if e.group in fresh)
+  return _nest(flat)
+
+
+def export_arrays(params: Mapping, fmt: str, config: BertConfig,
+                  groups: Iterable[str] = REQUIRED_GROUPS + OPTIONAL_GROUPS) -> Dict[str, np.ndarray]:
+  """Our params tree -> {name in format `fmt`: array}, for the given groups; every shape asserted."""
+  import flax
+  table, shapes = checked_table(config)
+  flat = flax.traverse_util.flatten_dict(dict(params))
+  groups = tuple(groups)
+  out: Dict[str, np.ndarray] = {}
+  problems = []
+  for e in table:
+    if e.group not in groups:
+      continue
+    if e.ours not in flat:
+      problems.append(f"{e.path}: missing from the params")
+      continue
+    array = np.asarray(flat[e.ours])
+    if tuple(array.shape) != shapes[e.ours][0]:
+      problems.append(f"{e.path}: shape {tuple(array.shape)}, config expects {shapes[e.ours][0]}")
+      continue
+    out[e.source(fmt)] = from_ours(fmt, e.kind, array.astype(np.float32))
+  if problems:
+    raise ConversionError("params do not match the model config:\n  " + "\n  ".join(problems))
+  return out
+

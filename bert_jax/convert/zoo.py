@@ -1,0 +1,223 @@
+"""A registry of well-known public BERT checkpoints, and `resolve` from a zoo name to a local converted dir.
+
+Nothing here downloads. `python -m bert_jax.convert zoo` prints the registry; each entry says where the
+weights come from and the two commands that fetch and convert them. A converted model is looked up in
+$BERT_JAX_ZOO_DIR/NAME, then ~/.cache/bert_jax/zoo/NAME ("/" in a name becomes "--"), so that
+`--init_checkpoint=hfl/chinese-roberta-wwm-ext` works once the files are present.
+
+Parameter counts are computed from the architecture (BertForPreTraining incl. pooler, MLM and NSP heads,
+the decoder tied to the word embeddings): BERT-base uncased = 110,106,428, as Hugging Face counts it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from typing import Dict, List, Optional, Sequence
+
+from bert_jax.convert import io
+
+GOOGLE = "https://storage.googleapis.com/bert_models"
+HF = "https://huggingface.co"
+
+
+@dataclasses.dataclass(frozen=True)
+class ZooEntry:
+  name: str
+  layers: int
+  hidden: int
+  heads: int
+  vocab_size: int
+  language: str
+  corpus: str
+  cased: bool
+  fmt: str                      # "google_tf" (zip of bert_model.ckpt + bert_config.json + vocab.txt) | "hf"
+  url: str
+  hf_repo: Optional[str] = None  # a Hugging Face copy of the same weights, where one exists
+  max_positions: int = 512
+  note: str = ""
+
+  @property
+  def intermediate(self) -> int:
+    return 4 * self.hidden
+
+  @property
+  def params(self) -> int:
+    """BertForPreTraining parameter count (tied decoder counted once)."""
+    V, H, I, P, L = self.vocab_size, self.hidden, self.intermediate, self.max_positions, self.layers
+    embeddings = (V + P + 2) * H + 2 * H
+    layer = 4 * (H * H + H) + 2 * H * I + I + H + 4 * H
+    heads = (H * H + H) + (H * H + H) + 2 * H + V + (2 * H + 2)   # pooler, MLM transform + LN + bias, NSP
+    return embeddings + L * layer + heads
+
+  @property
+  def size(self) -> str:
+    return f"L-{self.layers}/H-{self.hidden}/A-{self.heads}"
+
+  def how_to_convert(self, dest: Optional[str] = None) -> str:
+    dest = dest or default_dir(self.name)
+    if self.fmt == "google_tf":
+      zip_name = self.url.rsplit("/", 1)[-1]
+      folder = zip_name[:-len(".zip")]
+      return (f"wget {self.url} && unzip {zip_name}\n"
+              f"python -m bert_jax.convert import-tf --checkpoint={folder}/bert_model.ckpt --output={dest}")
+    repo = self.url[len(HF) + 1:]
+    return (f"hf download {repo} --local-dir {repo.replace('/', '--')}   "
+            f"(or: git lfs install && git clone {self.url} {repo.replace('/', '--')})\n"
+            f"python -m bert_jax.convert import-hf --input={repo.replace('/', '--')} --output={dest}")
+
+
+def _google(name, zip_path, L, H, V, corpus, cased, language="English", note="", hf_repo=None):
+  return ZooEntry(name, L, H, H // 64, V, language, corpus, cased, "google_tf", f"{GOOGLE}/{zip_path}",
+                  hf_repo=hf_repo, note=note)
+
+
+def _hf(repo, L, H, V, language, corpus, cased, note=""):
+  return ZooEntry(repo, L, H, H // 64, V, language, corpus, cased, "hf", f"{HF}/{repo}", note=note)
+
+
+_WIKI_BOOKS = "BooksCorpus + English Wikipedia (3.3B words)"
+_CLUE_SMALL = "CLUECorpusSmall (14 GB: news, web, Wikipedia, comments)"
+
+
+def _build() -> Dict[str, ZooEntry]:
+  e: List[ZooEntry] = [
+      # Google's original releases (google-research/bert README).
+      _google("bert-base-uncased", "2018_10_18/uncased_L-12_H-768_A-12.zip", 12, 768, 30522, _WIKI_BOOKS, False,
+              hf_repo="google-bert/bert-base-uncased"),
+      _google("bert-large-uncased", "2018_10_18/uncased_L-24_H-1024_A-16.zip", 24, 1024, 30522, _WIKI_BOOKS,
+              False, hf_repo="google-bert/bert-large-uncased"),
+      _google("bert-base-cased", "2018_10_18/cased_L-12_H-768_A-12.zip", 12, 768, 28996, _WIKI_BOOKS, True,
+              hf_repo="google-bert/bert-base-cased"),
+      _google("bert-large-cased", "2018_10_18/cased_L-24_H-1024_A-16.zip", 24, 1024, 28996, _WIKI_BOOKS, True,
+              hf_repo="google-bert/bert-large-cased"),
+      _google("bert-large-uncased-wwm", "2019_05_30/wwm_uncased_L-24_H-1024_A-16.zip", 24, 1024, 30522,
+              _WIKI_BOOKS, False, note="whole-word masking",
+              hf_repo="google-bert/bert-large-uncased-whole-word-masking"),
+      _google("bert-large-cased-wwm", "2019_05_30/wwm_cased_L-24_H-1024_A-16.zip", 24, 1024, 28996,
+              _WIKI_BOOKS, True, note="whole-word masking",
+              hf_repo="google-bert/bert-large-cased-whole-word-masking"),
+      _google("bert-base-multilingual-cased", "2018_11_23/multi_cased_L-12_H-768_A-12.zip", 12, 768, 119547,
+              "Wikipedia of 104 languages", True, language="multilingual (104)",
+              hf_repo="google-bert/bert-base-multilingual-cased"),
+      _google("bert-base-multilingual-uncased", "2018_11_03/multilingual_L-12_H-768_A-12.zip", 12, 768, 105879,
+              "Wikipedia of 102 languages", False, language="multilingual (102)",
+              note="original release; Google recommends the cased one",
+              hf_repo="google-bert/bert-base-multilingual-uncased"),
+      _google("bert-base-chinese", "2018_11_03/chinese_L-12_H-768_A-12.zip", 12, 768, 21128,
+              "Chinese Wikipedia (simplified + traditional)", False, language="Chinese",
+              note="character-level", hf_repo="google-bert/bert-base-chinese"),
+  ]
+  # Google's 24 smaller BERTs (Turc et al. 2019, "Well-Read Students Learn Better"), uncased English.
+  small_names = {(2, 128): "BERT-Tiny", (4, 256): "BERT-Mini", (4, 512): "BERT-Small", (8, 512): "BERT-Medium",
+                 (12, 768): "BERT-Base"}
+  for L in (2, 4, 6, 8, 10, 12):
+    for H in (128, 256, 512, 768):
+      stem = f"uncased_L-{L}_H-{H}_A-{H // 64}"
+      e.append(_google(f"bert_{stem}", f"2020_02_20/{stem}.zip", L, H, 30522, _WIKI_BOOKS, False,
+                       note=small_names.get((L, H), "") or "small BERT", hf_repo=f"google/bert_{stem}"))
+  # HFL (Harbin Institute of Technology / iFLYTEK) Chinese BERT-wwm family, BERT architecture.
+  ext = "Chinese Wikipedia + EXT (news, baike, QA; 5.4B words)"
+  e += [
+      _hf("hfl/chinese-bert-wwm", 12, 768, 21128, "Chinese", "Chinese Wikipedia (0.4B words)", False,
+          note="whole-word masking (LTP segmentation)"),
+      _hf("hfl/chinese-bert-wwm-ext", 12, 768, 21128, "Chinese", ext, False, note="whole-word masking"),
+      _hf("hfl/chinese-roberta-wwm-ext", 12, 768, 21128, "Chinese", ext, False,
+          note="RoBERTa-style training, BERT architecture (load as BERT)"),
+      _hf("hfl/chinese-roberta-wwm-ext-large", 24, 1024, 21128, "Chinese", ext, False,
+          note="RoBERTa-style training, BERT architecture"),
+      _hf("hfl/rbt3", 3, 768, 21128, "Chinese", ext, False, note="3 layers of chinese-roberta-wwm-ext"),
+      _hf("hfl/rbtl3", 3, 1024, 21128, "Chinese", ext, False, note="3 layers of chinese-roberta-wwm-ext-large"),
+      _hf("hfl/chinese-macbert-base", 12, 768, 21128, "Chinese", ext, False, note="MacBERT (MLM as correction)"),
+      _hf("hfl/chinese-macbert-large", 24, 1024, 21128, "Chinese", ext, False, note="MacBERT (MLM as correction)"),
+  ]
+  # UER-py Chinese RoBERTa miniatures (24 sizes) and whole-word-masking miniatures, all on CLUECorpusSmall.
+  for L in (2, 4, 6, 8, 10, 12):
+    for H in (128, 256, 512, 768):
+      e.append(_hf(f"uer/chinese_roberta_L-{L}_H-{H}", L, H, 21128, "Chinese", _CLUE_SMALL, False,
+                   note="UER-py; char-level, MLM only (no NSP head)"))
+  for size, (L, H) in (("tiny", (2, 128)), ("mini", (4, 256)), ("small", (4, 512)), ("medium", (8, 512)),
+                       ("base", (12, 768)), ("large", (24, 1024))):
+    e.append(_hf(f"uer/roberta-{size}-wwm-chinese-cluecorpussmall", L, H, 21128, "Chinese", _CLUE_SMALL, False,
+                 note="UER-py; whole-word masking (jieba), MLM only"))
+  # English domain models in BERT format (for ranking by domain fit).
+  e += [
+      _hf("dmis-lab/biobert-base-cased-v1.1", 12, 768, 28996, "English", "PubMed abstracts (+ BERT's corpus)",
+          True, note="biomedical; BERT-base cased vocab"),
+      _hf("allenai/scibert_scivocab_uncased", 12, 768, 31090, "English",
+          "Semantic Scholar papers (1.14M, 82% biomedical)", False, note="scientific; own vocab"),
+      _hf("emilyalsentzer/Bio_ClinicalBERT", 12, 768, 28996, "English", "MIMIC-III clinical notes", True,
+          note="clinical; initialised from BioBERT"),
+      _hf("nlpaueb/legal-bert-base-uncased", 12, 768, 30522, "English",
+          "legislation, court cases, contracts (12 GB)", False, note="legal; own vocab"),
+      _hf("microsoft/BiomedNLP-BiomedBERT-base-uncased-abstract-fulltext", 12, 768, 30522, "English",
+          "PubMed abstracts + PMC full text", False, note="biomedical from scratch (formerly PubMedBERT)"),
+  ]
+  return {x.name: x for x in e}
+
+
+REGISTRY: Dict[str, ZooEntry] = _build()
+
+
+def local_name(name: str) -> str:
+  return name.replace("/", "--")
+
+
+def default_root() -> str:
+  return os.environ.get("BERT_JAX_ZOO_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "bert_jax", "zoo")
+
+
+def default_dir(name: str) -> str:
+  return os.path.join(default_root(), local_name(name))
+
+
+def _is_converted(directory: str) -> bool:
+  return os.path.isfile(os.path.join(directory, io.CONFIG_NAME))
+
+
+class ZooError(FileNotFoundError):
+  """A zoo name without local files, or a name/path that is neither; the message says what to do."""
+
+
+def resolve(name_or_path: str, search_dirs: Sequence[str] = ()) -> str:
+  """A local checkpoint directory for an existing path or a zoo name (never downloads).
+
+  Looks for a converted zoo model in each of `search_dirs`, $BERT_JAX_ZOO_DIR and ~/.cache/bert_jax/zoo
+  (as DIR/NAME with "/" -> "--"). Raises ZooError with the download-and-convert commands otherwise.
+  """
+  if os.path.isdir(name_or_path):
+    return name_or_path
+  roots = list(search_dirs)
+  if os.environ.get("BERT_JAX_ZOO_DIR"):
+    roots.append(os.environ["BERT_JAX_ZOO_DIR"])
+  roots.append(os.path.join(os.path.expanduser("~"), ".cache", "bert_jax", "zoo"))
+  if name_or_path in REGISTRY:
+    entry = REGISTRY[name_or_path]
+    tried = [os.path.join(r, local_name(entry.name)) for r in roots]
+    for d in tried:
+      if _is_converted(d):
+        return d
+    raise ZooError(
+        f"zoo model {entry.name!r} ({entry.size}, {entry.language}, {entry.corpus}) is not present locally; "
+        f"looked in {tried}. Nothing is downloaded automatically. To fetch and convert it:\n"
+        + entry.how_to_convert(tried[0] if search_dirs else default_dir(entry.name)))
+  close = difflib.get_close_matches(name_or_path, list(REGISTRY), n=3)
+  hint = f"; did you mean {close}?" if close else "; `python -m bert_jax.convert zoo` lists the names"
+  raise ZooError(f"{name_or_path!r} is neither an existing directory nor a zoo model name{hint}")
+
+
+def format_table(entries: Optional[Sequence[ZooEntry]] = None) -> str:
+  entries = list(REGISTRY.values()) if entries is None else list(entries)
+  header = ["name", "size", "params", "language", "cased", "format", "corpus / note", "local"]
+  rows = []
+  for x in entries:
+    d = default_dir(x.name)
+    rows.append([x.name, x.size, f"{x.params / 1e6:.1f}M", x.language, "yes" if x.cased else "no", x.fmt,
+                 x.corpus + (f"; {x.note}" if x.note else ""), "yes" if _is_converted(d) else "-"])
+  widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+  fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+  return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows] +
+                   [f"\n{len(entries)} models; converted models live in {default_root()}/NAME "
+                    "('/' -> '--'). `python -m bert_jax.convert zoo --name=NAME` shows the source and the "
+                    "convert commands."])
