@@ -118,20 +118,29 @@ def read_conll_split(data_dir: str, split: str, label_list: Optional[Sequence[st
   return read_conll(path, label_list, split, on_error)
 
 
-def read_conll2003_tfds(split: str, data_dir: Optional[str] = None, download: bool = False) -> common.ExampleSet:
+def read_conll2003_tfds(split: str, data_dir: Optional[str] = None, download: bool = False,
+                       on_error: str = "raise") -> common.ExampleSet:
   """TFDS conll2003 (splits train, dev, test); tags are the ClassLabel names (IOB2)."""
   tsplit = {"validation": "dev", "valid": "dev"}.get(split, split)
   source = f"tfds:conll2003:{tsplit}"
   ds, info = common.load_tfds("conll2003", tsplit, data_dir, download)
   names = list(info.features["ner"].feature.names)
+  report = common.SkipReport(source=source)
+  bad = common.ErrorPolicy(on_error, report)
   examples = []
   for n, ex in enumerate(ds):
     words = [common.as_text(w, source) for w in ex["tokens"]]
     if not words:
       continue
-    tags = [names[int(t)] for t in ex["ner"]]
-    examples.append(NerExample(f"{source}:{n}", words, tags))
-  return common.finish(examples, source, tsplit, common.SkipReport(source=source))
+    tag_ids = [int(t) for t in ex["ner"]]
+    if len(tag_ids) != len(words):
+      bad(source, n, "tag count mismatch", f"{len(words)} tokens but {len(tag_ids)} ner tags")
+      continue
+    if any(not 0 <= t < len(names) for t in tag_ids):
+      bad(source, n, "label not in label set", f"tag ids {tag_ids} outside ClassLabel {names}")
+      continue
+    examples.append(NerExample(f"{source}:{n}", words, [names[t] for t in tag_ids]))
+  return common.finish(examples, source, tsplit, report)
 
 
 _PREFIX_ORDER = {"B": 0, "I": 1, "E": 2, "S": 3}

@@ -325,7 +325,7 @@ class NerTask(Task):
 
   def read(self, split, data_dir=None, *, use_tfds=False, tfds_data_dir=None, download=False, on_error=None):
     if use_tfds:
-      return ner.read_conll2003_tfds(split, tfds_data_dir or data_dir, download)
+      return ner.read_conll2003_tfds(split, tfds_data_dir or data_dir, download, on_error or self.on_error)
     if data_dir is None:
       raise ValueError("data_dir is required to read CoNLL files")
     return ner.read_conll_split(data_dir, split, self.label_list, on_error or self.on_error)
