@@ -53,19 +53,7 @@ def convert_examples_to_features(examples: Sequence[ClassificationExample], toke
   """Tokenises, packs, pads; see the module docstring for the arrays."""
   common.check_max_seq_length(max_seq_length)
   examples = list(examples)
-  cls_id, sep_id = common.special_ids(tokenizer)
-  ids_a = common.encode_texts(tokenizer, [e.text_a for e in examples])
-  pair_idx = [i for i, e in enumerate(examples) if e.text_b is not None]
-  ids_b_list = common.encode_texts(tokenizer, [examples[i].text_b for i in pair_idx])
-  ids_b: List[Optional[List[int]]] = [None] * len(examples)
-  for i, ids in zip(pair_idx, ids_b_list):
-    ids_b[i] = ids
-  id_rows, seg_rows = [], []
-  for a, b in zip(ids_a, ids_b):
-    ids, seg = common.pack_pair(a, b, cls_id, sep_id, max_seq_length)
-    id_rows.append(ids)
-    seg_rows.append(seg)
-  out = common.model_inputs(id_rows, seg_rows, max_seq_length)
+  # Labels first: a bad label fails before any tokenisation work.
   if is_regression:
     labels = np.array([np.nan if e.label is None else float(e.label) for e in examples], dtype=np.float32)
   else:
@@ -79,6 +67,19 @@ def convert_examples_to_features(examples: Sequence[ClassificationExample], toke
       if e.label not in label_map:
         raise common.TaskDataError(e.guid, None, f"label {e.label!r} is not in the label set {list(label_list)}")
       labels[i] = label_map[e.label]
+  cls_id, sep_id = common.special_ids(tokenizer)
+  ids_a = common.encode_texts(tokenizer, [e.text_a for e in examples])
+  pair_idx = [i for i, e in enumerate(examples) if e.text_b is not None]
+  ids_b_list = common.encode_texts(tokenizer, [examples[i].text_b for i in pair_idx])
+  ids_b: List[Optional[List[int]]] = [None] * len(examples)
+  for i, ids in zip(pair_idx, ids_b_list):
+    ids_b[i] = ids
+  id_rows, seg_rows = [], []
+  for a, b in zip(ids_a, ids_b):
+    ids, seg = common.pack_pair(a, b, cls_id, sep_id, max_seq_length)
+    id_rows.append(ids)
+    seg_rows.append(seg)
+  out = common.model_inputs(id_rows, seg_rows, max_seq_length)
   out["label_ids"] = labels
   out["example_index"] = np.arange(len(examples), dtype=np.int32)
   return out

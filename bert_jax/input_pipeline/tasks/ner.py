@@ -164,9 +164,16 @@ def convert_examples_to_features(examples: Sequence[NerExample], tokenizer, max_
                                  label_list: Sequence[str]) -> Dict[str, np.ndarray]:
   """Windows of first-sub-token-labelled tokens (see the module docstring)."""
   common.check_max_seq_length(max_seq_length)
+  label_map = {l: i for i, l in enumerate(label_list)}
+  for ex in examples:  # tags first: a bad tag fails before any tokenisation work
+    for w_i, tag in enumerate(ex.labels or ()):
+      if tag not in label_map:
+        raise common.TaskDataError(ex.guid, None, f"word {w_i} tag {tag!r} not in the label set "
+                                   f"{list(label_list)}")
+    if ex.labels is not None and len(ex.labels) != len(ex.words):
+      raise common.TaskDataError(ex.guid, None, f"{len(ex.words)} words but {len(ex.labels)} tags")
   cls_id, sep_id = common.special_ids(tokenizer)
   unk = tokenizer.vocab.get("[UNK]", 0)
-  label_map = {l: i for i, l in enumerate(label_list)}
   budget = max_seq_length - 2
   id_rows, lab_rows, word_rows, ex_rows = [], [], [], []
   for ex_i, ex in enumerate(examples):
@@ -187,11 +194,7 @@ def convert_examples_to_features(examples: Sequence[NerExample], tokenizer, max_
       ids = common.encode_text(tokenizer, word) or [unk]  # a word of dropped characters still gets a slot
       ids = ids[:budget]
       if ex.labels is not None:
-        tag = ex.labels[w_i]
-        if tag not in label_map:
-          raise common.TaskDataError(ex.guid, None, f"word {w_i} tag {tag!r} not in the label set "
-                                     f"{list(label_list)}")
-        lab = label_map[tag]
+        lab = label_map[ex.labels[w_i]]
       else:
         lab = common.IGNORE_INDEX
       if len(cur_ids) + len(ids) > budget:

@@ -1,0 +1,129 @@
+"""GLUE readers on fixture files in the release's exact layouts, features, and bad-input errors."""
+
+import os
+
+import numpy as np
+import pytest
+
+from bert_jax.input_pipeline.tasks import TaskDataError, get_task, glue, testing
+from bert_jax.input_pipeline.tasks import classification
+from bert_jax.input_pipeline.tokenization import FullTokenizer
+
+ALL = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]
+
+
+@pytest.fixture
+def glue_root(tmp_path):
+  return testing.write_glue(str(tmp_path / "glue"), n=8)
+
+
+@pytest.fixture
+def tok(tmp_path):
+  return FullTokenizer(testing.write_vocab(str(tmp_path)), do_lower_case=True)
+
+
+@pytest.mark.parametrize("task", ALL)
+def test_every_task_reads_train_dev_test_with_right_columns(glue_root, task):
+  spec = glue.get_spec(task)
+  train = glue.read_glue(task, "train", glue_root)
+  assert len(train) == 8 and train.skipped.total == 0
+  first = train[0]
+  pair = testing._PAIRS[0]
+  if task in ("cola", "sst2"):
+    assert first.text_a.strip() == testing._SENTS[0] and first.text_b is None
+  else:
+    assert (first.text_a, first.text_b) == pair
+  if spec.is_regression:
+    assert [e.label for e in train][:3] == [0.0, 0.625, 1.25]
+  else:
+    assert all(e.label in spec.label_list for e in train)
+  for split in get_task(task).eval_splits + get_task(task).test_splits:
+    es = glue.read_glue(task, split, glue_root)
+    assert len(es) == 8
+    if split.startswith("test"):
+      assert all(e.label is None for e in es) and [e.index for e in es] == [str(i) for i in range(8)]
+      assert (es[1].text_b is None) == (task in ("cola", "sst2"))
+    else:
+      assert all(e.label is not None for e in es)
+
+
+def test_specific_labels_and_layout_details(glue_root):
+  cola = glue.read_glue("cola", "train", glue_root)
+  assert [e.label for e in cola][:2] == ["0", "1"]  # no header: the first line is an example
+  mrpc = glue.read_glue("mrpc", "dev", glue_root)   # the file starts with a UTF-8 BOM
+  assert mrpc[1].label == "1" and mrpc[1].text_a == testing._PAIRS[1][0]
+  mnli = glue.read_glue("mnli", "dev_mismatched", glue_root)
+  assert [e.label for e in mnli][:3] == ["entailment", "neutral", "contradiction"]  # last column of 16
+  assert glue.read_glue("mnli", "dev", glue_root).source.endswith("dev_matched.tsv")
+  qqp_test = glue.read_glue("qqp", "test", glue_root)
+  assert qqp_test[2].text_a == testing._PAIRS[2][0]
+  ax = glue.read_glue("ax", "test", glue_root)
+  assert len(ax) == 8 and ax[0].text_b == testing._PAIRS[0][1]
+  # The task folder itself also works as data_dir.
+  assert len(glue.read_glue("rte", "train", os.path.join(glue_root, "RTE"))) == 8
+
+
+def test_features_have_exact_ids_and_labels(glue_root, tok):
+  task = get_task("mrpc")
+  es = task.read("train", glue_root)
+  f = task.featurize(es, tok, max_seq_length=16)
+  v = tok.vocab
+  a, b = testing._PAIRS[0]  # "the cat sat on the mat ." / "the dog sat ."
+  expected = ([v["[CLS]"]] + [v[w] for w in a.split()] + [v["[SEP]"]] + [v[w] for w in b.split()]
+              + [v["[SEP]"]])
+  assert f["input_ids"][0, :len(expected)].tolist() == expected
+  assert f["input_ids"][0, len(expected):].tolist() == [0] * (16 - len(expected))
+  assert f["segment_ids"][0].tolist() == [0] * 9 + [1] * 5 + [0] * 2
+  assert f["input_mask"][0].sum() == len(expected)
+  assert f["label_ids"].tolist() == [int(e.label) for e in es] and f["label_ids"].dtype == np.int32
+  assert f["example_index"].tolist() == list(range(8))
+  # Google's pair truncation pops from the longer sentence: 8 + 4 tokens into 9 - 3 = 6.
+  f = task.featurize(es, tok, max_seq_length=9)
+  assert f["input_ids"][0].tolist() == [v["[CLS]"], v["the"], v["cat"], v["sat"], v["[SEP]"], v["the"],
+                                        v["dog"], v["sat"], v["[SEP]"]]
+  st = get_task("stsb")
+  f = st.featurize(st.read("train", glue_root), tok, 16)
+  assert f["label_ids"].dtype == np.float32 and f["label_ids"][1] == pytest.approx(0.625)
+  test = get_task("stsb").featurize(st.read("test", glue_root), tok, 16)
+  assert np.isnan(test["label_ids"]).all()
+  f = get_task("qnli").featurize(get_task("qnli").read("test", glue_root), tok, 16)
+  assert (f["label_ids"] == -1).all()
+
+
+def _append(path, line):
+  with open(path, "a", encoding="utf-8") as fh:
+    fh.write(line + "\n")
+
+
+def test_label_not_in_label_set_names_file_and_line(glue_root):
+  path = os.path.join(glue_root, "RTE", "train.tsv")
+  _append(path, "8\tthe cat .\tthe dog .\tmaybe")
+  with pytest.raises(TaskDataError, match=r"RTE/train.tsv:10: label not in label set: 'maybe'"):
+    glue.read_glue("rte", "train", glue_root)
+  es = glue.read_glue("rte", "train", glue_root, on_error="skip")
+  assert len(es) == 8 and es.skipped.counts == {"label not in label set": 1}
+  assert es.skipped.samples["label not in label set"] == [f"{path}:10"]
+  assert "skipped 1" in es.skipped.summary()
+
+
+def test_missing_columns_and_bad_scores_name_file_and_line(glue_root):
+  _append(os.path.join(glue_root, "QQP", "dev.tsv"), "99\t1\t2\tonly one question")
+  with pytest.raises(TaskDataError, match=r"QQP/dev.tsv:10: missing columns: row has 4 column\(s\)"):
+    glue.read_glue("qqp", "dev", glue_root)
+  _append(os.path.join(glue_root, "STS-B", "train.tsv"), "8\tg\tf\ty\to\tn\tn\ta\tb\tfive")
+  with pytest.raises(TaskDataError, match=r"STS-B/train.tsv:10: bad score"):
+    glue.read_glue("stsb", "train", glue_root)
+  # MNLI: a row cut short must not read a sentence as its label.
+  _append(os.path.join(glue_root, "MNLI", "train.tsv"), "\t".join(["x"] * 10))
+  with pytest.raises(TaskDataError, match=r"MNLI/train.tsv:10: missing columns"):
+    glue.read_glue("mnli", "train", glue_root)
+
+
+def test_unknown_split_and_missing_file(glue_root, tmp_path):
+  with pytest.raises(ValueError, match="no split 'dev_matched'"):
+    glue.read_glue("rte", "dev_matched", glue_root)
+  with pytest.raises(FileNotFoundError, match="CoLA/train.tsv"):
+    glue.read_glue("cola", "train", str(tmp_path / "empty"))
+  with pytest.raises(TaskDataError, match="label 'x' is not in the label set"):
+    classification.convert_examples_to_features(
+        [classification.ClassificationExample("g:1", "a", label="x")], None, 8, ["0", "1"])

@@ -1,0 +1,75 @@
+"""CoNLL NER reading (-DOCSTART-, tag in the last column), first-sub-token labels, windows, errors."""
+
+import numpy as np
+import pytest
+
+from bert_jax.input_pipeline.tasks import IGNORE_INDEX, TaskDataError, ner, testing
+from bert_jax.input_pipeline.tokenization import FullTokenizer
+
+
+@pytest.fixture
+def tok(tmp_path):
+  return FullTokenizer(testing.write_vocab(str(tmp_path / "v"), extra=()), do_lower_case=True)
+
+
+@pytest.mark.parametrize("with_pos", [True, False])
+def test_reads_conll_with_docstart_and_tag_in_last_column(tmp_path, with_pos):
+  d = testing.write_conll(str(tmp_path), with_pos=with_pos)
+  es = ner.read_conll_split(d, "train")
+  assert len(es) == len(testing.CONLL_SENTENCES)
+  for ex, (words, tags) in zip(es, testing.CONLL_SENTENCES):
+    assert ex.words == words and ex.labels == tags
+  assert es[0].guid.endswith("train.txt:3")  # line 1 -DOCSTART-, line 2 blank
+  labels = ner.infer_label_list([es])
+  assert labels == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+
+
+def test_first_subtoken_gets_the_label_others_ignored(tmp_path, tok):
+  ex = ner.NerExample("x:1", ["John", "Berlins", "play", "北京"], ["B-PER", "I-PER", "O", "B-LOC"])
+  labels = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+  f = ner.convert_examples_to_features([ex], tok, 16, labels)
+  v = tok.vocab
+  # "berlins" -> berlin ##s; 北京 -> 北 京 (two CJK tokens from one word).
+  assert f["input_ids"][0, :9].tolist() == [v["[CLS]"], v["john"], v["berlin"], v["##s"], v["play"], v["北"],
+                                            v["京"], v["[SEP]"], 0]
+  I = IGNORE_INDEX
+  assert f["label_ids"][0, :9].tolist() == [I, 3, 4, I, 0, 1, I, I, I]
+  assert f["word_ids"][0, :9].tolist() == [-1, 0, 1, -1, 2, 3, -1, -1, -1]
+  assert (f["segment_ids"] == 0).all() and f["input_mask"][0].sum() == 8
+  pred = np.where(f["label_ids"] >= 0, f["label_ids"], 0)
+  assert ner.predictions_to_tags([ex], f, pred, labels) == [ex.labels]
+
+
+def test_long_sentences_split_into_windows_and_reassemble(tok):
+  words = ["john", "berlins"] * 10  # 30 sub-tokens
+  tags = ["B-PER", "I-PER"] * 10
+  ex = ner.NerExample("x:1", words, tags)
+  labels = ["O", "B-PER", "I-PER"]
+  f = ner.convert_examples_to_features([ex], tok, 9, labels)  # 7 sub-tokens per window
+  # Greedy word packing into 7 sub-token slots: [john berlin ##s john berlin ##s john] ... -> 5 windows.
+  assert len(f["input_ids"]) == 5 and (f["example_index"] == 0).all()
+  assert f["input_mask"].sum() == 30 + 2 * 5
+  covered = sorted(int(w) for w in f["word_ids"].ravel() if w >= 0)
+  assert covered == list(range(20))  # every word exactly once
+  pred = np.where(f["label_ids"] >= 0, f["label_ids"], 0)
+  assert ner.predictions_to_tags([ex], f, pred, labels)[0] == tags
+
+
+def test_bad_tags_and_missing_columns_name_file_and_line(tmp_path):
+  p = tmp_path / "train.txt"
+  p.write_text("John B-PER\nSmith I-PER\n\nParis B-LOCATION\n", encoding="utf-8")
+  with pytest.raises(TaskDataError, match=r"train.txt:4: label not in label set: tag 'B-LOCATION'"):
+    ner.read_conll(str(p), label_list=["O", "B-PER", "I-PER", "B-LOC", "I-LOC"])
+  es = ner.read_conll(str(p), label_list=["O", "B-PER", "I-PER"], on_error="skip")
+  assert len(es) == 1 and es.skipped.samples["label not in label set"] == [f"{p}:4"]
+  p.write_text("John B-PER\nSmith\n", encoding="utf-8")
+  with pytest.raises(TaskDataError, match=r"train.txt:2: missing tag column"):
+    ner.read_conll(str(p))
+  # A test file may carry words only, but not a mix within one sentence.
+  with pytest.raises(TaskDataError, match=r"train.txt:1: mixed tagged and untagged lines"):
+    ner.read_conll(str(p), split="test")
+  p.write_text("John\nSmith\n", encoding="utf-8")
+  es = ner.read_conll(str(p), split="test")
+  assert es[0].labels is None and es[0].words == ["John", "Smith"]
+  with pytest.raises(TaskDataError, match="tag 'B-X' not in the label set"):
+    ner.convert_examples_to_features([ner.NerExample("f:1", ["a"], ["B-X"])], None, 8, ["O"])
