@@ -1,0 +1,1 @@
+"""Benchmark of the real pre-training step (model, loss, optimizer, sharding path); see __main__.py."""
