@@ -23,7 +23,7 @@ def test_bench_reports_json_with_mfu_and_hf_ratio(capsys):
   assert len(lines) == 1
   r = json.loads(lines[0][len("BENCH_JSON "):])
   cfg = BertConfig.from_size("tiny", vocab_size=100)
-  expected_mfu = r["seq_per_sec"] * flops.flops_per_sequence(cfg, 16, 2) / r["peak_flops"]
+  expected_mfu = r["seq_per_sec"] * flops.flops_per_sequence(cfg, 16, 2) / (r["peak_flops"] * r["devices"])
   assert abs(r["mfu"] - expected_mfu) < 1e-9 and 0 < r["mfu"] < 1
   assert r["tokens_per_sec"] == r["seq_per_sec"] * 16
   assert r["hf_eager_seq_per_sec"] > 0
