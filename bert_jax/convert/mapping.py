@@ -20,6 +20,7 @@ and initialising whole optional groups (pooler / MLM head / NSP head) that a che
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -142,6 +143,11 @@ def from_ours(fmt: str, kind: str, array: np.ndarray) -> np.ndarray:
 # ---- expected shapes ---------------------------------------------------------------------------------------
 def expected_shapes(config: BertConfig) -> Dict[Tuple[str, ...], Tuple[Tuple[int, ...], np.dtype]]:
   """{path: (shape, dtype)} of BertForPreTraining(config, ("mlm", "nsp")) params, from jax.eval_shape."""
+  return dict(_expected_shapes(config.replace(scan_layers=False)))
+
+
+@functools.lru_cache(maxsize=16)
+def _expected_shapes(config: BertConfig):
   import flax
   import flax.linen as nn
   import jax
@@ -156,18 +162,33 @@ def expected_shapes(config: BertConfig) -> Dict[Tuple[str, ...], Tuple[Tuple[int
   return {k: (tuple(v.shape), np.dtype(v.dtype)) for k, v in flat.items()}
 
 
-def init_params(config: BertConfig, seed: int = 0) -> dict:
-  """Freshly initialised BertForPreTraining(config, ("mlm", "nsp")) params (numpy, un-scanned)."""
-  import flax
-  import flax.linen as nn
-  import jax
-
-  from bert_jax.models import BertForPreTraining, dummy_inputs
-
-  cfg = config.replace(scan_layers=False)
-  model = BertForPreTraining(cfg, targets=("mlm", "nsp"))
-  params = nn.unbox(flax.core.unfreeze(jax.jit(model.init)(jax.random.key(seed), *dummy_inputs(cfg))["params"]))
-  return jax.tree.map(np.asarray, params)
+def init_params(config: BertConfig, seed: int = 0,
+                paths: Optional[Iterable[Tuple[str, ...]]] = None) -> dict:
+  """Freshly initialised BertForPreTraining(config, ("mlm", "nsp")) params, as BERT initialises them:
+  kernels and embeddings truncated normal(stddev=initializer_range, cut at 2 stddev), biases zero,
+  LayerNorm scales one. NumPy only (no XLA compile): conversion fills absent head groups with this.
+  `paths` restricts the result to those parameters (the rest is not even drawn)."""
+  shapes = expected_shapes(config)
+  if paths is not None:
+    shapes = {p: shapes[p] for p in paths}
+  rng = np.random.default_rng(seed)
+  std = config.initializer_range
+  flat = {}
+  for path, (shape, dtype) in sorted(shapes.items()):
+    leaf = path[-1]
+    if leaf == "scale":
+      flat[path] = np.ones(shape, dtype)
+    elif leaf in ("bias", "output_bias"):
+      flat[path] = np.zeros(shape, dtype)
+    else:
+      x = rng.standard_normal(shape)
+      bad = np.abs(x) > 2.0
+      while bad.any():                      # resample outside +-2 stddev (truncated normal)
+        x[bad] = rng.standard_normal(int(bad.sum()))
+        bad = np.abs(x) > 2.0
+      # flax's truncated_normal rescales so that the *truncated* distribution has stddev `std`.
+      flat[path] = (x * (std / 0.87962566103423978)).astype(dtype)
+  return _nest(flat)
 
 
 def checked_table(config: BertConfig) -> Tuple[List[Entry], Dict]:
@@ -268,10 +289,10 @@ def assign_params(source: Mapping[str, np.ndarray], fmt: str, config: BertConfig
                           f"the model config:\n  " + "\n  ".join(mismatched))
   if fresh:
     import flax
-    init = flax.traverse_util.flatten_dict(init_params(config, seed))
-    for e in table:
-      if e.group in fresh:
-        flat[e.ours] = init[e.ours]
+    fresh_paths = [e.ours for e in table if e.group in fresh]
+    init = flax.traverse_util.flatten_dict(init_params(config, seed, paths=fresh_paths))
+    for path in fresh_paths:
+      flat[path] = init[path]
     report.fresh_groups = fresh
   report.loaded = len(table) - sum(1 for e in table if e.group in fresh)
   return _nest(flat)

