@@ -27,7 +27,8 @@ from bert_jax.input_pipeline import tokenization
 
 # Applied after whitespace became " ", so tab/newline/CR (category Cc) are no longer there to delete.
 _CONTROL = r"[\p{Cc}\p{Cf}\p{Co}\x{FFFD}]"
-_WHITESPACE = r"[\t\n\r\p{Zs}]"
+# U+2028/U+2029 survive BERT's cleaning but its final str.split() splits on them.
+_WHITESPACE = r"[\t\n\r\p{Zs}\x{2028}\x{2029}]"
 
 
 def make_vocab_table(vocab, unk_token: str = tokenization.UNK) -> tf.lookup.StaticHashTable:

@@ -24,7 +24,9 @@ character spans in the original text.
 from __future__ import annotations
 
 import collections
+import itertools
 import os
+import re
 import unicodedata
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -203,7 +205,9 @@ class BasicTokenizer:
       cp = ord(ch)
       if cp == 0 or cp == 0xFFFD or is_control(ch):
         continue  # dropped characters neither start nor end a word
-      if is_whitespace(ch) or is_chinese_char(cp):
+      # str.isspace also covers U+2028/U+2029, which BERT keeps through cleaning but its final
+      # whitespace split (str.split) still splits on.
+      if is_whitespace(ch) or ch.isspace() or is_chinese_char(cp):
         flush(i)
         word_start = -1
         if is_chinese_char(cp):
@@ -401,6 +405,86 @@ class _PythonBatchTokenizer:
   def encode_batch(self, texts: Sequence[str]) -> List[List[int]]:
     return [self.tokenizer.encode(t) for t in texts]
 
+  def encode_batch_with_offsets(self, texts: Sequence[str]):
+    """(ids, spans) per text; spans are (start, end) character offsets into the text."""
+    ids, spans = [], []
+    for t in texts:
+      pieces, sp = self.tokenizer.tokenize_with_offsets(t)
+      ids.append(self.tokenizer.convert_tokens_to_ids(pieces))
+      spans.append(sp)
+    return ids, spans
+
+
+_CJK_CLASS = ("\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df\U0002a700-\U0002b73f"
+              "\U0002b740-\U0002b81f\U0002b820-\U0002ceaf\uf900-\ufaff\U0002f800-\U0002fa1f")
+# A CJK ideograph, or a run of anything else up to whitespace / the next ideograph. BERT's tokenization of
+# a line is the concatenation of its tokenization of these pieces (ideographs are always split off and
+# lower-casing is per whitespace-separated word), so each distinct piece is tokenized once and cached.
+_PIECE_RE = re.compile(f"[{_CJK_CLASS}]|[^\\s{_CJK_CLASS}]+")
+# Python's `\s` (and str.split) also splits on these control characters, which BERT deletes instead
+# (joining their neighbours): lines containing them take the uncached path.
+_SPLIT_DIFFERENCES = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
+
+
+class _PieceCache(dict):
+  def __init__(self, tokenizer: "FullTokenizer"):
+    super().__init__()
+    self._tokenizer = tokenizer
+
+  def __missing__(self, piece: str):
+    tok = self._tokenizer
+    ids = tuple(tok.convert_tokens_to_ids(tok.tokenize(piece)))
+    if len(self) > 2_000_000:
+      self.clear()
+    self[piece] = ids
+    return ids
+
+
+class _CachedBatchTokenizer:
+  """Exact BERT tokenization in Python with a cache of distinct pieces (CJK chars, words): a dict lookup
+  per piece. ~3x faster than Rust `tokenizers` on Chinese text, similar on English."""
+
+  def __init__(self, tokenizer: FullTokenizer):
+    self.tokenizer = tokenizer
+    self.backend = "python-cached"
+    self._cache = _PieceCache(tokenizer)
+    self._span_cache: Dict[str, tuple] = {}
+
+  def encode(self, text: str) -> List[int]:
+    if _SPLIT_DIFFERENCES.search(text):
+      return self.tokenizer.encode(text)
+    return list(itertools.chain.from_iterable(map(self._cache.__getitem__, _PIECE_RE.findall(text))))
+
+  def encode_batch(self, texts: Sequence[str]) -> List[List[int]]:
+    return [self.encode(t) for t in texts]
+
+  def encode_batch_with_offsets(self, texts: Sequence[str]):
+    """(ids, spans) per text; spans are (start, end) character offsets into the text."""
+    ids_out, spans_out = [], []
+    tok = self.tokenizer
+    for text in texts:
+      if _SPLIT_DIFFERENCES.search(text):
+        pieces, spans = tok.tokenize_with_offsets(text)
+        ids_out.append(tok.convert_tokens_to_ids(pieces))
+        spans_out.append(spans)
+        continue
+      ids, spans = [], []
+      for m in _PIECE_RE.finditer(text):
+        piece = m.group()
+        hit = self._span_cache.get(piece)
+        if hit is None:
+          p_toks, p_spans = tok.tokenize_with_offsets(piece)
+          hit = (tuple(tok.convert_tokens_to_ids(p_toks)), tuple(p_spans))
+          if len(self._span_cache) > 2_000_000:
+            self._span_cache.clear()
+          self._span_cache[piece] = hit
+        start = m.start()
+        ids.extend(hit[0])
+        spans.extend((start + a, start + b) for a, b in hit[1])
+      ids_out.append(ids)
+      spans_out.append(spans)
+    return ids_out, spans_out
+
 
 class _RustBatchTokenizer:
   """Hugging Face `tokenizers` (Rust) WordPiece configured exactly like BERT's tokenizer."""
@@ -431,18 +515,32 @@ class _RustBatchTokenizer:
           out[i] = self.tokenizer.encode(t)
     return out
 
+  def encode_batch_with_offsets(self, texts: Sequence[str]):
+    """(ids, spans) per text; spans are (start, end) character offsets into the text."""
+    texts = list(texts)
+    encs = self._rust.encode_batch(texts, add_special_tokens=False)
+    ids = [e.ids for e in encs]
+    spans = [e.offsets for e in encs]
+    if self.tokenizer.do_lower_case:
+      for i, t in enumerate(texts):
+        if "\u03a3" in t:
+          pieces, spans[i] = self.tokenizer.tokenize_with_offsets(t)
+          ids[i] = self.tokenizer.convert_tokens_to_ids(pieces)
+    return ids, spans
+
 
 def fast_batch_tokenizer(tokenizer: FullTokenizer, backend: str = "auto"):
-  """An object with `.encode_batch(list_of_str) -> list of id lists` and `.backend`.
+  """An object with `.encode_batch(texts) -> id lists`, `.encode_batch_with_offsets(texts) -> (ids, spans)`
+  and `.backend`.
 
-  backend: "auto" (Rust `tokenizers` if importable, else Python), "tokenizers", or "python".
-  The two give identical ids (tests/test_pipeline_tokenization.py); the Rust one is ~20x faster.
+  backend: "auto"/"python-cached" (exact, a cache of distinct pieces: the fastest here on one core,
+  ~1.5M tokens/s on Chinese news), "tokenizers" (Hugging Face Rust, multi-threaded), or "python" (the
+  plain `FullTokenizer`, uncached). All give identical ids (tests/test_pipeline_tokenization.py).
   """
+  if backend in ("auto", "python-cached"):
+    return _CachedBatchTokenizer(tokenizer)
   if backend == "python":
     return _PythonBatchTokenizer(tokenizer)
-  try:
+  if backend == "tokenizers":
     return _RustBatchTokenizer(tokenizer)
-  except ImportError:
-    if backend == "tokenizers":
-      raise
-    return _PythonBatchTokenizer(tokenizer)
+  raise ValueError(f"unknown tokenizer backend {backend!r}: auto, python-cached, tokenizers or python")
