@@ -18,7 +18,7 @@ def vocab(tmp_path):
 def test_tokens_equal_full_tokenizer_on_random_text(vocab, lower):
   tok = FullTokenizer(vocab, do_lower_case=lower)
   rng = random.Random(0)
-  alphabet = list("the cat sat on mat CAT Zürich Café cafe\u0301 1990s ÉÀ ßİΣ北京是中国的首都。，!?.'-\t\n\x00\u200b\u3000ﬁ")
+  alphabet = list("the cat sat on mat CAT Zürich Café cafe\u0301 1990s ÉÀ ßİΣ北京是中国的首都。，!?.'-\t\n\x00\u200b\u3000ﬁ\u2028\u2029\x85\x0b\x1f")
   for _ in range(3000):
     text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 25)))
     tokens, spans = common.tokenize_with_char_spans(tok, text)

@@ -15,8 +15,10 @@ import csv
 import dataclasses
 import logging
 import os
+import re
 import sys
 import unicodedata
+import weakref
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -209,63 +211,114 @@ def tokenize_with_char_spans(tokenizer, text: str) -> Tuple[List[str], List[Tupl
   normalise to nothing (combining accents, control characters) are attached to the preceding character, so
   a span always covers the complete original text of its token: "Café" -> "cafe" spans all of "Café",
   and "##s" in "1990s" spans just "s". An [UNK] spans its whole (punctuation-split) word.
+  Words are cached per tokenizer, so repeated contexts and words cost one dict lookup each.
   """
   lower = _do_lower_case(tokenizer)
+  cache = _word_cache(tokenizer)
   tokens: List[str] = []
   spans: List[Tuple[int, int]] = []
-  word: List[int] = []  # original indices of the current whitespace-delimited word
-
-  def flush():
-    if not word:
-      return
-    _emit_word(tokenizer, text, word, lower, tokens, spans)
-    word.clear()
-
-  for i, ch in enumerate(text):
-    cp = ord(ch)
-    if cp == 0 or cp == 0xFFFD or _is_control(ch):
-      if word:
-        word.append(i)  # dropped, but stays inside the word (cleaning does not split words)
-      continue
-    if _is_whitespace(ch):
-      flush()
-    elif _is_cjk(cp):
-      flush()
-      word.append(i)
-      flush()
-    else:
-      word.append(i)
-  flush()
+  for ws, we in _word_bounds(text):
+    word = text[ws:we]
+    rel = cache.get(word)
+    if rel is None:
+      rel = _word_pieces(tokenizer, word, lower)
+      if len(cache) < 2_000_000:
+        cache[word] = rel
+    for tok, s, e in rel:
+      tokens.append(tok)
+      spans.append((ws + s, ws + e))
   return tokens, spans
 
 
-def _emit_word(tokenizer, text, idx, lower, tokens, spans):
+_WORD_CACHES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_ASCII_WORD = re.compile(r"[^ \t\n\r]+")
+_ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_CHAR_CLASS: Dict[str, int] = {}
+_KEEP, _SPACE, _DROP, _CJK = 0, 1, 2, 3
+
+
+def _word_cache(tokenizer) -> Dict[str, list]:
+  try:
+    cache = _WORD_CACHES.get(tokenizer)
+    if cache is None:
+      cache = _WORD_CACHES[tokenizer] = {}
+    return cache
+  except TypeError:  # not weak-referenceable: no caching
+    return {}
+
+
+def _char_class(ch: str) -> int:
+  c = _CHAR_CLASS.get(ch)
+  if c is None:
+    cp = ord(ch)
+    if cp == 0 or cp == 0xFFFD or _is_control(ch):
+      c = _DROP
+    elif _is_whitespace(ch) or ch.isspace():
+      # BERT turns Zs into spaces, then splits with str.split(), which also splits on U+2028/U+2029.
+      c = _SPACE
+    elif _is_cjk(cp):
+      c = _CJK
+    else:
+      c = _KEEP
+    _CHAR_CLASS[ch] = c
+  return c
+
+
+def _word_bounds(text: str):
+  """[start, end) of BERT's words: whitespace splits, a CJK ideograph is a word of its own, dropped
+  (control) characters never start a word but stay inside one (cleaning happens before splitting)."""
+  if text.isascii() and not _ASCII_CONTROL.search(text):
+    return [(m.start(), m.end()) for m in _ASCII_WORD.finditer(text)]
+  out = []
+  start = -1
+  for i, ch in enumerate(text):
+    c = _char_class(ch)
+    if c == _KEEP:
+      if start < 0:
+        start = i
+    elif c == _DROP:
+      continue
+    else:
+      if start >= 0:
+        out.append((start, i))
+        start = -1
+      if c == _CJK:
+        out.append((i, i + 1))
+  if start >= 0:
+    out.append((start, len(text)))
+  # Trailing dropped characters belong to their word (only matters for spans, not tokens).
+  return out
+
+
+def _word_pieces(tokenizer, word: str, lower: bool) -> List[Tuple[str, int, int]]:
+  """(token, start, end) of one whitespace-free word, offsets relative to the word."""
   # Normalised characters with the original [start, end) each came from.
   norm_chars: List[str] = []
   norm_src: List[List[int]] = []
-  for i in idx:
-    ch = text[i]
-    cp = ord(ch)
-    if cp == 0 or cp == 0xFFFD or _is_control(ch):
-      n = ""
-    else:
-      n = _strip_accents(ch.lower()) if lower else ch
-    if not n:
-      if norm_src:
-        norm_src[-1][1] = i + 1  # attach to the previous character
-      continue
-    for c in n:
-      norm_chars.append(c)
-      norm_src.append([i, i + 1])
+  if word.isascii() and not _ASCII_CONTROL.search(word):
+    norm_chars = list(word.lower() if lower else word)
+    norm_src = [[i, i + 1] for i in range(len(word))]
+  else:
+    for i, ch in enumerate(word):
+      if _char_class(ch) == _DROP:
+        n = ""
+      else:
+        n = _strip_accents(ch.lower()) if lower else ch
+      if not n:
+        if norm_src:
+          norm_src[-1][1] = i + 1  # attach to the previous character
+        continue
+      for c in n:
+        norm_chars.append(c)
+        norm_src.append([i, i + 1])
+    if lower and norm_chars:
+      # Word-level lower-casing differs from per-character in rare cases (final sigma); use the word-level
+      # characters when the lengths agree so tokens equal tokenizer.tokenize exactly.
+      whole = _strip_accents("".join(ch for ch in word if _char_class(ch) != _DROP).lower())
+      if len(whole) == len(norm_chars):
+        norm_chars = list(whole)
   if not norm_chars:
-    return
-  if lower:
-    # Word-level lower-casing differs from per-character in rare cases (final sigma); use the word-level
-    # characters when the lengths agree so tokens equal tokenizer.tokenize exactly.
-    src_word = "".join(text[i] for i in idx if not (_is_control(text[i]) or ord(text[i]) in (0, 0xFFFD)))
-    whole = _strip_accents(src_word.lower())
-    if len(whole) == len(norm_chars):
-      norm_chars = list(whole)
+    return []
   # Split on punctuation, then WordPiece each piece.
   pieces: List[Tuple[int, int]] = []  # [start, end) in norm_chars
   start = None
@@ -280,21 +333,21 @@ def _emit_word(tokenizer, text, idx, lower, tokens, spans):
   if start is not None:
     pieces.append((start, len(norm_chars)))
   unk = getattr(tokenizer.wordpiece_tokenizer, "unk_token", "[UNK]")
+  out: List[Tuple[str, int, int]] = []
   for ps, pe in pieces:
     sub = "".join(norm_chars[ps:pe])
     wps = _wordpiece(tokenizer, sub)
     pos = ps
     if len(wps) == 1 and wps[0] == unk and sub != unk:
       # No WordPiece cover: one [UNK] for the whole piece.
-      tokens.append(wps[0])
-      spans.append((norm_src[ps][0], norm_src[pe - 1][1]))
+      out.append((wps[0], norm_src[ps][0], norm_src[pe - 1][1]))
       continue
     for w in wps:
       length = len(w) - 2 if (w.startswith("##") and pos > ps) else len(w)
       end = min(pos + length, pe)
-      tokens.append(w)
-      spans.append((norm_src[pos][0], norm_src[end - 1][1]))
+      out.append((w, norm_src[pos][0], norm_src[end - 1][1]))
       pos = end
+  return out
 
 
 def encode_text(tokenizer, text: str) -> List[int]:
