@@ -67,7 +67,7 @@ def test_glue_oracle_outputs_score_perfectly_and_write_submission(env, tmp_path,
     with open(paths[0]) as fh:
       lines = fh.read().splitlines()
     assert lines[0] == "index\tprediction" and len(lines) == n + 1
-  expected = {"mnli": ["MNLI-m.tsv", "MNLI-mm.tsv"], "sst2": ["SST-2.tsv"], "stsb": ["STS-B.tsv"],
+  expected = {"mnli": ["AX.tsv", "MNLI-m.tsv", "MNLI-mm.tsv"], "sst2": ["SST-2.tsv"], "stsb": ["STS-B.tsv"],
               "cola": ["CoLA.tsv"]}.get(name, [name.upper() + ".tsv"])
   assert sorted(os.listdir(tmp_path)) == expected
 

@@ -29,8 +29,10 @@ Attributes every task has:
   outputs expected by predict(): classification/regression/ner {"logits"}, squad {"start_logits",
     "end_logits"} (the heads' output names).
 Metric values are fractions for GLUE/NER/classification and percentages for SQuAD (official scripts).
-The AX diagnostic is predicted with an MNLI model: read get_task("ax").read("test", data_dir) and write with
-get_task("ax").write_predictions (AX.tsv).
+Test splits carry no labels (evaluate returns {}); their files are optional, so a loop should skip a test
+split whose read() raises FileNotFoundError. GLUE's AX diagnostic is predicted by the MNLI model: it is MNLI's
+third test split "ax" (<glue root>/diagnostic/diagnostic.tsv or TFDS glue/ax -> AX.tsv); get_task("ax")
+reads the same file on its own.
 """
 
 from __future__ import annotations
@@ -145,20 +147,30 @@ class GlueTask(_SequenceTask):
     self.main_metric = glue_eval.MAIN_METRIC[self.name]
     if self.name == "mnli":
       self.eval_splits = ("dev_matched", "dev_mismatched")
-      self.test_splits = ("test_matched", "test_mismatched")
+      # GLUE's AX diagnostic is predicted by the MNLI model: split "ax" reads <glue root>/diagnostic.
+      self.test_splits = ("test_matched", "test_mismatched", "ax")
     if self.name == "ax":
       self.train_split = None
       self.eval_splits = ()
 
+  def _source(self, split):
+    """(GLUE task, split) actually read: MNLI's "ax" split is the AX task's test split."""
+    if self.name == "mnli" and split == "ax":
+      return "ax", "test"
+    return self.name, split
+
   def read(self, split, data_dir=None, *, use_tfds=False, tfds_data_dir=None, download=False, on_error=None):
     on_error = on_error or self.on_error
+    name, split = self._source(split)
     if use_tfds:
-      return glue.read_glue_tfds(self.name, split, tfds_data_dir or data_dir, download, on_error)
+      return glue.read_glue_tfds(name, split, tfds_data_dir or data_dir, download, on_error)
     if data_dir is None:
       raise ValueError("data_dir is required to read GLUE files")
-    return glue.read_glue(self.name, split, data_dir, on_error)
+    return glue.read_glue(name, split, data_dir, on_error)
 
   def _metric_task(self, split):
+    if self.name == "mnli" and split == "ax":
+      return "ax"
     if self.name == "mnli":
       return "mnli_mismatched" if split and "mismatched" in split else "mnli_matched"
     return self.name
@@ -170,9 +182,10 @@ class GlueTask(_SequenceTask):
     return glue_eval.compute_metrics(self._metric_task(split or example_set.split), predictions, gold)
 
   def write_predictions(self, output_dir, split, example_set, predictions):
-    split = glue.canonical_split(self.spec, split)
+    if split != "ax":
+      split = glue.canonical_split(self.spec, split)
     indices = [e.index for e in example_set]
-    if split.startswith("test"):
+    if split.startswith("test") or split == "ax":
       return [glue_eval.write_glue_submission(output_dir, self._metric_task(split), predictions, indices,
                                               self.label_list)]
     rows = glue_eval.format_predictions(self._metric_task(split), predictions, self.label_list)
