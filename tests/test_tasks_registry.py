@@ -119,3 +119,9 @@ def test_ner_oracle_outputs_score_perfectly_and_write_conll(env, tmp_path):
   assert m["f1"] == 1.0 and m["per_type"]["LOC"]["support"] == 4
   (path,) = task.write_predictions(str(tmp_path / "out"), "dev", es, preds)
   assert open(path, encoding="utf-8").read().startswith("John B-PER B-PER\nSmith I-PER I-PER\n")
+  # A labels.txt in the data folder fixes the tag order.
+  (tmp_path / "d" / "labels.txt").write_text("O\nB-PER\nI-PER\nB-LOC\nI-LOC\n", encoding="utf-8")
+  assert get_task("ner").prepare(str(tmp_path / "d")).label_list == ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+  (tmp_path / "d" / "labels.txt").write_text("B-PER\nI-PER\n", encoding="utf-8")
+  with pytest.raises(ValueError, match="labels.txt: the label list .* has no 'O' tag"):
+    get_task("ner").prepare(str(tmp_path / "d"))

@@ -4,6 +4,7 @@
     es = read_conll_split(data_dir, "train")                          # train.txt / dev.txt / test.txt
     es = read_conll2003_tfds("train", data_dir=None)                  # TFDS conll2003 (train/dev/test)
     labels = infer_label_list([train_es, dev_es])                     # "O" first, then by type: B, I, E, S
+    labels = read_label_file(os.path.join(data_dir, "labels.txt"))    # or a fixed order from a file
     feats = convert_examples_to_features(es, tokenizer, max_seq_length, labels)
     tags = predictions_to_tags(es, feats, pred_ids, labels)           # per-word tag strings, per sentence
 
@@ -141,6 +142,18 @@ def read_conll2003_tfds(split: str, data_dir: Optional[str] = None, download: bo
       continue
     examples.append(NerExample(f"{source}:{n}", words, [names[t] for t in tag_ids]))
   return common.finish(examples, source, tsplit, report)
+
+
+def read_label_file(path: str) -> List[str]:
+  """Tags from a labels.txt (whitespace-separated, usually one per line); must contain "O", no repeats."""
+  with open(path, encoding="utf-8-sig") as f:
+    labels = f.read().split()
+  if "O" not in labels:
+    raise common.TaskDataError(path, None, f"the label list {labels} has no 'O' tag")
+  dup = sorted({l for l in labels if labels.count(l) > 1})
+  if dup:
+    raise common.TaskDataError(path, None, f"repeated tags {dup}")
+  return labels
 
 
 _PREFIX_ORDER = {"B": 0, "I": 1, "E": 2, "S": 3}

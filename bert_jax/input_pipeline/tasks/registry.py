@@ -5,7 +5,8 @@ predictions, scores them and writes the files users submit.
     task = get_task("squad_v2", doc_stride=128)   # squad_v1 squad_v2 (language="zh" for CMRC2018 scoring)
     task = get_task("ner", label_list=None)       # CoNLL files or TFDS conll2003 (use_tfds=True)
     task = get_task("classification", text_a="text_a", label="label")   # generic TSV/CSV/JSONL
-    task.prepare(data_dir)                        # infers label_list from train for ner/classification
+    task.prepare(data_dir)                        # label_list for ner (data_dir/labels.txt, else inferred
+                                                  # from train+dev) and classification (from train)
 
     train = task.read("train", data_dir)                          # ExampleSet (.examples, .skipped)
     feats = task.featurize(train, tokenizer, max_seq_length, is_training=True)   # dict of numpy arrays
@@ -328,6 +329,10 @@ class NerTask(Task):
       return self
     if data_dir is None:
       raise ValueError("data_dir is required to infer the NER label list")
+    labels_file = os.path.join(data_dir, "labels.txt")
+    if os.path.exists(labels_file):  # an explicit label file fixes the order (and ids) of the tags
+      self.label_list = ner.read_label_file(labels_file)
+      return self
     sets = [ner.read_conll_split(data_dir, "train", None, self.on_error)]
     try:
       sets.append(ner.read_conll_split(data_dir, "dev", None, self.on_error))
