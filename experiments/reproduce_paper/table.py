@@ -1,0 +1,70 @@
+"""The BERT paper's BERT-base dev numbers beside ours: reads <output_dir>/<task>/lr*/eval_results.json, keeps
+the learning rate with the best dev score (the paper's selection rule) and writes a markdown table.
+
+  python -m experiments.reproduce_paper.table --output_dir=/data/bert_repro/runs   # prints, writes results.md
+"""
+
+import argparse
+import glob
+import json
+import os
+
+# task -> (row label, metric label, paper value, eval split, metric key in eval_results.json, scale to %)
+# Paper numbers: Devlin et al. 2019, Table 5 (BERT-base dev: MNLI-m, QNLI, MRPC and SST-2 accuracy),
+# Table 2 (SQuAD v1.1 dev F1/EM) and Table 7 (CoNLL-2003 dev F1, fine-tuning approach, BERT-base).
+ROWS = (
+    ("mnli", "MNLI-m", "accuracy", 84.4, "dev_matched", "accuracy", 100.0),
+    ("qnli", "QNLI", "accuracy", 88.4, "dev", "accuracy", 100.0),
+    ("mrpc", "MRPC", "accuracy", 86.7, "dev", "accuracy", 100.0),
+    ("sst2", "SST-2", "accuracy", 92.7, "dev", "accuracy", 100.0),
+    ("squad_v1", "SQuAD v1.1", "F1", 88.5, "dev", "f1", 1.0),
+    ("squad_v1", "SQuAD v1.1", "EM", 80.8, "dev", "exact_match", 1.0),
+    ("conll2003", "CoNLL-2003 NER", "F1", 96.4, "dev", "f1", 100.0),
+)
+
+
+def best_run(output_dir, task, split, key):
+  """(value, lr, workdir) of the run with the best dev metric, or None when no run finished."""
+  best = None
+  for path in sorted(glob.glob(os.path.join(output_dir, task, "lr*", "eval_results.json"))):
+    with open(path, encoding="utf-8") as f:
+      res = json.load(f)
+    value = (res.get(split) or {}).get(key)
+    if value is None:
+      continue
+    lr = os.path.basename(os.path.dirname(path))[2:]
+    if best is None or value > best[0]:
+      best = (value, lr, os.path.dirname(path))
+  return best
+
+
+def markdown(output_dir=None):
+  lines = ["| task | metric | paper (BERT-base, dev) | ours | best lr | difference |",
+           "|---|---|---|---|---|---|"]
+  for task, label, metric, paper, split, key, scale in ROWS:
+    run = best_run(output_dir, task, split, key) if output_dir else None
+    if run is None:
+      lines.append(f"| {label} | {metric} | {paper:.1f} |  |  |  |")
+    else:
+      ours = run[0] * scale
+      lines.append(f"| {label} | {metric} | {paper:.1f} | {ours:.1f} | {run[1]} | {ours - paper:+.1f} |")
+  return "\n".join(lines) + "\n"
+
+
+def write_results(output_dir, path):
+  with open(path, "w", encoding="utf-8") as f:
+    f.write("# BERT-base fine-tuned with bert_jax vs the BERT paper (dev sets)\n\n")
+    f.write(markdown(output_dir))
+  return path
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__)
+  p.add_argument("--output_dir", required=True)
+  args = p.parse_args(argv)
+  print(open(write_results(args.output_dir, os.path.join(args.output_dir, "results.md")),
+             encoding="utf-8").read())
+
+
+if __name__ == "__main__":
+  main()
