@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from bert_jax.models import axes
 from bert_jax.models.config import BertConfig
-from bert_jax.models.layers import activation, dense, layer_norm, zeros_init
+from bert_jax.models.layers import activation, constrain, dense, layer_norm, zeros_init
 
 TARGETS = ("mlm", "nsp", "sop", "lm")
 
@@ -35,6 +35,10 @@ class LanguageModelHead(nn.Module):
     h = dense(cfg, cfg.hidden_size, (axes.EMBED, axes.MLP), "transform", bias_axis=axes.MLP)(hidden)
     h = activation(cfg.hidden_act)(h)
     h = layer_norm(cfg, "LayerNorm")(h)
+    # Pin [B, P, H] to (batch, -, replicated H) before the tied decoder: without it, XLA's partitioner
+    # (jax 0.10.2, Shardy and GSPMD) computes wrong gradients on a data x fsdp x tensor = 2x2x2 mesh with
+    # the default rules (the forward is right). Also the layout the decoder matmul wants anyway.
+    h = constrain(h, (axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED))
     bias = self.param("output_bias", zeros_init((axes.VOCAB,)), (cfg.vocab_size,), cfg.parameter_dtype)
     logits = jnp.einsum("bph,vh->bpv", h.astype(cfg.compute_dtype), table.astype(cfg.compute_dtype),
                         preferred_element_type=jnp.float32)
