@@ -1,0 +1,81 @@
+"""Model FLOPs and MFU for BERT pre-training (no TensorFlow).
+
+Model FLOPs per sequence (forward + backward = 3 x forward, 2 FLOPs per multiply-add):
+  6 x encoder params x T                           all dense layers of the encoder stack
+  + 12 x L x T^2 x H                               attention scores QK^T and probs x V (fwd 4 T^2 H per layer)
+  + 6 x P x (H^2 + H x V)                          MLM head (transform + tied decoder) on the P predicted
+                                                   positions only (P = max_predictions_per_seq)
+  + 6 x (H^2 + 2H)                                 pooler + NSP/SOP classifier on [CLS]
+Embedding lookups, LayerNorm, softmax and GELU are not counted (the usual MFU convention).
+
+API:
+  encoder_params(cfg) -> int
+  flops_per_sequence(cfg, seq_len, num_predictions, targets=("mlm", "nsp")) -> float
+  peak_flops_per_device(device=None, dtype="bfloat16", override=0.0) -> float (FLOP/s, from PEAK_FLOPS)
+  mfu(seq_per_sec, cfg, seq_len, num_predictions, num_devices, peak, targets) -> float
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import jax
+
+from bert_jax.models import BertConfig
+
+# Dense peak FLOP/s per device (per chip), from vendor data sheets; keys are lower-case substrings of
+# jax's device_kind. CPU: 170 GFLOP/s fp32 measured on the 2-core CI machine (shared/FACTS.md).
+PEAK_FLOPS = {
+    "bfloat16": {
+        "tpu v4": 275e12, "tpu v5 lite": 197e12, "tpu v5e": 197e12, "tpu v5p": 459e12, "tpu v5": 459e12,
+        "tpu v6 lite": 918e12, "tpu v6e": 918e12, "tpu v3": 123e12, "tpu v2": 45e12,
+        "h200": 989e12, "h100": 989e12, "a100": 312e12, "l4": 121e12, "a10": 125e12, "v100": 125e12,
+        "cpu": 170e9,
+    },
+    "float32": {
+        "h200": 67e12, "h100": 67e12, "a100": 19.5e12, "v100": 15.7e12, "cpu": 170e9,
+        "tpu v4": 275e12 / 2, "tpu v5 lite": 197e12 / 2, "tpu v5e": 197e12 / 2,
+    },
+}
+
+
+def encoder_params(cfg: BertConfig) -> int:
+  """Parameters of the Transformer layers that multiply every token (kernels + biases + LayerNorms)."""
+  h, i = cfg.hidden_size, cfg.intermediate_size
+  per_layer = 4 * (h * h + h) + 2 * h * i + i + h + 4 * h
+  return cfg.num_hidden_layers * per_layer
+
+
+def flops_per_sequence(cfg: BertConfig, seq_len: int, num_predictions: int,
+                       targets: Sequence[str] = ("mlm", "nsp")) -> float:
+  h, v, layers = cfg.hidden_size, cfg.vocab_size, cfg.num_hidden_layers
+  flops = 6.0 * encoder_params(cfg) * seq_len + 12.0 * layers * seq_len ** 2 * h
+  if "mlm" in targets:
+    flops += 6.0 * num_predictions * (h * h + h * v)
+  if "lm" in targets:
+    flops += 6.0 * seq_len * (h * h + h * v)
+  if "nsp" in targets or "sop" in targets:
+    flops += 6.0 * (h * h + 2 * h)
+  return flops
+
+
+def peak_flops_per_device(device=None, dtype: str = "bfloat16", override: float = 0.0) -> Optional[float]:
+  """Peak FLOP/s of one device for `dtype` from PEAK_FLOPS (None if unknown); `override` > 0 wins."""
+  if override and override > 0:
+    return float(override)
+  device = device or jax.devices()[0]
+  kind = (getattr(device, "device_kind", "") or device.platform).lower()
+  if device.platform == "cpu":
+    kind = "cpu"
+  table = PEAK_FLOPS.get(str(dtype), PEAK_FLOPS["bfloat16"])
+  for key in sorted(table, key=len, reverse=True):
+    if key in kind:
+      return table[key]
+  return None
+
+
+def mfu(seq_per_sec: float, cfg: BertConfig, seq_len: int, num_predictions: int, num_devices: int,
+        peak: Optional[float], targets: Sequence[str] = ("mlm", "nsp")) -> Optional[float]:
+  if not peak:
+    return None
+  return seq_per_sec * flops_per_sequence(cfg, seq_len, num_predictions, targets) / (peak * num_devices)

@@ -1,0 +1,117 @@
+"""Optimizers as in BERT: AdamW (decoupled weight decay, none on LayerNorm and biases) and LAMB, with linear
+warmup + linear/polynomial decay and global-norm clipping. Pure optax, no TensorFlow.
+
+API:
+  make_schedule(config) -> optax schedule: step -> learning rate
+  make_optimizer(config) -> (optax.GradientTransformation, schedule)
+  decay_mask(params) -> bool tree: True where weight decay (and LAMB's trust ratio) applies
+  scale_by_bert_adam(b1, b2, eps, bias_correction)  Adam moments; without bias correction it is
+                                                     Google BERT's AdamWeightDecayOptimizer
+
+`config` is the run config (configs/pretrain.py) or any object with the same attributes:
+  config.num_train_steps, config.warmup_steps, config.optimizer.{name, learning_rate, schedule, power,
+  end_learning_rate, weight_decay, b1, b2, eps, clip_norm, bias_correction}.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+# Substrings of a parameter's path that exclude it from weight decay, as Google BERT's
+# exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"] (output_bias of the MLM head included).
+NO_DECAY_SUBSTRINGS = ("LayerNorm", "layer_norm", "bias")
+
+
+def _opt(config, name, default):
+  return getattr(config.optimizer, name, default) if hasattr(config, "optimizer") else default
+
+
+def _path_str(path) -> str:
+  parts = []
+  for k in path:
+    parts.append(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))))
+  return "/".join(parts)
+
+
+def decay_mask(params) -> Any:
+  """True for kernels and embeddings; False for LayerNorm scale/bias and every bias."""
+  return jax.tree_util.tree_map_with_path(
+      lambda path, _: not any(s in _path_str(path) for s in NO_DECAY_SUBSTRINGS), params)
+
+
+def make_schedule(config) -> optax.Schedule:
+  """Linear warmup 0 -> lr over warmup_steps, then decay to end_learning_rate at num_train_steps:
+  linear (power 1) or polynomial (lr - end) * (1 - t)^power."""
+  lr = float(_opt(config, "learning_rate", 1e-4))
+  end = float(_opt(config, "end_learning_rate", 0.0))
+  total = int(config.num_train_steps)
+  warmup = max(0, min(int(getattr(config, "warmup_steps", 0)), total))
+  kind = _opt(config, "schedule", "linear")
+  if kind == "linear":
+    power = 1.0
+  elif kind == "polynomial":
+    power = float(_opt(config, "power", 1.0))
+  elif kind == "constant":
+    power = 0.0
+  else:
+    raise ValueError(f"optimizer.schedule={kind!r}; expected linear, polynomial or constant")
+  decay = (optax.constant_schedule(lr) if power == 0.0 else
+           optax.polynomial_schedule(lr, end, power, max(1, total - warmup)))
+  if warmup == 0:
+    return decay
+  return optax.join_schedules([optax.linear_schedule(0.0, lr, warmup), decay], [warmup])
+
+
+class BertAdamState(NamedTuple):
+  count: jax.Array
+  mu: Any
+  nu: Any
+
+
+def scale_by_bert_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
+                       bias_correction: bool = False) -> optax.GradientTransformation:
+  """Adam direction m / (sqrt(v) + eps). bias_correction=False is Google BERT's optimizer (no m-hat/v-hat);
+  True is optax.scale_by_adam."""
+  if bias_correction:
+    return optax.scale_by_adam(b1=b1, b2=b2, eps=eps)
+
+  def init(params):
+    zeros = lambda p: jnp.zeros_like(p, dtype=jnp.float32)  # noqa: E731
+    return BertAdamState(jnp.zeros([], jnp.int32), jax.tree.map(zeros, params), jax.tree.map(zeros, params))
+
+  def update(updates, state, params=None):
+    del params
+    mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, updates)
+    nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * jnp.square(g), state.nu, updates)
+    updates = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + eps), mu, nu)
+    return updates, BertAdamState(optax.safe_increment(state.count), mu, nu)
+
+  return optax.GradientTransformation(init, update)
+
+
+def make_optimizer(config):
+  """(tx, schedule). AdamW: clip -> Adam -> + wd * w (masked) -> * -lr.
+  LAMB: clip -> Adam -> + wd * w (masked) -> trust ratio ||w|| / ||u|| (same mask) -> * -lr."""
+  name = _opt(config, "name", "adamw")
+  schedule = make_schedule(config)
+  b1, b2 = float(_opt(config, "b1", 0.9)), float(_opt(config, "b2", 0.999))
+  eps = float(_opt(config, "eps", 1e-6))
+  wd = float(_opt(config, "weight_decay", 0.01))
+  clip = float(_opt(config, "clip_norm", 1.0))
+  bias_correction = bool(_opt(config, "bias_correction", name == "lamb"))
+  chain = []
+  if clip > 0:
+    chain.append(optax.clip_by_global_norm(clip))
+  chain.append(scale_by_bert_adam(b1, b2, eps, bias_correction))
+  if wd > 0:
+    chain.append(optax.add_decayed_weights(wd, mask=decay_mask))
+  if name == "lamb":
+    chain.append(optax.masked(optax.scale_by_trust_ratio(), decay_mask))
+  elif name != "adamw":
+    raise ValueError(f"optimizer.name={name!r}; expected adamw or lamb")
+  chain.append(optax.scale_by_learning_rate(schedule))
+  return optax.chain(*chain), schedule

@@ -1,0 +1,386 @@
+"""The pre-training state and the pure, sharded train/eval steps. No TensorFlow, no ml_collections needed.
+
+API
+---
+  TrainState(step, params, opt_state, rng)          flax.struct dataclass; `rng` is a raw uint32[2] dropout
+                                                    key (the step number is folded in at every step)
+  build_model_config(config, vocab_size=None) -> BertConfig     from config.model.* (size table + overrides)
+  build_model(config, vocab_size=None) -> BertForPreTraining    with config.targets
+  create_train_state(config, model, mesh, tx=None, *, params=None, rng=None)
+      -> (state, state_shardings)      params created directly on the mesh: eval_shape(init) -> logical
+                                       partition specs -> NamedShardings -> jit(init, out_shardings=...).
+                                       `params` (e.g. from init_checkpoint, un-scanned or scanned layout)
+                                       replaces the random init.
+  abstract_train_state(config, model, mesh, tx=None) -> (abstract_state, state_shardings)
+      ShapeDtypeStructs carrying their shardings (the restore target for Orbax).
+  make_train_step(config, model, tx, mesh, state_shardings) -> StepFn
+      step(state, batch) -> (state, metrics): jit with in/out shardings and donate_argnums=0, traced under
+      the mesh + logical rules (so the model's activation constraints apply). `step.lower(state, batch)`
+      gives the jax Lowered (for .compile().memory_analysis()).
+  make_eval_step(config, model, mesh, state_shardings) -> StepFn: eval(params, batch) -> metric sums
+  merge_metrics(a, b), normalize(metrics_sums) -> dict of floats (host side, at logging steps only)
+
+Batch: dict of arrays with Google's names (input_ids, input_mask, segment_ids, masked_lm_positions,
+masked_lm_ids, masked_lm_weights, next_sentence_labels), leading axis = global batch, sharded over the mesh
+axes of the logical 'activation_batch' axis (sharding.batch_sharding). Host numpy arrays are accepted in
+single-process runs; multi-host runs pass global jax.Arrays (jax.make_array_from_process_local_data).
+
+Gradient accumulation (config.grad_accum_steps = A): the batch is split into A strided micro-batches (every
+device keeps 1/A of its rows per micro-batch) and lax.scan sums their gradients. The loss is normalised by
+the *global* denominators (masked-token weight sum for MLM, batch size for NSP/SOP), so the accumulated
+gradient equals the full-batch gradient, not a mean of per-micro-batch means.
+
+Metrics leave the step as sums: <t>_loss_sum, <t>_correct_sum, <t>_weight_sum | <t>_count for each target,
+loss_sum/loss_count (total loss per step), grad_norm_sum, param_norm_sum, step_count (applied steps),
+nonfinite_count and min_nonfinite_step (first step with a NaN/Inf loss or gradient; 2**31-1 if none).
+Add them across steps with merge_metrics (on device, no host sync) and normalise once when writing.
+
+NaN/Inf: config.nan_policy == "skip" keeps params and optimizer state of a non-finite step (its metrics are
+zeroed and counted in nonfinite_count); "stop" applies nothing special in the step and the loop raises at
+the next host sync naming min_nonfinite_step.
+
+Minimal use without ml_collections (e.g. a benchmark):
+  cfg = types.SimpleNamespace(seed=0, targets=("mlm", "nsp"), grad_accum_steps=1, nan_policy="stop",
+      num_train_steps=1000, warmup_steps=100, logical_axis_rules=None,   # None = axes.DEFAULT_RULES
+      optimizer=types.SimpleNamespace(name="adamw", learning_rate=1e-4))
+  model = BertForPreTraining(BertConfig.from_size("base", vocab_size=30522, dtype="bfloat16"))
+  mesh = sharding.make_mesh((-1, 1, 1))
+  tx, _ = optimizers.make_optimizer(cfg)
+  state, shardings = create_train_state(cfg, model, mesh, tx)
+  step = make_train_step(cfg, model, tx, mesh, shardings)
+  state, metrics = step(state, batch)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable, Mapping, Optional
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from bert_jax.models import BertConfig, BertForPreTraining, dummy_inputs, losses, scan_params, unscan_params
+from bert_jax.training import optimizers, sharding
+
+NO_NONFINITE = np.int32(2**31 - 1)
+# Model fields a run config may set under config.model (besides size / vocab_size).
+_MODEL_FIELDS = ("encoder", "layer_norm_type", "hidden_dropout_prob", "attention_probs_dropout_prob",
+                 "max_position_embeddings", "dtype", "param_dtype", "attention_impl", "scan_layers",
+                 "remat_policy", "hidden_act", "type_vocab_size", "initializer_range", "hidden_size",
+                 "num_hidden_layers", "num_attention_heads", "intermediate_size", "layer_norm_eps")
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array        # int32 scalar: optimizer steps taken
+  params: Any            # plain (unboxed) parameter tree, float32
+  opt_state: Any         # optax state; params-shaped parts sharded like the params
+  rng: jax.Array         # uint32[2] dropout key; fold_in(rng, step) per step
+
+
+def _rules(config):
+  return sharding.normalize_rules(getattr(config, "logical_axis_rules", None))
+
+
+def _targets(config):
+  return tuple(getattr(config, "targets", ("mlm", "nsp")))
+
+
+def build_model_config(config, vocab_size: Optional[int] = None) -> BertConfig:
+  """BertConfig from config.model: the size table entry, then every explicitly set model field."""
+  m = config.model
+  vocab = vocab_size if vocab_size is not None else int(getattr(m, "vocab_size", -1))
+  if vocab is None or vocab <= 0:
+    raise ValueError("model.vocab_size is -1 and no vocab file was read; pass the vocab size")
+  overrides = {k: getattr(m, k) for k in _MODEL_FIELDS if hasattr(m, k) and getattr(m, k) is not None}
+  return BertConfig.from_size(getattr(m, "size", "base"), vocab_size=int(vocab), **overrides)
+
+
+def build_model(config, vocab_size: Optional[int] = None) -> BertForPreTraining:
+  return BertForPreTraining(build_model_config(config, vocab_size), targets=_targets(config))
+
+
+# ---- state creation ---------------------------------------------------------------------------------
+def _fit_to_shape(s: NamedSharding, shape) -> NamedSharding:
+  """Drops mesh axes from dimensions they do not divide (e.g. vocab 30522 over tensor=4): replicated."""
+  spec = list(s.spec) + [None] * (len(shape) - len(s.spec))
+  for i, (dim, ax) in enumerate(zip(shape, spec)):
+    if ax is None:
+      continue
+    names = ax if isinstance(ax, tuple) else (ax,)
+    if dim % math.prod(s.mesh.shape[a] for a in names):
+      spec[i] = None
+  return NamedSharding(s.mesh, P(*spec))
+
+
+def _init_fn(model: nn.Module):
+  cfg = model.config
+
+  def init(rng):
+    return model.init({"params": rng}, *dummy_inputs(cfg), deterministic=True)["params"]
+  return init
+
+
+def param_shardings(model: nn.Module, mesh, rules):
+  """(abstract params [ShapeDtypeStruct], NamedSharding tree) from the model's logical axis metadata."""
+  boxed = jax.eval_shape(_init_fn(model), jax.random.PRNGKey(0))
+  shardings = sharding.logical_shardings(boxed, mesh, rules)
+  abstract = nn.unbox(boxed)
+  shardings = jax.tree.map(lambda s, a: _fit_to_shape(s, a.shape), shardings, abstract)
+  return abstract, shardings
+
+
+def abstract_train_state(config, model: nn.Module, mesh, tx=None):
+  """(TrainState of ShapeDtypeStructs with .sharding set, TrainState of NamedShardings)."""
+  tx = tx if tx is not None else optimizers.make_optimizer(config)[0]
+  rules = _rules(config)
+  abstract_params, p_shard = param_shardings(model, mesh, rules)
+  abstract_opt = jax.eval_shape(tx.init, abstract_params)
+  repl = sharding.replicated(mesh)
+  o_shard = optax.tree_map_params(tx, lambda _, s: s, abstract_opt, p_shard,
+                                  transform_non_params=lambda _: repl)
+  shardings = TrainState(step=repl, params=p_shard, opt_state=o_shard, rng=repl)
+  abstract = TrainState(step=jax.ShapeDtypeStruct((), jnp.int32), params=abstract_params,
+                        opt_state=abstract_opt, rng=jax.ShapeDtypeStruct((2,), jnp.uint32))
+  abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
+  return abstract, shardings
+
+
+def _match_layout(params, model_config: BertConfig):
+  """Given params in either layer layout, return them in the layout the model expects."""
+  enc = params.get("bert", {}).get("encoder", {})
+  if model_config.scan_layers and "layers" not in enc and "layer_0" in enc:
+    return scan_params(params)
+  if not model_config.scan_layers and "layers" in enc:
+    return unscan_params(params)
+  return params
+
+
+def create_train_state(config, model: nn.Module, mesh, tx=None, *, params=None, rng=None):
+  """A fresh TrainState laid out on `mesh` (see module docstring). Returns (state, state_shardings)."""
+  tx = tx if tx is not None else optimizers.make_optimizer(config)[0]
+  _, shardings = abstract_train_state(config, model, mesh, tx)
+  rng = jax.random.PRNGKey(int(getattr(config, "seed", 0))) if rng is None else rng
+  param_rng, dropout_rng = jax.random.split(rng)
+  init = _init_fn(model)
+
+  def make_state(p):
+    return TrainState(step=jnp.zeros((), jnp.int32), params=p, opt_state=tx.init(p),
+                      rng=jax.random.key_data(dropout_rng) if jnp.issubdtype(dropout_rng.dtype,
+                                                                               jax.dtypes.prng_key)
+                      else dropout_rng)
+
+  if params is None:
+    state = jax.jit(lambda r: make_state(nn.unbox(init(r))), out_shardings=shardings)(param_rng)
+  else:
+    params = _match_layout(flax.core.unfreeze(params) if isinstance(params, flax.core.FrozenDict)
+                           else params, model.config)
+    _check_same_tree(params, shardings.params)
+    params = jax.device_put(params, shardings.params)
+    state = jax.jit(make_state, in_shardings=(shardings.params,), out_shardings=shardings)(params)
+  return state, shardings
+
+
+def _check_same_tree(params, reference):
+  got = {jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]}
+  want = {jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(reference)[0]}
+  if got != want:
+    raise ValueError("initial params do not match the model: missing "
+                     f"{sorted(want - got)[:5]}, unexpected {sorted(got - want)[:5]}")
+
+
+# ---- steps ---------------------------------------------------------------------------------------------
+class StepFn:
+  """A jitted step that is always traced and run under the mesh + logical-axis-rules context."""
+
+  def __init__(self, jitted, mesh, rules):
+    self.jitted, self.mesh, self.rules = jitted, mesh, rules
+
+  def __call__(self, *args):
+    with sharding.mesh_context(self.mesh, self.rules):
+      return self.jitted(*args)
+
+  def lower(self, *args):
+    with sharding.mesh_context(self.mesh, self.rules):
+      return self.jitted.lower(*args)
+
+
+def _denominators(batch, targets):
+  """Global normalisers, so that summing micro-batch losses gives the full-batch loss."""
+  d = {}
+  if "mlm" in targets:
+    d["mlm"] = jnp.sum(batch["masked_lm_weights"].astype(jnp.float32)) + 1e-5
+  for t in ("nsp", "sop"):
+    if t in targets:
+      d[t] = jnp.asarray(batch["input_ids"].shape[0], jnp.float32)
+  if "lm" in targets:
+    d["lm"] = jnp.sum(batch["input_mask"][:, 1:].astype(jnp.float32)) + 1e-5
+  return d
+
+
+def _forward_sums(model, params, batch, targets, denoms, rng):
+  """(loss, metric sums) of one (micro-)batch; loss normalised by the global denominators."""
+  deterministic = rng is None
+  out = model.apply({"params": params}, batch["input_ids"], batch["input_mask"], batch.get("segment_ids"),
+                    batch.get("masked_lm_positions") if "mlm" in targets else None,
+                    deterministic=deterministic, rngs=None if deterministic else {"dropout": rng})
+  _, sums = losses.pretraining_loss(out, batch, targets)
+  loss = sum(sums[f"{t}_loss_sum"] / denoms[t] for t in targets)
+  sums = {k: v for k, v in sums.items() if k not in ("loss_sum", "loss_count")}
+  return loss, sums
+
+
+def _check_batch(batch, divisor, what):
+  b = batch["input_ids"].shape[0]
+  if b % divisor:
+    raise ValueError(f"global batch {b} is not a multiple of {what} = {divisor}")
+  return b
+
+
+def _make_grads_fn(model, targets, accum, mesh, b_spec, grad_shardings, shards):
+  """(params, batch, rng) -> (loss, metric sums, grads) of the global batch, accumulated over `accum`
+  strided micro-batches with lax.scan (rng None = deterministic forward)."""
+
+  def grads_fn(params, batch, rng):
+    b = _check_batch(batch, shards * accum, f"batch shards ({shards}) x grad_accum_steps ({accum})")
+    denoms = _denominators(batch, targets)
+    grad_fn = jax.value_and_grad(
+        lambda p, mb, r: _forward_sums(model, p, mb, targets, denoms, r), has_aux=True)
+    if accum == 1:
+      (loss, sums), grads = grad_fn(params, batch, rng)
+      return loss, sums, grads
+
+    def split(x):   # [B, ...] -> [A, B/A, ...]; micro-batch i = rows i, A+i, 2A+i, ... (all shards)
+      x = x.reshape((b // accum, accum) + x.shape[1:]).swapaxes(0, 1)
+      return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(None, *b_spec)))
+    micro = jax.tree.map(split, batch)
+    micro_rng = (lambda i: None) if rng is None else (lambda i: jax.random.fold_in(rng, i))
+
+    def body(carry, xs):
+      g_acc, l_acc, s_acc = carry
+      mb, i = xs
+      (l, s), g = grad_fn(params, mb, micro_rng(i))
+      return (jax.tree.map(jnp.add, g_acc, g), l_acc + l, jax.tree.map(jnp.add, s_acc, s)), None
+
+    zeros_g = jax.tree.map(lambda p, s: jax.lax.with_sharding_constraint(jnp.zeros_like(p), s),
+                           params, grad_shardings)
+    first = jax.tree.map(lambda x: x[0], micro)
+    zeros_s = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), jax.eval_shape(
+        lambda: _forward_sums(model, params, first, targets, denoms, micro_rng(0))[1]))
+    (grads, loss, sums), _ = jax.lax.scan(
+        body, (zeros_g, jnp.zeros((), jnp.float32), zeros_s), (micro, jnp.arange(accum)))
+    return loss, sums, grads
+
+  return grads_fn
+
+
+def make_grads_step(config, model: nn.Module, mesh, state_shardings, *, deterministic: bool = False) -> StepFn:
+  """grads(state, batch) -> (loss, metric sums, grads) without an update: the same computation as the
+  train step (for tests and gradient inspection)."""
+  targets, rules = _targets(config), _rules(config)
+  accum = int(getattr(config, "grad_accum_steps", 1) or 1)
+  shards = sharding.batch_shards(mesh, rules)
+  grads_fn = _make_grads_fn(model, targets, accum, mesh, sharding.batch_spec(rules), state_shardings.params,
+                            shards)
+
+  def step(state, batch):
+    rng = None if deterministic else jax.random.fold_in(state.rng, state.step)
+    return grads_fn(state.params, dict(batch), rng)
+
+  repl = sharding.replicated(mesh)
+  jitted = jax.jit(step, in_shardings=(state_shardings, sharding.batch_sharding(mesh, rules)),
+                   out_shardings=(repl, repl, state_shardings.params))
+  return StepFn(jitted, mesh, rules)
+
+
+def make_train_step(config, model: nn.Module, tx, mesh, state_shardings, *, donate: bool = True) -> StepFn:
+  """The sharded train step (see module docstring)."""
+  targets = _targets(config)
+  rules = _rules(config)
+  accum = int(getattr(config, "grad_accum_steps", 1) or 1)
+  nan_policy = getattr(config, "nan_policy", "stop")
+  if nan_policy not in ("stop", "skip"):
+    raise ValueError(f"nan_policy={nan_policy!r}; expected stop or skip")
+  shards = sharding.batch_shards(mesh, rules)
+  b_spec = sharding.batch_spec(rules)
+  repl = sharding.replicated(mesh)
+
+  grads_fn = _make_grads_fn(model, targets, accum, mesh, b_spec, state_shardings.params, shards)
+
+  def train_step(state: TrainState, batch: Mapping[str, jax.Array]):
+    step_rng = jax.random.fold_in(state.rng, state.step)
+    loss, sums, grads = grads_fn(state.params, dict(batch), step_rng)
+    grad_norm = optax.global_norm(grads)
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+    metrics = dict(sums, loss_sum=loss, loss_count=jnp.ones((), jnp.float32), grad_norm_sum=grad_norm,
+                   param_norm_sum=optax.global_norm(params), step_count=jnp.ones((), jnp.float32))
+    if nan_policy == "skip":
+      keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
+      new_state = new_state.replace(params=jax.tree.map(keep, params, state.params),
+                                    opt_state=jax.tree.map(keep, opt_state, state.opt_state))
+      metrics = {k: jnp.where(finite, v, jnp.zeros_like(v)) for k, v in metrics.items()}
+    metrics["nonfinite_count"] = 1.0 - finite.astype(jnp.float32)
+    metrics["min_nonfinite_step"] = jnp.where(finite, NO_NONFINITE, state.step.astype(jnp.int32))
+    return new_state, metrics
+
+  batch_in = NamedSharding(mesh, b_spec)
+  jitted = jax.jit(train_step, in_shardings=(state_shardings, batch_in), out_shardings=(state_shardings, repl),
+                   donate_argnums=(0,) if donate else ())
+  return StepFn(jitted, mesh, rules)
+
+
+def make_eval_step(config, model: nn.Module, mesh, state_shardings) -> StepFn:
+  """eval(params, batch) -> metric sums (deterministic forward, same loss normalisation as training)."""
+  targets = _targets(config)
+  rules = _rules(config)
+  shards = sharding.batch_shards(mesh, rules)
+
+  def eval_step(params, batch):
+    batch = dict(batch)
+    _check_batch(batch, shards, "batch shards")
+    denoms = _denominators(batch, targets)
+    loss, sums = _forward_sums(model, params, batch, targets, denoms, None)
+    return dict(sums, loss_sum=loss, loss_count=jnp.ones((), jnp.float32))
+
+  batch_in = sharding.batch_sharding(mesh, rules)
+  jitted = jax.jit(eval_step, in_shardings=(state_shardings.params, batch_in),
+                   out_shardings=sharding.replicated(mesh))
+  return StepFn(jitted, mesh, rules)
+
+
+# ---- metrics -----------------------------------------------------------------------------------------
+def merge_metrics(a: Optional[dict], b: dict) -> dict:
+  """Adds metric sums (device arrays, no host sync); `min_*` keys take the minimum."""
+  if a is None:
+    return dict(b)
+  return _merge(a, b)
+
+
+@jax.jit
+def _merge(a, b):
+  return {k: (jnp.minimum(a[k], b[k]) if k.startswith("min_") else a[k] + b[k]) for k in b}
+
+
+def normalize(sums: Mapping[str, Any]) -> dict:
+  """Host-side: metric sums -> {mlm_loss, mlm_accuracy, nsp_loss, nsp_accuracy, loss, grad_norm,
+  param_norm, nonfinite_count, ...} as Python floats."""
+  sums = {k: np.asarray(v) for k, v in jax.device_get(dict(sums)).items()}
+  out = losses.normalize_metrics(sums)
+  n = float(sums.get("step_count", 0.0))
+  for key in ("grad_norm", "param_norm"):
+    if f"{key}_sum" in sums and n > 0:
+      out[key] = float(sums[f"{key}_sum"]) / n
+  if "nonfinite_count" in sums:
+    out["nonfinite_count"] = int(sums["nonfinite_count"])
+  if "min_nonfinite_step" in sums and int(sums["min_nonfinite_step"]) != int(NO_NONFINITE):
+    out["first_nonfinite_step"] = int(sums["min_nonfinite_step"])
+  return out

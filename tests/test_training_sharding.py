@@ -1,0 +1,112 @@
+"""Sharding: every mesh layout computes the same loss and gradients as one device; accumulation is exact;
+the optimizer masks weight decay off LayerNorm and biases."""
+
+import types
+
+import jax
+import numpy as np
+import pytest
+
+from bert_jax.models import BertConfig, BertForPreTraining
+from bert_jax.training import optimizers, sharding
+from bert_jax.training import train_step as ts
+
+TINY = BertConfig.from_size("tiny", vocab_size=96, hidden_size=64, num_attention_heads=4, intermediate_size=128,
+                            max_position_embeddings=64)
+
+
+def run_config(**kw):
+  opt = types.SimpleNamespace(name=kw.pop("optimizer", "adamw"), learning_rate=kw.pop("lr", 1e-3),
+                              weight_decay=0.01, clip_norm=1.0)
+  return types.SimpleNamespace(seed=0, targets=("mlm", "nsp"), grad_accum_steps=kw.pop("accum", 1),
+                               nan_policy=kw.pop("nan_policy", "stop"), num_train_steps=100, warmup_steps=0,
+                               logical_axis_rules=None, optimizer=opt, **kw)
+
+
+def make_batch(batch=16, length=32, preds=5, vocab=96, seed=0):
+  rng = np.random.default_rng(seed)
+  lengths = rng.integers(length // 2, length + 1, batch)
+  mask = (np.arange(length)[None] < lengths[:, None]).astype(np.int32)
+  ids = rng.integers(5, vocab, (batch, length)).astype(np.int32) * mask
+  pos = np.stack([rng.choice(np.arange(1, l - 1), preds, replace=False) for l in lengths]).astype(np.int32)
+  return dict(input_ids=ids, input_mask=mask,
+              segment_ids=((np.arange(length)[None] >= lengths[:, None] // 2) & (mask > 0)).astype(np.int32),
+              masked_lm_positions=pos, masked_lm_ids=rng.integers(5, vocab, (batch, preds)).astype(np.int32),
+              masked_lm_weights=(rng.random((batch, preds)) > 0.2).astype(np.float32),
+              next_sentence_labels=rng.integers(0, 2, batch).astype(np.int32))
+
+
+def loss_and_grads(mesh, config, model_config=TINY, batch=None, deterministic=False):
+  model = BertForPreTraining(model_config)
+  tx, _ = optimizers.make_optimizer(config)
+  state, shardings = ts.create_train_state(config, model, mesh, tx)
+  grads = ts.make_grads_step(config, model, mesh, shardings, deterministic=deterministic)
+  loss, sums, g = grads(state, make_batch() if batch is None else batch)
+  return float(loss), jax.device_get(sums), jax.device_get(g)
+
+
+@pytest.fixture(scope="module")
+def reference():
+  """Loss and gradients on one device (dropout on: random bits do not depend on the sharding)."""
+  return loss_and_grads(sharding.make_mesh((1, 1, 1), devices=jax.devices()[:1]), run_config())
+
+
+def assert_trees_close(a, b, rtol=2e-5, atol=2e-6):
+  for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(a)[0], jax.tree.leaves(b)):
+    np.testing.assert_allclose(x, y, rtol=rtol, atol=atol, err_msg=jax.tree_util.keystr(path))
+
+
+@pytest.mark.parametrize("shape", [(8, 1, 1), (2, 2, 2), (1, 1, 8)])
+def test_mesh_layouts_match_single_device_loss_and_grads(reference, shape):
+  assert len(jax.devices()) == 8
+  mesh = sharding.make_mesh(shape)
+  loss, sums, grads = loss_and_grads(mesh, run_config())
+  ref_loss, ref_sums, ref_grads = reference
+  np.testing.assert_allclose(loss, ref_loss, rtol=1e-6)
+  np.testing.assert_allclose(sums["mlm_correct_sum"], ref_sums["mlm_correct_sum"])
+  assert_trees_close(grads, ref_grads)
+
+
+def test_params_are_actually_sharded_on_the_mesh():
+  mesh = sharding.make_mesh((2, 2, 2))
+  state, _ = ts.create_train_state(run_config(), BertForPreTraining(TINY), mesh)
+  q = state.params["bert"]["encoder"]["layer_0"]["attention"]["query"]["kernel"]   # (embed, heads, kv)
+  assert q.sharding.spec == jax.sharding.PartitionSpec("fsdp", "tensor", None)
+  assert q.addressable_shards[0].data.shape == (32, 2, 16)
+  mu = state.opt_state[1].mu["bert"]["encoder"]["layer_0"]["attention"]["query"]["kernel"]
+  assert mu.sharding.spec == q.sharding.spec      # optimizer moments follow their params
+
+
+def test_gradient_accumulation_equals_full_batch(reference):
+  mesh = sharding.make_mesh((2, 2, 2))
+  one = loss_and_grads(mesh, run_config(), deterministic=True)
+  four = loss_and_grads(mesh, run_config(accum=4), deterministic=True)
+  np.testing.assert_allclose(four[0], one[0], rtol=1e-5)
+  for key in ("mlm_loss_sum", "mlm_weight_sum", "nsp_correct_sum"):
+    np.testing.assert_allclose(four[1][key], one[1][key], rtol=1e-5)
+  assert_trees_close(four[2], one[2], rtol=1e-4, atol=1e-6)
+
+
+def test_adamw_mask_excludes_layernorm_and_biases():
+  _, shardings = ts.param_shardings(BertForPreTraining(TINY), sharding.make_mesh((8, 1, 1)), None)
+  abstract, _ = ts.param_shardings(BertForPreTraining(TINY), sharding.make_mesh((8, 1, 1)), None)
+  flat = {jax.tree_util.keystr(p): m for p, m in
+          jax.tree_util.tree_flatten_with_path(optimizers.decay_mask(abstract))[0]}
+  decayed = {k for k, m in flat.items() if m}
+  assert decayed and all(("kernel" in k or "embedding" in k) for k in decayed)
+  assert not any("LayerNorm" in k or "bias" in k for k in decayed)
+  assert "['bert']['encoder']['layer_0']['attention_LayerNorm']['scale']" in flat
+  assert not flat["['mlm']['output_bias']"] and flat["['bert']['embeddings']['word_embeddings']['embedding']"]
+
+
+def test_adamw_weight_decay_moves_only_masked_params():
+  """With zero gradients, only decayed params change (by lr * wd * w); LayerNorm and biases stay put."""
+  import jax.numpy as jnp
+  cfg = run_config(lr=0.1)
+  cfg.optimizer.clip_norm = 0.0
+  tx, _ = optimizers.make_optimizer(cfg)
+  params = {"dense": {"kernel": jnp.ones((2, 2)), "bias": jnp.ones(2)}, "LayerNorm": {"scale": jnp.ones(2)}}
+  upd, _ = tx.update(jax.tree.map(jnp.zeros_like, params), tx.init(params), params)
+  np.testing.assert_allclose(upd["dense"]["kernel"], -0.1 * 0.01 * np.ones((2, 2)), rtol=1e-6)
+  np.testing.assert_array_equal(upd["dense"]["bias"], 0.0)
+  np.testing.assert_array_equal(upd["LayerNorm"]["scale"], 0.0)
