@@ -1,0 +1,161 @@
+"""Masked-LM selection and 80/10/10 replacement, vectorised in numpy over a batch of sequences.
+
+One implementation serves static masking (offline, `create_pretraining_data`) and dynamic masking (a fresh
+mask per epoch inside tf.data via `tf.numpy_function`, seeded per batch so it is deterministic and
+resumable). Semantics follow google-research/bert `create_masked_lm_predictions`:
+
+  - candidates: every real token except [CLS], [SEP], [PAD] and [MASK] (the tokenizer never emits the
+    latter; padding is outside `input_mask` anyway);
+  - number to predict per sequence: `min(max_predictions_per_seq, max(1, round(n * masked_lm_prob)))`
+    with n = the number of candidates and *stochastic* rounding, so the expected selection rate is exactly
+    `masked_lm_prob` (Google rounds `len(tokens) * p` with [CLS]/[SEP] counted, which selects 15.2-15.4%
+    of the real tokens at p = 0.15);
+  - positions are a uniformly random subset; with whole-word masking, words (a start token plus its
+    continuations) are visited in random order and a word is taken whole if it still fits under the
+    number to predict, else skipped (Google's greedy rule, run for all rows at once);
+  - each selected position: 80% [MASK], 10% a random token, 10% unchanged. Random tokens are drawn from the
+    non-special ids (Google draws from the whole vocab, [CLS]/[PAD] included);
+  - outputs sorted by position, padded to max_predictions_per_seq with position 0, id 0, weight 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, Optional, Sequence
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskingConfig:
+  vocab_size: int
+  mask_id: int
+  special_ids: Sequence[int]              # never selected, never used as random replacements
+  masked_lm_prob: float = 0.15
+  max_predictions_per_seq: int = 20
+  mask_token_prob: float = 0.8            # of the selected: replaced by [MASK]
+  random_token_prob: float = 0.1          # of the selected: replaced by a random token (rest unchanged)
+  whole_word_mask: bool = False
+
+  @classmethod
+  def from_vocab(cls, vocab, **kwargs) -> "MaskingConfig":
+    from bert_jax.input_pipeline import tokenization  # pylint: disable=g-import-not-at-top
+    missing = [t for t in tokenization.SPECIAL_TOKENS if t not in vocab]
+    if missing:
+      raise ValueError(f"vocab lacks {missing}")
+    specials = sorted({int(vocab[t]) for t in tokenization.SPECIAL_TOKENS})
+    return cls(vocab_size=max(vocab.values()) + 1, mask_id=int(vocab[tokenization.MASK]),
+               special_ids=tuple(specials), **kwargs)
+
+
+def continuation_table(vocab) -> np.ndarray:
+  """bool [vocab_size]: True for "##" WordPiece continuation tokens (whole-word masking of English)."""
+  table = np.zeros(max(vocab.values()) + 1, dtype=bool)
+  for tok, i in vocab.items():
+    if tok.startswith("##") and len(tok) > 2:
+      table[i] = True
+  return table
+
+
+class Masker:
+  """Applies `MaskingConfig` to batches; `__call__(input_ids, input_mask, rng, continuation=None)`."""
+
+  def __init__(self, config: MaskingConfig):
+    self.config = config
+    special = np.zeros(config.vocab_size, dtype=bool)
+    special[list(config.special_ids)] = True
+    self._is_special = special
+    self._random_pool = np.flatnonzero(~special).astype(np.int32)
+    if self._random_pool.size == 0:
+      raise ValueError("vocab has no non-special token to use as a random replacement")
+
+  def select(self, input_ids: np.ndarray, input_mask: np.ndarray, rng: np.random.Generator,
+             continuation: Optional[np.ndarray] = None):
+    """Returns (selected bool [B, T], num_to_predict int [B])."""
+    cfg = self.config
+    ids = np.asarray(input_ids)
+    b, t = ids.shape
+    cand = (np.asarray(input_mask) > 0) & ~self._is_special[np.clip(ids, 0, cfg.vocab_size - 1)]
+    n_cand = cand.sum(axis=1)
+    expected = n_cand * cfg.masked_lm_prob
+    k = np.floor(expected + rng.random(b)).astype(np.int64)
+    k = np.minimum(np.maximum(k, 1), cfg.max_predictions_per_seq)
+    k = np.minimum(k, n_cand)
+    if cfg.whole_word_mask and continuation is not None:
+      return self._select_words(cand, np.asarray(continuation, dtype=bool), k, rng), k
+    keys = rng.random((b, t), dtype=np.float32)
+    keys[~cand] = 2.0
+    p = min(cfg.max_predictions_per_seq, t)
+    part = np.argpartition(keys, p - 1, axis=1)[:, :p] if p < t else np.tile(np.arange(t), (b, 1))
+    part_keys = np.take_along_axis(keys, part, axis=1)
+    chosen = np.take_along_axis(part, np.argsort(part_keys, axis=1), axis=1)   # P smallest keys, sorted
+    take = np.arange(p)[None, :] < k[:, None]
+    selected = np.zeros((b, t), dtype=bool)
+    rows = np.broadcast_to(np.arange(b)[:, None], chosen.shape)
+    selected[rows[take], chosen[take]] = True
+    return selected, k
+
+  def _select_words(self, cand, cont, k, rng):
+    b, t = cand.shape
+    starts = cand & ~(cont & np.concatenate([np.zeros((b, 1), bool), cand[:, :-1]], axis=1))
+    word = np.cumsum(starts, axis=1) - 1                      # word index of each token (row-local)
+    word = np.where(cand, word, -1)
+    n_words = starts.sum(axis=1)
+    flat = (np.arange(b)[:, None] * t + word)[cand]
+    word_len = np.bincount(flat, minlength=b * t).reshape(b, t)   # [B, max words <= T]
+    keys = rng.random((b, t), dtype=np.float32)
+    keys[np.arange(t)[None, :] >= n_words[:, None]] = 2.0
+    order = np.argsort(keys, axis=1)
+    len_sorted = np.take_along_axis(word_len, order, axis=1)
+    count = np.zeros(b, dtype=np.int64)
+    take_sorted = np.zeros((b, t), dtype=bool)
+    max_words = int(n_words.max()) if b else 0
+    for j in range(max_words):  # Google's greedy: skip a word that does not fit, go on to the next
+      lj = len_sorted[:, j]
+      fits = (lj > 0) & (count + lj <= k)
+      take_sorted[:, j] = fits
+      count += np.where(fits, lj, 0)
+      if j % 8 == 7 and np.all((count >= k) | (j + 1 >= n_words)):
+        break
+    word_taken = np.zeros((b, t), dtype=bool)
+    np.put_along_axis(word_taken, order, take_sorted, axis=1)
+    selected = cand & np.take_along_axis(word_taken, np.maximum(word, 0), axis=1)
+    return selected
+
+  def __call__(self, input_ids: np.ndarray, input_mask: np.ndarray, rng: np.random.Generator,
+               continuation: Optional[np.ndarray] = None) -> Dict[str, np.ndarray]:
+    """Masks a batch. Returns input_ids (masked copy), masked_lm_positions, masked_lm_ids (int32 [B, P]),
+    masked_lm_weights (float32 [B, P])."""
+    cfg = self.config
+    ids = np.asarray(input_ids)
+    b, t = ids.shape
+    p = cfg.max_predictions_per_seq
+    selected, _ = self.select(ids, input_mask, rng, continuation)
+    n_sel = selected.sum(axis=1)
+    # Positions in ascending order: a stable sort puts selected (False in ~selected) first.
+    order = np.argsort(~selected, axis=1, kind="stable")
+    if t < p:
+      order = np.concatenate([order, np.zeros((b, p - t), order.dtype)], axis=1)
+    positions = order[:, :p]
+    valid = np.arange(p)[None, :] < n_sel[:, None]
+    positions = np.where(valid, positions, 0).astype(np.int32)
+    labels = np.where(valid, np.take_along_axis(ids, positions, axis=1), 0).astype(np.int32)
+    u = rng.random((b, p), dtype=np.float32)
+    random_ids = self._random_pool[rng.integers(0, self._random_pool.size, size=(b, p))]
+    new = np.where(u < cfg.mask_token_prob, cfg.mask_id,
+                   np.where(u < cfg.mask_token_prob + cfg.random_token_prob, random_ids, labels))
+    out_ids = np.array(ids, dtype=np.int32, copy=True)
+    rows = np.broadcast_to(np.arange(b)[:, None], positions.shape)
+    out_ids[rows[valid], positions[valid]] = new[valid]
+    return {"input_ids": out_ids, "masked_lm_positions": positions, "masked_lm_ids": labels,
+            "masked_lm_weights": valid.astype(np.float32)}
+
+
+def unmask(input_ids: np.ndarray, masked_lm_positions: np.ndarray, masked_lm_ids: np.ndarray,
+           masked_lm_weights: np.ndarray) -> np.ndarray:
+  """Restores the original ids of a statically masked batch (e.g. Google's records) for re-masking."""
+  ids = np.array(input_ids, dtype=np.int32, copy=True)
+  valid = np.asarray(masked_lm_weights) > 0
+  rows = np.broadcast_to(np.arange(ids.shape[0])[:, None], valid.shape)
+  ids[rows[valid], np.asarray(masked_lm_positions)[valid]] = np.asarray(masked_lm_ids)[valid]
+  return ids

@@ -1,0 +1,381 @@
+"""Pre-training batches for the training loop: from TFRecords (ours or Google's) or raw text, per host.
+
+    from bert_jax.input_pipeline import pretrain_dataset
+    it = pretrain_dataset.make_pretraining_dataset(
+        "gs_or_local/train-*.tfrecord", batch_size=256,            # per-host batch (global / process_count)
+        max_seq_length=128, max_predictions_per_seq=20, vocab_file="vocab.txt",
+        is_training=True, seed=0, masking="dynamic")              # or masking="static", input_format="text"
+    batch = next(it)          # dict of numpy arrays (below)
+    state = it.state()        # {"step": 1234, ...}: save it with the model checkpoint (JSON-able)
+    it = pretrain_dataset.make_pretraining_dataset(..., start_step=state["step"])  # same next batch
+    # or: it.save_state(path) / pretrain_dataset.load_state(path)["step"]
+
+Batch (numpy): input_ids, input_mask, segment_ids int32 [B, max_seq_length]; masked_lm_positions,
+masked_lm_ids int32 [B, max_predictions_per_seq]; masked_lm_weights float32 [B, P];
+next_sentence_labels int32 [B] (Google's [B, 1] squeezed; 1 = random next / swapped).
+
+Behaviour:
+  - Sources. `input_format="tfrecord"`: Google's schema (`tfrecord_io.parse_spec`), e.g. the output of
+    `create_pretraining_data` or Google's own files. `"text"`: one sentence per line, blank line between
+    documents; tokenized once at start-up (exact BERT tokenization, cached), then each epoch makes fresh
+    NSP/SOP pairs (Google's rules, `instances.create_pairs`) and fresh masks. `"auto"` picks "text" for
+    .txt files, else "tfrecord".
+  - Masking. "static": the masks stored in the records (Google's behaviour; TFRecords only).
+    "dynamic": a fresh mask every time an example is seen (RoBERTa-style): stored masks are undone and the
+    sequence is re-masked (`masking.Masker`, 15% / 80-10-10, optional whole-word masking from "##" pieces
+    or from a stored `word_continuation` feature for jieba-based Chinese wwm).
+  - Per host: files are split by `process_index`/`process_count` (defaults: `jax.process_index()` /
+    `jax.process_count()`) when there are at least as many files as hosts, else records (or documents)
+    are split round-robin; either way the hosts' streams are disjoint.
+  - Determinism: the order (file shuffle, record shuffle buffer, interleave) is a function of
+    (seed, epoch) and the dynamic mask of batch k is a function of (seed, k), so the same arguments give the
+    same batches, independent of thread timing.
+  - Resume: batch k is records [k * B, (k + 1) * B) of the deterministic stream, so
+    `start_step=k` skips k * B records (whole epochs are skipped by counting, without reading them twice)
+    and continues with exactly the batch an uninterrupted run would have produced.
+  - `is_training=False`: no shuffling, one pass, static masks unless masking="dynamic" is asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from typing import Dict, Iterator, List, Optional, Sequence, Union
+
+import numpy as np
+import tensorflow as tf
+
+from bert_jax.input_pipeline import instances as instances_lib
+from bert_jax.input_pipeline import masking as masking_lib
+from bert_jax.input_pipeline import text_io
+from bert_jax.input_pipeline import tfrecord_io
+from bert_jax.input_pipeline import tokenization
+
+BATCH_KEYS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
+              "masked_lm_weights", "next_sentence_labels")
+_TEXT_SUFFIXES = (".txt", ".text")
+_MAX_EPOCHS = 1 << 31
+
+
+def _mix(*xs: int) -> int:
+  """A 63-bit seed from integers (stable across runs and platforms)."""
+  return int(np.random.SeedSequence([int(x) & 0xFFFFFFFF for x in xs]).generate_state(2, np.uint64)[0]
+             >> np.uint64(1))
+
+
+def parse_pretraining_examples(serialized: tf.Tensor, max_seq_length: int, max_predictions_per_seq: int,
+                               with_continuation: bool = False) -> Dict[str, tf.Tensor]:
+  """Parses a batch (or one) of serialized Examples in Google's schema; int64 -> int32, labels [B]."""
+  spec = tfrecord_io.parse_spec(max_seq_length, max_predictions_per_seq, with_continuation)
+  if serialized.shape.rank == 0:
+    parsed = tf.io.parse_single_example(serialized, spec)
+  else:
+    parsed = tf.io.parse_example(serialized, spec)
+  out = {}
+  for k, v in parsed.items():
+    out[k] = tf.cast(v, tf.int32) if v.dtype == tf.int64 else v
+  out["next_sentence_labels"] = tf.squeeze(out["next_sentence_labels"], axis=-1)
+  return out
+
+
+def read_google_tfrecord(input_files, max_seq_length: int = 128, max_predictions_per_seq: int = 20
+                         ) -> tf.data.Dataset:
+  """All records of Google-schema TFRecord files, in file order, parsed (one example per element)."""
+  files = text_io.expand_globs(input_files)
+  ds = tf.data.TFRecordDataset(files)
+  return ds.map(lambda s: parse_pretraining_examples(s, max_seq_length, max_predictions_per_seq))
+
+
+def _has_feature(path: str, name: str) -> bool:
+  for raw in tf.data.TFRecordDataset([path]).take(1):
+    ex = tf.train.Example.FromString(raw.numpy())
+    return name in ex.features.feature
+  return False
+
+
+def _check_records(path: str, max_seq_length: int, max_predictions_per_seq: int) -> None:
+  """Fails early, naming the file, when its first record does not match the expected schema."""
+  for raw in tf.data.TFRecordDataset([path]).take(1):
+    try:
+      ex = tf.train.Example.FromString(raw.numpy())
+    except Exception as e:  # pylint: disable=broad-except
+      raise ValueError(f"{path}: first record is not a tf.train.Example ({e})") from e
+    feats = ex.features.feature
+    want = {"input_ids": max_seq_length, "input_mask": max_seq_length, "segment_ids": max_seq_length,
+            "masked_lm_positions": max_predictions_per_seq, "masked_lm_ids": max_predictions_per_seq,
+            "masked_lm_weights": max_predictions_per_seq, "next_sentence_labels": 1}
+    for name, n in want.items():
+      if name not in feats:
+        raise ValueError(f"{path}: records lack feature {name!r} (Google's pre-training schema expected: "
+                         f"{sorted(want)})")
+      kind = feats[name].WhichOneof("kind")
+      got = len(getattr(feats[name], kind).value) if kind else 0
+      if got != n:
+        raise ValueError(f"{path}: feature {name!r} has {got} values, expected {n} (check max_seq_length="
+                         f"{max_seq_length} / max_predictions_per_seq={max_predictions_per_seq})")
+    return
+  raise ValueError(f"{path}: no records (empty TFRecord file)")
+
+
+class PretrainingIterator:
+  """Iterator of numpy batches with a resumable position (`state()`, `save_state()`)."""
+
+  def __init__(self, dataset: tf.data.Dataset, start_step: int, config: Dict):
+    self.dataset = dataset
+    self._it = iter(dataset.as_numpy_iterator())
+    self.step = int(start_step)
+    self.config = config
+
+  def __iter__(self):
+    return self
+
+  def __next__(self) -> Dict[str, np.ndarray]:
+    batch = next(self._it)
+    self.step += 1
+    return batch
+
+  def state(self) -> Dict:
+    """JSON-able position: pass `start_step=state["step"]` (same other arguments) to resume."""
+    return {"step": self.step, **self.config}
+
+  def save_state(self, path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+      json.dump(self.state(), f)
+
+
+def load_state(path: str) -> Dict:
+  with open(path) as f:
+    return json.load(f)
+
+
+def _default_process(process_index, process_count):
+  if process_index is None or process_count is None:
+    import jax  # pylint: disable=g-import-not-at-top
+    process_index = jax.process_index() if process_index is None else process_index
+    process_count = jax.process_count() if process_count is None else process_count
+  if not 0 <= process_index < process_count:
+    raise ValueError(f"process_index {process_index} not in [0, {process_count})")
+  return int(process_index), int(process_count)
+
+
+def _make_mask_fn(vocab, max_seq_length, max_predictions_per_seq, masked_lm_prob, whole_word_mask,
+                  seed, stored_continuation: bool, process_index: int = 0):
+  cfg = masking_lib.MaskingConfig.from_vocab(vocab, masked_lm_prob=masked_lm_prob,
+                                         max_predictions_per_seq=max_predictions_per_seq,
+                                         whole_word_mask=whole_word_mask)
+  masker = masking_lib.Masker(cfg)
+  cont_table = masking_lib.continuation_table(vocab)
+
+  def np_mask(step, input_ids, input_mask, positions, ids, weights, stored_cont):
+    rng = np.random.default_rng([seed & 0xFFFFFFFF, 0x6D61736B, process_index, int(step) & 0xFFFFFFFF,
+                                 int(step) >> 32])
+    original = masking_lib.unmask(input_ids, positions, ids, weights)
+    cont = None
+    if whole_word_mask:
+      cont = cont_table[np.clip(original, 0, cont_table.size - 1)]
+      if stored_continuation:
+        cont = cont | (stored_cont > 0)
+    out = masker(original, input_mask, rng, cont)
+    return (out["input_ids"], out["masked_lm_positions"], out["masked_lm_ids"], out["masked_lm_weights"])
+
+  def tf_mask(step, batch):
+    stored = batch.get(tfrecord_io.CONTINUATION_FEATURE, tf.zeros_like(batch["input_ids"]))
+    ids, pos, lab, w = tf.numpy_function(
+        np_mask, [step, batch["input_ids"], batch["input_mask"], batch["masked_lm_positions"],
+                  batch["masked_lm_ids"], batch["masked_lm_weights"], stored],
+        [tf.int32, tf.int32, tf.int32, tf.float32], stateful=False)
+    out = dict(batch)
+    out.pop(tfrecord_io.CONTINUATION_FEATURE, None)
+    b = batch["input_ids"].shape[0]
+    out["input_ids"] = tf.ensure_shape(ids, [b, max_seq_length])
+    out["masked_lm_positions"] = tf.ensure_shape(pos, [b, max_predictions_per_seq])
+    out["masked_lm_ids"] = tf.ensure_shape(lab, [b, max_predictions_per_seq])
+    out["masked_lm_weights"] = tf.ensure_shape(w, [b, max_predictions_per_seq])
+    return out
+
+  return tf_mask
+
+
+def _record_stream(files: List[str], is_training: bool, seed: int, process_index: int,
+                   process_count: int, shuffle_buffer: int, cycle_length: int):
+  """Returns (epoch -> dataset of serialized records for this host, per-file sharding flag)."""
+  shard_files = len(files) >= process_count
+  host_files = files[process_index::process_count] if shard_files else files
+
+  def epoch_records(epoch):
+    names = tf.constant(host_files)
+    if is_training and len(host_files) > 1:
+      names = tf.random.experimental.stateless_shuffle(
+          names, seed=tf.stack([tf.constant(seed & 0x7FFFFFFF, tf.int64), tf.cast(epoch, tf.int64)]))
+    ds = tf.data.Dataset.from_tensor_slices(names)
+    ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(cycle_length, len(host_files)),
+                       block_length=1, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if not shard_files and process_count > 1:
+      ds = ds.shard(process_count, process_index)
+    if is_training and shuffle_buffer > 1:
+      ds = ds.shuffle(shuffle_buffer, seed=tf.cast(epoch, tf.int64) * 1_000_003 + (seed & 0xFFFFFF),
+                      reshuffle_each_iteration=False)
+    return ds
+
+  return epoch_records, host_files
+
+
+def _count_records(epoch_records) -> int:
+  return int(epoch_records(tf.constant(0, tf.int64)).reduce(tf.constant(0, tf.int64),
+                                                              lambda n, _: n + 1).numpy())
+
+
+def make_pretraining_dataset(
+    input_files: Union[str, Sequence[str]],
+    batch_size: int,
+    max_seq_length: int = 128,
+    max_predictions_per_seq: int = 20,
+    vocab_file: Optional[str] = None,
+    is_training: bool = True,
+    seed: int = 0,
+    *,
+    input_format: str = "auto",
+    masking: Optional[str] = None,
+    do_lower_case: bool = True,
+    whole_word_mask: bool = False,
+    masked_lm_prob: float = 0.15,
+    short_seq_prob: float = 0.1,
+    pair_mode: str = "nsp",
+    process_index: Optional[int] = None,
+    process_count: Optional[int] = None,
+    num_epochs: Optional[int] = None,
+    shuffle_buffer: int = 10_000,
+    cycle_length: int = 8,
+    start_step: int = 0,
+    drop_remainder: bool = True,
+    prefetch: int = 2,
+) -> PretrainingIterator:
+  """Per-host iterator of pre-training batches; see the module docstring for the full contract.
+
+  Args:
+    input_files: comma-separated globs or a list (TFRecords or text, see input_format).
+    batch_size: per-host batch size (global batch / process_count).
+    vocab_file: needed for dynamic masking and for text input.
+    masking: "dynamic" (default for training and text) or "static" (records' own masks;
+      default for evaluation).
+    num_epochs: None = repeat forever when training, one pass when not.
+    start_step: number of batches this host already consumed (resume).
+  """
+  mode = masking
+  files = text_io.expand_globs(input_files)
+  if input_format == "auto":
+    input_format = "text" if all(f.endswith(_TEXT_SUFFIXES) for f in files) else "tfrecord"
+  if input_format not in ("tfrecord", "text"):
+    raise ValueError(f"input_format must be 'auto', 'tfrecord' or 'text', got {input_format!r}")
+  if mode is None:
+    mode = "dynamic" if (is_training or input_format == "text") else "static"
+  if mode not in ("dynamic", "static"):
+    raise ValueError(f"masking must be 'dynamic' or 'static', got {mode!r}")
+  if mode == "static" and input_format == "text":
+    raise ValueError("raw text has no stored masks: use masking='dynamic'")
+  if mode == "dynamic" and vocab_file is None:
+    raise ValueError("dynamic masking needs vocab_file (to know [MASK] and the vocab size)")
+  process_index, process_count = _default_process(process_index, process_count)
+  if num_epochs is None:
+    num_epochs = _MAX_EPOCHS if is_training else 1
+  vocab = tokenization.load_vocab(vocab_file) if vocab_file else None
+  config = {"seed": seed, "batch_size": batch_size, "process_index": process_index,
+            "process_count": process_count, "input_format": input_format, "masking": mode}
+
+  if input_format == "text":
+    ds, stored_cont = _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_seq_prob,
+                                          pair_mode, seed, is_training, process_index, process_count,
+                                          num_epochs, start_step * batch_size)
+  else:
+    for f in files[:1]:
+      _check_records(f, max_seq_length, max_predictions_per_seq)
+    stored_cont = _has_feature(files[0], tfrecord_io.CONTINUATION_FEATURE)
+    epoch_records, _ = _record_stream(files, is_training, seed, process_index, process_count,
+                                      shuffle_buffer, cycle_length)
+    skip = start_step * batch_size
+    first_epoch = 0
+    if skip:
+      per_epoch = _count_records(epoch_records)
+      if per_epoch == 0:
+        raise ValueError(f"no records for host {process_index} in {files}")
+      first_epoch, skip = divmod(skip, per_epoch)
+    ds = tf.data.Dataset.range(first_epoch, num_epochs).flat_map(epoch_records)
+    if skip:
+      ds = ds.skip(skip)
+  ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+  if input_format == "tfrecord":
+    ds = ds.map(lambda s: parse_pretraining_examples(s, max_seq_length, max_predictions_per_seq,
+                                                     stored_cont),
+                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  if mode == "dynamic":
+    mask_fn = _make_mask_fn(vocab, max_seq_length, max_predictions_per_seq, masked_lm_prob,
+                            whole_word_mask, seed, stored_cont, process_index)
+    ds = ds.enumerate(start=start_step).map(mask_fn, num_parallel_calls=tf.data.AUTOTUNE,
+                                            deterministic=True)
+  ds = ds.map(lambda b: {k: b[k] for k in BATCH_KEYS})
+  ds = ds.prefetch(prefetch)
+  return PretrainingIterator(ds, start_step, config)
+
+
+def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_seq_prob, pair_mode, seed,
+                        is_training, process_index, process_count, num_epochs, skip_records):
+  """Raw text -> unmasked instances, fresh pairs each epoch (masked later like records)."""
+  tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
+  read_stats = text_io.ReadStats()
+  documents = text_io.read_documents(files, read_stats)
+  documents = documents[process_index::process_count]
+  if not documents:
+    raise ValueError(f"no documents for host {process_index}/{process_count} in {files}")
+  batch_tok = tokenization.fast_batch_tokenizer(tokenizer)
+  lines = [s for d in documents for s in d]
+  ids = batch_tok.encode_batch(lines)
+  docs_ids, k = [], 0
+  for d in documents:
+    docs_ids.append(ids[k:k + len(d)])
+    k += len(d)
+  corpus = instances_lib.build_corpus(docs_ids, max_seq_length - 3,
+                                      unk_id=tokenizer.vocab[tokenization.UNK])
+  special = instances_lib.special_ids_from_vocab(tokenizer.vocab)
+  t = max_seq_length
+
+  def epoch_pairs(epoch: int):
+    rng = random.Random(_mix(seed, epoch, 0x70616972))
+    order = list(range(corpus.num_documents))
+    if is_training:
+      rng.shuffle(order)
+    return instances_lib.create_pairs(corpus, max_seq_length, short_seq_prob, pair_mode, 1, rng,
+                                      shuffle=is_training, document_order=order)
+
+  # Which epoch and offset the resumed stream starts at (pairs are cheap to recreate, rows are not).
+  first_epoch, first_offset = 0, skip_records
+  while first_offset and first_epoch < num_epochs:
+    n = len(epoch_pairs(first_epoch))
+    if first_offset < n:
+      break
+    first_offset -= n
+    first_epoch += 1
+
+  def gen():
+    for epoch in range(first_epoch, num_epochs):
+      pairs = epoch_pairs(epoch)
+      start = first_offset if epoch == first_epoch else 0
+      for s in range(start, len(pairs), 4096):
+        part = pairs.take(np.arange(s, min(s + 4096, len(pairs))))
+        rows = instances_lib.assemble(corpus, part, t, special["cls"], special["sep"], special["pad"])
+        zeros_p = np.zeros((len(part), 1), np.int32)
+        yield {"input_ids": rows["input_ids"], "input_mask": rows["input_mask"],
+               "segment_ids": rows["segment_ids"],
+               "masked_lm_positions": zeros_p, "masked_lm_ids": zeros_p,
+               "masked_lm_weights": np.zeros((len(part), 1), np.float32),
+               "next_sentence_labels": rows["next_sentence_labels"]}
+
+  sig = {"input_ids": tf.TensorSpec([None, t], tf.int32), "input_mask": tf.TensorSpec([None, t], tf.int32),
+         "segment_ids": tf.TensorSpec([None, t], tf.int32),
+         "masked_lm_positions": tf.TensorSpec([None, 1], tf.int32),
+         "masked_lm_ids": tf.TensorSpec([None, 1], tf.int32),
+         "masked_lm_weights": tf.TensorSpec([None, 1], tf.float32),
+         "next_sentence_labels": tf.TensorSpec([None], tf.int32)}
+  ds = tf.data.Dataset.from_generator(gen, output_signature=sig).unbatch()
+  return ds, False

@@ -1,0 +1,200 @@
+"""Google's pre-training TFRecord schema: a fast `tf.train.Example` encoder and the parse spec.
+
+Schema (google-research/bert `write_instance_to_example_files`, names and dtypes exactly):
+  input_ids, input_mask, segment_ids      int64 [max_seq_length]          (0-padded)
+  masked_lm_positions, masked_lm_ids      int64 [max_predictions_per_seq] (0-padded)
+  masked_lm_weights                       float [max_predictions_per_seq] (1.0 real, 0.0 padding)
+  next_sentence_labels                    int64 [1]                       (1 = random next / swapped)
+Optional extra feature written by us for Chinese whole-word masking (ignored by Google's reader):
+  word_continuation                       int64 [max_seq_length]          (1 = continues a word)
+
+`encode_examples` writes the protobuf wire format directly with numpy (varints for a whole batch at once):
+~3 us per example instead of ~40 us through `tf.train.Example`, and byte-for-byte parseable by
+`tf.train.Example.FromString` / `tf.io.parse_example` (tested). The encoder needs no TensorFlow; the
+writer and `parse_spec` do.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Sequence
+
+import numpy as np
+
+INT_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
+                "next_sentence_labels")
+FLOAT_FEATURES = ("masked_lm_weights",)
+FEATURE_ORDER = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
+                 "masked_lm_weights", "next_sentence_labels")
+CONTINUATION_FEATURE = "word_continuation"
+
+
+def _varint(n: int) -> bytes:
+  out = bytearray()
+  while True:
+    b = n & 0x7F
+    n >>= 7
+    if n:
+      out.append(b | 0x80)
+    else:
+      out.append(b)
+      return bytes(out)
+
+
+_TABLE_CACHE: Dict[int, tuple] = {}
+
+
+def _varint_table(max_value: int):
+  """uint8 [max_value + 1, 3] varint bytes and their lengths, for values < 2**21 (ids, positions)."""
+  size = 1 << max(8, int(max_value).bit_length())
+  if size not in _TABLE_CACHE:
+    v = np.arange(size, dtype=np.int64)
+    nbytes = 1 + (v >= 1 << 7) + (v >= 1 << 14)
+    groups = (v[:, None] >> (np.arange(3) * 7)) & 0x7F
+    cont = np.arange(3)[None, :] < (nbytes[:, None] - 1)
+    _TABLE_CACHE[size] = ((groups | (cont * 0x80)).astype(np.uint8), nbytes.astype(np.int64))
+  return _TABLE_CACHE[size]
+
+
+def _varint_rows(values: np.ndarray):
+  """Packed varint bytes of each row of a non-negative int [N, L] array -> (flat bytes, row byte lengths)."""
+  v = np.asarray(values)
+  if v.size and v.min() < 0:
+    raise ValueError("negative values are not supported by this encoder")
+  vmax = int(v.max()) if v.size else 0
+  if vmax < 128:  # one byte per value: masks, segment ids, positions, labels
+    return v.astype(np.uint8).tobytes(), np.full(v.shape[0], v.shape[1], dtype=np.int64)
+  if vmax < 1 << 21:
+    table, lens = _varint_table(vmax)
+    nbytes = lens[v]
+    byte_vals = table[v]                                                     # [N, L, 3]
+    keep = np.arange(3)[None, None, :] < nbytes[..., None]
+    return byte_vals[keep].tobytes(), nbytes.sum(axis=1)
+  if vmax >= 1 << 35:
+    raise ValueError("values >= 2**35 are not supported by this encoder")
+  v = v.astype(np.int64)
+  nbytes = 1 + (v >= 1 << 7) + (v >= 1 << 14) + (v >= 1 << 21) + (v >= 1 << 28)
+  groups = (v[..., None] >> (np.arange(5, dtype=np.int64) * 7)) & 0x7F      # [N, L, 5]
+  cont = np.arange(5)[None, None, :] < (nbytes[..., None] - 1)
+  byte_vals = (groups | (cont * 0x80)).astype(np.uint8)
+  keep = np.arange(5)[None, None, :] < nbytes[..., None]
+  return byte_vals[keep].tobytes(), nbytes.sum(axis=1)
+
+
+_SMALL_VARINTS = [_varint(i) for i in range(1 << 14)]
+
+
+def _vl(n: int) -> bytes:
+  return _SMALL_VARINTS[n] if n < 16384 else _varint(n)
+
+
+def _feature_prefix(name: str, is_float: bool, packed_len: int) -> bytes:
+  """Bytes of one `Features.feature` map entry up to (excluding) the packed values."""
+  key = name.encode()
+  value_list_len = 1 + len(_vl(packed_len)) + packed_len            # Int64List/FloatList: field 1, packed
+  feature_len = 1 + len(_vl(value_list_len)) + value_list_len       # Feature: int64_list=3 / float_list=2
+  key_part = b"\x0a" + _vl(len(key)) + key                          # MapEntry.key = 1
+  entry_len = len(key_part) + 1 + len(_vl(feature_len)) + feature_len
+  return (b"\x0a" + _vl(entry_len) + key_part                       # Features.feature = 1 (map entry)
+          + b"\x12" + _vl(feature_len)                              # MapEntry.value = 2
+          + (b"\x12" if is_float else b"\x1a") + _vl(value_list_len)
+          + b"\x0a" + _vl(packed_len))
+
+
+def encode_examples(features: Dict[str, np.ndarray], order: Sequence[str] = None) -> List[bytes]:
+  """Serialized `tf.train.Example`s from a dict of [N, L] arrays (int features -> int64_list,
+  names in FLOAT_FEATURES -> float_list). Order of features follows `order` (default: Google's)."""
+  names = list(order) if order is not None else [n for n in FEATURE_ORDER if n in features] + sorted(
+      n for n in features if n not in FEATURE_ORDER)
+  n = None
+  columns = []
+  for name in names:
+    arr = np.asarray(features[name])
+    if arr.ndim == 1:
+      arr = arr[:, None]
+    if n is None:
+      n = arr.shape[0]
+    elif arr.shape[0] != n:
+      raise ValueError(f"feature {name!r} has {arr.shape[0]} rows, expected {n}")
+    is_float = name in FLOAT_FEATURES
+    if is_float:
+      payload = arr.astype("<f4").tobytes()
+      row_len = np.full(n, arr.shape[1] * 4, dtype=np.int64)
+    else:
+      payload, row_len = _varint_rows(arr)
+    offs = np.concatenate([[0], np.cumsum(row_len)]).tolist()
+    cache: Dict[int, bytes] = {}
+    parts = []
+    for i in range(n):
+      a, b = offs[i], offs[i + 1]
+      pre = cache.get(b - a)
+      if pre is None:
+        pre = cache[b - a] = _feature_prefix(name, is_float, b - a)
+      parts.append(pre + payload[a:b])
+    columns.append(parts)
+  out = []
+  for row in zip(*columns):
+    body = b"".join(row)
+    out.append(b"\x0a" + _vl(len(body)) + body if len(body) < 16384 else b"\x0a" + _varint(len(body)) + body)
+  return out
+
+
+def google_example_arrays(batch: Dict[str, np.ndarray], include_continuation: bool = False
+                          ) -> Dict[str, np.ndarray]:
+  """The arrays written per example, in Google's names, from a masked batch dict."""
+  out = {name: batch[name] for name in FEATURE_ORDER}
+  out["next_sentence_labels"] = np.asarray(batch["next_sentence_labels"]).reshape(-1, 1)
+  if include_continuation and "continuation" in batch:
+    out[CONTINUATION_FEATURE] = np.asarray(batch["continuation"]).astype(np.int64)
+  return out
+
+
+def parse_spec(max_seq_length: int, max_predictions_per_seq: int, with_continuation: bool = False):
+  """`tf.io.parse_example` spec for Google's schema (plus our optional word_continuation)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  spec = {
+      "input_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
+      "input_mask": tf.io.FixedLenFeature([max_seq_length], tf.int64),
+      "segment_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
+      "masked_lm_positions": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),
+      "masked_lm_ids": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),
+      "masked_lm_weights": tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32),
+      "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
+  }
+  if with_continuation:
+    spec[CONTINUATION_FEATURE] = tf.io.FixedLenFeature([max_seq_length], tf.int64)
+  return spec
+
+
+class ShardedWriter:
+  """Writes records round-robin over `output_files` (Google's sharding), across any number of calls."""
+
+  def __init__(self, output_files: Sequence[str]):
+    import os  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    if not output_files:
+      raise ValueError("no output files")
+    for f in output_files:
+      d = os.path.dirname(os.path.abspath(f))
+      os.makedirs(d, exist_ok=True)
+    self.output_files = list(output_files)
+    self._writers = [tf.io.TFRecordWriter(f) for f in self.output_files]
+    self.counts = [0] * len(self._writers)
+    self._next = 0
+
+  def write(self, records: Iterable[bytes]) -> None:
+    n = len(self._writers)
+    for rec in records:
+      k = self._next
+      self._writers[k].write(rec)
+      self.counts[k] += 1
+      self._next = (k + 1) % n
+
+  def close(self) -> None:
+    for w in self._writers:
+      w.close()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()
