@@ -22,6 +22,7 @@ Protocol (deterministic for a seed):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -159,15 +160,15 @@ def _encode(cand_index: int, cand: Candidate, windows: List[Window], max_seq_len
   return input_ids, input_mask, pos, lab, wts, word
 
 
-def score(cand: Candidate, cand_index: int, windows: List[Window], max_seq_length: int,
-          batch_size: int = 16) -> Dict[str, float]:
+@functools.lru_cache(maxsize=8)
+def _nll_fn(config):
+  """Jitted (params, ids, mask, positions, labels) -> (nll [B, P], correct [B, P]); one compile per config."""
   import jax
   import jax.numpy as jnp
 
   from bert_jax.models import BertForPreTraining
 
-  input_ids, input_mask, pos, lab, wts, word = _encode(cand_index, cand, windows, max_seq_length)
-  model = BertForPreTraining(cand.config.replace(scan_layers=False, dtype="float32"), targets=("mlm",))
+  model = BertForPreTraining(config, targets=("mlm",))
 
   @jax.jit
   def nll_and_correct(params, ids, mask, positions, labels):
@@ -175,6 +176,14 @@ def score(cand: Candidate, cand_index: int, windows: List[Window], max_seq_lengt
     logp = jax.nn.log_softmax(logits, axis=-1)
     nll = -jnp.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
     return nll, jnp.argmax(logits, axis=-1) == labels
+
+  return nll_and_correct
+
+
+def score(cand: Candidate, cand_index: int, windows: List[Window], max_seq_length: int,
+          batch_size: int = 16) -> Dict[str, float]:
+  input_ids, input_mask, pos, lab, wts, word = _encode(cand_index, cand, windows, max_seq_length)
+  nll_and_correct = _nll_fn(cand.config.replace(scan_layers=False, dtype="float32"))
 
   N = input_ids.shape[0]
   pad = (-N) % batch_size
