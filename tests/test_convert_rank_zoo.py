@@ -185,3 +185,33 @@ def test_zoo_command_lists_the_registry(capsys):
   assert convert_main(["zoo", "--name=bert-base-chinese"]) == 0
   out = capsys.readouterr().out
   assert "chinese_L-12_H-768_A-12.zip" in out and "import-tf" in out
+
+
+# ---- the converted directory is an init_checkpoint for training and fine-tuning -------------------------------
+def test_converted_dir_is_read_by_the_training_and_finetuning_loaders(tmp_path, tiny_vocab):
+  config = _config(sum(1 for _ in open(tiny_vocab)))
+  params = init_params(config, seed=7)
+  directory = str(tmp_path / "converted")
+  convert_io.save_params_dir(directory, config, params, tiny_vocab, info={"do_lower_case": False})
+  loaders = []
+  try:
+    from bert_jax.training import checkpoints
+    if hasattr(checkpoints, "load_pretrained"):
+      loaders.append(("training.checkpoints.load_pretrained", lambda d: checkpoints.load_pretrained(d)[:3]))
+  except ImportError:
+    pass
+  try:
+    from bert_jax.training import finetune_model
+    loaders.append(("training.finetune_model.load_init_checkpoint",
+                    lambda d: (lambda c: (c.config, c.params, c.vocab_file))(finetune_model.load_init_checkpoint(d))))
+  except ImportError:
+    pass
+  loaders.append(("convert.io.load_checkpoint", lambda d: tuple(convert_io.load_checkpoint(d))[:3]))
+  for name, load in loaders:
+    cfg, loaded, vocab = load(directory)
+    assert cfg.to_google_dict() == config.to_google_dict(), name
+    assert open(vocab).read() == open(tiny_vocab).read(), name
+    same = jax.tree.map(lambda a, b: bool(np.array_equal(np.asarray(a), np.asarray(b))), params, dict(loaded))
+    assert all(jax.tree.leaves(same)), name
+  print("loaders:", [n for n, _ in loaders])
+  assert convert_io.load_checkpoint(directory).do_lower_case is False

@@ -4,7 +4,6 @@ weights); optimizer slots are ignored and reported; unknown names, shape mismatc
 are errors naming them."""
 
 import json
-import os
 
 import jax
 import numpy as np

@@ -249,13 +249,15 @@ def hf_config_dict(config: BertConfig, architecture: str, pad_token_id: int = 0)
 
 
 def export_hf(input_dir: str, output: str, heads: str = "pretraining") -> mapping.ConversionReport:
-  """Our checkpoint directory -> a Hugging Face folder (config.json, model.safetensors, vocab.txt)."""
+  """Our checkpoint (converted / fine-tuning / pre-training directory, or zoo name) -> a Hugging Face folder
+  (config.json, model.safetensors, vocab.txt, tokenizer_config.json)."""
   from safetensors.numpy import save_file
 
   if heads not in HEADS:
     raise ValueError(f"heads={heads!r}; expected one of {tuple(HEADS)}")
   groups, architecture, prefix = HEADS[heads]
-  config, params, vocab_file = io.load_params_dir(input_dir)
+  ckpt = io.load_checkpoint(input_dir)
+  config, params, vocab_file = ckpt.config, ckpt.params, ckpt.vocab_file
   report = mapping.ConversionReport(source=input_dir, fmt="hf")
   need = {"pooler": "bert", "mlm": "mlm", "nsp": "nsp"}
   absent = [g for g in groups if g in need and need[g] not in params]
@@ -279,8 +281,7 @@ def export_hf(input_dir: str, output: str, heads: str = "pretraining") -> mappin
     json.dump(hf_config_dict(config, architecture, pad_token_id=vocab.get("[PAD]", 0)), f, indent=2)
     f.write("\n")
   shutil.copyfile(vocab_file, os.path.join(output, "vocab.txt"))
-  info = io.read_info(input_dir)
-  do_lower_case = info.get("do_lower_case")
+  do_lower_case = ckpt.do_lower_case
   if do_lower_case is None:
     do_lower_case = io.guess_do_lower_case(vocab_file)
   with open(os.path.join(output, "tokenizer_config.json"), "w", encoding="utf-8") as f:

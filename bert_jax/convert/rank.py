@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Sequence
 
 import numpy as np
 
-from bert_jax.convert import io, zoo
+from bert_jax.convert import io
 
 _MASK, _CLS, _SEP, _UNK, _PAD = "[MASK]", "[CLS]", "[SEP]", "[UNK]", "[PAD]"
 
@@ -48,20 +47,19 @@ class Candidate:
 def load_candidate(name_or_path: str, search_dirs: Sequence[str] = ()) -> Candidate:
   from bert_jax.input_pipeline.tokenization import FullTokenizer
 
-  directory = zoo.resolve(name_or_path, search_dirs)
-  config, params, vocab_file = io.load_params_dir(directory)
+  ckpt = io.load_checkpoint(name_or_path, search_dirs)
+  config, params, vocab_file, directory = ckpt.config, ckpt.params, ckpt.vocab_file, ckpt.directory
   if "mlm" not in params or "bert" not in params:
     raise ValueError(f"{directory}: params have no MLM head (top-level keys {sorted(params)}); ranking by "
                      "masked-LM loss needs a pre-training checkpoint")
-  info = io.read_info(directory)
-  do_lower_case = info.get("do_lower_case")
+  do_lower_case = ckpt.do_lower_case
   if do_lower_case is None:
     do_lower_case = io.guess_do_lower_case(vocab_file)
   tok = FullTokenizer(vocab_file, do_lower_case=bool(do_lower_case),
                       required_tokens=(_UNK, _CLS, _SEP, _MASK))
   if tok.vocab_size > config.vocab_size:
     raise ValueError(f"{vocab_file}: {tok.vocab_size} ids but the model has vocab_size={config.vocab_size}")
-  fresh = "mlm" in info.get("report", {}).get("fresh_groups", [])
+  fresh = "mlm" in ckpt.info.get("report", {}).get("fresh_groups", [])
   return Candidate(name_or_path, directory, config, {"bert": params["bert"], "mlm": params["mlm"]}, tok, fresh)
 
 

@@ -173,7 +173,7 @@ def default_dir(name: str) -> str:
 
 
 def _is_converted(directory: str) -> bool:
-  return os.path.isfile(os.path.join(directory, io.CONFIG_NAME))
+  return io.is_params_dir(directory)
 
 
 class ZooError(FileNotFoundError):
