@@ -9,12 +9,13 @@ Work directory of a pre-training run (self-describing: `init_checkpoint=DIR` is 
                              (JSON: step, scan_layers, data-iterator position, mesh, process count)
   DIR/metrics.jsonl, DIR/eval_metrics.jsonl, DIR/plots/, DIR/tensorboard/   (written by pretrain.py)
 
-Params directory (converted checkpoints, `save_params_dir` / `load_params_dir`):
-  DIR/config.json            BertConfig.to_dict() or Google's bert_config.json keys (BertConfig.from_dict
-                             reads both)
-  DIR/vocab.txt              optional
-  DIR/params/                Orbax StandardSave of the params tree in the un-scanned (per-layer) layout,
-  or DIR/params.msgpack      flax.serialization.msgpack of the same tree
+Params directory (converted checkpoints; the same format as bert_jax.convert.io):
+  DIR/model_config.json      BertConfig.to_dict() (scan_layers=False). Read in this order:
+                             model_config.json, bert_config.json, config.json (any with hidden_size;
+                             Google's bert_config.json keys work too)
+  DIR/vocab.txt              the WordPiece vocab (optional for load_params_dir)
+  DIR/params.msgpack         flax.serialization.to_bytes of the params tree in the un-scanned (per-layer)
+  or DIR/params/             layout, float32; or an Orbax StandardSave of it (fmt="orbax", for big models)
                              tree = {"bert": {...}, "mlm": {...}, "nsp": {...}} (heads optional)
 
 API:
@@ -27,7 +28,7 @@ API:
   restore_train_state(ckpt, config, model, mesh, tx, step=None) -> (state, shardings, meta)
       converts between scan_layers layouts when the checkpoint's differs from the model's
   write_workdir_files(workdir, config_dict, model_config, vocab_file)
-  save_params_dir(directory, model_config, params, vocab_file=None, fmt="orbax")
+  save_params_dir(directory, model_config, params, vocab_file=None, fmt="msgpack")
   load_params_dir(directory) -> (BertConfig, params, vocab_path | None)
   load_pretrained(init_checkpoint) -> (BertConfig, params, vocab_path | None)
       accepts a pre-training work dir (latest checkpoint) or a params directory
@@ -176,8 +177,9 @@ def write_workdir_files(workdir: str, config_dict: dict, model_config: BertConfi
 
 
 def save_params_dir(directory: str, model_config: BertConfig, params, vocab_file: Optional[str] = None,
-                    fmt: str = "orbax") -> str:
-  """Writes a params directory (see module docstring): config.json, vocab.txt, params/ or params.msgpack.
+                    fmt: str = "msgpack") -> str:
+  """Writes a params directory (see module docstring): model_config.json, vocab.txt, params.msgpack or
+  params/ (Orbax).
 
   Params are stored un-scanned (per layer), the interchange layout. Returns `directory`.
   """
@@ -189,12 +191,14 @@ def save_params_dir(directory: str, model_config: BertConfig, params, vocab_file
   if _scanned(params):
     params = unscan_params(params)
   params = jax.tree.map(np.asarray, jax.device_get(params))
-  model_config.replace(scan_layers=False).to_json_file(os.path.join(directory, "config.json"))
-  if vocab_file:
+  model_config.replace(scan_layers=False).to_json_file(os.path.join(directory, "model_config.json"))
+  if vocab_file and os.path.abspath(vocab_file) != os.path.join(directory, "vocab.txt"):
     shutil.copyfile(vocab_file, os.path.join(directory, "vocab.txt"))
   if fmt == "msgpack":
-    with open(os.path.join(directory, "params.msgpack"), "wb") as f:
-      f.write(flax.serialization.msgpack_serialize(params))
+    tmp = os.path.join(directory, "params.msgpack.tmp")
+    with open(tmp, "wb") as f:
+      f.write(flax.serialization.to_bytes(params))
+    os.replace(tmp, os.path.join(directory, "params.msgpack"))   # never a half-written file
   else:
     path = os.path.join(directory, "params")
     if os.path.exists(path):
