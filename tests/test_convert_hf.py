@@ -298,3 +298,27 @@ def test_import_hf_reads_bfloat16_safetensors_without_torch(tmp_path, tiny_vocab
   assert word.dtype == np.float32
   np.testing.assert_array_equal(
       word, state32["bert.embeddings.word_embeddings.weight"].astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+def test_import_hf_takes_the_vocab_from_tokenizer_json_when_vocab_txt_is_absent(tmp_path, tiny_vocab):
+  folder = _tiny_hf_folder(tmp_path, tiny_vocab, lambda s: None)
+  tokens = [line.rstrip("\n") for line in open(tiny_vocab, encoding="utf-8")]
+  os.remove(os.path.join(folder, "vocab.txt"))
+  json.dump({"model": {"type": "WordPiece", "vocab": {t: i for i, t in enumerate(tokens)}}},
+            open(os.path.join(folder, "tokenizer.json"), "w"))
+  out = str(tmp_path / "converted")
+  _, _, report = hf_convert.import_hf(folder, output=out)
+  assert open(os.path.join(out, "vocab.txt")).read().split("\n")[:-1] == tokens
+  assert any("tokenizer.json" in n for n in report.notes)
+
+
+def test_convert_package_imports_without_tensorflow_or_torch():
+  import subprocess
+  import sys
+  code = ("import sys; from bert_jax.convert.__main__ import main; from bert_jax.convert import hf, rank, zoo, "
+          "google_tf; assert main(['zoo', '--filter=uer/roberta']) == 0; "
+          "print(sorted(m for m in ('tensorflow', 'torch', 'transformers') if m in sys.modules))")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))).stdout
+  assert "uer/roberta-base-wwm-chinese-cluecorpussmall" in out
+  assert out.strip().splitlines()[-1] == "[]"
