@@ -1,0 +1,191 @@
+"""Predictions from a fine-tuned work directory on raw text (for notebooks and scripts). No TensorFlow.
+
+    from bert_jax.training.finetune_predict import Predictor, predict
+    p = Predictor.from_workdir("/tmp/ft_snow")              # reads DIR/best_checkpoint
+    p.predict(["这本书很好", "不喜欢"])
+    # classification: [{"label": "1", "probabilities": {"0": 0.08, "1": 0.92}}, ...]
+    # regression (stsb): [{"score": 3.71}, ...]                 (text_pairs= for sentence pairs)
+    p.predict(["John Smith lives in New York ."])             # ner: words = whitespace split, CJK per character
+    # [{"words": [...], "tags": ["B-PER", ...], "entities": [{"type": "PER", "start": 0, "end": 1,
+    #   "text": "John Smith"}]}]
+    p.predict(["where is the cafe ?"], text_pairs=["The Café de Flore is in Paris."])   # squad: question, context
+    # [{"answer": "Paris", "probability": 0.71, "nbest": [...], "null_odds": ...}]
+    predict(workdir, texts, text_pairs=None)                  # the same with a cached Predictor
+
+The task, label list, casing and max_seq_length come from best_checkpoint/finetune_info.json, so the inputs
+are processed exactly as in training. Inputs are run in fixed-size padded batches (one compile).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Dict, List, Optional, Sequence, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bert_jax.input_pipeline import tokenization
+from bert_jax.input_pipeline.tasks import get_task
+from bert_jax.input_pipeline.tasks.classification import ClassificationExample
+from bert_jax.input_pipeline.tasks.ner import NerExample
+from bert_jax.input_pipeline.tasks.squad import SquadExample
+from bert_jax.training import finetune_model as fm
+from bert_jax.training import finetune_tasks as ft
+
+
+def _is_cjk(ch: str) -> bool:
+  cp = ord(ch)
+  return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0xF900 <= cp <= 0xFAFF
+          or 0x20000 <= cp <= 0x2FA1F)
+
+
+def split_words(text: str) -> List[str]:
+  """NER input words: whitespace-separated, with every CJK character a word of its own (as the Chinese
+  CoNLL files are character-level)."""
+  words: List[str] = []
+  for chunk in text.split():
+    cur = ""
+    for ch in chunk:
+      if _is_cjk(ch):
+        if cur:
+          words.append(cur)
+          cur = ""
+        words.append(ch)
+      else:
+        cur += ch
+    if cur:
+      words.append(cur)
+  return words
+
+
+def _task_from_info(info: dict):
+  name = info["task"]
+  if name.startswith("squad"):
+    return get_task(name, doc_stride=int(info.get("doc_stride", 128)),
+                    max_query_length=int(info.get("max_query_length", 64)),
+                    n_best_size=int(info.get("n_best_size", 20)),
+                    max_answer_length=int(info.get("max_answer_length", 30)),
+                    null_score_diff_threshold=float(info.get("null_score_diff_threshold", 0.0)))
+  if name == "ner":
+    return get_task("ner", label_list=info["label_list"], scheme=info.get("ner_scheme", "BIO"),
+                    mode=info.get("ner_mode", "conlleval"))
+  if info.get("kind") in ("classification", "regression") and name not in ("classification",):
+    return get_task(name)
+  return get_task("classification", label_list=info["label_list"], is_regression=info["kind"] == "regression")
+
+
+class Predictor:
+  """A fine-tuned model with its tokenizer and task; see the module docstring."""
+
+  def __init__(self, checkpoint: fm.InitCheckpoint, batch_size: int = 32):
+    info = checkpoint.extra
+    if not info or "task" not in info:
+      raise ValueError(f"{checkpoint.source}: no finetune_info.json; this is not a fine-tuned checkpoint")
+    self.info = info
+    self.task = _task_from_info(info)
+    self.max_seq_length = int(info["max_seq_length"])
+    self.tokenizer = tokenization.FullTokenizer(checkpoint.vocab_file, do_lower_case=bool(info["do_lower_case"]))
+    cfg = checkpoint.config.replace(dtype=fm.compute_dtype("auto"), scan_layers=False)
+    self.model = fm.build_model(self.task, cfg)
+    self.params = jax.device_put(checkpoint.params)
+    self.batch_size = batch_size
+    model = self.model
+    self._forward = jax.jit(lambda p, ids, mask, seg: model.apply({"params": p}, ids, mask, seg,
+                                                                    deterministic=True))
+
+  @classmethod
+  def from_workdir(cls, workdir: str, batch_size: int = 32) -> "Predictor":
+    """`workdir` is a fine-tuning work directory or its best_checkpoint/ directory."""
+    return cls(fm.load_init_checkpoint(workdir), batch_size)
+
+  def _outputs(self, features) -> Dict[str, np.ndarray]:
+    outs: Dict[str, list] = {}
+    for batch in ft.iterate_batches(features, self.task.model_input_keys, self.batch_size):
+      real = int(batch["example_weight"].sum())
+      out = self._forward(self.params, jnp.asarray(batch["input_ids"]), jnp.asarray(batch["input_mask"]),
+                          jnp.asarray(batch["segment_ids"]))
+      for k, v in out.items():
+        if k != "pooled_output":
+          outs.setdefault(k, []).append(np.asarray(v)[:real])
+    return {k: np.concatenate(v, 0) for k, v in outs.items()}
+
+  def predict(self, texts: Sequence[Union[str, Sequence[str]]],
+              text_pairs: Optional[Sequence[str]] = None) -> List[dict]:
+    if isinstance(texts, str):
+      raise TypeError("predict takes a list of texts; wrap a single text in a list")
+    if text_pairs is not None and len(text_pairs) != len(texts):
+      raise ValueError(f"{len(texts)} texts but {len(text_pairs)} text_pairs")
+    if not len(texts):
+      return []
+    kind = self.task.kind
+    if kind == "squad":
+      return self._predict_squad(texts, text_pairs)
+    if kind == "ner":
+      return self._predict_ner(texts)
+    return self._predict_sequence(texts, text_pairs)
+
+  def _predict_sequence(self, texts, text_pairs):
+    examples = [ClassificationExample(guid=f"input:{i}", text_a=t,
+                                      text_b=None if text_pairs is None else text_pairs[i])
+                for i, t in enumerate(texts)]
+    feats = self.task.featurize(examples, self.tokenizer, self.max_seq_length)
+    logits = self._outputs(feats)["logits"]
+    if self.task.is_regression:
+      return [{"score": float(x)} for x in logits[:, 0]]
+    probs = np.asarray(jax.nn.softmax(jnp.asarray(logits), axis=-1))
+    labels = self.task.label_list
+    return [{"label": labels[int(np.argmax(p))], "probabilities": {l: float(q) for l, q in zip(labels, p)}}
+            for p in probs]
+
+  def _predict_ner(self, texts):
+    from bert_jax.evaluation import ner as ner_eval  # pylint: disable=g-import-not-at-top
+    examples = []
+    for i, t in enumerate(texts):
+      words = split_words(t) if isinstance(t, str) else list(t)
+      if not words:
+        raise ValueError(f"text {i} has no words")
+      examples.append(NerExample(guid=f"input:{i}", words=words, labels=None))
+    feats = self.task.featurize(examples, self.tokenizer, self.max_seq_length)
+    tags = self.task.predict(examples, feats, self._outputs(feats))
+    out = []
+    for ex, tg in zip(examples, tags):
+      ents = []
+      for type_, b, e in ner_eval.get_entities(tg, self.task.mode, self.task.scheme):
+        piece = ex.words[b:e + 1]
+        sep = "" if all(len(w) == 1 and _is_cjk(w) for w in piece) else " "
+        ents.append({"type": type_, "start": b, "end": e, "text": sep.join(piece)})
+      out.append({"words": ex.words, "tags": tg, "entities": ents})
+    return out
+
+  def _predict_squad(self, questions, contexts):
+    if contexts is None:
+      raise ValueError("SQuAD prediction needs text_pairs=contexts (one per question)")
+    examples = [SquadExample(qas_id=str(i), question_text=q, context_text=c)
+                for i, (q, c) in enumerate(zip(questions, contexts))]
+    feats = self.task.featurize(examples, self.tokenizer, self.max_seq_length, is_training=False)
+    res = self.task.predict(examples, feats, self._outputs(feats))
+    out = []
+    for ex in examples:
+      nbest = res.nbest.get(ex.qas_id, [])
+      d = {"answer": res.predictions[ex.qas_id], "probability": float(nbest[0]["probability"]) if nbest else 0.0,
+           "nbest": nbest}
+      if ex.qas_id in res.null_odds:
+        d["null_odds"] = float(res.null_odds[ex.qas_id])
+      out.append(d)
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def _cached(workdir: str, mtime: float) -> Predictor:
+  del mtime
+  return Predictor.from_workdir(workdir)
+
+
+def predict(workdir: str, texts, text_pairs=None) -> List[dict]:
+  """Predictor.from_workdir(workdir).predict(texts, text_pairs), reusing a loaded model while the
+  checkpoint is unchanged."""
+  path = os.path.join(workdir, "best_checkpoint")
+  mtime = os.path.getmtime(path) if os.path.exists(path) else 0.0
+  return _cached(os.path.abspath(workdir), mtime).predict(texts, text_pairs)

@@ -1,0 +1,161 @@
+r"""Fine-tuning config: a BERT encoder + task head on GLUE, SQuAD, NER or a generic classification set.
+
+Run (seconds on a CPU with the tiny fixtures; minutes for a mini model on ~15k reviews):
+  python finetune.py --config=configs/finetune.py:task=mrpc --workdir=/tmp/ft_mrpc \
+      --config.data_dir=glue_data --config.init_checkpoint=/tmp/bert_base_converted
+  python finetune.py --config=configs/finetune.py:task=classification,size=mini --workdir=/tmp/ft_snow \
+      --config.data_dir=/tmp/snow/sentiment --config.vocab_file=/tmp/snow/vocab.txt
+
+Variants after the colon, comma-separated:
+  task=NAME         cola sst2 mrpc stsb qqp mnli qnli rte wnli squad_v1 squad_v2 ner classification
+  size=tiny..large  model size for random init (ignored when init_checkpoint gives the architecture)
+  runlocal          shrink batch / length / epochs so the same config runs in seconds on a CPU
+Override any field with --config.FIELD=VALUE, e.g. --config.learning_rate=3e-5 --config.num_train_epochs=2.
+"""
+
+import ml_collections
+
+from bert_jax.models import axes
+
+_SIZES = ("tiny", "mini", "small", "medium", "base", "large")
+_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli", "squad_v1", "squad_v2", "ner",
+          "classification")
+
+
+def _parse(arg):
+  opts = {"task": None, "size": "base", "runlocal": False}
+  for part in filter(None, (arg or "").split(",")):
+    key, _, value = part.partition("=")
+    key, value = key.strip(), value.strip()
+    if key in ("runlocal", "debug") and not value:
+      opts["runlocal"] = True
+    elif key in _SIZES and not value:
+      opts["size"] = key
+    elif key in ("task", "size") and value:
+      opts[key] = value
+    elif key in _TASKS and not value:
+      opts["task"] = key
+    else:
+      raise ValueError(f"configs/finetune.py: unknown config argument {part!r}; expected task=NAME, "
+                       "size=tiny|mini|small|medium|base|large or runlocal")
+  if opts["task"] is None:
+    raise ValueError(f"configs/finetune.py: give the task, e.g. --config=configs/finetune.py:task=mrpc "
+                     f"(one of {', '.join(_TASKS)})")
+  opts["task"] = opts["task"].lower().replace("-", "_")
+  opts["task"] = {"sst_2": "sst2", "sts_b": "stsb", "squad": "squad_v1", "conll2003": "ner"}.get(opts["task"],
+                                                                                               opts["task"])
+  if opts["task"] not in _TASKS:
+    raise ValueError(f"configs/finetune.py: task={opts['task']!r}; expected one of {', '.join(_TASKS)}")
+  if opts["size"] not in _SIZES:
+    raise ValueError(f"configs/finetune.py: size={opts['size']!r}; expected one of {_SIZES}")
+  return opts
+
+
+def get_config(arg=None):
+  opts = _parse(arg)
+  task = opts["task"]
+  is_squad = task.startswith("squad")
+  config = ml_collections.ConfigDict()
+  config.task = task                               # task name (bert_jax.input_pipeline.tasks.get_task)
+  config.seed = 0                                  # head init, dropout and the order of training examples
+
+  # Data.
+  config.data_dir = ""                             # GLUE root or task folder; SQuAD/NER/classification folder
+  config.tfds_name = ""                            # e.g. glue/mrpc, squad/v1.1, conll2003: read TFDS ("" = files)
+  config.tfds_data_dir = ""                        # TFDS data_dir ("" = data_dir, else TFDS's default)
+  config.on_error = "raise"                        # raise | skip: bad rows fail with file:line, or are counted
+  config.label_list = ""                           # comma-separated labels, overriding the task's/inferred list
+  config.max_seq_length = 384 if is_squad else 128  # tokens incl. [CLS]/[SEP]; longer inputs are truncated
+  config.eval_splits = ""                          # comma-separated ("" = the task's: dev, or MNLI m/mm)
+  config.test_splits = ""                          # comma-separated ("" = the task's test splits, if present)
+
+  # Tokenizer.
+  config.vocab_file = ""                           # "" = the init_checkpoint's vocab.txt
+  config.do_lower_case = "auto"                    # auto | true | false (auto: checkpoint info / vocab casing)
+
+  # SQuAD (squad_v1 / squad_v2); Google's run_squad.py defaults.
+  config.doc_stride = 128                          # tokens between the starts of consecutive context windows
+  config.max_query_length = 64                     # question tokens kept
+  config.n_best_size = 20                          # candidates per question in nbest_predictions.json
+  config.max_answer_length = 30                    # longest predicted answer, in tokens
+  config.null_score_diff_threshold = 0.0           # v2: predict "" when null score - best span score > this
+  config.version_2_with_negative = task == "squad_v2"  # unanswerable questions (set by the task name)
+  config.squad_language = "auto"                   # auto | en | zh: zh scores like CMRC2018 (character F1)
+
+  # NER (CoNLL files: word ... tag).
+  config.ner_scheme = "BIO"                        # BIO | BIOES tagging scheme of the files
+  config.ner_mode = "conlleval"                    # conlleval (lenient chunking) | strict (seqeval strict)
+
+  # Generic classification files (train/dev/test.{tsv,csv,jsonl} in data_dir).
+  config.classification = ml_collections.ConfigDict()
+  config.classification.text_a = "text_a"          # column name (with a header) or 0-based index, e.g. "1"
+  config.classification.text_b = ""                # second text of a pair ("" = single sentence)
+  config.classification.label = "label"            # label column name or index
+  config.classification.header = "auto"           # auto | true | false (auto: true when columns are names)
+  config.classification.file_format = ""          # tsv | csv | jsonl ("" = from the file extension)
+  config.classification.delimiter = ""             # "" = from file_format; "\t" means tsv and "," csv
+  config.classification.is_regression = False      # float labels, MSE loss, Pearson/Spearman
+
+  # Model: used as is for random init; with init_checkpoint the architecture comes from the checkpoint and
+  # only the runtime fields (dropout, dtype, attention_impl, scan_layers, remat_policy) apply.
+  config.init_checkpoint = ""                      # pre-training workdir, converted dir or zoo name ("" = random)
+  config.load_head = False                         # also load a task head of matching shape (eval a fine-tuned dir)
+  config.model = ml_collections.ConfigDict()
+  config.model.size = opts["size"]                 # tiny/mini/small/medium/base/large (random init only)
+  config.model.hidden_size = -1                    # -1 = from size (random init only)
+  config.model.num_hidden_layers = -1              # -1 = from size
+  config.model.num_attention_heads = -1            # -1 = from size (H / 64)
+  config.model.intermediate_size = -1              # -1 = from size (4 H)
+  config.model.max_position_embeddings = 512       # random init only
+  config.model.hidden_dropout_prob = 0.1           # BERT's dropout in the encoder
+  config.model.attention_probs_dropout_prob = 0.1   # dropout on the attention probabilities
+  config.model.classifier_dropout = -1.0           # dropout before the head (-1 = hidden_dropout_prob)
+  config.model.dtype = "auto"                      # compute dtype: auto = bfloat16 on GPU/TPU, float32 on CPU
+  config.model.attention_impl = "auto"             # auto | xla | cudnn
+  config.model.scan_layers = False                 # nn.scan over layers (fast compiles for deep models)
+  config.model.remat_policy = "none"               # none | full | dots | dots_no_batch | minimal
+
+  # Optimisation: BERT's recipe (AdamW, 10% warmup, linear decay to 0, clip 1.0).
+  config.batch_size = 48 if task == "squad_v2" else 32   # global batch; paper: 32 (SQuAD 2.0: 48)
+  config.eval_batch_size = 64                      # examples per evaluation forward pass
+  config.num_train_epochs = 2.0 if is_squad else 3.0   # paper: 3 epochs (GLUE), 2-3 (SQuAD)
+  # -1 = by model size: large 2e-5, base 3e-5 (paper: 2e-5..5e-5), medium 5e-5, small 1e-4, mini 2e-4,
+  # tiny 3e-4 (Google's small-BERT release searched 3e-4..3e-5 and small models prefer the high end).
+  config.learning_rate = -1.0
+  config.warmup_proportion = 0.1                   # share of training steps with linear warmup
+  config.weight_decay = 0.01                       # decoupled, not on LayerNorm or biases
+  config.optimizer = ml_collections.ConfigDict()
+  config.optimizer.name = "adamw"                  # adamw | lamb (bert_jax.training.optimizers)
+  config.optimizer.b1 = 0.9                        # Adam first-moment decay
+  config.optimizer.b2 = 0.999                      # Adam second-moment decay
+  config.optimizer.eps = 1e-6                      # Adam epsilon (BERT: 1e-6)
+  config.optimizer.clip_norm = 1.0                 # global-norm clipping (0 = off)
+  config.optimizer.bias_correction = False         # False = Google BERT's AdamWeightDecayOptimizer
+
+  # Loop, evaluation, checkpoint.
+  config.do_train = True                           # False: only evaluate / predict init_checkpoint (+ load_head)
+  config.do_eval = True                            # evaluate the eval splits (every epoch while training)
+  config.do_predict = True                         # write predictions for dev and test splits with the best model
+  config.eval_every_steps = 0                      # 0 = evaluate at the end of every epoch
+  config.log_every_steps = 50                      # train-loss records in metrics.jsonl / TensorBoard
+  config.early_stopping_patience = 0               # stop after this many evaluations without improvement (0 = off)
+  config.save_best_checkpoint = True               # DIR/best_checkpoint: params dir of the best evaluation
+  config.max_train_steps = -1                      # cap on training steps (-1 = epochs decide); for timing runs
+
+  # Sharding: the pre-training mesh; -1 takes the remaining devices.
+  config.mesh = ml_collections.ConfigDict()
+  config.mesh.shape = (-1, 1, 1)                   # devices per mesh axis (data parallel by default)
+  config.mesh.axes = ("data", "fsdp", "tensor")    # mesh axis names the rules refer to
+  config.logical_axis_rules = axes.DEFAULT_RULES   # logical axis -> mesh axes (as pre-training)
+
+  if opts["runlocal"]:
+    config.model.size = opts["size"] if arg and "size" in arg else "tiny"
+    config.model.dtype = "float32"
+    config.batch_size = 8
+    config.eval_batch_size = 16
+    config.num_train_epochs = 1.0
+    config.max_seq_length = 128 if is_squad else 64
+    config.doc_stride = 32
+    config.max_query_length = 24
+    config.log_every_steps = 5
+  return config

@@ -1,0 +1,54 @@
+r"""Fine-tunes a BERT encoder on GLUE, SQuAD v1.1/v2.0, CoNLL NER or a generic classification set.
+
+  python finetune.py --config=configs/finetune.py:task=mrpc --workdir=/tmp/ft_mrpc \
+      --config.data_dir=glue_data --config.init_checkpoint=/tmp/bert_base_converted
+  python finetune.py --config=configs/finetune.py:task=squad_v1 --workdir=/tmp/ft_squad \
+      --config.data_dir=squad --config.init_checkpoint=bert-base-uncased
+  python finetune.py --config=configs/finetune.py:task=classification,size=mini --workdir=/tmp/ft_snow \
+      --config.data_dir=/tmp/snow/sentiment --config.vocab_file=/tmp/snow/vocab.txt
+
+Writes DIR/eval_results.json, prediction files, metrics.jsonl, tensorboard/, curves.png and best_checkpoint/
+(see bert_jax/training/finetune_lib.py). Every config field is documented in configs/finetune.py.
+"""
+
+import logging
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file("config", None, "Fine-tuning config, e.g. configs/finetune.py:task=mrpc.",
+                                lock_config=True)
+flags.DEFINE_string("workdir", None, "Output directory: results, predictions, metrics, best checkpoint.")
+flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() first (multi-host runs).")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  import jax  # pylint: disable=g-import-not-at-top
+  if FLAGS.distributed:
+    jax.distributed.initialize()
+  if FLAGS.config.tfds_name:
+    # TFDS readers import TensorFlow; keep it off the accelerators JAX uses.
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    tf.config.set_visible_devices([], "GPU")
+  from bert_jax.training import finetune_lib  # pylint: disable=g-import-not-at-top
+  logging.getLogger().setLevel(logging.INFO)
+  logging.info("JAX devices: %s", jax.devices())
+  results = finetune_lib.run(FLAGS.config, FLAGS.workdir)
+  main_metric = results["main_metric"]
+  for split, metrics in results.items():
+    if isinstance(metrics, dict) and main_metric in metrics:
+      print(f"{results['task']} {split}: " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items())
+                                                         if isinstance(v, float)))
+  print(f"results: {os.path.join(FLAGS.workdir, 'eval_results.json')}")
+
+
+if __name__ == "__main__":
+  app.run(main)
