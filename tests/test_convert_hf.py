@@ -9,6 +9,7 @@ import importlib.util
 import json
 import logging
 import os
+import warnings
 
 import jax
 import numpy as np
@@ -72,20 +73,25 @@ class _Capture(logging.Handler):
     self.records = []
 
   def emit(self, record):
-    self.records.append(record.getMessage())
+    self.records.append((record.levelno, record.getMessage()))
 
 
 def _hf_load(cls, folder):
-  """from_pretrained with transformers' log captured; returns (model, loading_info, warnings text)."""
+  """from_pretrained with transformers' log and Python warnings captured.
+
+  Returns (model, loading_info, log text, WARNING-or-worse log records + Python warnings)."""
   handler = _Capture()
   logger = logging.getLogger("transformers")
   logger.addHandler(handler)
   try:
-    model, info = cls.from_pretrained(folder, output_loading_info=True)
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      model, info = cls.from_pretrained(folder, output_loading_info=True)
   finally:
     logger.removeHandler(handler)
-  text = "\n".join(handler.records)
-  return model.eval(), info, text
+  text = "\n".join(m for _, m in handler.records)
+  loud = [m for level, m in handler.records if level >= logging.WARNING] + [str(w.message) for w in caught]
+  return model.eval(), info, text, loud
 
 
 def _perturbed(params, seed):
@@ -186,8 +192,9 @@ def test_export_hf_round_trip_matches_transformers_and_reimports_exactly(tmp_pat
   assert hf_config["layer_norm_eps"] == config.layer_norm_eps
   assert sorted(os.listdir(hf_dir)) == ["config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt"]
 
-  model, info, log = _hf_load(transformers.BertForPreTraining, hf_dir)
+  model, info, log, loud = _hf_load(transformers.BertForPreTraining, hf_dir)
   assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs")), info
+  assert not loud, loud                                     # no warning of any kind
   for word in ("MISSING", "UNEXPECTED", "newly initialized", "not used", "MISMATCH"):
     assert word.lower() not in log.lower(), log
   mlm, nsp = _compare_with_hf(config, params, model, vocab_size)
@@ -196,7 +203,7 @@ def test_export_hf_round_trip_matches_transformers_and_reimports_exactly(tmp_pat
 
   # BertModel from the same folder: every encoder weight found (no missing keys); the cls.* heads are the
   # only unexpected keys, as transformers reports for Google's own bert-base-uncased.
-  base, info, _ = _hf_load(transformers.BertModel, hf_dir)
+  base, info, _, _ = _hf_load(transformers.BertModel, hf_dir)
   assert not info["missing_keys"] and not info["mismatched_keys"]
   assert all(k.startswith("cls.") for k in info["unexpected_keys"])
 
@@ -213,8 +220,9 @@ def test_export_hf_encoder_only_loads_into_bert_model_without_any_report(tmp_pat
   params = _perturbed(init_params(config), seed=3)
   convert_io.save_params_dir(str(tmp_path / "ours"), config, params, tiny_vocab)
   hf_convert.export_hf(str(tmp_path / "ours"), str(tmp_path / "hf"), heads="none")
-  model, info, log = _hf_load(transformers.BertModel, str(tmp_path / "hf"))
+  model, info, log, loud = _hf_load(transformers.BertModel, str(tmp_path / "hf"))
   assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs")), info
+  assert not loud, loud
   assert "unexpected" not in log.lower() and "missing" not in log.lower(), log
   ids, mask, segment_ids, positions = _inputs(vocab_size)
   ours = _jitted_apply(BertForPreTraining, config)({"params": params}, ids, mask, segment_ids, positions)

@@ -112,6 +112,9 @@ def test_google_tf1_checkpoint_imports_with_outputs_equal_to_reference(tmp_path,
   assert info["report"]["fresh_groups"] == []
   assert sorted(info["report"]["ignored"]) == sorted(set(saved) - set(variables))
   assert open(vocab_file).read() == open(tiny_vocab).read()
+  # The unzipped folder works as --checkpoint too (Google's zips hold bert_model.ckpt.{index,data-*}).
+  _, params_from_folder, _ = google_tf.import_tf_checkpoint(str(folder))
+  assert all(jax.tree.leaves(jax.tree.map(np.array_equal, params, params_from_folder)))
 
   rng = np.random.default_rng(0)
   ids = rng.integers(5, vocab_size, size=(3, 16)).astype(np.int32)

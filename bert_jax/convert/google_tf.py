@@ -27,19 +27,28 @@ def is_ignorable(name: str) -> bool:
   return bool(_IGNORABLE.search(name))
 
 
+def _checkpoint_prefix(path: str) -> str:
+  """A checkpoint prefix from a prefix or a folder (Google's zips: folder/bert_model.ckpt.{index,data-*})."""
+  if os.path.isdir(path):
+    indexes = sorted(f[:-len(".index")] for f in os.listdir(path) if f.endswith(".index"))
+    if "bert_model.ckpt" in indexes:
+      return os.path.join(path, "bert_model.ckpt")
+    if len(indexes) == 1:
+      return os.path.join(path, indexes[0])
+    raise FileNotFoundError(f"{path}: {'no' if not indexes else 'several'} TF checkpoints "
+                            f"({indexes}); pass the checkpoint prefix, e.g. {path}/bert_model.ckpt")
+  if path.endswith(".index"):
+    path = path[:-len(".index")]
+  if not os.path.exists(path + ".index"):
+    raise FileNotFoundError(f"TF checkpoint not found: {path} (expected {path}.index and {path}.data-*)")
+  return path
+
+
 def read_tf_checkpoint(path: str) -> Dict[str, np.ndarray]:
-  """{variable name: array} of a TF checkpoint prefix (e.g. .../bert_model.ckpt)."""
+  """{variable name: array} of a TF checkpoint (prefix, e.g. .../bert_model.ckpt, or its folder)."""
   import tensorflow as tf  # lazy: the only TensorFlow use in bert_jax.convert
 
-  if os.path.isdir(path):
-    latest = tf.train.latest_checkpoint(path)
-    if latest is None:
-      raise FileNotFoundError(f"{path}: a directory without a TF checkpoint (no 'checkpoint' index file); pass "
-                              "the checkpoint prefix, e.g. .../bert_model.ckpt")
-    path = latest
-  if not (os.path.exists(path + ".index") or os.path.exists(path)):
-    raise FileNotFoundError(f"TF checkpoint not found: {path} (expected {path}.index and {path}.data-*)")
-  reader = tf.train.load_checkpoint(path)
+  reader = tf.train.load_checkpoint(_checkpoint_prefix(path))
   return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
 
 
@@ -51,6 +60,8 @@ def import_tf_checkpoint(checkpoint: str, output: Optional[str] = None, config_f
   Returns (config, params, report). `config_file` and `vocab_file` default to bert_config.json and vocab.txt
   next to the checkpoint. `variables` may pass an already-read {name: array} dict (tests).
   """
+  if variables is None:
+    checkpoint = _checkpoint_prefix(checkpoint)
   folder = os.path.dirname(os.path.abspath(checkpoint)) if not os.path.isdir(checkpoint) else checkpoint
   config_file = config_file or os.path.join(folder, "bert_config.json")
   vocab_file = vocab_file or os.path.join(folder, "vocab.txt")

@@ -272,7 +272,11 @@ def export_hf(input_dir: str, output: str, heads: str = "pretraining") -> mappin
   if prefix != "bert.":
     arrays = {(k[len("bert."):] if k.startswith("bert.") else k): v for k, v in arrays.items()}
   os.makedirs(output, exist_ok=True)
-  save_file(arrays, os.path.join(output, "model.safetensors"), metadata={"format": "pt"})
+  weights = os.path.join(output, "model.safetensors")
+  save_file(arrays, weights, metadata={"format": "pt"})
+  umask = os.umask(0)
+  os.umask(umask)
+  os.chmod(weights, 0o666 & ~umask)     # safetensors creates the file 0600; make it like the other files
   vocab = {}
   with open(vocab_file, encoding="utf-8") as f:
     for i, line in enumerate(f):
