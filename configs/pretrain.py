@@ -94,6 +94,8 @@ def get_config(arg=None):
   config.optimizer.b2 = 0.999
   config.optimizer.eps = 1e-6
   config.optimizer.clip_norm = 1.0                 # global-norm clipping (0 = off)
+  config.optimizer.bias_correction = False         # Adam bias correction (Google BERT's AdamW has none)
+  config.optimizer.end_learning_rate = 0.0         # learning rate reached at num_train_steps
   config.nan_policy = "stop"                       # stop | skip: on a NaN/Inf loss or gradient
 
   # Checkpoints, logging, evaluation.
@@ -103,6 +105,8 @@ def get_config(arg=None):
   config.eval_every_steps = 10_000
   config.eval_steps = 100                          # batches per evaluation
   config.init_checkpoint = ""                      # pre-training work dir, converted checkpoint or zoo name
+  config.peak_flops_per_device = 0.0               # FLOP/s for the MFU estimate (0 = table by device kind)
+  config.progress_bar = True                       # tqdm progress bar on process 0
 
   # Sharding: one mesh, named axes; -1 takes the remaining devices. Logical -> mesh axis rules.
   config.mesh = ml_collections.ConfigDict()
@@ -116,6 +120,7 @@ def get_config(arg=None):
   config.distributed.coordinator_address = ""      # "host:port" of process 0 ("" = auto, e.g. TPU/SLURM)
   config.distributed.num_processes = -1            # -1 = auto
   config.distributed.process_id = -1               # -1 = auto
+  config.distributed.cpu_collectives = "gloo"      # CPU cross-process collectives (local multi-process runs)
 
   if opts["preset"] == "bert_paper":
     # Devlin et al. 2019: 256 seqs x 512 tokens (128k tokens) per step, 1M steps, Adam lr 1e-4, 10k warmup,
@@ -140,6 +145,7 @@ def get_config(arg=None):
     config.optimizer.learning_rate = 6e-3
     config.optimizer.schedule = "polynomial"
     config.optimizer.power = 0.5
+    config.optimizer.bias_correction = True        # LAMB (You et al.) uses bias-corrected moments
     config.optimizer.weight_decay = 0.01
     config.model.scan_layers = True
     config.model.remat_policy = "dots_no_batch"

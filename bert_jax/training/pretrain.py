@@ -1,0 +1,515 @@
+"""The pre-training loop: `train_and_evaluate(config, workdir)`.
+
+Start-up order (explicit): resume from `workdir/checkpoints` (params, optimizer state, step, RNG, data
+position) -> else `config.init_checkpoint` (params only: a pre-training work dir, a converted params dir or
+a zoo name) -> else from scratch.
+
+Per step: each host reads its own shard of the data (bert_jax.input_pipeline.pretrain_dataset, per-host
+batch = batch_size / process_count), jax.make_array_from_process_local_data assembles the global batch on
+the mesh, the jitted train step runs asynchronously. The host synchronises only at logging, checkpoint and
+evaluation steps.
+
+Outputs in the work dir (see checkpoints.py for the checkpoint layout):
+  metrics.jsonl       one JSON object per logging step: step, phase, seq_len, loss, mlm_loss, mlm_accuracy,
+                      nsp_loss, nsp_accuracy (or sop_*), learning_rate, grad_norm, param_norm, seq_per_sec,
+                      tokens_per_sec, mfu (when the device peak is known), nonfinite_count, time
+  eval_metrics.jsonl  one object per evaluation: step and eval_loss, eval_mlm_loss, eval_mlm_accuracy,
+                      eval_nsp_loss, eval_nsp_accuracy (eval_* keys also go to TensorBoard)
+  tensorboard/        TensorBoard events (tensorboardX; no TensorFlow needed), train/ and eval/ scalars
+  plots/loss_curve.png  MLM loss / accuracy curves, written at the end (matplotlib)
+
+NaN/Inf: nan_policy="stop" raises FloatingPointError naming the first bad step at the next host sync
+(logging or checkpoint step; nothing non-finite is ever checkpointed); "skip" leaves params and optimizer
+state untouched for that step and counts it in `nonfinite_count`.
+
+Preemption: SIGTERM (single process) or the JAX preemption sync point (multi-host) saves a checkpoint at the
+current step, waits for it and returns.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+import jax
+import numpy as np
+
+from bert_jax.models import BertConfig, BertForPreTraining
+from bert_jax.training import checkpoints, flops, optimizers, sharding
+from bert_jax.training import train_step as ts
+
+log = logging.getLogger(__name__)
+
+
+# ---- config helpers ------------------------------------------------------------------------------------
+def config_to_dict(config) -> dict:
+  if hasattr(config, "to_json_best_effort"):
+    return json.loads(config.to_json_best_effort())
+  if hasattr(config, "__dict__"):
+    return {k: config_to_dict(v) if hasattr(v, "__dict__") else v for k, v in vars(config).items()}
+  return dict(config)
+
+
+def _get(config, dotted: str, default=None):
+  obj = config
+  for part in dotted.split("."):
+    if obj is None or not hasattr(obj, part):
+      return default
+    obj = getattr(obj, part)
+  return obj
+
+
+def maybe_initialize_distributed(config) -> None:
+  """jax.distributed.initialize when asked (config.distributed.enable) or on a multi-host TPU slice."""
+  d = _get(config, "distributed")
+  enable = bool(_get(config, "distributed.enable", False))
+  on_tpu_pod = "," in os.environ.get("TPU_WORKER_HOSTNAMES", "")
+  if not (enable or on_tpu_pod):
+    return
+  if jax.distributed.is_initialized():
+    return
+  collectives = _get(config, "distributed.cpu_collectives", "gloo")
+  if collectives:
+    jax.config.update("jax_cpu_collectives_implementation", collectives)   # CPU multi-process (tests)
+  kwargs = {}
+  if d is not None:
+    if getattr(d, "coordinator_address", ""):
+      kwargs["coordinator_address"] = d.coordinator_address
+    if int(getattr(d, "num_processes", -1)) > 0:
+      kwargs["num_processes"] = int(d.num_processes)
+    if int(getattr(d, "process_id", -1)) >= 0:
+      kwargs["process_id"] = int(d.process_id)
+  jax.distributed.initialize(**kwargs)
+  log.info("jax.distributed: process %d of %d, %d local / %d global devices", jax.process_index(),
+           jax.process_count(), jax.local_device_count(), jax.device_count())
+
+
+class Phase:
+  """A run segment with one sequence length: steps [start, end)."""
+
+  def __init__(self, index, start, end, max_seq_length, max_predictions_per_seq):
+    self.index, self.start, self.end = index, start, end
+    self.max_seq_length, self.max_predictions_per_seq = max_seq_length, max_predictions_per_seq
+
+  def __repr__(self):
+    return (f"Phase({self.index}: steps [{self.start}, {self.end}), length {self.max_seq_length}, "
+            f"{self.max_predictions_per_seq} predictions)")
+
+
+def resolve_phases(config) -> List[Phase]:
+  """config.data.phases ((fraction, max_seq_length, max_predictions), ...) -> Phases over num_train_steps."""
+  total = int(config.num_train_steps)
+  spec = tuple(_get(config, "data.phases", ()) or ())
+  if not spec:
+    return [Phase(0, 0, total, int(config.data.max_seq_length), int(config.data.max_predictions_per_seq))]
+  fractions = [float(p[0]) for p in spec]
+  if any(f <= 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
+    raise ValueError(f"data.phases={spec}: fractions must be positive and sum to 1")
+  phases, start, acc = [], 0, 0.0
+  for i, (frac, length, preds) in enumerate(spec):
+    acc += float(frac)
+    end = total if i == len(spec) - 1 else int(round(acc * total))
+    phases.append(Phase(i, start, end, int(length), int(preds)))
+    start = end
+  return [p for p in phases if p.end > p.start]
+
+
+def _count_lines(path: str) -> int:
+  with open(path, encoding="utf-8") as f:
+    return sum(1 for _ in f)
+
+
+# ---- data -------------------------------------------------------------------------------------------
+def make_dataset(config, input_files: str, phase: Phase, vocab_file: str, *, is_training: bool,
+                 start_step: int = 0, seed_offset: int = 0):
+  from bert_jax.input_pipeline import pretrain_dataset  # TensorFlow lives here only
+  _hide_accelerators_from_tf()
+  per_host = int(config.batch_size) // jax.process_count()
+  pair_mode = _get(config, "data.pair_mode", "nsp")
+  if "sop" in tuple(config.targets):
+    pair_mode = "sop"
+  return pretrain_dataset.make_pretraining_dataset(
+      input_files, batch_size=per_host, max_seq_length=phase.max_seq_length,
+      max_predictions_per_seq=phase.max_predictions_per_seq, vocab_file=vocab_file, is_training=is_training,
+      seed=int(config.seed) + 1000 * phase.index + seed_offset,
+      masking=None if is_training else "dynamic",
+      do_lower_case=bool(_get(config, "data.do_lower_case", True)),
+      whole_word_mask=bool(_get(config, "data.do_whole_word_mask", False)),
+      masked_lm_prob=float(_get(config, "data.masked_lm_prob", 0.15)),
+      short_seq_prob=float(_get(config, "data.short_seq_prob", 0.1)), pair_mode=pair_mode,
+      process_index=jax.process_index(), process_count=jax.process_count(),
+      num_epochs=None if is_training else 1 << 20,   # eval: repeat, take exactly eval_steps batches
+      shuffle_buffer=int(_get(config, "data.shuffle_buffer", 10_000)), start_step=start_step)
+
+
+def _hide_accelerators_from_tf():
+  """tf.data runs on the host; keep TensorFlow off the GPUs that JAX uses."""
+  try:
+    import tensorflow as tf
+    tf.config.set_visible_devices([], "GPU")
+  except Exception:  # noqa: BLE001 - already initialised, or no GPU build
+    pass
+
+
+def to_global(batch: Dict[str, np.ndarray], batch_sharding) -> Dict[str, jax.Array]:
+  """This host's rows -> one global jax.Array per feature, laid out as `batch_sharding`."""
+  return {k: jax.make_array_from_process_local_data(batch_sharding, np.asarray(v)) for k, v in batch.items()}
+
+
+# ---- metric writers ------------------------------------------------------------------------------------
+class MetricWriter:
+  """metrics.jsonl / eval_metrics.jsonl + TensorBoard (tensorboardX), on process 0 only."""
+
+  def __init__(self, workdir: str):
+    self.enabled = jax.process_index() == 0
+    self.workdir = workdir
+    self.tb = None
+    if self.enabled:
+      os.makedirs(workdir, exist_ok=True)
+      try:
+        from tensorboardX import SummaryWriter
+        self.tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+      except Exception as e:  # noqa: BLE001 - TensorBoard is optional
+        log.warning("TensorBoard disabled (%s); metrics.jsonl is still written", e)
+
+  def write(self, step: int, metrics: dict, filename: str = "metrics.jsonl", tb_prefix: str = "train/"):
+    if not self.enabled:
+      return
+    row = {"step": int(step), **{k: _jsonable(v) for k, v in metrics.items()}}
+    with open(os.path.join(self.workdir, filename), "a", encoding="utf-8") as f:
+      f.write(json.dumps(row, sort_keys=True) + "\n")
+    if self.tb is not None:
+      for k, v in row.items():
+        if k != "step" and isinstance(v, (int, float)) and v is not None:
+          self.tb.add_scalar(tb_prefix + k, v, step)
+      self.tb.flush()
+
+  def close(self):
+    if self.tb is not None:
+      self.tb.close()
+
+
+def _jsonable(v):
+  if isinstance(v, (np.floating, np.integer)):
+    v = v.item()
+  if isinstance(v, float) and not math.isfinite(v):
+    return str(v)
+  return v
+
+
+def read_jsonl(path: str) -> List[dict]:
+  if not os.path.exists(path):
+    return []
+  with open(path, encoding="utf-8") as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def plot_loss_curve(workdir: str) -> Optional[str]:
+  """plots/loss_curve.png: MLM loss and accuracy (train and eval) against the step."""
+  rows = read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+  evals = read_jsonl(os.path.join(workdir, "eval_metrics.jsonl"))
+  if not rows or jax.process_index() != 0:
+    return None
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+  for ax, key, title in ((axes[0], "mlm_loss", "MLM loss"), (axes[1], "mlm_accuracy", "MLM accuracy")):
+    pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+    if pts:
+      ax.plot(*zip(*pts), label="train")
+    epts = [(r["step"], r["eval_" + key]) for r in evals if isinstance(r.get("eval_" + key), (int, float))]
+    if epts:
+      ax.plot(*zip(*epts), "o-", label="eval")
+    ax.set_xlabel("step")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+  fig.tight_layout()
+  path = os.path.join(workdir, "plots", "loss_curve.png")
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
+
+
+# ---- start-up ---------------------------------------------------------------------------------------
+def _merge_params(random_params, loaded, what: str):
+  """Loaded params where path and shape match, random init elsewhere (e.g. heads missing from a
+  converted encoder); logs what was kept."""
+  flat_loaded = {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_flatten_with_path(loaded)[0]}
+  used, fresh, mismatched = 0, [], []
+
+  def pick(path, x):
+    nonlocal used
+    key = jax.tree_util.keystr(path)
+    if key in flat_loaded:
+      v = np.asarray(flat_loaded[key])
+      if v.shape == tuple(x.shape):
+        used += 1
+        return v.astype(x.dtype)
+      mismatched.append(f"{key} {v.shape} vs {tuple(x.shape)}")
+    else:
+      fresh.append(key)
+    return np.asarray(x)
+
+  merged = jax.tree_util.tree_map_with_path(pick, random_params)
+  if mismatched:
+    raise ValueError(f"{what}: parameter shapes differ from the model: {mismatched[:5]}")
+  log.info("%s: %d tensors loaded, %d freshly initialised %s", what, used, len(fresh), fresh[:6])
+  return merged
+
+
+def _model_config_from_checkpoint(config, loaded: BertConfig, vocab_size: int) -> BertConfig:
+  """The checkpoint's architecture with this run's compute settings (dtype, scan, remat, dropout)."""
+  run = ts.build_model_config(config, vocab_size)
+  keep = {k: getattr(run, k) for k in ("dtype", "param_dtype", "attention_impl", "scan_layers", "remat_policy",
+                                       "hidden_dropout_prob", "attention_probs_dropout_prob")}
+  return loaded.replace(**keep)
+
+
+class _Preemption:
+  """SIGTERM -> flag (single process). Multi-host runs use the JAX preemption sync point instead."""
+
+  def __init__(self, ckpt: checkpoints.Checkpointer):
+    self.ckpt = ckpt
+    self.flag = False
+    self.previous = None
+    if jax.process_count() == 1:
+      try:
+        self.previous = signal.signal(signal.SIGTERM, self._handler)
+      except ValueError:   # not the main thread
+        self.previous = None
+
+  def _handler(self, signum, frame):
+    del signum, frame
+    log.warning("SIGTERM: saving a checkpoint at the current step and stopping")
+    self.flag = True
+
+  def reached(self, step: int) -> bool:
+    if jax.process_count() > 1:
+      try:
+        return bool(self.ckpt.reached_preemption(step))
+      except Exception:  # noqa: BLE001 - preemption service unavailable
+        return False
+    return self.flag
+
+  def restore(self):
+    if self.previous is not None:
+      signal.signal(signal.SIGTERM, self.previous)
+
+
+# ---- the loop ---------------------------------------------------------------------------------------
+def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
+  """Runs (or resumes) pre-training; returns the last logged metrics (plus eval metrics if any)."""
+  maybe_initialize_distributed(config)
+  workdir = os.path.abspath(os.path.expanduser(workdir))
+  os.makedirs(workdir, exist_ok=True)
+  targets = tuple(config.targets)
+  ckpt = checkpoints.Checkpointer(os.path.join(workdir, checkpoints.CHECKPOINT_SUBDIR),
+                                  keep=int(_get(config, "keep_checkpoints", 3)))
+  resume_step = ckpt.latest_step()
+
+  # Vocab and architecture: the work dir's own copies win on resume.
+  vocab_file = _get(config, "data.vocab_file", "") or ""
+  if resume_step is not None and os.path.exists(os.path.join(workdir, "vocab.txt")):
+    vocab_file = os.path.join(workdir, "vocab.txt")
+  loaded = None
+  init_checkpoint = _get(config, "init_checkpoint", "") or ""
+  if resume_step is None and init_checkpoint:
+    loaded = _load_init_checkpoint(init_checkpoint)
+    if not vocab_file and loaded[2]:
+      vocab_file = loaded[2]
+  if not vocab_file or not os.path.exists(vocab_file):
+    raise FileNotFoundError(f"data.vocab_file={vocab_file!r} does not exist (needed for masking and the "
+                            "vocab size)")
+  vocab_size = int(_get(config, "model.vocab_size", -1))
+  if vocab_size <= 0:
+    vocab_size = _count_lines(vocab_file)
+  if resume_step is not None and os.path.exists(os.path.join(workdir, "model_config.json")):
+    saved = BertConfig.from_json_file(os.path.join(workdir, "model_config.json"))
+    model_config = _model_config_from_checkpoint(config, saved, vocab_size)
+  elif loaded is not None:
+    model_config = _model_config_from_checkpoint(config, loaded[0], vocab_size)
+  else:
+    model_config = ts.build_model_config(config, vocab_size)
+  model = BertForPreTraining(model_config, targets=targets)
+  checkpoints.write_workdir_files(workdir, config_to_dict(config), model_config, vocab_file)
+
+  mesh = sharding.make_mesh(tuple(config.mesh.shape), tuple(config.mesh.axes))
+  rules = sharding.normalize_rules(_get(config, "logical_axis_rules", None))
+  log.info("mesh %s; model %s", sharding.describe(mesh), {k: getattr(model_config, k) for k in (
+      "num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size", "dtype", "scan_layers")})
+  if int(config.batch_size) % jax.process_count():
+    raise ValueError(f"batch_size={config.batch_size} is not a multiple of process_count={jax.process_count()}")
+  tx, schedule = optimizers.make_optimizer(config)
+
+  # Start-up order: resume -> init_checkpoint -> scratch.
+  meta: dict = {}
+  if resume_step is not None:
+    state, shardings, meta = checkpoints.restore_train_state(ckpt, config, model, mesh, tx)
+    log.info("resumed from %s at step %d", ckpt.directory, resume_step)
+  elif loaded is not None:
+    fresh, _ = ts.create_train_state(config, model, mesh, tx)
+    params = _merge_params(jax.device_get(fresh.params) if not model_config.scan_layers else
+                           checkpoints.convert_layout(jax.device_get(fresh.params), False),
+                           loaded[1], f"init_checkpoint={init_checkpoint}")
+    del fresh
+    state, shardings = ts.create_train_state(config, model, mesh, tx, params=params)
+    log.info("initialised from init_checkpoint=%s", init_checkpoint)
+  else:
+    state, shardings = ts.create_train_state(config, model, mesh, tx)
+    log.info("initialised from scratch (seed %d)", int(config.seed))
+  step = int(jax.device_get(state.step))
+
+  train_step = ts.make_train_step(config, model, tx, mesh, shardings)
+  eval_step = ts.make_eval_step(config, model, mesh, shardings)
+  batch_sharding = sharding.batch_sharding(mesh, rules)
+  phases = resolve_phases(config)
+  total = int(config.num_train_steps)
+  log_every = max(1, int(_get(config, "log_every_steps", 100)))
+  ckpt_every = int(_get(config, "checkpoint_every_steps", 1000))
+  eval_every = int(_get(config, "eval_every_steps", 0))
+  eval_files = _get(config, "data.eval_input_files", "") or ""
+  nan_policy = _get(config, "nan_policy", "stop")
+  peak = flops.peak_flops_per_device(dtype=model_config.dtype,
+                                     override=float(_get(config, "peak_flops_per_device", 0.0) or 0.0))
+  writer = MetricWriter(workdir)
+  preemption = _Preemption(ckpt)
+  last: Dict[str, Any] = {}
+  progress = None
+  if jax.process_index() == 0 and bool(_get(config, "progress_bar", True)):
+    try:
+      from tqdm import tqdm
+      progress = tqdm(total=total, initial=step, desc="pretrain", dynamic_ncols=True)
+    except ImportError:
+      progress = None
+  # Test hook: BERT_JAX_TEST_KILL_AT="N" SIGKILLs this process once the step-N checkpoint is on disk,
+  # "N:during" right after the asynchronous step-N save was started (a kill in the middle of a save).
+  kill_spec = os.environ.get("BERT_JAX_TEST_KILL_AT", "")
+  kill_step, kill_during = (int(kill_spec.split(":")[0]), kill_spec.endswith(":during")) if kill_spec else (-1, 0)
+
+  def save(at_step: int, data_state: dict, force: bool = False):
+    ckpt.save(at_step, state, {"scan_layers": model_config.scan_layers, "data": data_state,
+                               "mesh": list(mesh.devices.shape), "process_count": jax.process_count(),
+                               "model_config": model_config.to_dict()}, force=force)
+    if at_step == kill_step:
+      if not kill_during:
+        ckpt.wait()
+      os.kill(os.getpid(), signal.SIGKILL)
+
+  try:
+    for phase in phases:
+      if phase.end <= step:
+        continue
+      start_in_phase = step - phase.start
+      data = make_dataset(config, config.data.input_files, phase, vocab_file, is_training=True,
+                          start_step=start_in_phase)
+      log.info("%s: starting at step %d (batch %d of this phase)", phase, step, start_in_phase)
+      acc = None
+      window_start, window_steps, compiled = time.time(), 0, False
+      while step < phase.end:
+        batch = to_global(next(data), batch_sharding)
+        state, metrics = train_step(state, batch)
+        step += 1
+        acc = ts.merge_metrics(acc, metrics)
+        if not compiled:            # one sync after the first step: exclude compilation from seq/s
+          jax.block_until_ready(metrics)
+          compiled, window_start, window_steps = True, time.time(), 0
+        else:
+          window_steps += 1
+        if progress is not None:
+          progress.update(1)
+        at_end = step == phase.end
+        preempted = preemption.reached(step)
+        do_log = step % log_every == 0 or at_end or preempted
+        do_ckpt = (ckpt_every > 0 and step % ckpt_every == 0) or at_end or preempted
+        if do_log or do_ckpt:
+          summary = ts.normalize(acc)
+          _check_finite(summary, nan_policy, ckpt)
+        if do_log:
+          elapsed = max(time.time() - window_start, 1e-9)
+          seq_per_sec = window_steps * int(config.batch_size) / elapsed if window_steps else None
+          row = dict(summary, phase=phase.index, seq_len=phase.max_seq_length,
+                     learning_rate=float(schedule(step - 1)), time=time.time())
+          if seq_per_sec is not None:
+            row.update(seq_per_sec=seq_per_sec, tokens_per_sec=seq_per_sec * phase.max_seq_length)
+            m = flops.mfu(seq_per_sec, model_config, phase.max_seq_length, phase.max_predictions_per_seq,
+                          jax.device_count(), peak, targets)
+            if m is not None:
+              row["mfu"] = m
+          writer.write(step, row)
+          last = row
+          if progress is not None:
+            progress.set_postfix({k: f"{row[k]:.3g}" for k in ("mlm_loss", "mlm_accuracy", "seq_per_sec")
+                                  if isinstance(row.get(k), float)})
+          acc = None
+          window_start, window_steps = time.time(), 0
+        if do_ckpt:
+          save(step, data.state(), force=at_end or preempted)
+        if eval_files and eval_every > 0 and (step % eval_every == 0 or step == total):
+          ev = evaluate(config, eval_step, state.params, eval_files, phase, vocab_file, batch_sharding)
+          writer.write(step, ev, filename="eval_metrics.jsonl", tb_prefix="eval/")
+          last.update(ev)
+          window_start, window_steps = time.time(), 0    # seq/s measures training steps only
+        if preempted:
+          log.warning("preempted at step %d: checkpoint saved, exiting", step)
+          ckpt.wait()
+          return dict(last, preempted=True, step=step)
+    ckpt.wait()
+  finally:
+    preemption.restore()
+    if progress is not None:
+      progress.close()
+    writer.close()
+    ckpt.close()
+  plot_loss_curve(workdir)
+  return dict(last, step=step)
+
+
+def _check_finite(summary: dict, nan_policy: str, ckpt: checkpoints.Checkpointer):
+  bad = summary.get("nonfinite_count", 0)
+  if not bad:
+    return
+  if nan_policy == "stop":
+    ckpt.wait()
+    raise FloatingPointError(
+        f"non-finite loss or gradient at step {summary.get('first_nonfinite_step', '?')} "
+        f"({bad} step(s) in this logging window); the last checkpoint ({ckpt.latest_step()}) is finite. "
+        "Lower the learning rate, check the data, or set nan_policy='skip'.")
+  log.warning("skipped %d step(s) with a non-finite loss or gradient (first: step %s)", bad,
+              summary.get("first_nonfinite_step"))
+
+
+def evaluate(config, eval_step, params, eval_files: str, phase: Phase, vocab_file: str,
+             batch_sharding) -> Dict[str, float]:
+  """eval_steps batches of held-out data (the same batches every time: fixed seed, fresh iterator)."""
+  data = make_dataset(config, eval_files, phase, vocab_file, is_training=False, seed_offset=7919)
+  acc = None
+  for _ in range(int(_get(config, "eval_steps", 100))):
+    try:
+      batch = next(data)
+    except StopIteration:
+      break
+    acc = ts.merge_metrics(acc, eval_step(params, to_global(batch, batch_sharding)))
+  if acc is None:
+    return {}
+  return {f"eval_{k}": v for k, v in ts.normalize(acc).items()}
+
+
+def _load_init_checkpoint(name: str):
+  """(BertConfig, params, vocab path | None) from a work dir, a params dir, or a zoo name."""
+  if os.path.isdir(os.path.expanduser(name)):
+    return checkpoints.load_pretrained(name)
+  try:
+    from bert_jax.convert import io as convert_io
+  except ImportError as e:
+    raise FileNotFoundError(f"init_checkpoint={name!r} is not a directory and the zoo is unavailable "
+                            f"({e})") from e
+  got = convert_io.load_checkpoint(name)
+  return got.config, got.params, got.vocab_file

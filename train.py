@@ -1,0 +1,44 @@
+r"""Pre-trains a BERT-family model (any size, CPU to TPU pod slice); resumes automatically from --workdir.
+
+  python train.py --config=configs/pretrain.py:size=tiny,runlocal --workdir=/tmp/bert_tiny \
+      --config.data.input_files=corpus.txt --config.data.vocab_file=vocab.txt
+  python train.py --config=configs/pretrain.py:size=base,preset=bert_paper --workdir=gs://bucket/bert_base \
+      --config.data.input_files='gs://bucket/data/train-*.tfrecord' --config.data.vocab_file=vocab.txt
+
+The work directory ends up self-describing (config.json, model_config.json, vocab.txt, checkpoints/,
+metrics.jsonl, eval_metrics.jsonl, tensorboard/, plots/): pass it as `init_checkpoint` to finetune.py.
+Multi-host: see launch/ (TPU VM pod slices are detected automatically; GPU clusters set
+--config.distributed.enable=true and the coordinator flags). Every config field is documented in
+configs/pretrain.py; the loop is bert_jax/training/pretrain.py.
+"""
+
+import logging
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file("config", None, "Pre-training config, e.g. configs/pretrain.py:size=base.",
+                                lock_config=True)
+flags.DEFINE_string("workdir", None, "Work directory: config, vocab, checkpoints, metrics (resumed if present).")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  logging.getLogger().setLevel(logging.INFO)
+  logging.getLogger("absl").setLevel(logging.WARNING)   # Orbax's per-file INFO lines
+  from bert_jax.training import pretrain  # pylint: disable=g-import-not-at-top
+  result = pretrain.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+  shown = {k: v for k, v in sorted(result.items()) if isinstance(v, (int, float)) and k != "time"}
+  print("final: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                              for k, v in shown.items()))
+
+
+if __name__ == "__main__":
+  app.run(main)
