@@ -1,0 +1,217 @@
+"""End-to-end fine-tuning runs on tiny fixtures in the standard file formats (and TFDS mock data).
+
+Each run builds a 2-layer, hidden-64 model, trains for an epoch or so and checks the files users submit.
+"""
+
+import csv
+import json
+import os
+import random
+
+import numpy as np
+import pytest
+
+from bert_jax.input_pipeline.tasks import testing
+from bert_jax.training import finetune_lib
+from bert_jax.training.finetune_predict import Predictor
+
+from test_finetune_units import _write_pretrained_dir, load_config_module
+
+MOD = load_config_module()
+
+
+def make_config(task, data_dir, vocab_file, **overrides):
+  c = MOD.get_config(f"task={task},runlocal")
+  c.data_dir, c.vocab_file = data_dir, vocab_file
+  c.model.size = "tiny"
+  c.model.hidden_size, c.model.num_attention_heads, c.model.intermediate_size = 64, 2, 128
+  c.batch_size, c.eval_batch_size = 8, 8          # conftest simulates 8 devices: one row per device
+  c.max_seq_length = 32
+  c.log_every_steps = 1
+  for k, v in overrides.items():
+    target = c
+    *parents, leaf = k.split(".")
+    for p in parents:
+      target = getattr(target, p)
+    setattr(target, leaf, v)
+  return c
+
+
+def read_json(path):
+  with open(path, encoding="utf-8") as f:
+    return json.load(f)
+
+
+def read_tsv(path):
+  with open(path, encoding="utf-8") as f:
+    return list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+def check_run_files(workdir, main_metric):
+  for name in ("config.json", "init_report.json", "metrics.jsonl", "curves.png", "eval_results.json",
+               "best_checkpoint/params.msgpack", "best_checkpoint/finetune_info.json"):
+    assert os.path.exists(os.path.join(workdir, name)), name
+  assert os.listdir(os.path.join(workdir, "tensorboard"))
+  records = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8")]
+  train = [r for r in records if r["kind"] == "train"]
+  evals = [r for r in records if r["kind"] == "eval"]
+  assert train and all(np.isfinite(r["loss"]) for r in train)
+  assert evals and all(main_metric in r for r in evals)
+
+
+@pytest.fixture(scope="module")
+def fixtures(tmp_path_factory):
+  d = tmp_path_factory.mktemp("ft_data")
+  vocab = testing.write_vocab(str(d))
+  return {"dir": d, "vocab": vocab, "glue": testing.write_glue(str(d / "glue"))}
+
+
+def test_sst2_from_a_pretrained_checkpoint_loads_the_encoder(fixtures, tmp_path):
+  ckpt, pre = _write_pretrained_dir(tmp_path, fixtures["vocab"], sum(1 for _ in open(fixtures["vocab"])))
+  # vocab_file empty: the checkpoint's vocab.txt is used. A ~zero learning rate keeps the weights at their
+  # loaded values, so the best checkpoint must hold the pre-trained encoder.
+  c = make_config("sst2", fixtures["glue"], "", init_checkpoint=ckpt, learning_rate=1e-12, weight_decay=0.0)
+  out = str(tmp_path / "run")
+  results = finetune_lib.run(c, out)
+  assert set(results["dev"]) >= {"accuracy"} and results["best"]["step"] == 1
+  report = read_json(os.path.join(out, "init_report.json"))
+  assert sorted(report["initialised"]) == ["classifier/bias", "classifier/kernel"]
+  assert "bert/embeddings/word_embeddings/embedding" in report["loaded"]
+  from bert_jax.convert.io import load_params_dir
+  _, saved, _ = load_params_dir(os.path.join(out, "best_checkpoint"))
+  np.testing.assert_allclose(saved["bert"]["encoder"]["layer_0"]["attention"]["query"]["kernel"],
+                             pre["bert"]["encoder"]["layer_0"]["attention"]["query"]["kernel"], atol=1e-6)
+  assert saved["classifier"]["kernel"].shape == (64, 2)
+  rows = read_tsv(os.path.join(out, "SST-2.tsv"))
+  assert rows[0] == ["index", "prediction"] and len(rows) == 9 and {r[1] for r in rows[1:]} <= {"0", "1"}
+  check_run_files(out, "accuracy")
+
+
+def test_mrpc_sentence_pairs(fixtures, tmp_path):
+  out = str(tmp_path / "run")
+  results = finetune_lib.run(make_config("mrpc", fixtures["glue"], fixtures["vocab"]), out)
+  assert {"accuracy", "f1", "acc_and_f1"} <= set(results["dev"])
+  assert results["main_metric"] == "acc_and_f1"
+  rows = read_tsv(os.path.join(out, "MRPC.tsv"))
+  assert len(rows) == 9 and rows[1][0] == "0"
+  dev = read_tsv(os.path.join(out, "mrpc_dev_predictions.tsv"))
+  assert dev[0] == ["index", "prediction", "label"] and len(dev) == 9
+  check_run_files(out, "acc_and_f1")
+
+
+def test_stsb_regression_with_mse(fixtures, tmp_path):
+  out = str(tmp_path / "run")
+  results = finetune_lib.run(make_config("stsb", fixtures["glue"], fixtures["vocab"], num_train_epochs=2.0), out)
+  assert {"pearson", "spearman", "corr"} <= set(results["dev"])
+  info = read_json(os.path.join(out, "best_checkpoint", "finetune_info.json"))
+  assert info["kind"] == "regression" and info["num_labels"] == 1
+  rows = read_tsv(os.path.join(out, "STS-B.tsv"))
+  assert len(rows) == 9 and all(isinstance(float(r[1]), float) for r in rows[1:])
+  # The train loss is a squared error on 0..5 scores (a cross-entropy over 1 class would be 0).
+  train = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if '"train"' in l]
+  assert train[0]["loss"] > 0.1
+
+
+def test_mnli_evaluates_matched_and_mismatched_and_writes_the_submission(fixtures, tmp_path):
+  out = str(tmp_path / "run")
+  results = finetune_lib.run(make_config("mnli", fixtures["glue"], fixtures["vocab"]), out)
+  assert "accuracy" in results["dev_matched"] and "accuracy" in results["dev_mismatched"]
+  evals = {r["split"] for r in map(json.loads, open(os.path.join(out, "metrics.jsonl"))) if r["kind"] == "eval"}
+  assert evals == {"dev_matched", "dev_mismatched"}
+  for name in ("MNLI-m.tsv", "MNLI-mm.tsv", "AX.tsv"):
+    rows = read_tsv(os.path.join(out, name))
+    assert len(rows) == 9 and {r[1] for r in rows[1:]} <= {"entailment", "neutral", "contradiction"}, name
+
+
+@pytest.mark.parametrize("version_2", [False, True], ids=["squad_v1", "squad_v2"])
+def test_squad_predictions_are_exact_context_substrings(fixtures, tmp_path, version_2):
+  data = testing.write_squad(str(tmp_path / "squad"), version_2_with_negative=version_2)
+  task = "squad_v2" if version_2 else "squad_v1"
+  # 24 tokens with an 8-token stride: every context spans several windows.
+  c = make_config(task, data, fixtures["vocab"], max_seq_length=24, doc_stride=8, max_query_length=10)
+  out = str(tmp_path / "run")
+  results = finetune_lib.run(c, out)
+  gold = testing.squad_json(version_2)
+  contexts = {qa["id"]: p["context"] for a in gold["data"] for p in a["paragraphs"] for qa in p["qas"]}
+  preds = read_json(os.path.join(out, "predictions.json"))
+  nbest = read_json(os.path.join(out, "nbest_predictions.json"))
+  assert set(preds) == set(contexts) == set(nbest)
+  for qid, text in preds.items():
+    assert text in contexts[qid], (qid, text)
+    assert all(c["text"] in contexts[qid] for c in nbest[qid])
+  if version_2:
+    assert set(read_json(os.path.join(out, "null_odds.json"))) == set(contexts)
+    assert {"exact", "f1", "HasAns_f1", "NoAns_f1"} <= set(results["dev"])
+  else:
+    assert {"exact_match", "f1"} <= set(results["dev"])
+  assert results["train"]["train_features"] > len(contexts)   # doc stride made extra windows
+
+
+def test_ner_conll_output_and_entity_f1(fixtures, tmp_path):
+  data = testing.write_conll(str(tmp_path / "ner"))
+  out = str(tmp_path / "run")
+  results = finetune_lib.run(make_config("ner", data, fixtures["vocab"], num_train_epochs=2.0), out)
+  assert {"precision", "recall", "f1"} <= set(results["dev"])
+  lines = open(os.path.join(out, "dev_predictions.txt"), encoding="utf-8").read().split("\n")
+  rows = [l.split() for l in lines if l.strip()]
+  words = [w for s, _ in testing.CONLL_SENTENCES for w in s]
+  assert [r[0] for r in rows] == words and all(len(r) == 3 for r in rows)
+  tags = {"O", "B-PER", "I-PER", "B-LOC", "I-LOC"}
+  assert {r[1] for r in rows} <= tags and {r[2] for r in rows} <= tags
+  assert os.path.exists(os.path.join(out, "test_predictions.txt"))
+
+
+def _learnable_chinese_tsv(directory, n_train=64, n_dev=16, seed=0):
+  """Label 1 iff the review says 很好 (very good), 0 iff 不好 (not good), around random filler characters."""
+  rng = random.Random(seed)
+  filler = list("这本书电影我在住城市上海北京中国的首都")
+  os.makedirs(directory, exist_ok=True)
+  for split, n in (("train", n_train), ("dev", n_dev), ("test", n_dev)):
+    rows = ["label\ttext_a"]
+    for i in range(n):
+      label = i % 2
+      words = [rng.choice(filler) for _ in range(rng.randint(2, 6))]
+      words.insert(rng.randint(0, len(words)), "很好" if label else "不好")
+      rows.append(f"{label}\t{''.join(words)}")
+    with open(os.path.join(directory, f"{split}.tsv"), "w", encoding="utf-8") as f:
+      f.write("\n".join(rows) + "\n")
+  return directory
+
+
+def test_chinese_classification_learns_and_predicts(fixtures, tmp_path):
+  data = _learnable_chinese_tsv(str(tmp_path / "cls"))
+  out = str(tmp_path / "run")
+  c = make_config("classification", data, fixtures["vocab"], num_train_epochs=6.0, learning_rate=1e-3,
+                  early_stopping_patience=3, log_every_steps=4)
+  results = finetune_lib.run(c, out)
+  assert results["dev"]["accuracy"] >= 0.9, results["dev"]   # chance is 0.5
+  assert results["test"]["accuracy"] >= 0.9, results["test"]  # a labelled test split is scored too
+  rows = read_tsv(os.path.join(out, "classification_test_predictions.tsv"))
+  assert rows[0] == ["index", "prediction"] and len(rows) == 17
+  p = Predictor.from_workdir(out)
+  got = p.predict(["上海很好", "这本书不好", "我在北京很好"])
+  assert [g["label"] for g in got] == ["1", "0", "1"]
+  assert abs(sum(got[0]["probabilities"].values()) - 1.0) < 1e-5
+
+
+@pytest.mark.slow
+def test_eval_only_from_a_fine_tuned_workdir_reproduces_dev_accuracy(fixtures, tmp_path):
+  data = _learnable_chinese_tsv(str(tmp_path / "cls"))
+  first = str(tmp_path / "first")
+  c = make_config("classification", data, fixtures["vocab"], num_train_epochs=4.0, learning_rate=1e-3)
+  trained = finetune_lib.run(c, first)
+  c2 = make_config("classification", data, "", init_checkpoint=first, do_train=False)
+  again = finetune_lib.run(c2, str(tmp_path / "second"))
+  assert again["dev"]["accuracy"] == pytest.approx(trained["dev"]["accuracy"])
+
+
+@pytest.mark.slow
+def test_glue_from_tfds_mock_data(fixtures, tmp_path):
+  tfds = pytest.importorskip("tensorflow_datasets")
+  out = str(tmp_path / "run")
+  c = make_config("mrpc", "", fixtures["vocab"], tfds_name="glue/mrpc")
+  with tfds.testing.mock_data(num_examples=16, policy=tfds.testing.MockPolicy.USE_CODE):
+    results = finetune_lib.run(c, out)
+  assert {"accuracy", "f1"} <= set(results["dev"]) and results["train"]["train_examples"] == 16
+  rows = read_tsv(os.path.join(out, "MRPC.tsv"))
+  assert rows[0] == ["index", "prediction"] and len(rows) == 17
