@@ -32,7 +32,8 @@ gradient equals the full-batch gradient, not a mean of per-micro-batch means.
 
 Metrics leave the step as sums: <t>_loss_sum, <t>_correct_sum, <t>_weight_sum | <t>_count for each target,
 loss_sum/loss_count (total loss per step), grad_norm_sum, param_norm_sum, step_count (applied steps),
-nonfinite_count and min_nonfinite_step (first step with a NaN/Inf loss or gradient; 2**31-1 if none).
+nonfinite_count and min_nonfinite_step (first 1-based step number with a NaN/Inf loss or gradient;
+2**31-1 if none).
 Add them across steps with merge_metrics (on device, no host sync) and normalise once when writing.
 
 NaN/Inf: config.nan_policy == "skip" keeps params and optimizer state of a non-finite step (its metrics are
@@ -329,7 +330,7 @@ def make_train_step(config, model: nn.Module, tx, mesh, state_shardings, *, dona
                                     opt_state=jax.tree.map(keep, opt_state, state.opt_state))
       metrics = {k: jnp.where(finite, v, jnp.zeros_like(v)) for k, v in metrics.items()}
     metrics["nonfinite_count"] = 1.0 - finite.astype(jnp.float32)
-    metrics["min_nonfinite_step"] = jnp.where(finite, NO_NONFINITE, state.step.astype(jnp.int32))
+    metrics["min_nonfinite_step"] = jnp.where(finite, NO_NONFINITE, state.step.astype(jnp.int32) + 1)
     return new_state, metrics
 
   batch_in = NamedSharding(mesh, b_spec)

@@ -1,0 +1,157 @@
+"""The training loop end to end: overfitting, NaN policies, exact resume after SIGKILL (also mid-save)."""
+
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from bert_jax.models import BertForPreTraining
+from bert_jax.training import checkpoints, optimizers, sharding
+from bert_jax.training import train_step as ts
+from test_training_sharding import TINY, make_batch, run_config
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_tiny_model_overfits_a_fixed_batch():
+  cfg = run_config(lr=3e-3)
+  cfg.optimizer.schedule = "constant"
+  model = BertForPreTraining(TINY.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+  mesh = sharding.make_mesh((1, 1, 1), devices=jax.devices()[:1])
+  tx, _ = optimizers.make_optimizer(cfg)
+  state, shardings = ts.create_train_state(cfg, model, mesh, tx)
+  step = ts.make_train_step(cfg, model, tx, mesh, shardings)
+  batch = make_batch(batch=8)
+  losses = []
+  for _ in range(120):
+    state, m = step(state, batch)
+    losses.append(ts.normalize(m)["mlm_loss"])
+  assert losses[-1] < 0.1 * losses[0], (losses[0], losses[-1])
+
+
+def test_skip_policy_leaves_state_untouched_on_a_nan_step():
+  cfg = run_config(nan_policy="skip")
+  model = BertForPreTraining(TINY)
+  mesh = sharding.make_mesh((8, 1, 1))
+  tx, _ = optimizers.make_optimizer(cfg)
+  state, shardings = ts.create_train_state(cfg, model, mesh, tx)
+  step = ts.make_train_step(cfg, model, tx, mesh, shardings, donate=False)
+  bad = make_batch()
+  bad["masked_lm_weights"][0, 0] = np.nan
+  after, m = step(state, bad)
+  summary = ts.normalize(m)
+  assert summary["nonfinite_count"] == 1 and summary["first_nonfinite_step"] == 1
+  assert int(after.step) == 1                         # the batch is consumed, the update is not applied
+  for x, y in zip(jax.tree.leaves((after.params, after.opt_state)), jax.tree.leaves((state.params, state.opt_state))):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+  after2, m2 = step(after, make_batch(seed=1))
+  assert ts.normalize(m2)["nonfinite_count"] == 0 and np.isfinite(ts.normalize(m2)["mlm_loss"])
+  assert not np.array_equal(after2.params["nsp"]["kernel"], after.params["nsp"]["kernel"])
+
+
+def test_stop_policy_reports_the_first_bad_step_and_the_loop_raises():
+  from bert_jax.training import pretrain
+  cfg = run_config(nan_policy="stop")
+  model = BertForPreTraining(TINY)
+  mesh = sharding.make_mesh((8, 1, 1))
+  tx, _ = optimizers.make_optimizer(cfg)
+  state, shardings = ts.create_train_state(cfg, model, mesh, tx)
+  step = ts.make_train_step(cfg, model, tx, mesh, shardings)
+  bad = make_batch()
+  bad["masked_lm_weights"][3, 1] = np.inf
+  acc = None
+  for batch in (make_batch(seed=1), bad, make_batch(seed=2)):   # steps 1, 2 (bad), 3
+    state, m = step(state, batch)
+    acc = ts.merge_metrics(acc, m)
+  summary = ts.normalize(acc)
+  assert summary["nonfinite_count"] >= 1 and summary["first_nonfinite_step"] == 2
+
+  class NoCheckpoints:
+    def wait(self):
+      pass
+
+    def latest_step(self):
+      return None
+  with pytest.raises(FloatingPointError, match="non-finite loss or gradient at step 2"):
+    pretrain._check_finite(summary, "stop", NoCheckpoints())
+  pretrain._check_finite(summary, "skip", NoCheckpoints())    # logs a warning, keeps going
+
+
+# ---- end-to-end runs of train.py -----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+  """A tiny raw-text corpus (one sentence per line, blank line between documents) and its vocab."""
+  d = tmp_path_factory.mktemp("corpus")
+  words = ["the", "a", "cat", "dog", "sat", "on", "mat", "running", "plays", "played", "is", "was",
+           "hello", "world", "jax", "bert", "model", "training", "data"]
+  rng = random.Random(0)
+  with open(d / "corpus.txt", "w", encoding="utf-8") as f:
+    for _ in range(40):
+      for _ in range(rng.randint(3, 7)):
+        f.write(" ".join(rng.choice(words) for _ in range(rng.randint(4, 12))) + " .\n")
+      f.write("\n")
+  vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "run", "##ning", "play", "##s", "##ed",
+           "train", "##ing"] + [w for w in words if w not in ("running", "plays", "played", "training")]
+  (d / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+  return str(d / "corpus.txt"), str(d / "vocab.txt"), str(d / "jax_cache")
+
+
+def run_train(workdir, corpus, kill_at=None, extra=()):
+  text, vocab, cache = corpus
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_COMPILATION_CACHE_DIR=cache,
+             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+  env.pop("BERT_JAX_TEST_KILL_AT", None)
+  if kill_at:
+    env["BERT_JAX_TEST_KILL_AT"] = kill_at
+  cmd = [sys.executable, os.path.join(REPO, "train.py"), "--config=configs/pretrain.py:size=tiny,runlocal",
+         f"--workdir={workdir}", f"--config.data.input_files={text}", f"--config.data.vocab_file={vocab}",
+         "--config.num_train_steps=20", "--config.checkpoint_every_steps=5", "--config.log_every_steps=5",
+         "--config.progress_bar=false", *extra]
+  return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def complete_steps(workdir):
+  d = os.path.join(workdir, "checkpoints")
+  return sorted(int(n) for n in os.listdir(d) if n.isdigit())
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_and_after_a_kill_mid_save_gives_identical_params(corpus, tmp_path):
+  ref_dir, run_dir = str(tmp_path / "uninterrupted"), str(tmp_path / "interrupted")
+  ref = run_train(ref_dir, corpus)
+  assert ref.returncode == 0, ref.stderr[-3000:]
+
+  # 10 steps, SIGKILL once the step-10 checkpoint is on disk.
+  first = run_train(run_dir, corpus, kill_at="10")
+  assert first.returncode == -9, first.stderr[-3000:]
+  assert complete_steps(run_dir)[-1] == 10
+  # Restart: killed again right after the asynchronous step-15 save started.
+  second = run_train(run_dir, corpus, kill_at="15:during")
+  assert second.returncode == -9, second.stderr[-3000:]
+  assert "resumed from" in second.stderr and "at step 10" in second.stderr
+  last_complete = complete_steps(run_dir)[-1]
+  assert last_complete in (10, 15)
+  # Restart again: resumes from the last complete checkpoint and finishes the 20 steps.
+  third = run_train(run_dir, corpus)
+  assert third.returncode == 0, third.stderr[-3000:]
+  assert re.search(rf"resumed from \S+ at step {last_complete}\b", third.stderr), third.stderr[-2000:]
+
+  for name, directory in (("uninterrupted", ref_dir), ("interrupted", run_dir)):
+    assert complete_steps(directory)[-1] == 20, name
+  ref_params = checkpoints.load_pretrained(ref_dir)[1]
+  run_params = checkpoints.load_pretrained(run_dir)[1]
+  for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(ref_params)[0], jax.tree.leaves(run_params)):
+    np.testing.assert_array_equal(x, y, err_msg=jax.tree_util.keystr(path))
+  # The work dir describes itself, and the logged metrics match the uninterrupted run's at step 20.
+  assert {"config.json", "model_config.json", "vocab.txt", "metrics.jsonl"} <= set(os.listdir(run_dir))
+  last = lambda d: json.loads(open(os.path.join(d, "metrics.jsonl")).read().splitlines()[-1])  # noqa: E731
+  assert last(run_dir)["step"] == 20 and last(run_dir)["mlm_loss"] == last(ref_dir)["mlm_loss"]
+  for key in ("step", "mlm_loss", "mlm_accuracy", "nsp_accuracy", "seq_per_sec"):
+    assert key in last(ref_dir)
+  assert os.path.exists(os.path.join(ref_dir, "plots", "loss_curve.png"))
