@@ -357,25 +357,36 @@ def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_
     first_offset -= n
     first_epoch += 1
 
-  def gen():
-    for epoch in range(first_epoch, num_epochs):
-      pairs = epoch_pairs(epoch)
-      start = first_offset if epoch == first_epoch else 0
-      for s in range(start, len(pairs), 4096):
-        part = pairs.take(np.arange(s, min(s + 4096, len(pairs))))
-        rows = instances_lib.assemble(corpus, part, t, special["cls"], special["sep"], special["pad"])
-        zeros_p = np.zeros((len(part), 1), np.int32)
-        yield {"input_ids": rows["input_ids"], "input_mask": rows["input_mask"],
-               "segment_ids": rows["segment_ids"],
-               "masked_lm_positions": zeros_p, "masked_lm_ids": zeros_p,
-               "masked_lm_weights": np.zeros((len(part), 1), np.float32),
-               "next_sentence_labels": rows["next_sentence_labels"]}
+  chunk = 4096
+  cache: Dict[int, instances_lib.Pairs] = {}
 
-  sig = {"input_ids": tf.TensorSpec([None, t], tf.int32), "input_mask": tf.TensorSpec([None, t], tf.int32),
-         "segment_ids": tf.TensorSpec([None, t], tf.int32),
-         "masked_lm_positions": tf.TensorSpec([None, 1], tf.int32),
-         "masked_lm_ids": tf.TensorSpec([None, 1], tf.int32),
-         "masked_lm_weights": tf.TensorSpec([None, 1], tf.float32),
-         "next_sentence_labels": tf.TensorSpec([None], tf.int32)}
-  ds = tf.data.Dataset.from_generator(gen, output_signature=sig).unbatch()
+  def np_rows(epoch, index):
+    # Rows [index * chunk, (index + 1) * chunk) of an epoch's pairs (after the resume offset); empty past
+    # the end. Pairs of the current epoch are cached; older epochs are dropped.
+    epoch, index = int(epoch), int(index)
+    if epoch not in cache:
+      cache.clear()
+      cache[epoch] = epoch_pairs(epoch)
+    pairs = cache[epoch]
+    s0 = (first_offset if epoch == first_epoch else 0) + index * chunk
+    part = pairs.take(np.arange(min(s0, len(pairs)), min(s0 + chunk, len(pairs))))
+    rows = instances_lib.assemble(corpus, part, t, special["cls"], special["sep"], special["pad"])
+    return rows["input_ids"], rows["input_mask"], rows["segment_ids"], rows["next_sentence_labels"]
+
+  def chunk_rows(epoch, index):
+    ids, mask, seg, nsl = tf.numpy_function(np_rows, [epoch, index],
+                                            [tf.int32, tf.int32, tf.int32, tf.int32], stateful=False)
+    n = tf.shape(nsl)[0]
+    zeros = tf.zeros([n, 1], tf.int32)
+    return {"input_ids": tf.ensure_shape(ids, [None, t]), "input_mask": tf.ensure_shape(mask, [None, t]),
+            "segment_ids": tf.ensure_shape(seg, [None, t]), "masked_lm_positions": zeros,
+            "masked_lm_ids": zeros, "masked_lm_weights": tf.zeros([n, 1], tf.float32),
+            "next_sentence_labels": tf.ensure_shape(nsl, [None])}
+
+  def epoch_rows(epoch):
+    chunks = tf.data.Dataset.range(1 << 40).map(lambda i: chunk_rows(epoch, i))
+    return chunks.take_while(lambda c: tf.shape(c["next_sentence_labels"])[0] > 0).unbatch()
+
+  # (Not Dataset.from_generator: its Python thread can deadlock interpreter shutdown.)
+  ds = tf.data.Dataset.range(first_epoch, num_epochs).flat_map(epoch_rows)
   return ds, False
