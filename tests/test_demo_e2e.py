@@ -1,0 +1,72 @@
+"""`python demo.py --quick` end to end in a temp dir: the table is printed, plots and results are written,
+metrics are in range, and the classic baselines beat chance. One subprocess run shared by the module."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def quick_demo(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("demo_quick")
+  env = dict(os.environ)
+  env.pop("XLA_FLAGS", None)          # the demo runs on the machine's real device(s), as users run it
+  proc = subprocess.run([sys.executable, "demo.py", f"--workdir={workdir}", "--quick"], cwd=ROOT, env=env,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stdout[-4000:]
+  return str(workdir), proc.stdout
+
+
+@pytest.mark.slow
+def test_quick_demo_prints_the_results_table(quick_demo):
+  _, out = quick_demo
+  assert "| review sentiment (300 test reviews) | accuracy % |" in out
+  assert "| People's Daily NER (300 test sentences) | entity F1 % |" in out
+  assert "TF-IDF + LR:" in out and "CRF:" in out
+  assert "| **total** |" in out and "demo finished in" in out
+  for stage in ("[1/5] data", "[2/5] classic baselines", "[3/5] pre-training", "[4/5] fine-tuning",
+                "[5/5] results"):
+    assert stage in out
+
+
+@pytest.mark.slow
+def test_quick_demo_writes_plots_and_results(quick_demo):
+  workdir, _ = quick_demo
+  for name in ("pretraining.png", "finetuning.png", "scores.png"):
+    path = os.path.join(workdir, "plots", name)
+    assert os.path.getsize(path) > 5_000, path
+    with open(path, "rb") as f:
+      assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  for rel in ("results.json", "results.md", "pretrain/metrics.jsonl", "pretrain/vocab.txt",
+              "finetune_sentiment/eval_results.json", "finetune_ner/eval_results.json",
+              "finetune_ner/test_predictions.txt", "data/manifest.json"):
+    assert os.path.exists(os.path.join(workdir, rel)), rel
+
+
+@pytest.mark.slow
+def test_quick_demo_metrics_are_sane_and_baselines_beat_chance(quick_demo):
+  workdir, _ = quick_demo
+  with open(os.path.join(workdir, "results.json"), encoding="utf-8") as f:
+    res = json.load(f)
+  assert res["quick"] is True
+  assert res["pretraining"]["step"] == res["settings"]["pretrain_steps"]
+  assert 0.0 <= res["pretraining"]["mlm_accuracy"] <= 1.0
+  # The MLM loss of the last logged window is below the loss of a uniform guess over the 5,372-token vocab.
+  assert res["pretraining"]["mlm_loss"] < 8.59
+  with open(os.path.join(workdir, "pretrain", "metrics.jsonl"), encoding="utf-8") as f:
+    rows = [json.loads(l) for l in f]
+  assert rows[-1]["mlm_loss"] < rows[0]["mlm_loss"], "pre-training loss did not fall"
+  for key in ("sentiment", "ner"):
+    for split in ("dev", "test"):
+      assert 0.0 <= res["bert"][key][split] <= 1.0
+  assert res["bert"]["sentiment"]["steps"] == res["settings"]["sentiment_steps"]
+  b = res["baselines"]
+  # Chance: the majority class for sentiment (about 52-58% on 300 reviews), no entities (F1 0) for NER.
+  assert b["sentiment"]["test_accuracy"] > res["majority_test_accuracy"] + 0.1
+  assert b["ner"]["test_f1"] > 0.3
+  assert res["timing"]["total"]["wall_seconds"] > 0

