@@ -34,6 +34,11 @@ Behaviour:
     `start_step=k` skips k * B records (whole epochs are skipped by counting, without reading them twice)
     and continues with exactly the batch an uninterrupted run would have produced.
   - `is_training=False`: no shuffling, one pass, static masks unless masking="dynamic" is asked for.
+  - `drop_remainder=True` (default) keeps shapes static; pass False to see every record at evaluation.
+
+Throughput on one core, max_seq_length=128, batch 256 (experiments/bench_input_pipeline.md): ~55,000
+sequences/s with dynamic masking from records, ~97,000 with static masks, ~77,000 from raw text with fresh
+pairs and masks each epoch.
 """
 
 from __future__ import annotations
