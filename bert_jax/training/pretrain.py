@@ -308,6 +308,9 @@ class _Preemption:
 def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
   """Runs (or resumes) pre-training; returns the last logged metrics (plus eval metrics if any)."""
   maybe_initialize_distributed(config)
+  if not (_get(config, "data.input_files", "") or "").strip():
+    raise ValueError("data.input_files is empty: pass --config.data.input_files=GLOB (raw .txt text or "
+                     "TFRecords in Google's format)")
   workdir = os.path.abspath(os.path.expanduser(workdir))
   os.makedirs(workdir, exist_ok=True)
   targets = tuple(config.targets)
