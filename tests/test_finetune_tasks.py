@@ -215,3 +215,21 @@ def test_glue_from_tfds_mock_data(fixtures, tmp_path):
   assert {"accuracy", "f1"} <= set(results["dev"]) and results["train"]["train_examples"] == 16
   rows = read_tsv(os.path.join(out, "MRPC.tsv"))
   assert rows[0] == ["index", "prediction"] and len(rows) == 17
+
+
+@pytest.mark.slow
+def test_cli_runs_the_documented_command(fixtures, tmp_path):
+  import subprocess
+  import sys
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  out = str(tmp_path / "cli")
+  cmd = [sys.executable, os.path.join(root, "finetune.py"), "--config=configs/finetune.py:task=cola,runlocal",
+         f"--workdir={out}", f"--config.data_dir={fixtures['glue']}", f"--config.vocab_file={fixtures['vocab']}",
+         "--config.model.hidden_size=64", "--config.model.num_attention_heads=2",
+         "--config.model.intermediate_size=128", "--config.max_seq_length=32"]
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+  proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "cola dev: " in proc.stdout and "mcc=" in proc.stdout
+  results = read_json(os.path.join(out, "eval_results.json"))
+  assert "mcc" in results["dev"] and os.path.exists(os.path.join(out, "CoLA.tsv"))

@@ -181,3 +181,24 @@ def test_tfds_name_must_fit_the_task(tmp_path):
   task = ft.get_task("mrpc")
   with pytest.raises(ValueError, match="does not fit task 'mrpc'.*glue/mrpc"):
     ft.check_tfds_name(task, config)
+
+
+def test_init_from_a_pretraining_workdir_reads_its_latest_checkpoint(tmp_path):
+  from bert_jax.models import scan_params
+  from bert_jax.training import checkpoints
+  vocab = testing.write_vocab(str(tmp_path))
+  n = fm.vocab_lines(vocab)
+  _, pre = _write_pretrained_dir(tmp_path, vocab, n)
+  workdir = str(tmp_path / "pretrain_run")
+  cfg = tiny_config(n).replace(scan_layers=True)
+  checkpoints.write_workdir_files(workdir, {"data": {"do_lower_case": False}}, cfg, vocab)
+  ckpt = checkpoints.Checkpointer(os.path.join(workdir, checkpoints.CHECKPOINT_SUBDIR), async_save=False)
+  # Pre-training with scan_layers=True saves stacked layers; fine-tuning gets the per-layer layout back.
+  ckpt.save(5, {"params": scan_params(pre), "step": np.int32(5)})
+  ckpt.close()
+  init = fm.load_init_checkpoint(workdir)
+  assert init.do_lower_case is False and init.config.vocab_size == n
+  np.testing.assert_array_equal(init.params["bert"]["embeddings"]["word_embeddings"]["embedding"],
+                                pre["bert"]["embeddings"]["word_embeddings"]["embedding"])
+  np.testing.assert_array_equal(init.params["bert"]["encoder"]["layer_1"]["attention"]["value"]["kernel"],
+                                pre["bert"]["encoder"]["layer_1"]["attention"]["value"]["kernel"])

@@ -166,7 +166,7 @@ def run_model(predict_step, params, features, keys, batch_size: int, mesh, rules
   sums: Dict[str, float] = {}
   for batch in ft.iterate_batches(features, keys, batch_size):
     real = int(batch["example_weight"].sum())
-    got = jax.device_get(predict_step(params, fm.to_global_batch(batch, mesh, rules)))
+    got = fm.to_host(predict_step(params, fm.to_global_batch(batch, mesh, rules)))
     for k, v in got["outputs"].items():
       outs.setdefault(k, []).append(np.asarray(v)[:real])
     for k, v in got["sums"].items():
@@ -199,7 +199,7 @@ def save_best(directory: str, bert_cfg, params, vocab_file: str, info: dict):
   tmp = directory + ".tmp"
   if os.path.exists(tmp):
     shutil.rmtree(tmp)
-  host = unscan_params(jax.tree.map(lambda x: np.asarray(x, np.float32), jax.device_get(params)))
+  host = unscan_params(jax.tree.map(lambda x: np.asarray(x, np.float32), params))
   convert_io.save_params_dir(tmp, bert_cfg.replace(scan_layers=False, dtype="float32", remat_policy="none"),
                              host, vocab_file, info={"do_lower_case": info["do_lower_case"],
                                                      "source": "finetune", "format": "bert_jax"})
@@ -233,35 +233,12 @@ def run(config, workdir: str) -> dict:
   head_labels = init.extra.get("label_list") if (init is not None and load_head) else None
   task = ft.make_task(config, label_list=head_labels)
   _log.info("task %s: %s", task.name, task)
-
-  # ---- model ----
   bert_cfg = fm.build_bert_config(config, fm.vocab_lines(vocab_file), init)
   if int(config.max_seq_length) > bert_cfg.max_position_embeddings:
     raise ValueError(f"max_seq_length={config.max_seq_length} exceeds the model's max_position_embeddings="
                      f"{bert_cfg.max_position_embeddings}")
-  model = fm.build_model(task, bert_cfg, float(config.model.classifier_dropout))
-  mesh = sharding.make_mesh(tuple(config.mesh.shape), tuple(config.mesh.axes))
-  rules = sharding.normalize_rules(config.logical_axis_rules)
-  shards = sharding.batch_shards(mesh, rules)
-  batch_size = int(config.batch_size)
-  if batch_size % shards:
-    raise ValueError(f"batch_size={batch_size} is not a multiple of the {shards} batch shards of the mesh "
-                     f"{sharding.describe(mesh)}")
-  eval_batch_size = _round_up(int(config.eval_batch_size), shards)
-  params, p_shard = fm.init_params(model, mesh, rules, int(config.seed))
-  init_report = {"init_checkpoint": config.init_checkpoint or None, "loaded": [], "unused": [],
-                 "initialised": ["/".join(str(getattr(k, "key", k)) for k in p)
-                                 for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]]}
-  if init is not None:
-    params, rep = fm.merge_pretrained(params, p_shard, init.params, bert_cfg.scan_layers, load_head)
-    init_report.update(rep, init_checkpoint=init.source)
-    _log.info("init_checkpoint %s: loaded %d arrays, initialised %d (%s), unused %d (%s)", init.source,
-              len(rep["loaded"]), len(rep["initialised"]), ", ".join(rep["initialised"]), len(rep["unused"]),
-              ", ".join(rep["unused"][:8]))
-  else:
-    _log.info("random init: %s", bert_cfg)
 
-  # ---- data ----
+  # ---- data (before any compilation, so bad input fails fast) ----
   t_data = time.time()
   train = None
   if config.do_train:
@@ -288,6 +265,29 @@ def run(config, workdir: str) -> dict:
   t_data = time.time() - t_data
   skipped = {d.split: d.examples.skipped.to_dict() for d in ([train] if train else []) + eval_data + test_data
              if d.examples.skipped.total}
+
+  # ---- model ----
+  model = fm.build_model(task, bert_cfg, float(config.model.classifier_dropout))
+  mesh = sharding.make_mesh(tuple(config.mesh.shape), tuple(config.mesh.axes))
+  rules = sharding.normalize_rules(config.logical_axis_rules)
+  shards = sharding.batch_shards(mesh, rules)
+  batch_size = int(config.batch_size)
+  if batch_size % shards:
+    raise ValueError(f"batch_size={batch_size} is not a multiple of the {shards} batch shards of the mesh "
+                     f"{sharding.describe(mesh)}")
+  eval_batch_size = _round_up(int(config.eval_batch_size), shards)
+  params, p_shard = fm.init_params(model, mesh, rules, int(config.seed))
+  init_report = {"init_checkpoint": config.init_checkpoint or None, "loaded": [], "unused": [],
+                 "initialised": ["/".join(str(getattr(k, "key", k)) for k in p)
+                                 for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]]}
+  if init is not None:
+    params, rep = fm.merge_pretrained(params, p_shard, init.params, bert_cfg.scan_layers, load_head)
+    init_report.update(rep, init_checkpoint=init.source)
+    _log.info("init_checkpoint %s: loaded %d arrays, initialised %d (%s), unused %d (%s)", init.source,
+              len(rep["loaded"]), len(rep["initialised"]), ", ".join(rep["initialised"]), len(rep["unused"]),
+              ", ".join(rep["unused"][:8]))
+  else:
+    _log.info("random init: %s", bert_cfg)
 
   # ---- optimisation ----
   steps_per_epoch = ft.num_batches(train.num_rows, batch_size) if train else 0
@@ -346,8 +346,8 @@ def run(config, workdir: str) -> dict:
     _log.info("step %d (epoch %.2f) eval: %s", step, epoch, results)
     if value is not None and value > best["value"]:
       best = {"value": float(value), "step": int(step), "epoch": round(epoch, 3), "metrics": results}
-      best_params = jax.device_get(params)
-      if config.save_best_checkpoint and is_main:
+      best_params = fm.to_host(params)
+      if config.save_best_checkpoint and is_main and config.do_train:
         save_best(os.path.join(workdir, BEST_DIR), bert_cfg, best_params, vocab_file,
                   dict(info, step=int(step), metrics=results))
       return True
@@ -383,7 +383,7 @@ def run(config, workdir: str) -> dict:
         ep = epoch + min(1.0, (step - epoch * steps_per_epoch) / steps_per_epoch)
         end_of_epoch = step % steps_per_epoch == 0 or step == total_steps
         if step % log_every == 0 or step == total_steps:
-          host = {k: float(v) for k, v in jax.device_get(sums).items()}
+          host = {k: float(v) for k, v in fm.to_host(sums).items()}
           if host.get("nonfinite", 0.0) > 0:
             raise FloatingPointError(f"non-finite loss or gradient before step {step} of {task.name}; lower "
                                      f"the learning rate ({lr:g}) or check the data")
@@ -420,7 +420,7 @@ def run(config, workdir: str) -> dict:
     evaluate_all(params, 0, 0.0)
 
   if best_params is None:   # no evaluation (no dev split, or do_eval=False): keep the last parameters
-    best_params = jax.device_get(params)
+    best_params = fm.to_host(params)
     if config.save_best_checkpoint and is_main and config.do_train:
       save_best(os.path.join(workdir, BEST_DIR), bert_cfg, best_params, vocab_file,
                 dict(info, step=int(total_steps), metrics={}))

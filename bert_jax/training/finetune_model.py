@@ -101,35 +101,26 @@ def load_init_checkpoint(path: str) -> InitCheckpoint:
   """Resolves a zoo name / directory and reads the BERT config, params and vocab (see module docstring)."""
   from bert_jax.convert import io as convert_io, zoo  # pylint: disable=g-import-not-at-top
   directory = zoo.resolve(path)
-  # A fine-tuning workdir: its best checkpoint.
-  if os.path.isdir(os.path.join(directory, "best_checkpoint")) and not os.path.exists(
-      os.path.join(directory, convert_io.CONFIG_NAME)):
+  # A fine-tuning work directory: its best checkpoint.
+  if os.path.isdir(os.path.join(directory, "best_checkpoint")) and not os.path.isdir(
+      os.path.join(directory, "checkpoints")):
     directory = os.path.join(directory, "best_checkpoint")
-  if os.path.exists(os.path.join(directory, convert_io.CONFIG_NAME)):
-    cfg, params, vocab = convert_io.load_params_dir(directory)
-    info = convert_io.read_info(directory)
-    extra = _read_json(os.path.join(directory, "finetune_info.json"))
-    lower = info.get("do_lower_case", extra.get("do_lower_case"))
-    return InitCheckpoint(cfg, _to_numpy(unscan_params(params)), vocab, lower, directory, extra)
   try:
     from bert_jax.training import checkpoints  # pylint: disable=g-import-not-at-top
-  except ImportError:
+  except ImportError:  # pragma: no cover
     checkpoints = None
   if checkpoints is not None and hasattr(checkpoints, "load_pretrained"):
-    got = checkpoints.load_pretrained(directory)
-    if isinstance(got, dict):
-      cfg, params, vocab = got["config"], got["params"], got.get("vocab_file")
-      lower = got.get("do_lower_case")
-    else:
-      cfg, params, vocab = got[0], got[1], got[2]
-      lower = got[3] if len(got) > 3 else None
-    if isinstance(cfg, dict):
-      cfg = BertConfig.from_dict(cfg)
-    return InitCheckpoint(cfg, _to_numpy(unscan_params(params)), vocab, lower, directory)
-  raise FileNotFoundError(
-      f"init_checkpoint {path!r} ({directory}): no {convert_io.CONFIG_NAME} (a converted or fine-tuned "
-      "checkpoint directory), and bert_jax.training.checkpoints.load_pretrained is not available to read "
-      "a pre-training work directory")
+    # A pre-training work dir (latest checkpoint) or a params directory.
+    cfg, params, vocab = checkpoints.load_pretrained(directory)[:3]
+  else:  # pragma: no cover
+    cfg, params, vocab = convert_io.load_params_dir(directory)
+  if not vocab:
+    raise FileNotFoundError(f"init_checkpoint {directory} has no vocab.txt")
+  extra = _read_json(os.path.join(directory, "finetune_info.json"))
+  lower = convert_io.read_info(directory).get("do_lower_case", extra.get("do_lower_case"))
+  if lower is None:   # a pre-training work dir records its tokenizer casing in the run config
+    lower = _read_json(os.path.join(directory, "config.json")).get("data", {}).get("do_lower_case")
+  return InitCheckpoint(cfg, _to_numpy(unscan_params(params)), vocab, lower, directory, extra)
 
 
 def _to_numpy(tree):
@@ -323,6 +314,14 @@ def make_eval_step(model, mesh, rules, p_shard, kind: Optional[str] = None) -> S
   jitted = jax.jit(eval_step, in_shardings=(p_shard, sharding.batch_sharding(mesh, rules)),
                    out_shardings=sharding.replicated(mesh))
   return StepFn(jitted, mesh, rules)
+
+
+def to_host(tree):
+  """Device arrays -> host numpy. Multi-host: gathers the global value (replicated or sharded) on every host."""
+  if jax.process_count() == 1:
+    return jax.device_get(tree)
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  return multihost_utils.process_allgather(tree, tiled=True)
 
 
 def to_global_batch(batch: Dict[str, np.ndarray], mesh, rules):
