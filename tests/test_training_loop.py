@@ -35,10 +35,17 @@ def test_tiny_model_overfits_a_fixed_batch():
   assert losses[-1] < 0.1 * losses[0], (losses[0], losses[-1])
 
 
+ONE_LAYER = TINY.replace(num_hidden_layers=1)
+
+
+def single_device_mesh():
+  return sharding.make_mesh((1, 1, 1), devices=jax.devices()[:1])
+
+
 def test_skip_policy_leaves_state_untouched_on_a_nan_step():
   cfg = run_config(nan_policy="skip")
-  model = BertForPreTraining(TINY)
-  mesh = sharding.make_mesh((8, 1, 1))
+  model = BertForPreTraining(ONE_LAYER)
+  mesh = single_device_mesh()
   tx, _ = optimizers.make_optimizer(cfg)
   state, shardings = ts.create_train_state(cfg, model, mesh, tx)
   step = ts.make_train_step(cfg, model, tx, mesh, shardings, donate=False)
@@ -58,8 +65,8 @@ def test_skip_policy_leaves_state_untouched_on_a_nan_step():
 def test_stop_policy_reports_the_first_bad_step_and_the_loop_raises():
   from bert_jax.training import pretrain
   cfg = run_config(nan_policy="stop")
-  model = BertForPreTraining(TINY)
-  mesh = sharding.make_mesh((8, 1, 1))
+  model = BertForPreTraining(ONE_LAYER)
+  mesh = single_device_mesh()
   tx, _ = optimizers.make_optimizer(cfg)
   state, shardings = ts.create_train_state(cfg, model, mesh, tx)
   step = ts.make_train_step(cfg, model, tx, mesh, shardings)
@@ -102,7 +109,7 @@ def corpus(tmp_path_factory):
   return str(d / "corpus.txt"), str(d / "vocab.txt"), str(d / "jax_cache")
 
 
-def run_train(workdir, corpus, kill_at=None, extra=()):
+def start_train(workdir, corpus, kill_at=None, extra=()):
   text, vocab, cache = corpus
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_COMPILATION_CACHE_DIR=cache,
              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
@@ -113,7 +120,16 @@ def run_train(workdir, corpus, kill_at=None, extra=()):
          f"--workdir={workdir}", f"--config.data.input_files={text}", f"--config.data.vocab_file={vocab}",
          "--config.num_train_steps=20", "--config.checkpoint_every_steps=5", "--config.log_every_steps=5",
          "--config.progress_bar=false", *extra]
-  return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc):
+  out, err = proc.communicate(timeout=300)
+  return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def run_train(workdir, corpus, kill_at=None, extra=()):
+  return finish(start_train(workdir, corpus, kill_at, extra))
 
 
 def complete_steps(workdir):
@@ -124,11 +140,12 @@ def complete_steps(workdir):
 @pytest.mark.slow
 def test_resume_after_sigkill_and_after_a_kill_mid_save_gives_identical_params(corpus, tmp_path):
   ref_dir, run_dir = str(tmp_path / "uninterrupted"), str(tmp_path / "interrupted")
-  ref = run_train(ref_dir, corpus)
-  assert ref.returncode == 0, ref.stderr[-3000:]
-
+  # The uninterrupted reference runs alongside the first interrupted run (2 cores).
+  ref_proc = start_train(ref_dir, corpus)
   # 10 steps, SIGKILL once the step-10 checkpoint is on disk.
   first = run_train(run_dir, corpus, kill_at="10")
+  ref = finish(ref_proc)
+  assert ref.returncode == 0, ref.stderr[-3000:]
   assert first.returncode == -9, first.stderr[-3000:]
   assert complete_steps(run_dir)[-1] == 10
   # Restart: killed again right after the asynchronous step-15 save started.
