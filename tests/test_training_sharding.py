@@ -111,3 +111,17 @@ def test_adamw_weight_decay_moves_only_masked_params():
   np.testing.assert_allclose(upd["dense"]["kernel"], -0.1 * 0.01 * np.ones((2, 2)), rtol=1e-6)
   np.testing.assert_array_equal(upd["dense"]["bias"], 0.0)
   np.testing.assert_array_equal(upd["LayerNorm"]["scale"], 0.0)
+
+
+def test_training_modules_import_without_tensorflow_or_ml_collections():
+  """The GPU machines have JAX but neither TensorFlow nor ml_collections."""
+  import subprocess
+  import sys
+  code = ("import sys; import bert_jax.training.train_step, bert_jax.training.sharding, "
+          "bert_jax.training.optimizers, bert_jax.training.checkpoints, bert_jax.training.flops, "
+          "bert_jax.training.pretrain; "
+          "bad = [m for m in ('tensorflow', 'ml_collections') if m in sys.modules]; "
+          "assert not bad, bad")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=__import__("os").path.dirname(__import__("os").path.dirname(__file__)))
+  assert out.returncode == 0, out.stderr[-2000:]
