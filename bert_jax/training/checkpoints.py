@@ -40,11 +40,10 @@ import json
 import logging
 import os
 import shutil
-from typing import Any, Optional
+from typing import Optional
 
 import flax
 import jax
-import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 

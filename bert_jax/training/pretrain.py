@@ -34,7 +34,7 @@ import math
 import os
 import signal
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
 import jax
 import numpy as np

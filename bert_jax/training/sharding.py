@@ -13,6 +13,7 @@ API (no TensorFlow):
                                  logical 'activation_batch' axis (data x fsdp by default)
   replicated(mesh)               NamedSharding(mesh, P())
   logical_shardings(boxed_tree, mesh, rules)  nn.Partitioned metadata -> NamedSharding tree
+  fit_to_shape(sharding, shape)  replicate dimensions a mesh axis does not divide
   batch_shards(mesh, rules)      number of shards of the batch axis (global batch must divide)
 """
 
@@ -118,11 +119,27 @@ def batch_shards(mesh: Mesh, rules) -> int:
   return math.prod(mesh.shape[n] for n in names)
 
 
+def fit_to_shape(s: NamedSharding, shape) -> NamedSharding:
+  """Drops mesh axes from dimensions they do not divide (e.g. vocab 30522 over tensor=4): that dimension
+  is replicated instead of failing to compile."""
+  spec = list(s.spec) + [None] * (len(shape) - len(s.spec))
+  for i, (dim, ax) in enumerate(zip(shape, spec)):
+    if ax is None:
+      continue
+    names = ax if isinstance(ax, tuple) else (ax,)
+    if dim % math.prod(s.mesh.shape[a] for a in names):
+      spec[i] = None
+  return NamedSharding(s.mesh, P(*spec))
+
+
 def logical_shardings(boxed_tree, mesh: Mesh, rules):
   """A tree with nn.Partitioned / LogicallyPartitioned leaves (e.g. jax.eval_shape(model.init)) ->
-  NamedSharding per (unboxed) leaf. Unannotated leaves are replicated."""
+  NamedSharding per (unboxed) leaf. Unannotated leaves are replicated; mesh axes that do not divide a
+  dimension are dropped for that dimension (fit_to_shape)."""
   specs = nn.get_partition_spec(boxed_tree)
-  return nn.logical_to_mesh_sharding(specs, mesh, normalize_rules(rules))
+  shardings = nn.logical_to_mesh_sharding(specs, mesh, normalize_rules(rules))
+  values = nn.unbox(boxed_tree)
+  return jax.tree.map(lambda sh, x: fit_to_shape(sh, x.shape) if hasattr(x, "shape") else sh, shardings, values)
 
 
 def describe(mesh: Mesh) -> str:

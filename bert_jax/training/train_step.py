@@ -54,9 +54,7 @@ Minimal use without ml_collections (e.g. a benchmark):
 
 from __future__ import annotations
 
-import functools
-import math
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 import flax
 import flax.linen as nn
@@ -108,18 +106,6 @@ def build_model(config, vocab_size: Optional[int] = None) -> BertForPreTraining:
 
 
 # ---- state creation ---------------------------------------------------------------------------------
-def _fit_to_shape(s: NamedSharding, shape) -> NamedSharding:
-  """Drops mesh axes from dimensions they do not divide (e.g. vocab 30522 over tensor=4): replicated."""
-  spec = list(s.spec) + [None] * (len(shape) - len(s.spec))
-  for i, (dim, ax) in enumerate(zip(shape, spec)):
-    if ax is None:
-      continue
-    names = ax if isinstance(ax, tuple) else (ax,)
-    if dim % math.prod(s.mesh.shape[a] for a in names):
-      spec[i] = None
-  return NamedSharding(s.mesh, P(*spec))
-
-
 def _init_fn(model: nn.Module):
   cfg = model.config
 
@@ -131,10 +117,7 @@ def _init_fn(model: nn.Module):
 def param_shardings(model: nn.Module, mesh, rules):
   """(abstract params [ShapeDtypeStruct], NamedSharding tree) from the model's logical axis metadata."""
   boxed = jax.eval_shape(_init_fn(model), jax.random.PRNGKey(0))
-  shardings = sharding.logical_shardings(boxed, mesh, rules)
-  abstract = nn.unbox(boxed)
-  shardings = jax.tree.map(lambda s, a: _fit_to_shape(s, a.shape), shardings, abstract)
-  return abstract, shardings
+  return nn.unbox(boxed), sharding.logical_shardings(boxed, mesh, rules)
 
 
 def abstract_train_state(config, model: nn.Module, mesh, tx=None):
