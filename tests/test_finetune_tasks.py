@@ -178,13 +178,25 @@ def _learnable_chinese_tsv(directory, n_train=64, n_dev=16, seed=0):
   return directory
 
 
-def test_chinese_classification_learns_and_predicts(fixtures, tmp_path):
-  data = _learnable_chinese_tsv(str(tmp_path / "cls"))
-  out = str(tmp_path / "run")
+@pytest.fixture(scope="module")
+def chinese_run(fixtures, tmp_path_factory):
+  """A generic-classification run on a trivially learnable Chinese TSV: (data_dir, workdir, results)."""
+  d = tmp_path_factory.mktemp("cls")
+  data = _learnable_chinese_tsv(str(d / "data"))
+  out = str(d / "run")
+  # 64 examples / batch 8 = 8 steps per epoch; evaluate every 4 steps, stop after 4 evaluations without gain.
   c = make_config("classification", data, fixtures["vocab"], num_train_epochs=6.0, learning_rate=1e-3,
-                  early_stopping_patience=3, log_every_steps=4)
-  results = finetune_lib.run(c, out)
+                  early_stopping_patience=4, eval_every_steps=4, log_every_steps=4)
+  return data, out, finetune_lib.run(c, out)
+
+
+def test_chinese_classification_learns_and_predicts(chinese_run):
+  _, out, results = chinese_run
   assert results["dev"]["accuracy"] >= 0.9, results["dev"]   # chance is 0.5
+  evals = [r for r in map(json.loads, open(os.path.join(out, "metrics.jsonl"))) if r["kind"] == "eval"]
+  assert all(r["step"] % 4 == 0 for r in evals)
+  after_best = [r for r in evals if r["step"] > results["best"]["step"]]
+  assert len(after_best) <= 4 and (len(after_best) == 4 or evals[-1]["step"] == 48)
   assert results["test"]["accuracy"] >= 0.9, results["test"]  # a labelled test split is scored too
   rows = read_tsv(os.path.join(out, "classification_test_predictions.tsv"))
   assert rows[0] == ["index", "prediction"] and len(rows) == 17
@@ -194,15 +206,12 @@ def test_chinese_classification_learns_and_predicts(fixtures, tmp_path):
   assert abs(sum(got[0]["probabilities"].values()) - 1.0) < 1e-5
 
 
-@pytest.mark.slow
-def test_eval_only_from_a_fine_tuned_workdir_reproduces_dev_accuracy(fixtures, tmp_path):
-  data = _learnable_chinese_tsv(str(tmp_path / "cls"))
-  first = str(tmp_path / "first")
-  c = make_config("classification", data, fixtures["vocab"], num_train_epochs=4.0, learning_rate=1e-3)
-  trained = finetune_lib.run(c, first)
-  c2 = make_config("classification", data, "", init_checkpoint=first, do_train=False)
-  again = finetune_lib.run(c2, str(tmp_path / "second"))
+def test_eval_only_from_a_fine_tuned_workdir_reproduces_dev_accuracy(chinese_run, tmp_path):
+  data, first, trained = chinese_run
+  c = make_config("classification", data, "", init_checkpoint=first, do_train=False)
+  again = finetune_lib.run(c, str(tmp_path / "second"))
   assert again["dev"]["accuracy"] == pytest.approx(trained["dev"]["accuracy"])
+  assert again["test"]["accuracy"] == pytest.approx(trained["test"]["accuracy"])
 
 
 @pytest.mark.slow
