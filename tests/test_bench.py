@@ -17,8 +17,11 @@ def test_synthetic_batch_has_google_schema_and_valid_positions():
 
 
 def test_bench_reports_json_with_mfu_and_hf_ratio(capsys):
+  import jax
+  impl = jax.config.jax_default_prng_impl
   assert main(["--size=tiny", "--seq_len=16", "--batch_size=8", "--vocab_size=100", "--steps=2",
                "--warmup=1", "--dtype=float32", "--compare_hf", "--mesh=-1,1,1"]) == 0
+  assert jax.config.jax_default_prng_impl == impl   # the bench must not leak its PRNG choice
   lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("BENCH_JSON ")]
   assert len(lines) == 1
   r = json.loads(lines[0][len("BENCH_JSON "):])

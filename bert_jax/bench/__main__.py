@@ -166,17 +166,21 @@ def main(argv=None) -> int:
   p.add_argument("--batch_sizes", default="8,16,32,64,128,256")
   p.add_argument("--memory_gib", type=float, default=139.0)
   args = p.parse_args(argv)
+  previous_impl = jax.config.jax_default_prng_impl
   jax.config.update("jax_default_prng_impl", args.prng_impl)
-  if args.memory_table:
-    memory_table(args)
+  try:   # restore the process-wide PRNG setting: main() may be called from a notebook or a test
+    if args.memory_table:
+      memory_table(args)
+      return 0
+    peak = measure_matmul_peak(args.dtype)
+    print(f"backend={jax.default_backend()} devices={jax.device_count()} "
+          f"measured matmul peak {peak / 1e12:.3f} TFLOP/s ({args.dtype}) per device", flush=True)
+    for size in args.size.split(","):
+      for b in args.batch_size.split(","):
+        _print(run_config(args, size, int(b), peak))
     return 0
-  peak = measure_matmul_peak(args.dtype)
-  print(f"backend={jax.default_backend()} devices={jax.device_count()} "
-        f"measured matmul peak {peak / 1e12:.3f} TFLOP/s ({args.dtype}) per device", flush=True)
-  for size in args.size.split(","):
-    for b in args.batch_size.split(","):
-      _print(run_config(args, size, int(b), peak))
-  return 0
+  finally:
+    jax.config.update("jax_default_prng_impl", previous_impl)
 
 
 if __name__ == "__main__":
