@@ -35,12 +35,6 @@ from bert_jax.training import finetune_model as fm
 from bert_jax.training import finetune_tasks as ft
 
 
-def _is_cjk(ch: str) -> bool:
-  cp = ord(ch)
-  return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0xF900 <= cp <= 0xFAFF
-          or 0x20000 <= cp <= 0x2FA1F)
-
-
 def split_words(text: str) -> List[str]:
   """NER input words: whitespace-separated, with every CJK character a word of its own (as the Chinese
   CoNLL files are character-level)."""
@@ -48,7 +42,7 @@ def split_words(text: str) -> List[str]:
   for chunk in text.split():
     cur = ""
     for ch in chunk:
-      if _is_cjk(ch):
+      if tokenization.is_chinese_char(ord(ch)):
         if cur:
           words.append(cur)
           cur = ""

@@ -23,6 +23,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from bert_jax.input_pipeline.tokenization import is_chinese_char
+
 IGNORE_INDEX = -100  # label id of positions that carry no loss (sub-tokens, [CLS], [SEP], padding)
 
 _log = logging.getLogger(__name__)
@@ -177,12 +179,6 @@ def _is_punct(ch):
   return unicodedata.category(ch).startswith("P")
 
 
-def _is_cjk(cp):
-  return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
-          or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF
-          or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
-
-
 def _strip_accents(text):
   text = unicodedata.normalize("NFD", text)
   return "".join(c for c in text if unicodedata.category(c) != "Mn")
@@ -256,7 +252,7 @@ def _char_class(ch: str) -> int:
     elif _is_whitespace(ch) or ch.isspace():
       # BERT turns Zs into spaces, then splits with str.split(), which also splits on U+2028/U+2029.
       c = _SPACE
-    elif _is_cjk(cp):
+    elif is_chinese_char(cp):
       c = _CJK
     else:
       c = _KEEP
