@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
 import sys
 from typing import Dict, Iterable, List, Optional, Sequence
 
+from bert_jax.input_pipeline import fileio
 from bert_jax.input_pipeline import text_io
 from bert_jax.input_pipeline import tokenization
 
@@ -115,8 +115,8 @@ def build_vocab(input_files, vocab_size: int, output: str, do_lower_case: bool =
     tokens = _train_python(lines, vocab_size, do_lower_case, min_frequency)
   if tokens[:len(SPECIAL_TOKENS)] != SPECIAL_TOKENS:
     raise RuntimeError(f"trainer did not put {SPECIAL_TOKENS} first: {tokens[:8]}")
-  os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-  with open(output, "w", encoding="utf-8") as f:
+  fileio.makedirs(fileio.dirname(output))
+  with fileio.open_file(output, "w") as f:
     for t in tokens:
       f.write(t + "\n")
   if verbose:

@@ -44,13 +44,13 @@ pairs and masks each epoch.
 from __future__ import annotations
 
 import json
-import os
 import random
 from typing import Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
 
+from bert_jax.input_pipeline import fileio
 from bert_jax.input_pipeline import instances as instances_lib
 from bert_jax.input_pipeline import masking as masking_lib
 from bert_jax.input_pipeline import text_io
@@ -145,13 +145,13 @@ class PretrainingIterator:
     return {"step": self.step, **self.config}
 
   def save_state(self, path: str) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
+    fileio.makedirs(fileio.dirname(path))
+    with fileio.open_file(path, "w") as f:
       json.dump(self.state(), f)
 
 
 def load_state(path: str) -> Dict:
-  with open(path) as f:
+  with fileio.open_file(path) as f:
     return json.load(f)
 
 
@@ -245,6 +245,7 @@ def make_pretraining_dataset(
     masking: Optional[str] = None,
     do_lower_case: bool = True,
     whole_word_mask: bool = False,
+    chinese_whole_word_mask: bool = False,
     masked_lm_prob: float = 0.15,
     short_seq_prob: float = 0.1,
     pair_mode: str = "nsp",
@@ -265,10 +266,14 @@ def make_pretraining_dataset(
     vocab_file: needed for dynamic masking and for text input.
     masking: "dynamic" (default for training and text) or "static" (records' own masks;
       default for evaluation).
+    chinese_whole_word_mask: whole-word masking with jieba word boundaries (Chinese BERT-wwm, as
+      create_pretraining_data --chinese_wwm). Raw text: segmented at start-up (needs jieba). TFRecords:
+      uses the stored word_continuation feature when the files have it. Implies whole_word_mask.
     num_epochs: None = repeat forever when training, one pass when not.
     start_step: number of batches this host already consumed (resume).
   """
   mode = masking
+  whole_word_mask = whole_word_mask or chinese_whole_word_mask
   files = text_io.expand_globs(input_files)
   if input_format == "auto":
     input_format = "text" if all(f.endswith(_TEXT_SUFFIXES) for f in files) else "tfrecord"
@@ -292,7 +297,8 @@ def make_pretraining_dataset(
   if input_format == "text":
     ds, stored_cont = _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_seq_prob,
                                           pair_mode, seed, is_training, process_index, process_count,
-                                          num_epochs, start_step * batch_size)
+                                          num_epochs, start_step * batch_size,
+                                          chinese_whole_word_mask and mode == "dynamic")
   else:
     for f in files[:1]:
       _check_records(f, max_seq_length, max_predictions_per_seq)
@@ -325,22 +331,32 @@ def make_pretraining_dataset(
 
 
 def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_seq_prob, pair_mode, seed,
-                        is_training, process_index, process_count, num_epochs, skip_records):
-  """Raw text -> unmasked instances, fresh pairs each epoch (masked later like records)."""
+                        is_training, process_index, process_count, num_epochs, skip_records,
+                        chinese_wwm: bool = False):
+  """Raw text -> unmasked instances, fresh pairs each epoch (masked later like records).
+
+  With `chinese_wwm` the rows also carry jieba word-continuation flags (as the stored feature of
+  records), which the dynamic masker uses for whole-word masking.
+  """
   tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
   read_stats = text_io.ReadStats()
   documents = text_io.read_documents(files, read_stats)
   documents = documents[process_index::process_count]
   if not documents:
     raise ValueError(f"no documents for host {process_index}/{process_count} in {files}")
-  batch_tok = tokenization.fast_batch_tokenizer(tokenizer)
-  lines = [s for d in documents for s in d]
-  ids = batch_tok.encode_batch(lines)
-  docs_ids, k = [], 0
-  for d in documents:
-    docs_ids.append(ids[k:k + len(d)])
-    k += len(d)
-  corpus = instances_lib.build_corpus(docs_ids, max_seq_length - 3,
+  if chinese_wwm:
+    from bert_jax.input_pipeline import create_pretraining_data as cpd  # pylint: disable=g-import-not-at-top
+    docs_ids, docs_cont, _ = cpd.tokenize_documents(
+        documents, tokenizer, cpd.Config(do_lower_case=do_lower_case, chinese_wwm=True))
+  else:
+    batch_tok = tokenization.fast_batch_tokenizer(tokenizer)
+    lines = [s for d in documents for s in d]
+    ids = batch_tok.encode_batch(lines)
+    docs_ids, docs_cont, k = [], None, 0
+    for d in documents:
+      docs_ids.append(ids[k:k + len(d)])
+      k += len(d)
+  corpus = instances_lib.build_corpus(docs_ids, max_seq_length - 3, continuation=docs_cont,
                                       unk_id=tokenizer.vocab[tokenization.UNK])
   special = instances_lib.special_ids_from_vocab(tokenizer.vocab)
   t = max_seq_length
@@ -376,17 +392,22 @@ def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_
     s0 = (first_offset if epoch == first_epoch else 0) + index * chunk
     part = pairs.take(np.arange(min(s0, len(pairs)), min(s0 + chunk, len(pairs))))
     rows = instances_lib.assemble(corpus, part, t, special["cls"], special["sep"], special["pad"])
-    return rows["input_ids"], rows["input_mask"], rows["segment_ids"], rows["next_sentence_labels"]
+    cont = rows["continuation"] if chinese_wwm else np.zeros_like(rows["input_ids"])
+    return (rows["input_ids"], rows["input_mask"], rows["segment_ids"], rows["next_sentence_labels"],
+            cont.astype(np.int32))
 
   def chunk_rows(epoch, index):
-    ids, mask, seg, nsl = tf.numpy_function(np_rows, [epoch, index],
-                                            [tf.int32, tf.int32, tf.int32, tf.int32], stateful=False)
+    ids, mask, seg, nsl, cont = tf.numpy_function(
+        np_rows, [epoch, index], [tf.int32, tf.int32, tf.int32, tf.int32, tf.int32], stateful=False)
     n = tf.shape(nsl)[0]
     zeros = tf.zeros([n, 1], tf.int32)
-    return {"input_ids": tf.ensure_shape(ids, [None, t]), "input_mask": tf.ensure_shape(mask, [None, t]),
-            "segment_ids": tf.ensure_shape(seg, [None, t]), "masked_lm_positions": zeros,
-            "masked_lm_ids": zeros, "masked_lm_weights": tf.zeros([n, 1], tf.float32),
-            "next_sentence_labels": tf.ensure_shape(nsl, [None])}
+    out = {"input_ids": tf.ensure_shape(ids, [None, t]), "input_mask": tf.ensure_shape(mask, [None, t]),
+           "segment_ids": tf.ensure_shape(seg, [None, t]), "masked_lm_positions": zeros,
+           "masked_lm_ids": zeros, "masked_lm_weights": tf.zeros([n, 1], tf.float32),
+           "next_sentence_labels": tf.ensure_shape(nsl, [None])}
+    if chinese_wwm:
+      out[tfrecord_io.CONTINUATION_FEATURE] = tf.ensure_shape(cont, [None, t])
+    return out
 
   def epoch_rows(epoch):
     chunks = tf.data.Dataset.range(1 << 40).map(lambda i: chunk_rows(epoch, i))
@@ -394,4 +415,4 @@ def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_
 
   # (Not Dataset.from_generator: its Python thread can deadlock interpreter shutdown.)
   ds = tf.data.Dataset.range(first_epoch, num_epochs).flat_map(epoch_rows)
-  return ds, False
+  return ds, chinese_wwm

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import glob
-import os
 from typing import Dict, Iterable, Iterator, List, Sequence, Tuple, Union
+
+from bert_jax.input_pipeline import fileio
 
 
 def expand_globs(patterns: Union[str, Sequence[str]]) -> List[str]:
@@ -26,10 +26,10 @@ def expand_globs(patterns: Union[str, Sequence[str]]) -> List[str]:
     pattern = pattern.strip()
     if not pattern:
       continue
-    matched = sorted(glob.glob(os.path.expanduser(pattern)))
+    matched = fileio.glob(pattern)
     if not matched:
       raise FileNotFoundError(f"no file matches {pattern!r}")
-    files.extend(m for m in matched if os.path.isfile(m))
+    files.extend(m for m in matched if fileio.isfile(m))
   seen = set()
   out = [f for f in files if not (f in seen or seen.add(f))]
   if not out:
@@ -68,7 +68,7 @@ def read_documents(files: Sequence[str], stats: ReadStats = None) -> List[List[s
   documents: List[List[str]] = []
   for path in files:
     stats.files += 1
-    with open(path, "rb") as f:
+    with fileio.open_file(path, "rb") as f:
       raw = f.read()
     if not raw.strip():
       stats.empty_files.append(path)

@@ -169,13 +169,12 @@ class ShardedWriter:
   """Writes records round-robin over `output_files` (Google's sharding), across any number of calls."""
 
   def __init__(self, output_files: Sequence[str]):
-    import os  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from bert_jax.input_pipeline import fileio  # pylint: disable=g-import-not-at-top
     if not output_files:
       raise ValueError("no output files")
     for f in output_files:
-      d = os.path.dirname(os.path.abspath(f))
-      os.makedirs(d, exist_ok=True)
+      fileio.makedirs(fileio.dirname(f))
     self.output_files = list(output_files)
     self._writers = [tf.io.TFRecordWriter(f) for f in self.output_files]
     self.counts = [0] * len(self._writers)

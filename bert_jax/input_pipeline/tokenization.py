@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import collections
 import itertools
-import os
 import re
 import unicodedata
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from bert_jax.input_pipeline import fileio
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -92,9 +93,9 @@ def load_vocab(vocab_file: str, required: Sequence[str] = SPECIAL_TOKENS) -> "co
   Raises ValueError naming the file when it is empty, not UTF-8, or lacks a token of `required`
   (by default all of [PAD] [UNK] [CLS] [SEP] [MASK], which pre-training needs).
   """
-  if not os.path.exists(vocab_file):
+  if not fileio.exists(vocab_file):
     raise FileNotFoundError(f"vocab file not found: {vocab_file}")
-  with open(vocab_file, "rb") as f:
+  with fileio.open_file(vocab_file, "rb") as f:
     raw = f.read()
   try:
     text = raw.decode("utf-8")

@@ -140,6 +140,7 @@ def make_dataset(config, input_files: str, phase: Phase, vocab_file: str, *, is_
       masking=None if is_training else "dynamic",
       do_lower_case=bool(_get(config, "data.do_lower_case", True)),
       whole_word_mask=bool(_get(config, "data.do_whole_word_mask", False)),
+      chinese_whole_word_mask=bool(_get(config, "data.chinese_whole_word_mask", False)),
       masked_lm_prob=float(_get(config, "data.masked_lm_prob", 0.15)),
       short_seq_prob=float(_get(config, "data.short_seq_prob", 0.1)), pair_mode=pair_mode,
       process_index=jax.process_index(), process_count=jax.process_count(),
