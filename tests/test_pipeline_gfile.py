@@ -134,3 +134,20 @@ def test_text_reader_chinese_whole_word_mask(tmp_path):
   assert masked > 0 and split == 0
   split, masked = split_words(False)
   assert split > 0  # without word boundaries single characters get masked
+
+
+def test_pretraining_workdir_copies_a_remote_vocab_and_counts_it(tmp_path):
+  """A gs://-style vocab (ram:// stands in) is copied into the self-describing work dir and counted."""
+  import tensorflow as tf
+
+  from bert_jax.models import BertConfig
+  from bert_jax.training import checkpoints, pretrain
+
+  remote = "ram://gfile_workdir_test/vocab.txt"
+  tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c"]
+  with tf.io.gfile.GFile(remote, "w") as f:
+    f.write("\n".join(tokens) + "\n")
+  assert pretrain._count_lines(remote) == len(tokens)
+  checkpoints.write_workdir_files(str(tmp_path), {"x": 1}, BertConfig.from_size("tiny", vocab_size=8),
+                                  vocab_file=remote)
+  assert (tmp_path / "vocab.txt").read_text(encoding="utf-8").split() == tokens

@@ -47,6 +47,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from bert_jax.input_pipeline import fileio
 from bert_jax.models import BertConfig, scan_params, unscan_params
 
 log = logging.getLogger(__name__)
@@ -171,7 +172,10 @@ def write_workdir_files(workdir: str, config_dict: dict, model_config: BertConfi
   model_config.to_json_file(os.path.join(workdir, "model_config.json"))
   if vocab_file:
     dst = os.path.join(workdir, "vocab.txt")
-    if os.path.abspath(vocab_file) != os.path.abspath(dst):
+    if fileio.is_remote(vocab_file):   # e.g. gs://bucket/vocab.txt
+      with fileio.open_file(vocab_file) as src, open(dst, "w", encoding="utf-8") as out:
+        out.write(src.read())
+    elif os.path.abspath(vocab_file) != os.path.abspath(dst):
       shutil.copyfile(vocab_file, dst)
 
 

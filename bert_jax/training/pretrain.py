@@ -39,6 +39,7 @@ from typing import Any, Dict, List, Optional
 import jax
 import numpy as np
 
+from bert_jax.input_pipeline import fileio
 from bert_jax.models import BertConfig, BertForPreTraining
 from bert_jax.training import checkpoints, flops, optimizers, sharding
 from bert_jax.training import train_step as ts
@@ -120,7 +121,7 @@ def resolve_phases(config) -> List[Phase]:
 
 
 def _count_lines(path: str) -> int:
-  with open(path, encoding="utf-8") as f:
+  with fileio.open_file(path) as f:   # local or gs:// (tf.io.gfile)
     return sum(1 for _ in f)
 
 
@@ -329,7 +330,7 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
     loaded = _load_init_checkpoint(init_checkpoint)
     if not vocab_file and loaded[2]:
       vocab_file = loaded[2]
-  if not vocab_file or not os.path.exists(vocab_file):
+  if not vocab_file or not fileio.exists(vocab_file):
     raise FileNotFoundError(f"data.vocab_file={vocab_file!r} does not exist (needed for masking and the "
                             "vocab size)")
   vocab_size = int(_get(config, "model.vocab_size", -1))
