@@ -25,10 +25,11 @@ import time
 
 from experiments import runs
 
-# Full demo budget on a free 2-core CPU: data ~10 s, baselines ~1 min, pre-training ~7 min (4,000 steps of
-# 32 x 64 tokens), sentiment fine-tuning ~1-2 min (one epoch of 13.9k reviews), NER ~2-3 min (800 steps of
-# 32 windows), evaluation and start-up the rest.
-FULL = dict(pretrain_steps=4000, pretrain_batch=32, seq_len=64, max_predictions=10, sentiment_steps=-1,
+# Full demo budget on a free 2-core CPU: data ~10 s, baselines ~1 min, pre-training ~7.5 min (5,000 steps of
+# 32 x 64 tokens at ~360 seq/s; BERT-tiny leaves the unigram plateau only after ~2,500 steps, see
+# experiments/corpus_choice.md), sentiment fine-tuning ~1 min (one epoch of 13.9k reviews), NER ~2-3 min
+# (800 steps of 32 windows), evaluation and start-up the rest.
+FULL = dict(pretrain_steps=5000, pretrain_batch=32, seq_len=64, max_predictions=10, sentiment_steps=-1,
             ner_steps=800, finetune_batch=32, crf_sentences=8000, crf_iterations=60)
 # --quick: every stage on a sliver of the data, for the test and a first look (~1-2 min).
 QUICK = dict(pretrain_steps=40, pretrain_batch=16, seq_len=64, max_predictions=10, sentiment_steps=60,
@@ -41,7 +42,7 @@ def parse_args(argv=None):
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--workdir", required=True, help="where everything is written (created if missing)")
   p.add_argument("--quick", action="store_true", help="a tiny run in 1-2 minutes (small data, few steps)")
-  p.add_argument("--pretrain_steps", type=int, default=None, help="pre-training steps (full: 4000)")
+  p.add_argument("--pretrain_steps", type=int, default=None, help="pre-training steps (full: 5000)")
   p.add_argument("--sentiment_steps", type=int, default=None,
                  help="sentiment fine-tuning steps (full: -1 = one epoch, 434 steps)")
   p.add_argument("--ner_steps", type=int, default=None, help="NER fine-tuning steps (full: 800)")

