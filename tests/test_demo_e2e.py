@@ -1,5 +1,8 @@
 """`python demo.py --quick` end to end in a temp dir: the table is printed, plots and results are written,
-metrics are in range, and the classic baselines beat chance. One subprocess run shared by the module."""
+metrics are in range, and the classic baselines beat chance.
+
+One test function on purpose: the run takes about a minute, and with pytest-xdist (CI: -n 2) a
+module-scoped fixture would be built once per worker that receives one of the module's tests."""
 
 import json
 import os
@@ -11,9 +14,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture(scope="module")
-def quick_demo(tmp_path_factory):
-  workdir = tmp_path_factory.mktemp("demo_quick")
+def run_quick_demo(workdir):
   env = dict(os.environ)
   env.pop("XLA_FLAGS", None)          # the demo runs on the machine's real device(s), as users run it
   proc = subprocess.run([sys.executable, "demo.py", f"--workdir={workdir}", "--quick"], cwd=ROOT, env=env,
@@ -23,8 +24,14 @@ def quick_demo(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_quick_demo_prints_the_results_table(quick_demo):
-  _, out = quick_demo
+def test_quick_demo_end_to_end(tmp_path):
+  workdir, out = run_quick_demo(tmp_path / "demo_quick")
+  check_printed_table(out)
+  check_plots_and_files(workdir)
+  check_metrics(workdir)
+
+
+def check_printed_table(out):
   assert "| review sentiment (300 test reviews) | accuracy % |" in out
   assert "| People's Daily NER (300 test sentences) | entity F1 % |" in out
   assert "TF-IDF + LR:" in out and "CRF:" in out
@@ -34,9 +41,7 @@ def test_quick_demo_prints_the_results_table(quick_demo):
     assert stage in out
 
 
-@pytest.mark.slow
-def test_quick_demo_writes_plots_and_results(quick_demo):
-  workdir, _ = quick_demo
+def check_plots_and_files(workdir):
   for name in ("pretraining.png", "finetuning.png", "scores.png"):
     path = os.path.join(workdir, "plots", name)
     assert os.path.getsize(path) > 5_000, path
@@ -48,9 +53,8 @@ def test_quick_demo_writes_plots_and_results(quick_demo):
     assert os.path.exists(os.path.join(workdir, rel)), rel
 
 
-@pytest.mark.slow
-def test_quick_demo_metrics_are_sane_and_baselines_beat_chance(quick_demo):
-  workdir, _ = quick_demo
+def check_metrics(workdir):
+  """Metrics are in range, pre-training loss fell, and the classic baselines beat chance."""
   with open(os.path.join(workdir, "results.json"), encoding="utf-8") as f:
     res = json.load(f)
   assert res["quick"] is True
