@@ -5,7 +5,7 @@ machine.
 
 The model both scripts use is BERT-tiny (2 layers, hidden 128, 2 heads, FFN 512; 0.4M encoder parameters
 plus 5,372 x 128 = 0.7M embedding parameters for the demo vocab). On 2 free CPU cores it pre-trains at about
-360 sequences of 64 tokens per second (measured), which is what a 15-minute demo can afford.
+360 sequences of 64 tokens per second (measured), which is what a demo of about 11 minutes can afford.
 """
 
 from __future__ import annotations
