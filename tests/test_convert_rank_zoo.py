@@ -215,3 +215,14 @@ def test_converted_dir_is_read_by_the_training_and_finetuning_loaders(tmp_path, 
     assert all(jax.tree.leaves(same)), name
   print("loaders:", [n for n, _ in loaders])
   assert convert_io.load_checkpoint(directory).do_lower_case is False
+
+
+def test_a_pretraining_workdir_is_not_mistaken_for_a_params_dir(tmp_path):
+  from bert_jax.convert import io as convert_io
+
+  workdir = tmp_path / "pretrain"
+  (workdir / "checkpoints").mkdir(parents=True)
+  (workdir / "model_config.json").write_text("{}")
+  assert not convert_io.is_params_dir(str(workdir))
+  (workdir / "params.msgpack").write_bytes(b"")
+  assert convert_io.is_params_dir(str(workdir))

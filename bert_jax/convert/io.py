@@ -63,11 +63,13 @@ def save_params_dir(directory: str, config: BertConfig, params, vocab_file: str,
 
 
 def is_params_dir(directory: str) -> bool:
-  """True for our converted directories and the training module's params directories."""
-  if os.path.isfile(os.path.join(directory, CONFIG_NAME)):
-    return True
-  return os.path.isfile(os.path.join(directory, "config.json")) and (
-      os.path.isdir(os.path.join(directory, "params")) or os.path.isfile(os.path.join(directory, PARAMS_NAME)))
+  """True for our converted directories and the training module's params directories: a model config AND
+  parameters (params.msgpack or an Orbax params/ folder). A pre-training work directory also holds
+  model_config.json but keeps its parameters under checkpoints/, so it is not a params directory."""
+  has_params = (os.path.isfile(os.path.join(directory, PARAMS_NAME))
+                or os.path.isdir(os.path.join(directory, "params")))
+  has_config = any(os.path.isfile(os.path.join(directory, n)) for n in (CONFIG_NAME, "config.json"))
+  return has_params and has_config
 
 
 def load_params_dir(directory: str) -> Tuple[BertConfig, dict, str]:
