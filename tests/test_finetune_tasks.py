@@ -13,7 +13,8 @@ import pytest
 
 from bert_jax.input_pipeline.tasks import testing
 from bert_jax.training import finetune_lib
-from bert_jax.training.finetune_predict import Predictor
+from bert_jax.evaluation import ner as ner_eval
+from bert_jax.training.finetune_predict import Predictor, entity_text
 
 from test_finetune_units import _write_pretrained_dir, load_config_module
 
@@ -159,6 +160,20 @@ def test_ner_conll_output_and_entity_f1(fixtures, tmp_path):
   tags = {"O", "B-PER", "I-PER", "B-LOC", "I-LOC"}
   assert {r[1] for r in rows} <= tags and {r[2] for r in rows} <= tags
   assert os.path.exists(os.path.join(out, "test_predictions.txt"))
+  # Predicting from the work dir: words split like the CoNLL files, entities read off the predicted tags.
+  got = Predictor.from_workdir(out).predict(["John Smith lives in New York .", "我住在北京。"])
+  assert got[1]["words"] == ["我", "住", "在", "北", "京", "。"]
+  for g in got:
+    assert len(g["tags"]) == len(g["words"]) and set(g["tags"]) <= tags
+    want = [(t, b, e, entity_text(g["words"][b:e + 1])) for t, b, e in ner_eval.get_entities(g["tags"])]
+    assert [(x["type"], x["start"], x["end"], x["text"]) for x in g["entities"]] == want
+
+
+def test_entity_text_joins_cjk_characters_directly_and_other_words_with_spaces():
+  assert entity_text(["北", "京"]) == "北京"
+  assert entity_text(["New", "York"]) == "New York"
+  assert entity_text(["北", "Jing"]) == "北 Jing"
+  assert entity_text(["Berlin"]) == "Berlin"
 
 
 def _learnable_chinese_tsv(directory, n_train=64, n_dev=16, seed=0):

@@ -54,6 +54,13 @@ def split_words(text: str) -> List[str]:
   return words
 
 
+def entity_text(words: Sequence[str]) -> str:
+  """An entity's surface text from its words: CJK characters joined directly ("北", "京" -> "北京"), any other
+  words with spaces ("New", "York" -> "New York")."""
+  cjk = all(len(w) == 1 and tokenization.is_chinese_char(ord(w)) for w in words)
+  return ("" if cjk else " ").join(words)
+
+
 def _task_from_info(info: dict):
   name = info["task"]
   if name.startswith("squad"):
@@ -147,9 +154,7 @@ class Predictor:
     for ex, tg in zip(examples, tags):
       ents = []
       for type_, b, e in ner_eval.get_entities(tg, self.task.mode, self.task.scheme):
-        piece = ex.words[b:e + 1]
-        sep = "" if all(len(w) == 1 and _is_cjk(w) for w in piece) else " "
-        ents.append({"type": type_, "start": b, "end": e, "text": sep.join(piece)})
+        ents.append({"type": type_, "start": b, "end": e, "text": entity_text(ex.words[b:e + 1])})
       out.append({"words": ex.words, "tags": tg, "entities": ents})
     return out
 
