@@ -197,3 +197,11 @@ def test_build_vocab_python_fallback_learns_wordpieces(tmp_path):
 def test_build_vocab_glob_matching_nothing_raises(tmp_path):
   with pytest.raises(FileNotFoundError, match="nothing_here"):
     build_vocab.build_vocab(str(tmp_path / "nothing_here*.txt"), 100, str(tmp_path / "v.txt"))
+
+
+def test_split_isolating_makes_matching_characters_tokens_of_their_own():
+  cjk = lambda ch: tokenization.is_chinese_char(ord(ch))  # noqa: E731
+  assert tokenization.split_isolating("我住在北京 New  York!", cjk) == ["我", "住", "在", "北", "京", "New", "York!"]
+  assert tokenization.split_isolating("ab中c d", cjk) == ["ab", "中", "c", "d"]
+  assert tokenization.split_isolating("  plain   text ", cjk) == ["plain", "text"]
+  assert tokenization.split_isolating("a-b", lambda ch: ch == "-") == ["a", "-", "b"]

@@ -30,6 +30,8 @@ import re
 import string
 from typing import Dict, List, Mapping, Optional, Sequence, Union
 
+from bert_jax.input_pipeline import tokenization
+
 # --------------------------------------------------------------------------------------------------------
 # Official normalisation and per-pair scores.
 # --------------------------------------------------------------------------------------------------------
@@ -54,22 +56,7 @@ def _is_cjk(ch: str) -> bool:
 
 def _tokens(normalized: str) -> List[str]:
   """Whitespace tokens; CJK characters become single-character tokens."""
-  if not any(_is_cjk(c) for c in normalized):
-    return normalized.split()
-  out: List[str] = []
-  for word in normalized.split():
-    buf = ""
-    for ch in word:
-      if _is_cjk(ch):
-        if buf:
-          out.append(buf)
-          buf = ""
-        out.append(ch)
-      else:
-        buf += ch
-    if buf:
-      out.append(buf)
-  return out
+  return tokenization.split_isolating(normalized, _is_cjk)
 
 
 def exact_match_score(prediction: str, ground_truth: str) -> float:

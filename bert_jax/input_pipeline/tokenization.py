@@ -27,7 +27,7 @@ import collections
 import itertools
 import re
 import unicodedata
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from bert_jax.input_pipeline import fileio
 
@@ -82,6 +82,27 @@ def convert_to_unicode(text, source: str = "<text>") -> str:
 def whitespace_tokenize(text: str) -> List[str]:
   """Splits on runs of whitespace (Python's str.split)."""
   return text.split()
+
+
+def split_isolating(text: str, is_single: Callable[[str], bool]) -> List[str]:
+  """Splits on whitespace and makes every character for which `is_single(char)` holds a token of its own
+  ("ab中c" -> ["ab", "中", "c"]); the character-level words of Chinese CoNLL files and of CJK answer F1."""
+  if not any(is_single(ch) for ch in text):
+    return text.split()
+  out: List[str] = []
+  for chunk in text.split():
+    buf = ""
+    for ch in chunk:
+      if is_single(ch):
+        if buf:
+          out.append(buf)
+          buf = ""
+        out.append(ch)
+      else:
+        buf += ch
+    if buf:
+      out.append(buf)
+  return out
 
 
 # ----------------------------------------------------------------------------------------------------------

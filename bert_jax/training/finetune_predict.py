@@ -38,20 +38,7 @@ from bert_jax.training import finetune_tasks as ft
 def split_words(text: str) -> List[str]:
   """NER input words: whitespace-separated, with every CJK character a word of its own (as the Chinese
   CoNLL files are character-level)."""
-  words: List[str] = []
-  for chunk in text.split():
-    cur = ""
-    for ch in chunk:
-      if tokenization.is_chinese_char(ord(ch)):
-        if cur:
-          words.append(cur)
-          cur = ""
-        words.append(ch)
-      else:
-        cur += ch
-    if cur:
-      words.append(cur)
-  return words
+  return tokenization.split_isolating(text, lambda ch: tokenization.is_chinese_char(ord(ch)))
 
 
 def entity_text(words: Sequence[str]) -> str:
