@@ -24,6 +24,7 @@ import functools
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
+from flax import traverse_util
 
 from bert_jax.models.config import BertConfig
 
@@ -188,7 +189,7 @@ def init_params(config: BertConfig, seed: int = 0,
         bad = np.abs(x) > 2.0
       # flax's truncated_normal rescales so that the *truncated* distribution has stddev `std`.
       flat[path] = (x * (std / 0.87962566103423978)).astype(dtype)
-  return _nest(flat)
+  return traverse_util.unflatten_dict(flat)
 
 
 def checked_table(config: BertConfig) -> Tuple[List[Entry], Dict]:
@@ -229,16 +230,6 @@ class ConversionReport:
       lines.append(f"ignored {len(self.ignored)} known non-model variables: {shown}")
     lines += self.notes
     return "\n".join(lines)
-
-
-def _nest(flat: Mapping[Tuple[str, ...], np.ndarray]) -> dict:
-  out: dict = {}
-  for path, value in flat.items():
-    d = out
-    for k in path[:-1]:
-      d = d.setdefault(k, {})
-    d[path[-1]] = value
-  return out
 
 
 def assign_params(source: Mapping[str, np.ndarray], fmt: str, config: BertConfig, report: ConversionReport,
@@ -295,7 +286,7 @@ def assign_params(source: Mapping[str, np.ndarray], fmt: str, config: BertConfig
       flat[path] = init[path]
     report.fresh_groups = fresh
   report.loaded = len(table) - sum(1 for e in table if e.group in fresh)
-  return _nest(flat)
+  return traverse_util.unflatten_dict(flat)
 
 
 def export_arrays(params: Mapping, fmt: str, config: BertConfig,

@@ -26,6 +26,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import flax
 import flax.linen as nn
+from flax import traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -212,16 +213,6 @@ def _flat(tree) -> Dict[Tuple[str, ...], Any]:
   return out
 
 
-def _unflat(flat: Dict[Tuple[str, ...], Any]) -> dict:
-  root: dict = {}
-  for path, leaf in flat.items():
-    d = root
-    for k in path[:-1]:
-      d = d.setdefault(k, {})
-    d[path[-1]] = leaf
-  return root
-
-
 def merge_pretrained(params, p_shard, loaded: Dict[str, Any], scanned: bool, load_head: bool = False):
   """Replaces params["bert"] (and with load_head the task head) by the checkpoint's arrays.
 
@@ -250,7 +241,7 @@ def merge_pretrained(params, p_shard, loaded: Dict[str, Any], scanned: bool, loa
                      f"its top-level keys are {sorted(loaded)}")
   if load_head and not any(p.split("/")[0] in HEAD_NAMES for p in report["loaded"]):
     raise ValueError("load_head is set but the init_checkpoint has no task head of matching names and shapes")
-  merged = _unflat(want)
+  merged = traverse_util.unflatten_dict(want)
   if scanned:
     merged = scan_params(merged)
   return jax.device_put(merged, p_shard), report
