@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Dict, Optional, Sequence
 
-from experiments import runs
+from bert_jax.training.pretrain import read_jsonl
 
 
 def _plt():
@@ -13,6 +13,15 @@ def _plt():
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   return plt
+
+
+def _save(plt, fig, path: str) -> str:
+  """Lays out `fig`, writes it to `path` (creating the folder) and closes it."""
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+  fig.savefig(path, dpi=90)
+  plt.close(fig)
+  return path
 
 
 def _series(rows, key):
@@ -25,7 +34,7 @@ def pretraining_curves(workdirs: Dict[str, str], path: str, unigram_accuracy: Op
   plt = _plt()
   fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
   for label, wd in workdirs.items():
-    rows = runs.read_jsonl(os.path.join(wd, "metrics.jsonl"))
+    rows = read_jsonl(os.path.join(wd, "metrics.jsonl"))
     for ax, key in zip(axes, ("mlm_loss", "mlm_accuracy", "nsp_accuracy")):
       ax.plot(*_series(rows, key), label=label)
   titles = ("masked-LM loss", "masked-LM accuracy", "next-sentence accuracy")
@@ -38,11 +47,7 @@ def pretraining_curves(workdirs: Dict[str, str], path: str, unigram_accuracy: Op
   axes[2].axhline(0.5, color="gray", ls="--", lw=1, label="chance")
   for ax in axes:
     ax.legend(fontsize=8)
-  fig.tight_layout()
-  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-  fig.savefig(path, dpi=90)
-  plt.close(fig)
-  return path
+  return _save(plt, fig, path)
 
 
 def finetuning_curves(runs_by_task: Dict[str, Dict[str, str]], path: str,
@@ -58,7 +63,7 @@ def finetuning_curves(runs_by_task: Dict[str, Dict[str, str]], path: str,
   for j, task in enumerate(tasks):
     metric = (metric_names or {}).get(task)
     for label, wd in runs_by_task[task].items():
-      rows = runs.read_jsonl(os.path.join(wd, "metrics.jsonl"))
+      rows = read_jsonl(os.path.join(wd, "metrics.jsonl"))
       train = [r for r in rows if r.get("kind") == "train"]
       dev = [r for r in rows if r.get("kind") == "eval" and r.get("split") == "dev"]
       if metric is None and dev:
@@ -74,11 +79,7 @@ def finetuning_curves(runs_by_task: Dict[str, Dict[str, str]], path: str,
       ax.set_xlabel("fine-tuning step")
       ax.grid(alpha=0.3)
       ax.legend(fontsize=8)
-  fig.tight_layout()
-  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-  fig.savefig(path, dpi=90)
-  plt.close(fig)
-  return path
+  return _save(plt, fig, path)
 
 
 def score_bars(rows: Sequence[dict], path: str, title: str = "") -> str:
@@ -102,8 +103,4 @@ def score_bars(rows: Sequence[dict], path: str, title: str = "") -> str:
     ax.grid(axis="y", alpha=0.3)
   if title:
     fig.suptitle(title)
-  fig.tight_layout()
-  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-  fig.savefig(path, dpi=90)
-  plt.close(fig)
-  return path
+  return _save(plt, fig, path)

@@ -13,14 +13,13 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.metadata
-import json
 import logging
 import os
 import platform
 import shutil
 import sys
 import time
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # configs/ and data/ live at the repository root
@@ -238,15 +237,7 @@ def truncate_corpus(src: str, dst: str, max_bytes: int) -> str:
     f.write(text)
   return dst
 
-
 # -------------------------------------------------------------------------------------------- records
-
-def read_jsonl(path: str) -> List[dict]:
-  if not os.path.exists(path):
-    return []
-  with open(path, encoding="utf-8") as f:
-    return [json.loads(line) for line in f if line.strip()]
-
 
 def machine() -> Dict[str, str]:
   """CPU model, logical cores, load average, and the versions that matter for the timing."""
