@@ -1,6 +1,8 @@
 """GLUE metrics against scikit-learn / SciPy, per-task metric sets, and leaderboard TSV files."""
 
+import math
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -38,6 +40,22 @@ def test_pearson_spearman_match_scipy_including_ties():
   for a, b in ((x, y), (xt, yt), (xt, y)):
     assert glue.pearson(a, b) == pytest.approx(scipy.stats.pearsonr(a, b)[0], abs=1e-10)
     assert glue.spearman(a, b) == pytest.approx(scipy.stats.spearmanr(a, b)[0], abs=1e-10)
+
+
+def test_undefined_metrics_have_fixed_values_and_do_not_warn():
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    # Constant predictions (or labels): MCC 0.0 as scikit-learn; correlations NaN as SciPy.
+    assert glue.matthews_corrcoef([1, 1, 1], [1, 1, 1]) == 0.0
+    assert glue.matthews_corrcoef([1, 1, 1], [0, 1, 0]) == 0.0
+    assert glue.f1_binary([0, 0], [0, 0]) == 0.0
+    assert math.isnan(glue.pearson([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))
+    assert math.isnan(glue.spearman([1.0, 2.0, 3.0], [2.0, 2.0, 2.0]))
+    assert math.isnan(glue.pearson([1.0], [2.0])) and math.isnan(glue.spearman([1.0], [2.0]))
+    assert math.isnan(glue.compute_metrics("stsb", [3.0, 3.0], [1.0, 4.0])["corr"])
+  # F1 of one class also when the labels are not exactly {0, 1}: tp=1, fp=1, fn=1.
+  assert glue.f1_binary([1, 1, 2, 0], [0, 1, 2, 1]) == pytest.approx(0.5)
+  assert glue.f1_binary([0, 2], [2, 0]) == 0.0
 
 
 def test_compute_metrics_task_sets_and_values():

@@ -1,6 +1,7 @@
 """Entity-level NER scores: hand-made BIO/BIOES cases with known conlleval output, and seqeval agreement."""
 
 import random
+import warnings
 
 import pytest
 from seqeval import metrics as sq
@@ -71,6 +72,12 @@ def test_default_mode_matches_seqeval_on_random_sequences(prefixes, seed):
   rep = sq.classification_report(gold, pred, output_dict=True)
   for type_, m in r["per_type"].items():
     assert m["f1"] == pytest.approx(rep[type_]["f1-score"]) and m["support"] == rep[type_]["support"]
+    # The conlleval counts agree with seqeval's rates.
+    assert m["precision"] == pytest.approx(m["num_correct"] / m["num_pred"] if m["num_pred"] else 0.0)
+    assert m["recall"] == pytest.approx(m["num_correct"] / m["support"] if m["support"] else 0.0)
+  assert r["num_gold"] == rep["micro avg"]["support"]
+  assert r["num_pred"] == sum(m["num_pred"] for m in r["per_type"].values())
+  assert r["accuracy"] == pytest.approx(sq.accuracy_score(gold, pred))
 
 
 @pytest.mark.parametrize("scheme,seq_scheme,prefixes", [("BIO", IOB2, ["B", "I", "O"]),
@@ -84,6 +91,28 @@ def test_strict_mode_matches_seqeval_strict(scheme, seq_scheme, prefixes):
   assert r["precision"] == pytest.approx(sq.precision_score(gold, pred, **kw))
   assert r["recall"] == pytest.approx(sq.recall_score(gold, pred, **kw))
   assert r["f1"] == pytest.approx(sq.f1_score(gold, pred, **kw))
+
+
+@pytest.mark.parametrize("mode", ["conlleval", "strict"])
+def test_no_entities_and_empty_input_score_zero_without_warnings(mode):
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    r = ner.evaluate([["O", "O"], []], [["O", "O"], []], mode=mode)
+    assert (r["precision"], r["recall"], r["f1"], r["accuracy"]) == (0.0, 0.0, 0.0, 1.0)
+    assert (r["num_gold"], r["num_pred"], r["num_correct"], r["num_tokens"], r["per_type"]) == (0, 0, 0, 2, {})
+    r = ner.evaluate([], [], mode=mode)
+    assert (r["f1"], r["accuracy"], r["num_tokens"]) == (0.0, 0.0, 0)
+    # Nothing predicted / nothing to find: precision resp. recall are 0 (seqeval's zero_division=0).
+    r = ner.evaluate([["B-PER", "O"]], [["O", "O"]], mode=mode)
+    assert (r["precision"], r["recall"], r["f1"], r["num_gold"], r["num_pred"]) == (0.0, 0.0, 0.0, 1, 0)
+    r = ner.evaluate([("O", "O")], [("B-PER", "O")], mode=mode)  # tuples are accepted too
+    assert (r["precision"], r["recall"], r["f1"], r["num_gold"], r["num_pred"]) == (0.0, 0.0, 0.0, 0, 1)
+    assert r["per_type"]["PER"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0, "num_pred": 1,
+                                    "num_correct": 0}
+  with pytest.raises(ValueError, match="mode"):
+    ner.evaluate([["O"]], [["O"]], mode="lenient")
+  with pytest.raises(ValueError, match="scheme"):
+    ner.evaluate([["O"]], [["O"]], mode="strict", scheme="BILOU")
 
 
 def test_write_and_read_conll_round_trip(tmp_path):

@@ -1,5 +1,8 @@
 """Official SQuAD v1.1 / v2.0 EM and F1 on hand-made cases with known scores, and CMRC2018-style Chinese."""
 
+import ast
+import pathlib
+
 import pytest
 
 from bert_jax.evaluation import squad
@@ -96,3 +99,43 @@ def test_cmrc2018_scoring_uses_longest_common_substring_and_chinese_punctuation(
   assert r["f1"] == pytest.approx(100 * (1 + 2 * (2 / 5) / (1 + 2 / 5)) / 2)
   with pytest.raises(ValueError, match="language"):
     squad.evaluate_v1({"q": ["a"]}, {"q": "a"}, language="fr")
+
+
+def _bert_jax_imports(path: pathlib.Path):
+  """(line, module) of every import of a bert_jax module outside bert_jax.evaluation, at any depth."""
+  out = []
+  for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+    if isinstance(node, ast.Import):
+      names = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom):
+      if node.level == 1:  # a sibling module of the package itself
+        continue
+      # level >= 2 climbs out of bert_jax/evaluation into bert_jax.
+      names = [node.module or ""] if node.level == 0 else ["bert_jax" + ("." + node.module if node.module else "")]
+    elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))
+          in ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant)):
+      names = [str(node.args[0].value)]
+    else:
+      continue
+    for name in names:
+      if (name == "bert_jax" or name.startswith("bert_jax.")) and not (
+          name == "bert_jax.evaluation" or name.startswith("bert_jax.evaluation.")):
+        out.append((node.lineno, name))
+  return sorted(out)
+
+
+def test_evaluation_package_is_a_leaf(tmp_path):
+  # Fine-tuning, prediction and experiments all score with bert_jax.evaluation; an import back into the
+  # rest of bert_jax would close an import cycle.
+  pkg = pathlib.Path(squad.__file__).parent
+  files = sorted(pkg.glob("**/*.py"))
+  assert {f.name for f in files} >= {"__init__.py", "glue.py", "ner.py", "squad.py", "squad_postprocess.py"}
+  found = {str(f.relative_to(pkg)): _bert_jax_imports(f) for f in files}
+  assert {k: v for k, v in found.items() if v} == {}
+  # The checker itself sees imports inside functions, parent-relative and importlib imports.
+  probe = tmp_path / "probe.py"
+  probe.write_text("from . import glue\nimport numpy\nfrom bert_jax.evaluation import ner\n"
+                   "def f():\n  from bert_jax.input_pipeline import tokenization\n"
+                   "  from .. import models\n  import importlib\n"
+                   "  return importlib.import_module('bert_jax.training')\n", encoding="utf-8")
+  assert _bert_jax_imports(probe) == [(5, "bert_jax.input_pipeline"), (6, "bert_jax"), (8, "bert_jax.training")]

@@ -1,7 +1,9 @@
-"""Scorers for fine-tuning tasks; pure NumPy/Python (no TensorFlow, no JAX).
+"""Scorers for fine-tuning tasks: NumPy, scikit-learn, SciPy and seqeval (no TensorFlow, no JAX).
 
-  glue               accuracy / F1 / MCC / Pearson / Spearman, per-task metric sets, GLUE submission TSVs
+A leaf package: it imports nothing from bert_jax, so every other part can use it without cycles.
+
+  glue               accuracy / F1 / MCC (sklearn), Pearson / Spearman (SciPy), task metric sets, GLUE TSVs
   squad              official SQuAD v1.1 / v2.0 EM and F1 (HasAns/NoAns, best thresholds), CMRC2018 scoring
   squad_postprocess  window logits -> answer text (exact original characters), n-best, null odds, JSON files
-  ner                conlleval/seqeval-compatible entity P/R/F1 with per-type breakdown, CoNLL output files
+  ner                seqeval entity P/R/F1 (conlleval-compatible or strict) per type, CoNLL output files
 """

@@ -1,11 +1,16 @@
 """GLUE metrics and leaderboard submission files.
 
-Metrics (pure NumPy, equal to scikit-learn / SciPy; values are fractions in [0, 1], correlations in [-1, 1]):
+Metrics (scikit-learn / SciPy, as GLUE's baselines score them; values are fractions in
+[0, 1], correlations in [-1, 1]):
 
-    accuracy(preds, labels)                 -> float
-    f1_binary(preds, labels, pos_label=1)   -> float   (sklearn.metrics.f1_score, average="binary")
-    matthews_corrcoef(preds, labels)        -> float   (sklearn.metrics.matthews_corrcoef, any #classes)
-    pearson(x, y) / spearman(x, y)          -> float   (scipy.stats.pearsonr / spearmanr, average ranks)
+    accuracy(preds, labels)                 -> float   sklearn.metrics.accuracy_score
+    f1_binary(preds, labels, pos_label=1)   -> float   sklearn.metrics.f1_score of the positive class
+    matthews_corrcoef(preds, labels)        -> float   sklearn.metrics.matthews_corrcoef (any #classes)
+    pearson(x, y) / spearman(x, y)          -> float   scipy.stats.pearsonr / spearmanr (average ranks)
+
+Undefined values: F1 is 0.0 with no true and no predicted positives, MCC 0.0 when either side is constant
+(scikit-learn's conventions), Pearson/Spearman NaN when either side is constant or has fewer than 2 values
+(SciPy's); none of them warns.
 
 Per-task metric sets, the ones the GLUE paper and leaderboard use:
 
@@ -31,9 +36,12 @@ WNLI; entailment/not_entailment for QNLI and RTE; entailment/neutral/contradicti
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Dict, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
+import scipy.stats
+import sklearn.metrics
 
 # --------------------------------------------------------------------------------------------------------
 # Task tables.
@@ -115,68 +123,46 @@ def _pair(preds, labels, float_ok=False):
 def accuracy(preds, labels) -> float:
   """Fraction of exactly equal predictions."""
   p, y = _pair(preds, labels)
-  return float(np.mean(p == y))
+  return float(sklearn.metrics.accuracy_score(y, p))
 
 
 def f1_binary(preds, labels, pos_label=1) -> float:
   """F1 of the positive class; 0.0 when there are no true and no predicted positives (sklearn's default)."""
   p, y = _pair(preds, labels)
-  tp = float(np.sum((p == pos_label) & (y == pos_label)))
-  fp = float(np.sum((p == pos_label) & (y != pos_label)))
-  fn = float(np.sum((p != pos_label) & (y == pos_label)))
-  denom = 2 * tp + fp + fn
-  return 0.0 if denom == 0 else 2 * tp / denom
+  # labels=[pos_label] scores that one class, so a label set without pos_label, or with more than two
+  # labels, is still accepted (average="binary" would raise); on binary labels it is the same number.
+  return float(sklearn.metrics.f1_score(y, p, labels=[pos_label], average=None, zero_division=0)[0])
 
 
 def matthews_corrcoef(preds, labels) -> float:
   """Matthews correlation coefficient (multi-class R_K form); 0.0 when undefined, as in scikit-learn."""
   p, y = _pair(preds, labels)
-  classes, inv = np.unique(np.concatenate([y, p]), return_inverse=True)
-  k = len(classes)
-  yi, pi = inv[:len(y)], inv[len(y):]
-  cm = np.zeros((k, k), dtype=np.float64)
-  np.add.at(cm, (yi, pi), 1.0)
-  t_sum = cm.sum(axis=1)  # true occurrences per class
-  p_sum = cm.sum(axis=0)  # predicted occurrences per class
-  n = cm.sum()
-  correct = np.trace(cm)
-  cov_ytyp = correct * n - np.dot(t_sum, p_sum)
-  cov_ypyp = n * n - np.dot(p_sum, p_sum)
-  cov_ytyt = n * n - np.dot(t_sum, t_sum)
-  if cov_ypyp * cov_ytyt == 0:
-    return 0.0
-  return float(cov_ytyp / np.sqrt(cov_ytyt * cov_ypyp))
+  with warnings.catch_warnings():
+    # A constant prediction equal to a constant label set makes sklearn warn about a 1x1 confusion
+    # matrix; the 0.0 it returns is the documented value, so the warning is noise in eval logs.
+    warnings.simplefilter("ignore", UserWarning)
+    return float(sklearn.metrics.matthews_corrcoef(y, p))
+
+
+def _correlation(fn, x, y) -> float:
+  a, b = _pair(x, y, float_ok=True)
+  a = a.astype(np.float64)
+  b = b.astype(np.float64)
+  # pearsonr raises below 2 values and both warn on constant input; NaN is SciPy's value for the latter
+  # and the honest one for the former, returned without a warning.
+  if a.size < 2 or np.all(a == a[0]) or np.all(b == b[0]):
+    return float("nan")
+  return float(fn(a, b)[0])
 
 
 def pearson(x, y) -> float:
-  """Pearson correlation; NaN when either input is constant (as SciPy, which also warns)."""
-  a, b = _pair(x, y, float_ok=True)
-  a = a.astype(np.float64) - np.mean(a)
-  b = b.astype(np.float64) - np.mean(b)
-  denom = np.sqrt(np.dot(a, a) * np.dot(b, b))
-  if denom == 0:
-    return float("nan")
-  return float(np.clip(np.dot(a, b) / denom, -1.0, 1.0))
-
-
-def _average_ranks(x: np.ndarray) -> np.ndarray:
-  """1-based ranks with ties sharing their mean rank (scipy.stats.rankdata(method="average"))."""
-  order = np.argsort(x, kind="mergesort")
-  sorted_x = x[order]
-  # Boundaries of runs of equal values.
-  starts = np.r_[0, np.flatnonzero(sorted_x[1:] != sorted_x[:-1]) + 1]
-  ends = np.r_[starts[1:], len(x)]
-  mean_rank = (starts + ends + 1) / 2.0  # mean of ranks starts+1 .. ends
-  run_of = np.repeat(np.arange(len(starts)), ends - starts)
-  ranks = np.empty(len(x), dtype=np.float64)
-  ranks[order] = mean_rank[run_of]
-  return ranks
+  """Pearson correlation (scipy.stats.pearsonr); NaN when either input is constant."""
+  return _correlation(scipy.stats.pearsonr, x, y)
 
 
 def spearman(x, y) -> float:
-  """Spearman rank correlation: Pearson on average ranks (scipy.stats.spearmanr)."""
-  a, b = _pair(x, y, float_ok=True)
-  return pearson(_average_ranks(np.asarray(a, np.float64)), _average_ranks(np.asarray(b, np.float64)))
+  """Spearman rank correlation with average ranks for ties (scipy.stats.spearmanr); NaN when constant."""
+  return _correlation(scipy.stats.spearmanr, x, y)
 
 
 def compute_metrics(task: str, preds, labels) -> Dict[str, float]:

@@ -1,4 +1,4 @@
-"""Entity-level NER scoring compatible with conlleval (BIO) and seqeval (BIO, BIOES), and CoNLL output files.
+"""Entity-level NER scoring with seqeval (conlleval-compatible and strict), and CoNLL output files.
 
     get_entities(tags, mode="conlleval") -> [(type, start, end_inclusive), ...]
     evaluate(gold_seqs, pred_seqs, mode="conlleval") -> {
@@ -8,153 +8,123 @@
     write_conll(path, sentences, gold_seqs, pred_seqs)   # "token gold pred" lines, blank between sentences
     conlleval_report(result) -> str                      # conlleval.pl's text report
 
+The figures are seqeval's (`seqeval.metrics.classification_report`, micro average for the totals,
+`accuracy_score` for the token accuracy); this module adds the conlleval counts and text report and the
+CoNLL files, which seqeval does not provide.
+
 Modes:
-  "conlleval" (default): the chunk rules of conlleval.pl, which seqeval's default mode also uses: an I-X
-      after O or after another type starts a new entity, so ill-formed sequences are scored leniently
-      (identical to `conlleval` for BIO/IOB1 and to `seqeval.metrics.classification_report` for BIO/BIOES).
-  "strict": only well-formed entities count, as seqeval's mode="strict": BIO (IOB2) entities are B-X I-X*,
-      BIOES entities are S-X or B-X I-X* E-X; the scheme is given by `scheme=` ("BIO" or "BIOES").
+  "conlleval" (default): seqeval's default mode, which chunks by conlleval.pl's rules: an I-X after O or
+      after another type starts a new entity, so ill-formed sequences are scored leniently (identical to
+      `conlleval` for BIO/IOB1, and it also reads BIOES).
+  "strict": seqeval's mode="strict" with scheme=IOB2 (`scheme="BIO"`) or IOBES (`scheme="BIOES"`): only
+      well-formed entities count (B-X I-X*, or S-X / B-X I-X* E-X); a tag outside the scheme is an error.
 
 Tags are strings like "B-PER", "I-PER", "E-PER", "S-PER", "O". Sentences are scored separately (an entity
 never spans a sentence boundary). Precision is 0 when nothing is predicted, recall 0 when there is no gold
-entity, F1 0 when both are 0 (conlleval and seqeval's zero_division=0).
+entity, F1 0 when both are 0 (conlleval and seqeval's zero_division=0); with no entity on either side all
+three are 0.
 """
 
 from __future__ import annotations
 
 import collections
 import os
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Type
+
+from seqeval import metrics as seqeval_metrics
+from seqeval import scheme as seqeval_scheme
+from seqeval.metrics import sequence_labeling as seqeval_labeling
 
 Entity = Tuple[str, int, int]
 
-
-def _split(tag: str) -> Tuple[str, str]:
-  """("B", "PER") from "B-PER"; ("O", "") from "O"; a bare prefix gets type "_" like seqeval."""
-  if tag in ("O", "", "."):
-    return "O", ""
-  prefix, _, type_ = tag.partition("-")
-  return prefix, (type_ or "_")
+_SCHEMES = {"BIO": seqeval_scheme.IOB2, "BIOES": seqeval_scheme.IOBES}
 
 
-def _end_of_chunk(prev_tag, tag, prev_type, type_) -> bool:
-  if prev_tag in ("E", "S"):
-    return True
-  if prev_tag in ("B", "I") and tag in ("B", "S", "O"):
-    return True
-  return prev_tag != "O" and prev_type != type_
-
-
-def _start_of_chunk(prev_tag, tag, prev_type, type_) -> bool:
-  if tag in ("B", "S"):
-    return True
-  if prev_tag in ("E", "S", "O") and tag in ("E", "I"):
-    return True
-  return tag != "O" and prev_type != type_
-
-
-def _entities_lenient(tags: Sequence[str]) -> List[Entity]:
-  out: List[Entity] = []
-  prev_tag, prev_type, begin = "O", "", 0
-  for i, t in enumerate(list(tags) + ["O"]):
-    tag, type_ = _split(t)
-    if _end_of_chunk(prev_tag, tag, prev_type, type_):
-      out.append((prev_type, begin, i - 1))
-    if _start_of_chunk(prev_tag, tag, prev_type, type_):
-      begin = i
-    prev_tag, prev_type = tag, type_
-  return out
-
-
-def _entities_strict(tags: Sequence[str], scheme: str) -> List[Entity]:
-  out: List[Entity] = []
-  parsed = [_split(t) for t in tags]
-  n = len(parsed)
-  i = 0
-  while i < n:
-    tag, type_ = parsed[i]
-    if scheme == "BIOES" and tag == "S":
-      out.append((type_, i, i))
-      i += 1
-      continue
-    if tag != "B":
-      i += 1
-      continue
-    j = i + 1
-    while j < n and parsed[j] == ("I", type_):
-      j += 1
-    if scheme == "BIO":
-      out.append((type_, i, j - 1))
-      i = j
-    else:  # BIOES: needs a closing E-X
-      if j < n and parsed[j] == ("E", type_):
-        out.append((type_, i, j))
-        i = j + 1
-      else:
-        i = j
-  return out
-
-
-def _check_tags(tags: Sequence[str], scheme: str):
-  allowed = {"BIO": {"B", "I", "O"}, "BIOES": {"B", "I", "O", "E", "S"}}[scheme]
-  for t in tags:
-    if _split(t)[0] not in allowed:
-      raise ValueError(f"tag {t!r} is not valid in the {scheme} scheme")
-
-
-def get_entities(tags: Sequence[str], mode: str = "conlleval", scheme: str = "BIO") -> List[Entity]:
-  """Entities of one sentence as (type, start, end) with `end` inclusive."""
+def _scheme_class(mode: str, scheme: str) -> Optional[Type[seqeval_scheme.Token]]:
+  """seqeval's scheme class for strict mode; None for the conlleval-compatible default mode."""
   if mode == "conlleval":
-    return _entities_lenient(tags)
+    return None
   if mode == "strict":
-    scheme = scheme.upper()
-    if scheme not in ("BIO", "BIOES"):
+    key = scheme.upper()
+    if key not in _SCHEMES:
       raise ValueError(f"scheme must be 'BIO' or 'BIOES', got {scheme!r}")
-    _check_tags(tags, scheme)
-    return _entities_strict(tags, scheme)
+    return _SCHEMES[key]
   raise ValueError(f"mode must be 'conlleval' or 'strict', got {mode!r}")
 
 
-def _prf(correct: int, num_pred: int, num_gold: int):
-  p = correct / num_pred if num_pred else 0.0
-  r = correct / num_gold if num_gold else 0.0
-  f = 2 * p * r / (p + r) if p + r else 0.0
-  return p, r, f
+def _strict_entities(seqs: List[List[str]], scheme: str, scheme_cls) -> List[List[Entity]]:
+  """Per sentence, seqeval's strict entities as (type, start, end inclusive)."""
+  try:
+    by_sentence = seqeval_scheme.Entities(seqs, scheme_cls).entities
+  except (KeyError, IndexError, ValueError) as err:
+    # seqeval raises ValueError for a prefix outside the scheme and KeyError/IndexError for tags that
+    # have no known prefix at all; all of them mean the same to the caller.
+    raise ValueError(f"tag sequence is not valid in the {scheme.upper()} scheme: {err}") from err
+  # seqeval's Entity.end is exclusive.
+  return [[(e.tag, e.start, e.end - 1) for e in sent] for sent in by_sentence]
+
+
+def _sentence_entities(seqs: List[List[str]], mode: str, scheme: str) -> List[List[Entity]]:
+  scheme_cls = _scheme_class(mode, scheme)
+  if scheme_cls is None:
+    # One call per sentence: seqeval's own flattening of nested lists would give offsets into the
+    # concatenation rather than into the sentence.
+    return [seqeval_labeling.get_entities(s) for s in seqs]
+  return _strict_entities(seqs, scheme, scheme_cls)
+
+
+def get_entities(tags: Sequence[str], mode: str = "conlleval", scheme: str = "BIO") -> List[Entity]:
+  """Entities of one sentence as (type, start, end) with `end` inclusive (seqeval's chunking)."""
+  return _sentence_entities([list(tags)], mode, scheme)[0]
 
 
 def evaluate(gold_seqs: Sequence[Sequence[str]], pred_seqs: Sequence[Sequence[str]], mode: str = "conlleval",
              scheme: str = "BIO") -> Dict:
   """Micro-averaged entity precision/recall/F1 with a per-type breakdown (see module docstring)."""
+  scheme_cls = _scheme_class(mode, scheme)
   if len(gold_seqs) != len(pred_seqs):
     raise ValueError(f"{len(gold_seqs)} gold sentences but {len(pred_seqs)} predicted")
-  gold_by_type: Dict[str, set] = collections.defaultdict(set)
-  pred_by_type: Dict[str, set] = collections.defaultdict(set)
-  tokens = correct_tokens = 0
-  for s, (g, p) in enumerate(zip(gold_seqs, pred_seqs)):
+  # seqeval accepts only lists of lists (no tuples or arrays).
+  gold = [list(g) for g in gold_seqs]
+  pred = [list(p) for p in pred_seqs]
+  for s, (g, p) in enumerate(zip(gold, pred)):
     if len(g) != len(p):
       raise ValueError(f"sentence {s}: {len(g)} gold tags but {len(p)} predicted tags")
-    tokens += len(g)
-    correct_tokens += sum(1 for a, b in zip(g, p) if a == b)
-    for type_, b, e in get_entities(g, mode, scheme):
-      gold_by_type[type_].add((s, b, e))
-    for type_, b, e in get_entities(p, mode, scheme):
-      pred_by_type[type_].add((s, b, e))
-  per_type = {}
-  tot_gold = tot_pred = tot_correct = 0
-  for type_ in sorted(set(gold_by_type) | set(pred_by_type)):
-    g, p = gold_by_type.get(type_, set()), pred_by_type.get(type_, set())
-    c = len(g & p)
-    pr, rc, f1 = _prf(c, len(p), len(g))
-    per_type[type_] = {"precision": pr, "recall": rc, "f1": f1, "support": len(g), "num_pred": len(p),
-                       "num_correct": c}
-    tot_gold += len(g)
-    tot_pred += len(p)
-    tot_correct += c
-  pr, rc, f1 = _prf(tot_correct, tot_pred, tot_gold)
-  return {"precision": pr, "recall": rc, "f1": f1,
-          "accuracy": correct_tokens / tokens if tokens else 0.0,
-          "num_gold": tot_gold, "num_pred": tot_pred, "num_correct": tot_correct, "num_tokens": tokens,
-          "per_type": per_type}
+
+  # seqeval reports rates only; conlleval's report also needs the entity counts, so the entities are
+  # extracted (by seqeval) once more here and counted.
+  counts: Dict[str, List[int]] = collections.defaultdict(lambda: [0, 0, 0])  # type -> [gold, pred, correct]
+  for g, p in zip(_sentence_entities(gold, mode, scheme), _sentence_entities(pred, mode, scheme)):
+    g, p = set(g), set(p)
+    for type_, _, _ in g:
+      counts[type_][0] += 1
+    for type_, _, _ in p:
+      counts[type_][1] += 1
+    for type_, _, _ in g & p:
+      counts[type_][2] += 1
+
+  num_tokens = sum(len(g) for g in gold)
+  result = {"precision": 0.0, "recall": 0.0, "f1": 0.0,
+            "accuracy": float(seqeval_metrics.accuracy_score(gold, pred)) if num_tokens else 0.0,
+            "num_gold": 0, "num_pred": 0, "num_correct": 0, "num_tokens": num_tokens, "per_type": {}}
+  if not counts:
+    # No entity on either side: every rate is 0 (seqeval's zero_division=0 value). The report is skipped
+    # because its macro average over zero types would be NaN with a NumPy warning.
+    return result
+  kw = {} if scheme_cls is None else {"mode": "strict", "scheme": scheme_cls}
+  report = seqeval_metrics.classification_report(gold, pred, output_dict=True, zero_division=0, **kw)
+  for type_ in sorted(counts):
+    n_gold, n_pred, n_correct = counts[type_]
+    row = report[type_]
+    result["per_type"][type_] = {"precision": float(row["precision"]), "recall": float(row["recall"]),
+                                 "f1": float(row["f1-score"]), "support": n_gold, "num_pred": n_pred,
+                                 "num_correct": n_correct}
+  micro = report["micro avg"]
+  result.update(precision=float(micro["precision"]), recall=float(micro["recall"]),
+                f1=float(micro["f1-score"]),
+                num_gold=sum(c[0] for c in counts.values()), num_pred=sum(c[1] for c in counts.values()),
+                num_correct=sum(c[2] for c in counts.values()))
+  return result
 
 
 def conlleval_report(result: Dict) -> str:

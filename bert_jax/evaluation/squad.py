@@ -20,7 +20,9 @@ CJK text: the English tokenisation (whitespace split) would treat a Chinese answ
 answer containing CJK characters is tokenised per character (Latin words and digits stay whole words):
 `language="auto"` (default). `language="zh"` applies CMRC2018's official scorer instead: punctuation
 (ASCII and Chinese) removed, mixed character/word segmentation, F1 from the longest common substring,
-EM on the punctuation-free lower-cased strings.
+EM on the punctuation-free lower-cased strings. The segmentation is written here (the runs between CJK
+characters are split on whitespace, where the official script uses NLTK's word_tokenize), so this module
+imports nothing from bert_jax.
 """
 
 from __future__ import annotations
@@ -28,9 +30,7 @@ from __future__ import annotations
 import collections
 import re
 import string
-from typing import Dict, List, Mapping, Optional, Sequence, Union
-
-from bert_jax.input_pipeline import tokenization
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 # --------------------------------------------------------------------------------------------------------
 # Official normalisation and per-pair scores.
@@ -54,9 +54,29 @@ def _is_cjk(ch: str) -> bool:
           or 0x3040 <= cp <= 0x30FF or 0xAC00 <= cp <= 0xD7AF)
 
 
+def _mixed_segmentation(text: str, is_single: Callable[[str], bool]) -> List[str]:
+  """Tokens of `text`: each character for which `is_single` holds on its own, the runs between them split
+  on whitespace ("ab 中c" -> ["ab", "中", "c"]).
+
+  The scheme of CMRC2018's official `mixed_segmentation`, which isolates CJK characters and punctuation;
+  the runs are split on whitespace rather than with nltk.word_tokenize, so no NLTK is needed.
+  """
+  out: List[str] = []
+  run = ""
+  for ch in text:
+    if is_single(ch):
+      out.extend(run.split())
+      run = ""
+      out.append(ch)
+    else:
+      run += ch
+  out.extend(run.split())
+  return out
+
+
 def _tokens(normalized: str) -> List[str]:
   """Whitespace tokens; CJK characters become single-character tokens."""
-  return tokenization.split_isolating(normalized, _is_cjk)
+  return _mixed_segmentation(normalized, _is_cjk)
 
 
 def exact_match_score(prediction: str, ground_truth: str) -> float:
@@ -105,20 +125,7 @@ _ZH_PUNCT = frozenset("-:_*^/\\~`+=，。：？！“”；’《》……·、�
 
 def _zh_segment(text: str) -> List[str]:
   """CMRC2018 mixed segmentation: CJK characters and punctuation one each, other runs as words."""
-  text = text.lower().strip()
-  out: List[str] = []
-  buf = ""
-  for ch in text:
-    if _is_cjk(ch) or ch in _ZH_PUNCT:
-      if buf:
-        out.extend(buf.split())
-        buf = ""
-      out.append(ch)
-    else:
-      buf += ch
-  if buf:
-    out.extend(buf.split())
-  return [t for t in out if t.strip()]
+  return _mixed_segmentation(text.lower().strip(), lambda ch: _is_cjk(ch) or ch in _ZH_PUNCT)
 
 
 def _zh_remove_punct(text: str) -> str:

@@ -23,9 +23,9 @@ possible. No `get_final_text` heuristic is needed.
                                                          # null_odds.json (v2)
 Inputs:
   examples: sequence of objects (or dicts) with `qas_id` and `context_text`
-            (bert_jax.input_pipeline.tasks.squad.SquadExample).
+            (bert_jax.finetune.tasks.squad.SquadExample).
   features: mapping with numpy arrays, one row per window (the output of
-            bert_jax.input_pipeline.tasks.squad.convert_examples_to_features):
+            bert_jax.finetune.tasks.squad.convert_examples_to_features):
               example_index [N] int       -> row of `examples`
               token_char_spans [N, T, 2]  -> (start, end) character offsets of each context token in
                                              `context_text`; -1 for [CLS], question, [SEP] and padding
