@@ -8,7 +8,7 @@ r"""Fine-tunes a BERT encoder on GLUE, SQuAD v1.1/v2.0, CoNLL NER or a generic c
       --config.data_dir=/tmp/snow/sentiment --config.vocab_file=/tmp/snow/vocab.txt
 
 Writes DIR/eval_results.json, prediction files, metrics.jsonl, tensorboard/, curves.png and best_checkpoint/
-(see bert_jax/training/finetune_lib.py). Every config field is documented in configs/finetune.py.
+(see bert_jax/finetune/loop.py). Every config field is documented in configs/finetune.py.
 """
 
 import logging
@@ -38,10 +38,10 @@ def main(argv):
     # TFDS readers import TensorFlow; keep it off the accelerators JAX uses.
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     tf.config.set_visible_devices([], "GPU")
-  from bert_jax.training import finetune_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.finetune import loop  # pylint: disable=g-import-not-at-top
   logging.getLogger().setLevel(logging.INFO)
   logging.info("JAX devices: %s", jax.devices())
-  results = finetune_lib.run(FLAGS.config, FLAGS.workdir)
+  results = loop.run(FLAGS.config, FLAGS.workdir)
   main_metric = results["main_metric"]
   for split, metrics in results.items():
     if isinstance(metrics, dict) and main_metric in metrics:

@@ -1,11 +1,17 @@
 """bert_jax: pre-training and fine-tuning BERT-family encoders in JAX/Flax.
 
-Subpackages (one concern each):
+Subpackages (one concern each; imports go down this list only, evaluation is a leaf):
   models/          embeddings, encoders, pre-training targets, task heads, losses (no TensorFlow)
-  input_pipeline/  tokenization, pre-training examples, TFRecords, tf.data readers, task readers
-  training/        optimizers, mesh sharding, checkpoints, pre-training and fine-tuning loops
-  evaluation/      GLUE, SQuAD and NER scorers
-  convert/         Google TF and Hugging Face checkpoints in and out, model zoo
+  input_pipeline/  tokenization, pre-training examples and masking, TFRecords, tf.data readers
+  pretrained/      the params-directory format, the model zoo, load_pretrained(name_or_dir)
+  training/        mesh sharding, optimizers, the state/step factory, Orbax checkpoints, metrics, pre-training
+  finetune/        task readers + registry, task heads and losses, the fine-tuning loop, the predictor
+  evaluation/      GLUE, SQuAD and NER scorers (imports nothing from bert_jax)
+  convert/         Google TF and Hugging Face checkpoints in and out, model-fit ranking
 """
 
 __version__ = "0.1.0"
+
+from bert_jax import _deprecated
+
+_deprecated.install()   # old module paths (training.finetune_*, input_pipeline.tasks, convert.io/zoo) for one release

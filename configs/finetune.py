@@ -11,7 +11,7 @@ Variants after the colon, comma-separated:
   task=NAME         cola sst2 mrpc stsb qqp mnli qnli rte wnli squad_v1 squad_v2 ner classification
   size=tiny..large  model size for random init (ignored when init_checkpoint gives the architecture)
   runlocal          shrink batch / length / epochs so the same config runs in seconds on a CPU
-Override any field with --config.FIELD=VALUE, e.g. --config.learning_rate=3e-5 --config.num_train_epochs=2.
+Override any field with --config.FIELD=VALUE, e.g. --config.optimizer.learning_rate=3e-5 --config.num_train_epochs=2.
 """
 
 import ml_collections
@@ -57,7 +57,7 @@ def get_config(arg=None):
   task = opts["task"]
   is_squad = task.startswith("squad")
   config = ml_collections.ConfigDict()
-  config.task = task                               # task name (bert_jax.input_pipeline.tasks.get_task)
+  config.task = task                               # task name (bert_jax.finetune.tasks.get_task)
   config.seed = 0                                  # head init, dropout and the order of training examples
 
   # Data.
@@ -120,18 +120,28 @@ def get_config(arg=None):
   config.batch_size = 48 if task == "squad_v2" else 32   # global batch; paper: 32 (SQuAD 2.0: 48)
   config.eval_batch_size = 64                      # examples per evaluation forward pass
   config.num_train_epochs = 2.0 if is_squad else 3.0   # paper: 3 epochs (GLUE), 2-3 (SQuAD)
-  # -1 = by model size: large 2e-5, base 3e-5 (paper: 2e-5..5e-5), medium 5e-5, small 1e-4, mini 2e-4,
-  # tiny 3e-4 (Google's small-BERT release searched 3e-4..3e-5 and small models prefer the high end).
-  config.learning_rate = -1.0
   config.warmup_proportion = 0.1                   # share of training steps with linear warmup
-  config.weight_decay = 0.01                       # decoupled, not on LayerNorm or biases
+  config.grad_accum_steps = 1                      # micro-batches per step (batch_size must divide)
+  config.nan_policy = "stop"                       # stop | skip: on a NaN/Inf loss or gradient
+  # The optimizer subtree has the fields of configs/pretrain.py's; fine-tuning sets its own values.
   config.optimizer = ml_collections.ConfigDict()
   config.optimizer.name = "adamw"                  # adamw | lamb (bert_jax.training.optimizers)
+  # -1 = by model size: large 2e-5, base 3e-5 (paper: 2e-5..5e-5), medium 5e-5, small 1e-4, mini 2e-4,
+  # tiny 3e-4 (Google's small-BERT release searched 3e-4..3e-5 and small models prefer the high end).
+  config.optimizer.learning_rate = -1.0
+  config.optimizer.schedule = "linear"             # linear | polynomial | constant decay after warmup
+  config.optimizer.power = 1.0                     # polynomial decay power
+  config.optimizer.end_learning_rate = 0.0         # learning rate reached at the last step
+  config.optimizer.weight_decay = 0.01             # decoupled, not on LayerNorm or biases
   config.optimizer.b1 = 0.9                        # Adam first-moment decay
   config.optimizer.b2 = 0.999                      # Adam second-moment decay
   config.optimizer.eps = 1e-6                      # Adam epsilon (BERT: 1e-6)
   config.optimizer.clip_norm = 1.0                 # global-norm clipping (0 = off)
   config.optimizer.bias_correction = False         # False = Google BERT's AdamWeightDecayOptimizer
+  # Deprecated aliases (one release): --config.learning_rate / --config.weight_decay set the same values
+  # as --config.optimizer.learning_rate / --config.optimizer.weight_decay (shared field references).
+  config.learning_rate = config.optimizer.get_ref("learning_rate")   # alias of optimizer.learning_rate
+  config.weight_decay = config.optimizer.get_ref("weight_decay")     # alias of optimizer.weight_decay
 
   # Loop, evaluation, checkpoint.
   config.do_train = True                           # False: only evaluate / predict init_checkpoint (+ load_head)

@@ -54,7 +54,8 @@ def get_config(arg=None):
   config.model.hidden_dropout_prob = 0.1
   config.model.attention_probs_dropout_prob = 0.1
   config.model.max_position_embeddings = 512
-  config.model.dtype = "bfloat16"                  # compute dtype; params stay float32
+  config.model.dtype = "auto"                      # compute dtype: auto = bfloat16 on GPU/TPU, float32 on CPU;
+                                                   # params stay float32
   config.model.param_dtype = "float32"
   config.model.attention_impl = "auto"             # auto | xla | cudnn (flash attention on GPUs)
   config.model.scan_layers = False                 # nn.scan over layers (fast compiles for deep models)

@@ -9,6 +9,8 @@ import functools
 import re
 import unicodedata
 
+from bert_jax.input_pipeline import tokenization
+
 # A sentence ends after a run of Chinese/ASCII terminal marks, plus any closing quotes/brackets that follow
 # ("他说：“好。”" keeps the closing quote). An ASCII '.' only counts when it is not inside a word or number
 # ("www.a.com", "3.5" stay whole; "鲜艳.而且" splits), because reviews often use '.' as a full stop.
@@ -52,30 +54,13 @@ def split_sentences(text):
 # accents are stripped (NFD, drop Mn).
 # ---------------------------------------------------------------------------------------------------------
 
-def is_cjk_char(cp):
-  """The CJK Unified Ideograph blocks Google's tokenizer splits into single characters."""
-  return ((0x4E00 <= cp <= 0x9FFF) or (0x3400 <= cp <= 0x4DBF) or (0x20000 <= cp <= 0x2A6DF)
-          or (0x2A700 <= cp <= 0x2B73F) or (0x2B740 <= cp <= 0x2B81F) or (0x2B820 <= cp <= 0x2CEAF)
-          or (0xF900 <= cp <= 0xFAFF) or (0x2F800 <= cp <= 0x2FA1F))
-
-
-def _is_whitespace(ch):
-  return ch in " \t\n\r" or unicodedata.category(ch) == "Zs"
-
-
-def _is_control(ch):
-  # Categories Cc/Cf/Cn/Co/Cs, as Hugging Face and bert_jax.input_pipeline.tokenization do (Google's
-  # Python drops only Cc/Cf). The difference is private-use mojibake in a few reviews: 27 characters.
-  if ch in "\t\n\r":
-    return False
-  return unicodedata.category(ch).startswith("C")
-
-
-def is_punctuation(ch):
-  cp = ord(ch)
-  if (33 <= cp <= 47) or (58 <= cp <= 64) or (91 <= cp <= 96) or (123 <= cp <= 126):
-    return True
-  return unicodedata.category(ch).startswith("P")
+# BERT's character classes come from the project tokenizer, so the vocab builder cannot drift from it.
+# is_control there drops categories Cc/Cf/Cn/Co/Cs, as Hugging Face does (Google's Python drops only Cc/Cf);
+# the difference is private-use mojibake in a few reviews: 27 characters.
+is_cjk_char = tokenization.is_chinese_char
+is_punctuation = tokenization.is_punctuation
+_is_whitespace = tokenization.is_whitespace
+_is_control = tokenization.is_control
 
 
 @functools.lru_cache(maxsize=None)

@@ -6,7 +6,7 @@ r"""Classic baselines for the demo's Chinese tasks, to give the BERT numbers a s
   ner:       a linear-chain CRF (python-crfsuite) on ner/*.txt with character features in a +-2 window,
              BIO tags, scored with the entity-level F1 of bert_jax.evaluation.ner (conlleval rules)
 
-Both read the files through bert_jax.input_pipeline.tasks, the readers finetune.py uses, so the baselines see
+Both read the files through bert_jax.finetune.tasks, the readers finetune.py uses, so the baselines see
 exactly the examples BERT sees. Each returns a dict of dev/test metrics and its wall time.
 """
 
@@ -21,8 +21,8 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bert_jax.evaluation import ner as ner_eval  # noqa: E402
-from bert_jax.input_pipeline.tasks import classification as cls_reader  # noqa: E402
-from bert_jax.input_pipeline.tasks import ner as ner_reader  # noqa: E402
+from bert_jax.finetune.tasks import classification as cls_reader  # noqa: E402
+from bert_jax.finetune.tasks import ner as ner_reader  # noqa: E402
 
 SPLITS = ("train", "dev", "test")
 

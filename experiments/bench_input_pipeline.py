@@ -61,7 +61,7 @@ def main(argv=None):
   from bert_jax.input_pipeline import build_vocab  # pylint: disable=g-import-not-at-top
   from bert_jax.input_pipeline import create_pretraining_data as cpd  # pylint: disable=g-import-not-at-top
   from bert_jax.input_pipeline import pretrain_dataset  # pylint: disable=g-import-not-at-top
-  from bert_jax.input_pipeline import sample_corpora  # pylint: disable=g-import-not-at-top
+  from data import sample_corpora  # pylint: disable=g-import-not-at-top
   from bert_jax.input_pipeline import text_io  # pylint: disable=g-import-not-at-top
   from bert_jax.input_pipeline import tokenization  # pylint: disable=g-import-not-at-top
 

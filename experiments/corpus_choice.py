@@ -77,17 +77,15 @@ def save_initial_weights(directory: str, vocab_file: str, model: runs.ModelSpec,
   pre-training' arm starts from exactly the weights the other arms start from."""
   import jax
   from bert_jax.models import BertForPreTraining
-  from bert_jax.training import checkpoints, optimizers, sharding
+  from bert_jax.pretrained import params_dir
+  from bert_jax.training import sharding
   from bert_jax.training import train_step as ts
   config = runs.pretrain_config("", vocab_file, model, spec)
-  with open(vocab_file, encoding="utf-8") as f:
-    vocab_size = sum(1 for _ in f)
-  cfg = ts.build_model_config(config, vocab_size)
+  cfg = ts.build_model_config(config, params_dir.count_vocab_lines(vocab_file))
   bert = BertForPreTraining(cfg, targets=tuple(config.targets))
   mesh = sharding.make_mesh(tuple(config.mesh.shape), tuple(config.mesh.axes))
-  tx, _ = optimizers.make_optimizer(config)
-  state, _ = ts.create_train_state(config, bert, mesh, tx)
-  checkpoints.save_params_dir(directory, cfg, jax.device_get(state.params), vocab_file)
+  params, _ = ts.init_params(config, bert, mesh)   # the same draw as the pre-training runs' step 0
+  params_dir.save_params_dir(directory, cfg, jax.device_get(params), vocab_file)
   return directory
 
 
@@ -173,12 +171,13 @@ def run(args) -> dict:
   print("[4/6] domain fit: masked-LM loss of each model on held-out text of each domain", flush=True)
   watch.start("domain fit")
   from bert_jax.convert import rank
-  from bert_jax.training import checkpoints
+  from bert_jax.pretrained import load_pretrained, params_dir
   texts = dev_text_files(data_dir, os.path.join(workdir, "dev_text"))
   exported = {}
   for c in CORPORA:  # the final weights as params directories (what the ranking reads)
-    cfg, params, vocab = checkpoints.load_pretrained(init_dirs[c])
-    exported[c] = checkpoints.save_params_dir(os.path.join(workdir, f"pretrain_{c}_params"), cfg, params, vocab)
+    got = load_pretrained(init_dirs[c])
+    exported[c] = params_dir.save_params_dir(os.path.join(workdir, f"pretrain_{c}_params"), got.config,
+                                             got.params, got.vocab_file)
   fit = {}
   for domain, path in texts.items():
     rows = rank.rank_checkpoints([exported[c] for c in CORPORA], path, num_sequences=s["rank_sequences"],

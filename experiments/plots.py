@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Dict, Optional, Sequence
 
-from bert_jax.training.pretrain import read_jsonl
+from bert_jax.training.metric_writer import read_jsonl
 
 
 def _plt():

@@ -68,7 +68,7 @@ def compiled_memory(config, mesh_shape, per_chip_batch: int, seq_len: int, preds
   """Per-device bytes of the compiled train step: (total, breakdown dict, compile seconds)."""
   mesh = sharding.make_mesh(mesh_shape, tuple(config.mesh.axes))
   model = BertForPreTraining(ts.build_model_config(config), targets=tuple(config.targets))
-  tx, _ = optimizers.make_optimizer(config)
+  tx, _ = optimizers.optimizer_from_run_config(config)
   abstract, shardings = ts.abstract_train_state(config, model, mesh, tx)
   step = ts.make_train_step(config, model, tx, mesh, shardings)
   shards = sharding.batch_shards(mesh, sharding.normalize_rules(config.logical_axis_rules))

@@ -1,6 +1,6 @@
 """Building blocks shared by the demo (experiments/demo.py) and the corpus-choice experiment: configs for a
 small model, pre-training and fine-tuning calls into the library (bert_jax.training.pretrain /
-finetune_lib, not subprocesses), subsets of the demo data, metric files, plots and a description of the
+bert_jax.finetune.loop, not subprocesses), subsets of the demo data, metric files, plots and a description of the
 machine.
 
 The model both scripts use is BERT-tiny (2 layers, hidden 128, 2 heads, FFN 512; 0.4M encoder parameters
@@ -184,13 +184,13 @@ def run_pretraining(workdir: str, input_files: str, vocab_file: str, model: Mode
 def run_finetuning(workdir: str, data_dir: str, model: ModelSpec, spec: FinetuneSpec, init_checkpoint: str = "",
                    vocab_file: str = "", fresh: bool = True) -> dict:
   """Fine-tunes (from `init_checkpoint`, else random init with `vocab_file`); returns eval_results.json."""
-  from bert_jax.training import finetune_lib
+  from bert_jax.finetune import loop
   if fresh and os.path.isdir(workdir):
     shutil.rmtree(workdir)
   steps_per_epoch = -(-count_rows(data_dir, spec.task) // spec.batch_size)
   config = finetune_config(data_dir, model, spec, init_checkpoint, vocab_file, steps_per_epoch)
   t0 = time.time()
-  result = finetune_lib.run(config, workdir)
+  result = loop.run(config, workdir)
   result["seconds"] = round(time.time() - t0, 1)
   return result
 

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from bert_jax.convert import hf as hf_convert  # noqa: E402
-from bert_jax.convert import io as convert_io  # noqa: E402
+from bert_jax.pretrained import params_dir  # noqa: E402
 from bert_jax.convert.__main__ import main as convert_main  # noqa: E402
 from bert_jax.convert.mapping import ConversionError, init_params  # noqa: E402
 from bert_jax.input_pipeline.tokenization import FullTokenizer  # noqa: E402
@@ -108,8 +108,8 @@ def test_import_hf_minilm_last_hidden_states_match_transformers_within_1e4(tmp_p
   folder = _minilm_dir()
   out_dir = str(tmp_path / "minilm")
   assert convert_main(["import-hf", f"--input={folder}", f"--output={out_dir}"]) == 0
-  config, params, vocab_file = convert_io.load_params_dir(out_dir)
-  info = convert_io.read_info(out_dir)
+  config, params, vocab_file = params_dir.load_params_dir(out_dir)
+  info = params_dir.read_info(out_dir)
   assert info["do_lower_case"] is True
   assert info["report"]["fresh_groups"] == ["mlm", "nsp"]          # reported, initialised fresh
   assert "bert.embeddings.position_ids" in info["report"]["ignored"]
@@ -184,7 +184,7 @@ def test_export_hf_round_trip_matches_transformers_and_reimports_exactly(tmp_pat
   config = _tiny_config(vocab_size)
   params = _perturbed(init_params(config, seed=1), seed=2)
   ours_dir = str(tmp_path / "ours")
-  convert_io.save_params_dir(ours_dir, config, params, tiny_vocab, info={"do_lower_case": True})
+  params_dir.save_params_dir(ours_dir, config, params, tiny_vocab, info={"do_lower_case": True})
   hf_dir = str(tmp_path / "hf")
   assert convert_main(["export-hf", f"--input={ours_dir}", f"--output={hf_dir}"]) == 0
   hf_config = json.load(open(os.path.join(hf_dir, "config.json")))
@@ -218,7 +218,7 @@ def test_export_hf_encoder_only_loads_into_bert_model_without_any_report(tmp_pat
   vocab_size = sum(1 for _ in open(tiny_vocab))
   config = _tiny_config(vocab_size)
   params = _perturbed(init_params(config), seed=3)
-  convert_io.save_params_dir(str(tmp_path / "ours"), config, params, tiny_vocab)
+  params_dir.save_params_dir(str(tmp_path / "ours"), config, params, tiny_vocab)
   hf_convert.export_hf(str(tmp_path / "ours"), str(tmp_path / "hf"), heads="none")
   model, info, log, loud = _hf_load(transformers.BertModel, str(tmp_path / "hf"))
   assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs")), info
@@ -239,7 +239,7 @@ def _tiny_hf_folder(tmp_path, tiny_vocab, mutate):
   vocab_size = sum(1 for _ in open(tiny_vocab))
   config = BertConfig(vocab_size=vocab_size, hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
                       intermediate_size=128, max_position_embeddings=32)
-  convert_io.save_params_dir(str(tmp_path / "ours"), config, init_params(config), tiny_vocab)
+  params_dir.save_params_dir(str(tmp_path / "ours"), config, init_params(config), tiny_vocab)
   folder = tmp_path / "hf"
   hf_convert.export_hf(str(tmp_path / "ours"), str(folder))
   from safetensors.numpy import load_file, save_file
@@ -323,8 +323,8 @@ def test_import_hf_takes_the_vocab_from_tokenizer_json_when_vocab_txt_is_absent(
 def test_convert_package_imports_without_tensorflow_or_torch():
   import subprocess
   import sys
-  code = ("import sys; from bert_jax.convert.__main__ import main; from bert_jax.convert import hf, rank, zoo, "
-          "google_tf; assert main(['zoo', '--filter=uer/roberta']) == 0; "
+  code = ("import sys; from bert_jax.convert.__main__ import main; from bert_jax.convert import hf, rank, "
+          "google_tf; from bert_jax.pretrained import zoo; assert main(['zoo', '--filter=uer/roberta']) == 0; "
           "print(sorted(m for m in ('tensorflow', 'torch', 'transformers') if m in sys.modules))")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))).stdout

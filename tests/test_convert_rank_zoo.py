@@ -9,8 +9,9 @@ import numpy as np
 import optax
 import pytest
 
-from bert_jax.convert import io as convert_io
-from bert_jax.convert import rank, zoo
+from bert_jax.pretrained import load_pretrained, params_dir
+from bert_jax.convert import rank
+from bert_jax.pretrained import zoo
 from bert_jax.convert.__main__ import main as convert_main
 from bert_jax.convert.mapping import init_params
 from bert_jax.input_pipeline.tokenization import FullTokenizer
@@ -81,13 +82,13 @@ def candidates(tmp_path, tiny_vocab):
   fresh = init_params(config, seed=0)
   trained = dict(fresh)
   trained.update(_train_a_few_steps(config, fresh, FullTokenizer(tiny_vocab), lines))
-  convert_io.save_params_dir(str(tmp_path / "trained"), config, trained, tiny_vocab, info={"do_lower_case": True})
-  convert_io.save_params_dir(str(tmp_path / "random"), config, fresh, tiny_vocab, info={"do_lower_case": True})
+  params_dir.save_params_dir(str(tmp_path / "trained"), config, trained, tiny_vocab, info={"do_lower_case": True})
+  params_dir.save_params_dir(str(tmp_path / "random"), config, fresh, tiny_vocab, info={"do_lower_case": True})
   # A third model with a different vocabulary ("running" is one piece there, "run ##ning" in the others).
   other_vocab = tmp_path / "other_vocab.txt"
   other_vocab.write_text(open(tiny_vocab).read() + "running\ntraining\nmat2\n")
   other_config = _config(vocab_size + 3)
-  convert_io.save_params_dir(str(tmp_path / "other"), other_config, init_params(other_config, seed=5),
+  params_dir.save_params_dir(str(tmp_path / "other"), other_config, init_params(other_config, seed=5),
                              str(other_vocab), info={"do_lower_case": True})
   return str(text), [str(tmp_path / n) for n in ("random", "trained", "other")]
 
@@ -170,11 +171,11 @@ def test_zoo_resolve_finds_local_copies_and_explains_missing_ones(tmp_path, tiny
   # Once converted into the zoo dir, the name resolves (and an explicit directory always does).
   target = tmp_path / "zoo" / "hfl--chinese-roberta-wwm-ext"
   config = _config(sum(1 for _ in open(tiny_vocab)))
-  convert_io.save_params_dir(str(target), config, init_params(config), tiny_vocab)
+  params_dir.save_params_dir(str(target), config, init_params(config), tiny_vocab)
   assert zoo.resolve("hfl/chinese-roberta-wwm-ext") == str(target)
   assert zoo.resolve(str(target)) == str(target)
   other = tmp_path / "elsewhere" / "bert-base-uncased"
-  convert_io.save_params_dir(str(other), config, init_params(config), tiny_vocab)
+  params_dir.save_params_dir(str(other), config, init_params(config), tiny_vocab)
   assert zoo.resolve("bert-base-uncased", search_dirs=[str(tmp_path / "elsewhere")]) == str(other)
 
 
@@ -188,41 +189,35 @@ def test_zoo_command_lists_the_registry(capsys):
 
 
 # ---- the converted directory is an init_checkpoint for training and fine-tuning -------------------------------
-def test_converted_dir_is_read_by_the_training_and_finetuning_loaders(tmp_path, tiny_vocab):
+def test_converted_dir_is_read_by_the_one_loader_with_its_casing(tmp_path, tiny_vocab):
   config = _config(sum(1 for _ in open(tiny_vocab)))
   params = init_params(config, seed=7)
   directory = str(tmp_path / "converted")
-  convert_io.save_params_dir(directory, config, params, tiny_vocab, info={"do_lower_case": False})
-  loaders = []
-  try:
-    from bert_jax.training import checkpoints
-    if hasattr(checkpoints, "load_pretrained"):
-      loaders.append(("training.checkpoints.load_pretrained", lambda d: checkpoints.load_pretrained(d)[:3]))
-  except ImportError:
-    pass
-  try:
-    from bert_jax.training import finetune_model
-    loaders.append(("training.finetune_model.load_init_checkpoint",
-                    lambda d: (lambda c: (c.config, c.params, c.vocab_file))(finetune_model.load_init_checkpoint(d))))
-  except ImportError:
-    pass
-  loaders.append(("convert.io.load_checkpoint", lambda d: tuple(convert_io.load_checkpoint(d))[:3]))
-  for name, load in loaders:
-    cfg, loaded, vocab = load(directory)
-    assert cfg.to_google_dict() == config.to_google_dict(), name
-    assert open(vocab).read() == open(tiny_vocab).read(), name
-    same = jax.tree.map(lambda a, b: bool(np.array_equal(np.asarray(a), np.asarray(b))), params, dict(loaded))
-    assert all(jax.tree.leaves(same)), name
-  print("loaders:", [n for n, _ in loaders])
-  assert convert_io.load_checkpoint(directory).do_lower_case is False
+  params_dir.save_params_dir(directory, config, params, tiny_vocab, info={"do_lower_case": False})
+  got = load_pretrained(directory)    # what train.py, finetune.py, export-hf and rank all call
+  assert got.config.to_google_dict() == config.to_google_dict()
+  assert open(got.vocab_file).read() == open(tiny_vocab).read()
+  same = jax.tree.map(lambda a, b: bool(np.array_equal(np.asarray(a), np.asarray(b))), params, dict(got.params))
+  assert all(jax.tree.leaves(same))
+  assert got.do_lower_case is False
+
+
+def test_old_module_paths_still_import_with_a_deprecation_warning():
+  import importlib
+  import sys
+  from bert_jax.finetune import predict
+  for old in ("bert_jax.convert.io", "bert_jax.training.finetune_predict", "bert_jax.input_pipeline.tasks.ner"):
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match="deprecated"):
+      importlib.import_module(old)
+  from bert_jax.training.finetune_predict import Predictor   # noqa: E402  (the README's old path)
+  assert Predictor is predict.Predictor
 
 
 def test_a_pretraining_workdir_is_not_mistaken_for_a_params_dir(tmp_path):
-  from bert_jax.convert import io as convert_io
-
   workdir = tmp_path / "pretrain"
   (workdir / "checkpoints").mkdir(parents=True)
   (workdir / "model_config.json").write_text("{}")
-  assert not convert_io.is_params_dir(str(workdir))
+  assert not params_dir.is_params_dir(str(workdir))
   (workdir / "params.msgpack").write_bytes(b"")
-  assert convert_io.is_params_dir(str(workdir))
+  assert params_dir.is_params_dir(str(workdir))

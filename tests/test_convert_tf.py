@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from bert_jax.convert import google_tf  # noqa: E402
-from bert_jax.convert import io as convert_io  # noqa: E402
+from bert_jax.pretrained import params_dir  # noqa: E402
 from bert_jax.convert.__main__ import main as convert_main  # noqa: E402
 from bert_jax.convert.mapping import ConversionError  # noqa: E402
 from bert_jax.models import BertForPreTraining  # noqa: E402
@@ -106,8 +106,8 @@ def test_google_tf1_checkpoint_imports_with_outputs_equal_to_reference(tmp_path,
 
   out_dir = str(tmp_path / "converted")
   assert convert_main(["import-tf", f"--checkpoint={prefix}", f"--output={out_dir}"]) == 0
-  config, params, vocab_file = convert_io.load_params_dir(out_dir)
-  info = convert_io.read_info(out_dir)
+  config, params, vocab_file = params_dir.load_params_dir(out_dir)
+  info = params_dir.read_info(out_dir)
   assert info["do_lower_case"] is True                  # from the folder name "uncased_..."
   assert info["report"]["fresh_groups"] == []
   assert sorted(info["report"]["ignored"]) == sorted(set(saved) - set(variables))

@@ -323,7 +323,7 @@ def test_basic_tokenize_matches_the_project_tokenizer_and_hugging_face(built):
 
 def test_task_readers_load_the_files(built):
   """bert_jax's task readers read every split without a skip, with the expected label sets."""
-  from bert_jax.input_pipeline.tasks import classification, ner  # pylint: disable=g-import-not-at-top
+  from bert_jax.finetune.tasks import classification, ner  # pylint: disable=g-import-not-at-top
   out, manifest = built
   fmt = classification.ClassificationFormat()
   for s in SPLITS:

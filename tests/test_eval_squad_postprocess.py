@@ -7,8 +7,8 @@ import pytest
 
 from bert_jax.evaluation import squad as squad_eval
 from bert_jax.evaluation import squad_postprocess as pp
-from bert_jax.input_pipeline.tasks import squad as squad_tasks
-from bert_jax.input_pipeline.tasks import testing
+from bert_jax.finetune.tasks import squad as squad_tasks
+import task_fixtures as testing
 from bert_jax.input_pipeline.tokenization import FullTokenizer
 
 # Small windows so that most contexts span several doc-stride windows.

@@ -9,13 +9,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax.convert import io as convert_io
-from bert_jax.input_pipeline.tasks import TaskDataError, testing
+import task_fixtures as testing
+from bert_jax.finetune import data as ft
+from bert_jax.finetune import loop as finetune_loop
+from bert_jax.finetune import model as fm
+from bert_jax.finetune.tasks import TaskDataError
 from bert_jax.models import BertConfig, BertForPreTraining, dummy_inputs
-from bert_jax.training import finetune_lib
-from bert_jax.training import finetune_model as fm
-from bert_jax.training import finetune_tasks as ft
+from bert_jax.pretrained import load_pretrained, params_dir
+from bert_jax.pretrained.load import merge_params
 from bert_jax.training import sharding
+from bert_jax.training import train_step as ts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_PATH = os.path.join(ROOT, "configs", "finetune.py")
@@ -95,23 +98,30 @@ def test_batches_pad_the_last_batch_with_zero_weight_and_cover_every_row_once():
   assert batches[-1]["example_weight"].tolist() == [1, 1, 1, 0]
 
 
+def task_loss(kind, outputs, batch):
+  """(mean loss, sums) of one batch through the fine-tuning LossFn the train step uses."""
+  loss_fn = fm.task_loss(None, kind)
+  sums = fm.task_sums(kind, outputs, batch)
+  return sums["task_loss_sum"] / loss_fn.denominators(batch)["weight"], sums
+
+
 def test_losses_ignore_padding_rows_and_subtokens():
   logits = jnp.array([[2.0, 0.0], [0.0, 3.0], [5.0, -5.0]])
   batch = {"label_ids": jnp.array([0, 0, 1]), "example_weight": jnp.array([1.0, 1.0, 0.0])}
-  loss, sums = ft.task_loss("classification", {"logits": logits}, batch)
+  loss, sums = task_loss("classification", {"logits": logits}, batch)
   logp = jax.nn.log_softmax(logits)
   np.testing.assert_allclose(loss, -(logp[0, 0] + logp[1, 0]) / 2, rtol=1e-6)
-  assert float(sums["correct_sum"]) == 1.0 and float(sums["weight_sum"]) == 2.0
+  assert float(sums["task_correct_sum"]) == 1.0 and float(sums["task_weight_sum"]) == 2.0
   # Regression is MSE; NaN (unlabelled) rows carry no loss.
-  loss, _ = ft.task_loss("regression", {"logits": jnp.array([[1.0], [3.0], [7.0]])},
+  loss, _ = task_loss("regression", {"logits": jnp.array([[1.0], [3.0], [7.0]])},
                          {"label_ids": jnp.array([2.0, 1.0, np.nan]), "example_weight": jnp.ones(3)})
   np.testing.assert_allclose(loss, (1.0 + 4.0) / 2, rtol=1e-6)
   # NER: -100 positions (sub-tokens, [CLS], padding) carry no loss.
   tok_logits = jnp.zeros((1, 4, 3)).at[0, 1, 2].set(4.0)
-  loss, sums = ft.task_loss("ner", {"logits": tok_logits},
+  loss, sums = task_loss("ner", {"logits": tok_logits},
                             {"label_ids": jnp.array([[-100, 2, -100, -100]]), "example_weight": jnp.ones(1)})
   np.testing.assert_allclose(loss, -jax.nn.log_softmax(tok_logits[0, 1])[2], rtol=1e-6)
-  assert float(sums["weight_sum"]) == 1.0
+  assert float(sums["task_weight_sum"]) == 1.0
 
 
 # ---- initialisation from a checkpoint ---------------------------------------------------------------------
@@ -119,26 +129,26 @@ def _write_pretrained_dir(tmp_path, vocab_file, vocab_size):
   cfg = tiny_config(vocab_size)
   model = BertForPreTraining(cfg)
   params = jax.jit(lambda r: model.init(r, *dummy_inputs(cfg), deterministic=True)["params"])(
-      jax.random.key(7, impl="rbg"))
+      jax.random.key(7))
   params = jax.tree.map(np.asarray, __import__("flax").linen.unbox(params))
   d = str(tmp_path / "pretrained")
-  convert_io.save_params_dir(d, cfg, params, vocab_file, info={"do_lower_case": True, "source": "test"})
+  params_dir.save_params_dir(d, cfg, params, vocab_file, info={"do_lower_case": True, "source": "test"})
   return d, params
 
 
 def test_merge_loads_the_encoder_and_initialises_the_head(tmp_path):
   vocab = testing.write_vocab(str(tmp_path))
-  n = fm.vocab_lines(vocab)
+  n = params_dir.count_vocab_lines(vocab)
   d, pre = _write_pretrained_dir(tmp_path, vocab, n)
-  init = fm.load_init_checkpoint(d)
+  init = load_pretrained(d)
   assert init.do_lower_case is True and init.config.vocab_size == n
   task = ft.get_task("sst2")
   model = fm.build_model(task, init.config)
   mesh = sharding.make_mesh((-1, 1, 1))
-  rules = sharding.normalize_rules(None)
-  params, p_shard = fm.init_params(model, mesh, rules, seed=0)
+  config = load_config_module().get_config("task=sst2,runlocal")
+  params, p_shard = ts.init_params(config, model, mesh)
   random_head = np.asarray(params["classifier"]["kernel"])
-  merged, report = fm.merge_pretrained(params, p_shard, init.params, scanned=False)
+  merged, report = merge_params(params_dir.host_params(params), init.params, groups=("bert",))
   np.testing.assert_array_equal(np.asarray(merged["bert"]["embeddings"]["word_embeddings"]["embedding"]),
                                 pre["bert"]["embeddings"]["word_embeddings"]["embedding"])
   np.testing.assert_array_equal(np.asarray(merged["bert"]["encoder"]["layer_1"]["attention"]["query"]["kernel"]),
@@ -150,14 +160,14 @@ def test_merge_loads_the_encoder_and_initialises_the_head(tmp_path):
 
 def test_vocab_size_mismatch_is_a_clear_error(tmp_path):
   vocab = testing.write_vocab(str(tmp_path))
-  d, _ = _write_pretrained_dir(tmp_path, vocab, fm.vocab_lines(vocab))
+  d, _ = _write_pretrained_dir(tmp_path, vocab, params_dir.count_vocab_lines(vocab))
   other = testing.write_vocab(str(tmp_path / "other"), extra=["extra1", "extra2"])
   mod = load_config_module()
   config = mod.get_config("task=sst2,runlocal")
   config.init_checkpoint, config.vocab_file = d, other
   config.data_dir = testing.write_glue(str(tmp_path / "glue"), tasks=["sst2"])
   with pytest.raises(ValueError, match=r"vocab size mismatch.*has \d+ tokens.*vocab_size=\d+"):
-    finetune_lib.run(config, str(tmp_path / "out"))
+    finetune_loop.run(config, str(tmp_path / "out"))
 
 
 def test_a_bad_label_names_file_and_line(tmp_path):
@@ -171,7 +181,7 @@ def test_a_bad_label_names_file_and_line(tmp_path):
   config = mod.get_config("task=sst2,runlocal")
   config.vocab_file, config.data_dir = vocab, root
   with pytest.raises(TaskDataError, match=re.escape(path) + r":5: label not in label set.*'positive'"):
-    finetune_lib.run(config, str(tmp_path / "out"))
+    finetune_loop.run(config, str(tmp_path / "out"))
 
 
 def test_tfds_name_must_fit_the_task(tmp_path):
@@ -187,7 +197,7 @@ def test_init_from_a_pretraining_workdir_reads_its_latest_checkpoint(tmp_path):
   from bert_jax.models import scan_params
   from bert_jax.training import checkpoints
   vocab = testing.write_vocab(str(tmp_path))
-  n = fm.vocab_lines(vocab)
+  n = params_dir.count_vocab_lines(vocab)
   _, pre = _write_pretrained_dir(tmp_path, vocab, n)
   workdir = str(tmp_path / "pretrain_run")
   cfg = tiny_config(n).replace(scan_layers=True)
@@ -196,7 +206,7 @@ def test_init_from_a_pretraining_workdir_reads_its_latest_checkpoint(tmp_path):
   # Pre-training with scan_layers=True saves stacked layers; fine-tuning gets the per-layer layout back.
   ckpt.save(5, {"params": scan_params(pre), "step": np.int32(5)})
   ckpt.close()
-  init = fm.load_init_checkpoint(workdir)
+  init = load_pretrained(workdir)
   assert init.do_lower_case is False and init.config.vocab_size == n
   np.testing.assert_array_equal(init.params["bert"]["embeddings"]["word_embeddings"]["embedding"],
                                 pre["bert"]["embeddings"]["word_embeddings"]["embedding"])

@@ -231,7 +231,7 @@ def test_whole_word_masking_never_splits_a_word(rows):
 def test_jieba_whole_word_masking_keeps_chinese_words_whole(tmp_path):
   jieba = pytest.importorskip("jieba")
   from bert_jax.input_pipeline import create_pretraining_data as cpd  # pylint: disable=g-import-not-at-top
-  from bert_jax.input_pipeline import sample_corpora  # pylint: disable=g-import-not-at-top
+  from data import sample_corpora  # pylint: disable=g-import-not-at-top
   from bert_jax.input_pipeline import tokenization  # pylint: disable=g-import-not-at-top
   chars = sorted({c for s in sample_corpora.chinese_review_sentences("neg", 400) for c in s
                   if tokenization.is_chinese_char(ord(c))})

@@ -3,12 +3,14 @@ parity eagerly and inside tf.data, vocab validation and the vocab builder."""
 
 import importlib.resources
 import os
+import random
 
 import numpy as np
 import pytest
 
+import task_fixtures as testing
 from bert_jax.input_pipeline import build_vocab
-from bert_jax.input_pipeline import sample_corpora
+from data import sample_corpora
 from bert_jax.input_pipeline import tokenization
 
 TINY_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", ",", "!", "un", "##aff",
@@ -154,20 +156,65 @@ def test_chinese_ids_equal_hugging_face_and_tf_text_on_built_vocab(chinese_vocab
   _check_tf_text_parity(chinese_vocab, sentences, tok, ours)
 
 
+def _assert_offsets_agree_with_tokenize(tok, text):
+  """tokenize_with_offsets gives tokenize's tokens; spans are ordered, disjoint and inside `text`, and each
+  span's original text normalises to its token (apart from "##"; an [UNK] covers text with no cover)."""
+  pieces, spans = tok.tokenize_with_offsets(text)
+  assert pieces == tok.tokenize(text), repr(text)
+  assert all(0 <= s < e <= len(text) for s, e in spans), repr(text)
+  assert all(spans[i][0] >= spans[i - 1][1] for i in range(1, len(spans))), repr(text)  # ordered, disjoint
+  for p, (s, e) in zip(pieces, spans):
+    if p == "[UNK]":
+      continue
+    # BasicTokenizer on the span alone: deleted characters dropped, lower-cased and accents stripped when
+    # uncased. A word-final capital sigma lower-cases to "ς" in its word but to "σ" alone, hence the replace.
+    normalised = "".join(tok.basic_tokenizer.tokenize(text[s:e])).replace("ς", "σ")
+    assert normalised == p.removeprefix("##").replace("ς", "σ"), (text, p, text[s:e])
+
+
 def test_tokenize_with_offsets_gives_the_same_tokens_and_spans_into_the_text(english_vocab,
                                                                              english_sentences):
   tok = tokenization.FullTokenizer(english_vocab)
   for text in english_sentences[:500] + EDGE_CASES + ["Naïve café, unaffable 東京!"]:
-    pieces, spans = tok.tokenize_with_offsets(text)
-    assert pieces == tok.tokenize(text)
-    assert all(0 <= s < e <= len(text) for s, e in spans)
-    assert [s for s, _ in spans] == sorted(s for s, _ in spans)
-    for p, (s, e) in zip(pieces, spans):
-      covered = "".join(c for c in text[s:e] if not tokenization.is_control(c))  # spans include deleted chars
-      if p != "[UNK]" and covered.isascii():
-        assert covered.lower() == p.removeprefix("##"), (text, p, text[s:e])
+    _assert_offsets_agree_with_tokenize(tok, text)
   pieces, spans = tok.tokenize_with_offsets("Naïve café")
   assert pieces == ["naive", "cafe"] and spans == [(0, 5), (6, 10)]
+
+
+@pytest.fixture
+def small_vocab(tmp_path):
+  return testing.write_vocab(str(tmp_path), extra=["##a", "##e", "##t", "##o", "z", "##u", "##r", "##i", "##c",
+                                                   "##h", "e", "t"])
+
+
+@pytest.mark.parametrize("lower", [True, False])
+def test_tokenize_with_offsets_on_random_mixed_text(small_vocab, lower):
+  # Accents (precomposed and combining), CJK, deleted control/format characters, Unicode spaces and line
+  # separators, punctuation, a ligature, dotted I and sigma, with a vocab small enough for many [UNK]s.
+  tok = tokenization.FullTokenizer(small_vocab, do_lower_case=lower)
+  rng = random.Random(0)
+  alphabet = list("the cat sat on mat CAT Zürich Café cafe\u0301 1990s ÉÀ ßİΣ北京是中国的首都。，!?.'-\t\n\x00\u200b\u3000ﬁ\u2028\u2029\x85\x0b\x1f\ufffd")
+  for _ in range(3000):
+    text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 25)))
+    _assert_offsets_agree_with_tokenize(tok, text)
+
+
+def test_tokenize_with_offsets_spans_cover_the_exact_original_characters(small_vocab):
+  tok = tokenization.FullTokenizer(small_vocab, do_lower_case=True)
+  text = "Café  Zu\u0308ri in the 1990s, 北京!"
+  tokens, spans = tok.tokenize_with_offsets(text)
+  pieces = [(t, text[s:e]) for t, (s, e) in zip(tokens, spans)]
+  assert pieces == [("cafe", "Café"), ("z", "Z"), ("##u", "u\u0308"), ("##r", "r"), ("##i", "i"), ("in", "in"), ("the", "the"), ("1990", "1990"), ("##s", "s"), (",", ","),
+                    ("北", "北"), ("京", "京"), ("!", "!")]
+  tokens, spans = tok.tokenize_with_offsets("Flore")  # no WordPiece cover
+  assert tokens == ["[UNK]"] and spans == [(0, 5)]
+
+
+def test_cached_batch_encode_equals_encode(small_vocab):
+  # Classification features take this path for every split.
+  tok = tokenization.FullTokenizer(small_vocab, do_lower_case=True)
+  texts = [f"the cat {i} sat 北京 Café" for i in range(1200)]
+  assert tokenization.fast_batch_tokenizer(tok).encode_batch(texts) == [tok.encode(t) for t in texts]
 
 
 def test_build_vocab_cli_puts_special_tokens_first_and_makes_a_chinese_char_vocab(tmp_path):

@@ -5,7 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from bert_jax.input_pipeline.tasks import TaskDataError, classification, get_task, testing
+from bert_jax.finetune.tasks import TaskDataError, classification, get_task
+import task_fixtures as testing
 from bert_jax.input_pipeline.tokenization import FullTokenizer
 
 Fmt = classification.ClassificationFormat

@@ -5,8 +5,9 @@ import os
 import numpy as np
 import pytest
 
-from bert_jax.input_pipeline.tasks import TaskDataError, get_task, glue, testing
-from bert_jax.input_pipeline.tasks import classification
+from bert_jax.finetune.tasks import TaskDataError, get_task, glue
+import task_fixtures as testing
+from bert_jax.finetune.tasks import classification
 from bert_jax.input_pipeline.tokenization import FullTokenizer
 
 ALL = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from bert_jax.input_pipeline.tasks import IGNORE_INDEX, TaskDataError, ner, testing
+from bert_jax.finetune.tasks import IGNORE_INDEX, TaskDataError, ner
+import task_fixtures as testing
 from bert_jax.input_pipeline.tokenization import FullTokenizer
 
 

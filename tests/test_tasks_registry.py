@@ -6,8 +6,9 @@ import os
 import numpy as np
 import pytest
 
-from bert_jax.input_pipeline.tasks import TASK_NAMES, get_task, testing
-from bert_jax.input_pipeline.tasks import squad as squad_tasks
+from bert_jax.finetune.tasks import TASK_NAMES, get_task
+import task_fixtures as testing
+from bert_jax.finetune.tasks import squad as squad_tasks
 from bert_jax.input_pipeline.tokenization import FullTokenizer
 
 GLUE = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]

@@ -5,7 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from bert_jax.input_pipeline.tasks import TaskDataError, squad, testing
+from bert_jax.finetune.tasks import TaskDataError, squad
+import task_fixtures as testing
 from bert_jax.input_pipeline.tokenization import FullTokenizer
 
 

@@ -6,7 +6,8 @@ import pytest
 tfds = pytest.importorskip("tensorflow_datasets")
 tf = pytest.importorskip("tensorflow")
 
-from bert_jax.input_pipeline.tasks import TaskDataError, get_task, glue, ner, squad, testing  # noqa: E402
+from bert_jax.finetune.tasks import TaskDataError, get_task, glue, ner, squad  # noqa: E402
+import task_fixtures as testing  # noqa: E402
 from bert_jax.input_pipeline.tokenization import FullTokenizer  # noqa: E402
 
 GLUE_SPLITS = {"cola": "dev", "sst2": "train", "mrpc": "dev", "stsb": "train", "qqp": "dev",

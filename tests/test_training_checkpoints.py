@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bert_jax.models import BertForPreTraining
+from bert_jax.pretrained import load_pretrained, params_dir
 from bert_jax.training import checkpoints, optimizers, sharding
 from bert_jax.training import train_step as ts
 from test_training_sharding import TINY, make_batch, run_config
@@ -19,7 +20,7 @@ def saved(tmp_path_factory):
   directory = str(tmp_path_factory.mktemp("ckpt") / "checkpoints")
   cfg = run_config()
   model = BertForPreTraining(TINY)
-  tx, _ = optimizers.make_optimizer(cfg)
+  tx, _ = optimizers.optimizer_from_run_config(cfg)
   mesh = sharding.make_mesh((2, 2, 2))
   state, shardings = ts.create_train_state(cfg, model, mesh, tx)
   step = ts.make_train_step(cfg, model, tx, mesh, shardings)
@@ -86,28 +87,34 @@ def test_interrupted_save_is_ignored_and_the_last_complete_checkpoint_restores(s
 @pytest.mark.parametrize("fmt", ["msgpack", "orbax"])
 def test_params_dir_round_trip_and_load_pretrained(saved, tmp_path, tiny_vocab, fmt):
   _, ref, _, _ = saved
-  out = checkpoints.save_params_dir(str(tmp_path / "converted"), TINY, ref.params, tiny_vocab, fmt=fmt)
+  out = params_dir.save_params_dir(str(tmp_path / "converted"), TINY, ref.params, tiny_vocab, fmt=fmt)
   assert os.path.exists(os.path.join(out, "model_config.json"))
-  for loader in (checkpoints.load_params_dir, checkpoints.load_pretrained):
-    config, params, vocab = loader(out)
-    assert config == TINY and vocab == os.path.join(out, "vocab.txt")
-    assert_state_equal(params, ref.params)
+  config, params, vocab = params_dir.load_params_dir(out)
+  got = load_pretrained(out)
+  for c, p, v in ((config, params, vocab), (got.config, got.params, got.vocab_file)):
+    assert c == TINY and v == os.path.join(out, "vocab.txt")
+    assert_state_equal(p, ref.params)
+  # Saving again over it swaps the new params in whole (no .tmp left behind).
+  params_dir.save_params_dir(out, TINY, ref.params, tiny_vocab, fmt=fmt)
+  assert not [n for n in os.listdir(out) if "tmp" in n or "old" in n]
+  assert_state_equal(load_pretrained(out).params, ref.params)
 
 
 def test_load_pretrained_reads_a_pretraining_workdir(saved, tmp_path, tiny_vocab):
   directory, ref, _, _ = saved
   workdir = str(tmp_path / "run")
   shutil.copytree(directory, os.path.join(workdir, "checkpoints"))
-  checkpoints.write_workdir_files(workdir, {"batch_size": 16}, TINY, tiny_vocab)
-  config, params, vocab = checkpoints.load_pretrained(workdir)
-  assert config == TINY and open(vocab).read() == open(tiny_vocab).read()
-  assert_state_equal(params, ref.params)
-  assert all(isinstance(x, np.ndarray) for x in jax.tree.leaves(params))   # host arrays, any device count
+  checkpoints.write_workdir_files(workdir, {"batch_size": 16, "data": {"do_lower_case": False}}, TINY, tiny_vocab)
+  got = load_pretrained(workdir)
+  assert got.config == TINY and open(got.vocab_file).read() == open(tiny_vocab).read()
+  assert got.do_lower_case is False            # the run config's casing travels with the weights
+  assert_state_equal(got.params, ref.params)
+  assert all(isinstance(x, np.ndarray) for x in jax.tree.leaves(got.params))   # host arrays, any device count
 
 
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
-  with pytest.raises(FileNotFoundError, match="not a directory"):
-    checkpoints.load_pretrained(str(tmp_path / "nope"))
+  with pytest.raises(FileNotFoundError, match="neither an existing directory nor a zoo model name"):
+    load_pretrained(str(tmp_path / "nope"))
   os.makedirs(tmp_path / "empty")
-  with pytest.raises(FileNotFoundError, match="no model config"):
-    checkpoints.load_pretrained(str(tmp_path / "empty"))
+  with pytest.raises(FileNotFoundError, match="neither a params directory"):
+    load_pretrained(str(tmp_path / "empty"))

@@ -33,7 +33,7 @@ assert jax.process_count() == 2 and jax.device_count() == 4 and jax.local_device
 cfg = run_config()
 model = BertForPreTraining(TINY.replace(num_hidden_layers=1))   # one layer: half the compile time
 mesh = sharding.make_mesh((2, 2, 1))                 # data axis across the two hosts, fsdp within each
-tx, _ = optimizers.make_optimizer(cfg)
+tx, _ = optimizers.optimizer_from_run_config(cfg)
 state, shardings = ts.create_train_state(cfg, model, mesh, tx)
 batch = make_batch()                                 # the same global batch everywhere ...
 rows = len(batch["input_ids"]) // 2                  # ... but each host feeds only its own rows
@@ -71,7 +71,7 @@ def test_two_processes_reproduce_the_single_process_loss(tmp_path):
   cfg = run_config()
   model = BertForPreTraining(TINY.replace(num_hidden_layers=1))
   mesh = sharding.make_mesh((1, 1, 1), devices=jax.devices()[:1])
-  tx, _ = optimizers.make_optimizer(cfg)
+  tx, _ = optimizers.optimizer_from_run_config(cfg)
   state, shardings = ts.create_train_state(cfg, model, mesh, tx)
   _, metrics = ts.make_train_step(cfg, model, tx, mesh, shardings)(state, make_batch())
   ref = ts.normalize(metrics)

@@ -4,14 +4,17 @@ import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
 import pytest
 
 from bert_jax.models import BertForPreTraining
+from bert_jax.pretrained import load_pretrained
 from bert_jax.training import checkpoints, optimizers, sharding
 from bert_jax.training import train_step as ts
 from test_training_sharding import TINY, make_batch, run_config
@@ -24,7 +27,7 @@ def test_tiny_model_overfits_a_fixed_batch():
   cfg.optimizer.schedule = "constant"
   model = BertForPreTraining(TINY.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
   mesh = sharding.make_mesh((1, 1, 1), devices=jax.devices()[:1])
-  tx, _ = optimizers.make_optimizer(cfg)
+  tx, _ = optimizers.optimizer_from_run_config(cfg)
   state, shardings = ts.create_train_state(cfg, model, mesh, tx)
   step = ts.make_train_step(cfg, model, tx, mesh, shardings)
   batch = make_batch(batch=8)
@@ -46,7 +49,7 @@ def test_skip_policy_leaves_state_untouched_on_a_nan_step():
   cfg = run_config(nan_policy="skip")
   model = BertForPreTraining(ONE_LAYER)
   mesh = single_device_mesh()
-  tx, _ = optimizers.make_optimizer(cfg)
+  tx, _ = optimizers.optimizer_from_run_config(cfg)
   state, shardings = ts.create_train_state(cfg, model, mesh, tx)
   step = ts.make_train_step(cfg, model, tx, mesh, shardings, donate=False)
   bad = make_batch()
@@ -67,7 +70,7 @@ def test_stop_policy_reports_the_first_bad_step_and_the_loop_raises():
   cfg = run_config(nan_policy="stop")
   model = BertForPreTraining(ONE_LAYER)
   mesh = single_device_mesh()
-  tx, _ = optimizers.make_optimizer(cfg)
+  tx, _ = optimizers.optimizer_from_run_config(cfg)
   state, shardings = ts.create_train_state(cfg, model, mesh, tx)
   step = ts.make_train_step(cfg, model, tx, mesh, shardings)
   bad = make_batch()
@@ -109,17 +112,14 @@ def corpus(tmp_path_factory):
   return str(d / "corpus.txt"), str(d / "vocab.txt"), str(d / "jax_cache")
 
 
-def start_train(workdir, corpus, kill_at=None, extra=()):
+def start_train(workdir, corpus, extra=()):
   text, vocab, cache = corpus
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_COMPILATION_CACHE_DIR=cache,
              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-  env.pop("BERT_JAX_TEST_KILL_AT", None)
-  if kill_at:
-    env["BERT_JAX_TEST_KILL_AT"] = kill_at
   cmd = [sys.executable, os.path.join(REPO, "train.py"), "--config=configs/pretrain.py:size=tiny,runlocal",
          f"--workdir={workdir}", f"--config.data.input_files={text}", f"--config.data.vocab_file={vocab}",
-         "--config.num_train_steps=20", "--config.checkpoint_every_steps=5", "--config.log_every_steps=5",
-         "--config.progress_bar=false", *extra]
+         f"--config.num_train_steps={TOTAL_STEPS}", "--config.checkpoint_every_steps=5",
+         "--config.log_every_steps=5", "--config.progress_bar=false", *extra]
   return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -128,13 +128,35 @@ def finish(proc):
   return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def run_train(workdir, corpus, kill_at=None, extra=()):
-  return finish(start_train(workdir, corpus, kill_at, extra))
+def run_train(workdir, corpus, extra=()):
+  return finish(start_train(workdir, corpus, extra))
 
 
 def complete_steps(workdir):
   d = os.path.join(workdir, "checkpoints")
-  return sorted(int(n) for n in os.listdir(d) if n.isdigit())
+  return sorted(int(n) for n in os.listdir(d) if n.isdigit()) if os.path.isdir(d) else []
+
+
+def saving(workdir):
+  """True while an asynchronous save is in flight (Orbax writes <step>.orbax-checkpoint-tmp-* first)."""
+  d = os.path.join(workdir, "checkpoints")
+  return os.path.isdir(d) and any("tmp" in n for n in os.listdir(d))
+
+
+def kill_when(workdir, corpus, condition):
+  """Runs train.py and SIGKILLs it from outside as soon as condition(workdir) holds (polled every 2 ms), as a
+  preempted machine would; returns the finished process."""
+  proc = start_train(workdir, corpus)
+  deadline = time.time() + 300
+  while proc.poll() is None and time.time() < deadline:
+    if condition(workdir):
+      proc.send_signal(signal.SIGKILL)
+      break
+    time.sleep(0.002)
+  return finish(proc)
+
+
+TOTAL_STEPS = 40
 
 
 @pytest.mark.slow
@@ -142,33 +164,34 @@ def test_resume_after_sigkill_and_after_a_kill_mid_save_gives_identical_params(c
   ref_dir, run_dir = str(tmp_path / "uninterrupted"), str(tmp_path / "interrupted")
   # The uninterrupted reference runs alongside the first interrupted run (2 cores).
   ref_proc = start_train(ref_dir, corpus)
-  # 10 steps, SIGKILL once the step-10 checkpoint is on disk.
-  first = run_train(run_dir, corpus, kill_at="10")
+  # SIGKILL once the first checkpoint is on disk.
+  first = kill_when(run_dir, corpus, lambda d: bool(complete_steps(d)))
   ref = finish(ref_proc)
   assert ref.returncode == 0, ref.stderr[-3000:]
   assert first.returncode == -9, first.stderr[-3000:]
-  assert complete_steps(run_dir)[-1] == 10
-  # Restart: killed again right after the asynchronous step-15 save started.
-  second = run_train(run_dir, corpus, kill_at="15:during")
+  killed_at = complete_steps(run_dir)[-1]
+  assert killed_at < TOTAL_STEPS
+  # Restart: killed again while a later asynchronous save is in flight (or, at the latest, once it landed).
+  second = kill_when(run_dir, corpus, lambda d: saving(d) or complete_steps(d)[-1] > killed_at)
   assert second.returncode == -9, second.stderr[-3000:]
-  assert "resumed from" in second.stderr and "at step 10" in second.stderr
+  assert re.search(rf"resumed from \S+ at step {killed_at}\b", second.stderr), second.stderr[-2000:]
   last_complete = complete_steps(run_dir)[-1]
-  assert last_complete in (10, 15)
-  # Restart again: resumes from the last complete checkpoint and finishes the 20 steps.
+  assert last_complete >= killed_at
+  # Restart again: resumes from the last complete checkpoint and finishes the run.
   third = run_train(run_dir, corpus)
   assert third.returncode == 0, third.stderr[-3000:]
   assert re.search(rf"resumed from \S+ at step {last_complete}\b", third.stderr), third.stderr[-2000:]
 
   for name, directory in (("uninterrupted", ref_dir), ("interrupted", run_dir)):
-    assert complete_steps(directory)[-1] == 20, name
-  ref_params = checkpoints.load_pretrained(ref_dir)[1]
-  run_params = checkpoints.load_pretrained(run_dir)[1]
+    assert complete_steps(directory)[-1] == TOTAL_STEPS, name
+  ref_params = load_pretrained(ref_dir).params
+  run_params = load_pretrained(run_dir).params
   for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(ref_params)[0], jax.tree.leaves(run_params)):
     np.testing.assert_array_equal(x, y, err_msg=jax.tree_util.keystr(path))
   # The work dir describes itself, and the logged metrics match the uninterrupted run's at step 20.
   assert {"config.json", "model_config.json", "vocab.txt", "metrics.jsonl"} <= set(os.listdir(run_dir))
   last = lambda d: json.loads(open(os.path.join(d, "metrics.jsonl")).read().splitlines()[-1])  # noqa: E731
-  assert last(run_dir)["step"] == 20 and last(run_dir)["mlm_loss"] == last(ref_dir)["mlm_loss"]
+  assert last(run_dir)["step"] == TOTAL_STEPS and last(run_dir)["mlm_loss"] == last(ref_dir)["mlm_loss"]
   for key in ("step", "mlm_loss", "mlm_accuracy", "nsp_accuracy", "seq_per_sec"):
     assert key in last(ref_dir)
   assert os.path.exists(os.path.join(ref_dir, "plots", "loss_curve.png"))

@@ -35,7 +35,7 @@ def test_pod_memory_compiles_the_lamb_preset_step_and_fits_a_batch():
   assert 0 < m0 < m1 and r["bytes_per_sequence"] > 0
   # The compiled step's resident state is the sharded TrainState: about 1/4 of it per device (fsdp = 4).
   model = BertForPreTraining(ts.build_model_config(config), targets=tuple(config.targets))
-  tx, _ = optimizers.make_optimizer(config)
+  tx, _ = optimizers.optimizer_from_run_config(config)
   abstract, _ = ts.abstract_train_state(config, model, sharding.make_mesh(mesh_shape), tx)
   state_bytes = sum(np.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(abstract))
   assert state_bytes / 4 <= r["parts"][0]["argument_size"] < state_bytes / 2

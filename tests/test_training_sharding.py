@@ -1,8 +1,6 @@
 """Sharding: every mesh layout computes the same loss and gradients as one device; accumulation is exact;
 the optimizer masks weight decay off LayerNorm and biases."""
 
-import types
-
 import jax
 import numpy as np
 import pytest
@@ -15,12 +13,14 @@ TINY = BertConfig.from_size("tiny", vocab_size=96, hidden_size=64, num_attention
                             max_position_embeddings=64)
 
 
-def run_config(**kw):
-  opt = types.SimpleNamespace(name=kw.pop("optimizer", "adamw"), learning_rate=kw.pop("lr", 1e-3),
-                              weight_decay=0.01, clip_norm=1.0)
-  return types.SimpleNamespace(seed=0, targets=("mlm", "nsp"), grad_accum_steps=kw.pop("accum", 1),
-                               nan_policy=kw.pop("nan_policy", "stop"), num_train_steps=100, warmup_steps=0,
-                               logical_axis_rules=None, optimizer=opt, **kw)
+def run_config(optimizer="adamw", lr=1e-3, accum=1, nan_policy="stop"):
+  """configs/pretrain.py (tiny, runlocal) with the few fields these tests vary: 100 steps, no warmup."""
+  from configs import pretrain
+  config = pretrain.get_config("size=tiny,runlocal")
+  config.optimizer.name, config.optimizer.learning_rate = optimizer, lr
+  config.grad_accum_steps, config.nan_policy = accum, nan_policy
+  config.num_train_steps, config.warmup_steps = 100, 0
+  return config
 
 
 def make_batch(batch=16, length=32, preds=5, vocab=96, seed=0):
@@ -38,7 +38,7 @@ def make_batch(batch=16, length=32, preds=5, vocab=96, seed=0):
 
 def loss_and_grads(mesh, config, model_config=TINY, batch=None, deterministic=False):
   model = BertForPreTraining(model_config)
-  tx, _ = optimizers.make_optimizer(config)
+  tx, _ = optimizers.optimizer_from_run_config(config)
   state, shardings = ts.create_train_state(config, model, mesh, tx)
   grads = ts.make_grads_step(config, model, mesh, shardings, deterministic=deterministic)
   loss, sums, g = grads(state, make_batch() if batch is None else batch)
@@ -105,7 +105,7 @@ def test_adamw_weight_decay_moves_only_masked_params():
   import jax.numpy as jnp
   cfg = run_config(lr=0.1)
   cfg.optimizer.clip_norm = 0.0
-  tx, _ = optimizers.make_optimizer(cfg)
+  tx, _ = optimizers.optimizer_from_run_config(cfg)
   params = {"dense": {"kernel": jnp.ones((2, 2)), "bias": jnp.ones(2)}, "LayerNorm": {"scale": jnp.ones(2)}}
   upd, _ = tx.update(jax.tree.map(jnp.zeros_like, params), tx.init(params), params)
   np.testing.assert_allclose(upd["dense"]["kernel"], -0.1 * 0.01 * np.ones((2, 2)), rtol=1e-6)

@@ -25,7 +25,7 @@ from bert_jax.bench import hf_baseline
 from bert_jax.bench.flops import measure_matmul_peak
 from bert_jax.models import BertConfig, BertForPreTraining
 from bert_jax.training import flops, optimizers, sharding
-from bert_jax.training.train_step import create_train_state, make_train_step
+from bert_jax.training.train_step import abstract_train_state, create_train_state, make_train_step
 
 
 def synthetic_batch(cfg: BertConfig, batch_size: int, seq_len: int, num_predictions: int, seed: int = 0):
@@ -44,18 +44,25 @@ def synthetic_batch(cfg: BertConfig, batch_size: int, seq_len: int, num_predicti
   }
 
 
+def bench_run_config(optimizer: str) -> types.SimpleNamespace:
+  """The benchmarked training settings, all explicit (this machine may lack ml_collections): BERT's AdamW
+  or LAMB at lr 1e-4, 100 warmup steps, clipping 1.0, weight decay 0.01, MLM + NSP."""
+  opt = types.SimpleNamespace(name=optimizer, learning_rate=1e-4, schedule="linear", power=1.0,
+                              end_learning_rate=0.0, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6,
+                              clip_norm=1.0, bias_correction=True)
+  return types.SimpleNamespace(seed=0, targets=("mlm", "nsp"), grad_accum_steps=1, nan_policy="stop",
+                               logical_axis_rules=None, num_train_steps=10_000, warmup_steps=100, optimizer=opt)
+
+
 def run_config(args, size: str, batch_size: int, peak: float) -> dict:
   seq_len, preds = args.seq_len, args.num_predictions or max(1, round(0.15 * args.seq_len))
   cfg = BertConfig.from_size(size, vocab_size=args.vocab_size, dtype=args.dtype,
                              attention_impl=args.attention_impl, scan_layers=args.scan_layers,
                              remat_policy=args.remat_policy)
-  run_cfg = types.SimpleNamespace(
-      seed=0, targets=("mlm", "nsp"), grad_accum_steps=1, nan_policy="stop", logical_axis_rules=None,
-      num_train_steps=10_000, warmup_steps=100,
-      optimizer=types.SimpleNamespace(name=args.optimizer, learning_rate=1e-4))
+  run_cfg = bench_run_config(args.optimizer)
   model = BertForPreTraining(cfg, targets=run_cfg.targets)
   mesh = sharding.make_mesh(tuple(int(x) for x in args.mesh.split(",")))
-  tx, _ = optimizers.make_optimizer(run_cfg)
+  tx, _ = optimizers.optimizer_from_run_config(run_cfg)
   state, shardings = create_train_state(run_cfg, model, mesh, tx)
   step = make_train_step(run_cfg, model, tx, mesh, shardings)
   batch = synthetic_batch(cfg, batch_size, seq_len, preds)
@@ -119,13 +126,10 @@ def memory_table(args) -> None:
     for b in sorted(int(x) for x in args.batch_sizes.split(",")):
       cfg = BertConfig.from_size(size, vocab_size=args.vocab_size, dtype=args.dtype,
                                  scan_layers=args.scan_layers, remat_policy=args.remat_policy)
-      run_cfg = types.SimpleNamespace(seed=0, targets=("mlm", "nsp"), grad_accum_steps=1, nan_policy="stop",
-                                      logical_axis_rules=None, num_train_steps=10, warmup_steps=1,
-                                      optimizer=types.SimpleNamespace(name=args.optimizer, learning_rate=1e-4))
+      run_cfg = bench_run_config(args.optimizer)
       model = BertForPreTraining(cfg)
       mesh = sharding.make_mesh(tuple(int(x) for x in args.mesh.split(",")))
-      tx, _ = optimizers.make_optimizer(run_cfg)
-      from bert_jax.training.train_step import abstract_train_state
+      tx, _ = optimizers.optimizer_from_run_config(run_cfg)
       state, shardings = abstract_train_state(run_cfg, model, mesh, tx)
       step = make_train_step(run_cfg, model, tx, mesh, shardings)
       preds = max(1, round(0.15 * args.seq_len))

@@ -6,16 +6,15 @@
     python -m bert_jax.convert zoo
     python -m bert_jax.convert rank --checkpoints=DIR1,DIR2 --text=FILE
 
-DIR (see `bert_jax.convert.io`) holds model_config.json, vocab.txt and params.msgpack and is accepted as
+DIR (a params directory, see `bert_jax.pretrained.params_dir`) holds model_config.json, vocab.txt and params.msgpack and is accepted as
 `init_checkpoint`. TensorFlow is imported only inside `google_tf.read_tf_checkpoint`.
 """
 
 from bert_jax.convert.google_tf import import_tf_checkpoint
 from bert_jax.convert.hf import export_hf, import_hf
-from bert_jax.convert.io import load_params_dir, save_params_dir
 from bert_jax.convert.mapping import ConversionError, ConversionReport
 from bert_jax.convert.rank import rank_checkpoints
-from bert_jax.convert.zoo import REGISTRY, ZooError, resolve
+from bert_jax.pretrained import REGISTRY, ZooError, load_params_dir, resolve, save_params_dir
 
 __all__ = ["import_tf_checkpoint", "import_hf", "export_hf", "load_params_dir", "save_params_dir",
            "ConversionError", "ConversionReport", "rank_checkpoints", "REGISTRY", "ZooError", "resolve"]

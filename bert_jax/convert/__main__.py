@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
   args = build_parser().parse_args(argv)
   if args.command == "zoo":
-    from bert_jax.convert import zoo
+    from bert_jax.pretrained import zoo
     if args.name:
       if args.name not in zoo.REGISTRY:
         try:

@@ -14,7 +14,8 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from bert_jax.convert import io, mapping
+from bert_jax.convert import mapping
+from bert_jax.pretrained import params_dir
 from bert_jax.models.config import BertConfig
 
 # Variables that are not model weights: Adam slots of Google's AdamWeightDecayOptimizer, the step counter,
@@ -55,7 +56,7 @@ def read_tf_checkpoint(path: str) -> Dict[str, np.ndarray]:
 def import_tf_checkpoint(checkpoint: str, output: Optional[str] = None, config_file: Optional[str] = None,
                          vocab_file: Optional[str] = None, do_lower_case: Optional[bool] = None,
                          seed: int = 0, variables: Optional[Dict[str, np.ndarray]] = None):
-  """Converts a Google TF1 BERT checkpoint; writes `output` (see bert_jax.convert.io) when given.
+  """Converts a Google TF1 BERT checkpoint; writes `output` (a params directory, bert_jax.pretrained.params_dir) when given.
 
   Returns (config, params, report). `config_file` and `vocab_file` default to bert_config.json and vocab.txt
   next to the checkpoint. `variables` may pass an already-read {name: array} dict (tests).
@@ -71,19 +72,14 @@ def import_tf_checkpoint(checkpoint: str, output: Optional[str] = None, config_f
                               f"{flag}=PATH)")
   config = BertConfig.from_google_json(config_file)
   report = mapping.ConversionReport(source=checkpoint, fmt="google")
-  n_vocab = io.count_vocab_lines(vocab_file)
-  if n_vocab > config.vocab_size:
-    raise mapping.ConversionError(f"{vocab_file} has {n_vocab} lines but {config_file} says vocab_size="
-                                  f"{config.vocab_size}: token ids would overflow the embedding table")
-  if n_vocab < config.vocab_size:
-    report.notes.append(f"vocab.txt has {n_vocab} tokens for vocab_size={config.vocab_size} (padded table)")
+  mapping.check_vocab_size(vocab_file, params_dir.count_vocab_lines(vocab_file), config, config_file, report)
   if variables is None:
     variables = read_tf_checkpoint(checkpoint)
   params = mapping.assign_params(variables, "google", config, report, ignorable=is_ignorable, seed=seed)
   if do_lower_case is None:
-    do_lower_case = io.guess_do_lower_case(vocab_file, hint=os.path.basename(folder))
+    do_lower_case = params_dir.guess_do_lower_case(vocab_file, hint=os.path.basename(folder))
   if output:
-    io.save_params_dir(output, config, params, vocab_file,
+    params_dir.save_params_dir(output, config, params, vocab_file,
                        info={"source": os.path.abspath(checkpoint), "format": "google_tf",
                              "do_lower_case": bool(do_lower_case), "report": report.to_dict()})
   return config, params, report

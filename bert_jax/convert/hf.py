@@ -27,7 +27,9 @@ from typing import Dict, Optional, Sequence
 
 import numpy as np
 
-from bert_jax.convert import io, mapping
+from bert_jax.convert import mapping
+from bert_jax.pretrained import params_dir
+from bert_jax.pretrained.load import load_pretrained
 from bert_jax.models.config import BertConfig
 
 _BARE_PREFIXES = ("embeddings.", "encoder.", "pooler.")
@@ -194,16 +196,12 @@ def import_hf(folder: str, output: Optional[str] = None, vocab_file: Optional[st
       vocab_file = tmp_vocab
       report.notes.append("vocab.txt written from tokenizer.json's WordPiece vocab")
   try:
-    n_vocab = io.count_vocab_lines(vocab_file)
-    if n_vocab > config.vocab_size:
-      raise mapping.ConversionError(f"{vocab_file} has {n_vocab} lines but config.json says vocab_size="
-                                    f"{config.vocab_size}: token ids would overflow the embedding table")
-    if n_vocab < config.vocab_size:
-      report.notes.append(f"vocab.txt has {n_vocab} tokens for vocab_size={config.vocab_size} (padded table)")
+    mapping.check_vocab_size(vocab_file, params_dir.count_vocab_lines(vocab_file), config, "config.json",
+                             report)
     if do_lower_case is None:
       do_lower_case = _hf_do_lower_case(folder, vocab_file)
     if output:
-      io.save_params_dir(output, config, params, vocab_file,
+      params_dir.save_params_dir(output, config, params, vocab_file,
                          info={"source": os.path.abspath(folder), "format": "hf",
                                "do_lower_case": bool(do_lower_case), "report": report.to_dict()})
   finally:
@@ -219,7 +217,7 @@ def _hf_do_lower_case(folder: str, vocab_file: str) -> bool:
       value = json.load(f).get("do_lower_case")
     if isinstance(value, bool):
       return value
-  return io.guess_do_lower_case(vocab_file, hint=os.path.basename(os.path.normpath(folder)))
+  return params_dir.guess_do_lower_case(vocab_file, hint=os.path.basename(os.path.normpath(folder)))
 
 
 # ---- writing ---------------------------------------------------------------------------------------------
@@ -256,8 +254,8 @@ def export_hf(input_dir: str, output: str, heads: str = "pretraining") -> mappin
   if heads not in HEADS:
     raise ValueError(f"heads={heads!r}; expected one of {tuple(HEADS)}")
   groups, architecture, prefix = HEADS[heads]
-  ckpt = io.load_checkpoint(input_dir)
-  config, params, vocab_file = ckpt.config, ckpt.params, ckpt.vocab_file
+  ckpt = load_pretrained(input_dir)
+  config, params, vocab_file = ckpt.config, ckpt.params, ckpt.require_vocab()
   report = mapping.ConversionReport(source=input_dir, fmt="hf")
   need = {"pooler": "bert", "mlm": "mlm", "nsp": "nsp"}
   absent = [g for g in groups if g in need and need[g] not in params]
@@ -287,7 +285,7 @@ def export_hf(input_dir: str, output: str, heads: str = "pretraining") -> mappin
   shutil.copyfile(vocab_file, os.path.join(output, "vocab.txt"))
   do_lower_case = ckpt.do_lower_case
   if do_lower_case is None:
-    do_lower_case = io.guess_do_lower_case(vocab_file)
+    do_lower_case = params_dir.guess_do_lower_case(vocab_file)
   with open(os.path.join(output, "tokenizer_config.json"), "w", encoding="utf-8") as f:
     json.dump({"tokenizer_class": "BertTokenizer", "do_lower_case": bool(do_lower_case),
                "model_max_length": config.max_position_embeddings}, f, indent=2)

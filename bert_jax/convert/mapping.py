@@ -232,6 +232,17 @@ class ConversionReport:
     return "\n".join(lines)
 
 
+def check_vocab_size(vocab_file: str, n_vocab: int, config: BertConfig, config_name: str,
+                     report: ConversionReport) -> None:
+  """A vocab longer than the embedding table is an error (ids would overflow); a shorter one is noted (the
+  table is padded, as some released models are)."""
+  if n_vocab > config.vocab_size:
+    raise ConversionError(f"{vocab_file} has {n_vocab} lines but {config_name} says vocab_size="
+                          f"{config.vocab_size}: token ids would overflow the embedding table")
+  if n_vocab < config.vocab_size:
+    report.notes.append(f"vocab.txt has {n_vocab} tokens for vocab_size={config.vocab_size} (padded table)")
+
+
 def assign_params(source: Mapping[str, np.ndarray], fmt: str, config: BertConfig, report: ConversionReport,
                   ignorable: Callable[[str], bool] = lambda name: False, seed: int = 0) -> dict:
   """{source name: array} in format `fmt` -> our params tree (float32 numpy, un-scanned).

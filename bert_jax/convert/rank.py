@@ -29,7 +29,8 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
-from bert_jax.convert import io
+from bert_jax.pretrained import params_dir
+from bert_jax.pretrained.load import load_pretrained
 
 _MASK, _CLS, _SEP, _UNK, _PAD = "[MASK]", "[CLS]", "[SEP]", "[UNK]", "[PAD]"
 
@@ -47,14 +48,14 @@ class Candidate:
 def load_candidate(name_or_path: str, search_dirs: Sequence[str] = ()) -> Candidate:
   from bert_jax.input_pipeline.tokenization import FullTokenizer
 
-  ckpt = io.load_checkpoint(name_or_path, search_dirs)
-  config, params, vocab_file, directory = ckpt.config, ckpt.params, ckpt.vocab_file, ckpt.directory
+  ckpt = load_pretrained(name_or_path, search_dirs)
+  config, params, vocab_file, directory = ckpt.config, ckpt.params, ckpt.require_vocab(), ckpt.directory
   if "mlm" not in params or "bert" not in params:
     raise ValueError(f"{directory}: params have no MLM head (top-level keys {sorted(params)}); ranking by "
                      "masked-LM loss needs a pre-training checkpoint")
   do_lower_case = ckpt.do_lower_case
   if do_lower_case is None:
-    do_lower_case = io.guess_do_lower_case(vocab_file)
+    do_lower_case = params_dir.guess_do_lower_case(vocab_file)
   tok = FullTokenizer(vocab_file, do_lower_case=bool(do_lower_case),
                       required_tokens=(_UNK, _CLS, _SEP, _MASK))
   if tok.vocab_size > config.vocab_size:

@@ -83,10 +83,8 @@ def exact_match_score(prediction: str, ground_truth: str) -> float:
   return float(normalize_answer(prediction) == normalize_answer(ground_truth))
 
 
-def f1_score(prediction: str, ground_truth: str) -> float:
-  """v1.1 token F1 (0.0 when nothing overlaps, including when both are empty)."""
-  pred = _tokens(normalize_answer(prediction))
-  gold = _tokens(normalize_answer(ground_truth))
+def _overlap_f1(pred: List[str], gold: List[str]) -> float:
+  """Harmonic mean of token precision and recall over the bag-of-tokens overlap (0.0 when none)."""
   common = collections.Counter(pred) & collections.Counter(gold)
   num_same = sum(common.values())
   if num_same == 0:
@@ -94,6 +92,11 @@ def f1_score(prediction: str, ground_truth: str) -> float:
   precision = num_same / len(pred)
   recall = num_same / len(gold)
   return 2 * precision * recall / (precision + recall)
+
+
+def f1_score(prediction: str, ground_truth: str) -> float:
+  """v1.1 token F1 (0.0 when nothing overlaps, including when both are empty)."""
+  return _overlap_f1(_tokens(normalize_answer(prediction)), _tokens(normalize_answer(ground_truth)))
 
 
 def compute_exact(a_gold: str, a_pred: str) -> int:
@@ -107,13 +110,7 @@ def compute_f1(a_gold: str, a_pred: str) -> float:
   pred = _tokens(normalize_answer(a_pred))
   if not gold or not pred:
     return float(gold == pred)
-  common = collections.Counter(gold) & collections.Counter(pred)
-  num_same = sum(common.values())
-  if num_same == 0:
-    return 0.0
-  precision = num_same / len(pred)
-  recall = num_same / len(gold)
-  return 2 * precision * recall / (precision + recall)
+  return _overlap_f1(pred, gold)
 
 
 # --------------------------------------------------------------------------------------------------------

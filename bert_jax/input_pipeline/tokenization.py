@@ -15,10 +15,9 @@ falls back to this module; tests check that all of them give identical ids.
     tok = FullTokenizer("vocab.txt", do_lower_case=True)
     tokens = tok.tokenize("Hello, world!")            # ['hello', ',', 'world', '!']
     ids = tok.convert_tokens_to_ids(tokens)
-    pieces, spans = tok.tokenize_with_offsets(text)   # spans: (start, end) char offsets into `text`
+    pieces, spans = tok.tokenize_with_offsets(text)   # spans: exact [start, end) char ranges in `text`
 
-For SQuAD-style alignment `whitespace_tokenize` / `basic_tokenize_with_offsets` give words with their
-character spans in the original text.
+`FullTokenizer.tokenize_with_offsets` is the one offsets API (SQuAD answer alignment uses it).
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ import collections
 import itertools
 import re
 import unicodedata
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Sequence, Tuple
 
 from bert_jax.input_pipeline import fileio
 
@@ -175,6 +174,59 @@ def _split_on_punc(text: str) -> List[str]:
   return out
 
 
+
+# Word boundaries for `FullTokenizer.tokenize_with_offsets`, found on the original text (no cleaned copy),
+# so offsets need no mapping back; the classes come from the character-class functions above.
+_ASCII_WORD = re.compile(r"[^ \t\n\r]+")
+_ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_KEEP, _SPACE, _DROP, _CJK = 0, 1, 2, 3
+_CHAR_CLASS: Dict[str, int] = {}
+
+
+def _char_class(ch: str) -> int:
+  """_DROP (deleted by cleaning), _SPACE, _CJK (a word of its own) or _KEEP; memoised per character."""
+  c = _CHAR_CLASS.get(ch)
+  if c is None:
+    cp = ord(ch)
+    if cp == 0 or cp == 0xFFFD or is_control(ch):
+      c = _DROP
+    elif is_whitespace(ch) or ch.isspace():
+      # BERT turns Zs into spaces, then splits with str.split(), which also splits on U+2028/U+2029.
+      c = _SPACE
+    elif is_chinese_char(cp):
+      c = _CJK
+    else:
+      c = _KEEP
+    _CHAR_CLASS[ch] = c
+  return c
+
+
+def _word_bounds(text: str) -> List[Tuple[int, int]]:
+  """[start, end) of BERT's words in `text`: whitespace splits, a CJK ideograph is a word of its own, and
+  deleted (control) characters never start a word but stay inside one (cleaning happens before splitting;
+  a trailing one stays in its word so that spans cover it)."""
+  if text.isascii() and not _ASCII_CONTROL.search(text):
+    return [(m.start(), m.end()) for m in _ASCII_WORD.finditer(text)]
+  out = []
+  start = -1
+  for i, ch in enumerate(text):
+    c = _char_class(ch)
+    if c == _KEEP:
+      if start < 0:
+        start = i
+    elif c == _DROP:
+      continue
+    else:
+      if start >= 0:
+        out.append((start, i))
+        start = -1
+      if c == _CJK:
+        out.append((i, i + 1))
+  if start >= 0:
+    out.append((start, len(text)))
+  return out
+
+
 class BasicTokenizer:
   """Cleaning, CJK splitting, lower-casing + accent stripping, punctuation splitting."""
 
@@ -208,68 +260,6 @@ class BasicTokenizer:
       word = _normalize_word(word, self.do_lower_case)
       tokens.extend(t for t in _split_on_punc(word) if t)
     return tokens
-
-  def tokenize_with_offsets(self, text: str) -> Tuple[List[str], List[Tuple[int, int]]]:
-    """Basic tokens with (start, end) character spans into the original `text`."""
-    text = convert_to_unicode(text)
-    tokens: List[str] = []
-    spans: List[Tuple[int, int]] = []
-    word_start = -1
-
-    def flush(end: int):
-      if word_start < 0:
-        return
-      for tok, span in self._split_word_with_offsets(text, word_start, end):
-        tokens.append(tok)
-        spans.append(span)
-
-    for i, ch in enumerate(text):
-      cp = ord(ch)
-      if cp == 0 or cp == 0xFFFD or is_control(ch):
-        continue  # dropped characters neither start nor end a word
-      # str.isspace also covers U+2028/U+2029, which BERT keeps through cleaning but its final
-      # whitespace split (str.split) still splits on.
-      if is_whitespace(ch) or ch.isspace() or is_chinese_char(cp):
-        flush(i)
-        word_start = -1
-        if is_chinese_char(cp):
-          tokens.append(ch)
-          spans.append((i, i + 1))
-      elif word_start < 0:
-        word_start = i
-    flush(len(text))
-    return tokens, spans
-
-  def _split_word_with_offsets(self, text: str, start: int, end: int):
-    """Splits text[start:end] (no whitespace/CJK inside) into basic tokens with spans."""
-    chars = [(i, text[i]) for i in range(start, end)
-             if not (ord(text[i]) in (0, 0xFFFD) or is_control(text[i]))]
-    word = "".join(c for _, c in chars)
-    if word in self.never_split:
-      return [(word, (chars[0][0], chars[-1][0] + 1))]
-    out = []
-    piece: List[Tuple[int, str]] = []
-
-    def emit():
-      if piece:
-        norm = _normalize_word("".join(c for _, c in piece), self.do_lower_case)
-        if norm:
-          out.append((norm, (piece[0][0], piece[-1][0] + 1)))
-        piece.clear()
-
-    for i, ch in chars:
-      # Punctuation is decided after normalisation in Google's code; for a single character the
-      # normalised form is its lower-cased, accent-stripped self.
-      norm = _normalize_word(ch, self.do_lower_case)
-      if norm and all(is_punctuation(c) for c in norm):
-        emit()
-        for c in norm:
-          out.append((c, (i, i + 1)))
-      else:
-        piece.append((i, ch))
-    emit()
-    return out
-
 
 class WordpieceTokenizer:
   """Greedy longest-match-first WordPiece over one already basic-tokenized word."""
@@ -305,18 +295,6 @@ class WordpieceTokenizer:
       start = end
     return pieces
 
-  def tokenize_word_with_lengths(self, word: str) -> List[Tuple[str, int, int]]:
-    """Like tokenize_word, with each piece's [start, end) character range in `word`."""
-    pieces = self.tokenize_word(word)
-    if pieces == [self.unk_token] and word != self.unk_token:
-      return [(self.unk_token, 0, len(word))]
-    out, pos = [], 0
-    for p in pieces:
-      length = len(p) - 2 if p.startswith("##") and pos > 0 else len(p)
-      out.append((p, pos, pos + length))
-      pos += length
-    return out
-
   def tokenize(self, text: str) -> List[str]:
     out: List[str] = []
     for word in whitespace_tokenize(convert_to_unicode(text)):
@@ -343,6 +321,7 @@ class FullTokenizer:
     self.wordpiece_tokenizer = WordpieceTokenizer(self.vocab,
                                                   max_input_chars_per_word=max_input_chars_per_word)
     self._cache: Dict[str, List[str]] = {}
+    self._offset_cache: Dict[str, Tuple[Tuple[str, int, int], ...]] = {}
 
   def __len__(self) -> int:
     return len(self.vocab)
@@ -373,29 +352,88 @@ class FullTokenizer:
     return self.convert_tokens_to_ids(self.tokenize(text))
 
   def tokenize_with_offsets(self, text) -> Tuple[List[str], List[Tuple[int, int]]]:
-    """WordPiece tokens and their (start, end) character spans in the original `text`.
+    """WordPiece tokens (equal to `tokenize(text)`) and each token's exact [start, end) character range in
+    the original `text`.
 
-    A piece's span covers the original characters it came from (accents and dropped control characters
-    inside it included); an [UNK] spans its whole word.
+    Each original character is normalised on its own (lower-case, NFD, accents dropped); characters that
+    normalise to nothing (combining accents, deleted control characters) are attached to the preceding
+    character, so a span covers exactly the original characters of its token: "Café" -> "cafe" spans all
+    of "Café", "##s" in "1990s" spans just "s", and an [UNK] spans its whole punctuation-split piece.
+    Words are cached per tokenizer: SQuAD contexts repeat once per question, so most words cost one lookup.
     """
     text = convert_to_unicode(text)
-    words, spans = self.basic_tokenizer.tokenize_with_offsets(text)
-    out_tokens: List[str] = []
-    out_spans: List[Tuple[int, int]] = []
-    for word, (s, e) in zip(words, spans):
-      pieces = self.wordpiece_tokenizer.tokenize_word_with_lengths(word)
-      if len(pieces) == 1 or e - s != len(word):
-        # One piece, or normalisation changed the length (e.g. a stripped accent): pieces share the
-        # word's span proportionally, which keeps them ordered and inside the word.
-        total = max(len(word), 1)
-        for p, ps, pe in pieces:
-          out_tokens.append(p)
-          out_spans.append((s + (ps * (e - s)) // total, s + (pe * (e - s) + total - 1) // total))
-      else:
-        for p, ps, pe in pieces:
-          out_tokens.append(p)
-          out_spans.append((s + ps, s + pe))
-    return out_tokens, out_spans
+    cache = self._offset_cache
+    tokens: List[str] = []
+    spans: List[Tuple[int, int]] = []
+    for ws, we in _word_bounds(text):
+      word = text[ws:we]
+      rel = cache.get(word)
+      if rel is None:
+        rel = self._word_pieces_with_offsets(word)
+        if len(cache) < 1_000_000:
+          cache[word] = rel
+      for tok, s, e in rel:
+        tokens.append(tok)
+        spans.append((ws + s, ws + e))
+    return tokens, spans
+
+  def _word_pieces_with_offsets(self, word: str) -> Tuple[Tuple[str, int, int], ...]:
+    """(token, start, end) of one word from `_word_bounds`, offsets relative to the word."""
+    lower = self.basic_tokenizer.do_lower_case
+    # Normalised characters, each with the original [start, end) it came from.
+    norm_chars: List[str] = []
+    norm_src: List[List[int]] = []
+    if word.isascii() and not _ASCII_CONTROL.search(word):
+      norm_chars = list(word.lower() if lower else word)
+      norm_src = [[i, i + 1] for i in range(len(word))]
+    else:
+      for i, ch in enumerate(word):
+        n = "" if _char_class(ch) == _DROP else _normalize_word(ch, lower)
+        if not n:
+          if norm_src:
+            norm_src[-1][1] = i + 1  # attach to the previous character, so no original character is lost
+          continue
+        for c in n:
+          norm_chars.append(c)
+          norm_src.append([i, i + 1])
+      if lower and norm_chars:
+        # Word-level lower-casing differs from per-character in rare cases (a word-final capital sigma);
+        # take the word-level characters when the lengths agree, so tokens equal `tokenize` exactly.
+        whole = _normalize_word("".join(ch for ch in word if _char_class(ch) != _DROP), True)
+        if len(whole) == len(norm_chars):
+          norm_chars = list(whole)
+    if not norm_chars:
+      return ()
+    # Split on punctuation (decided after normalisation, as BERT does), then WordPiece each piece.
+    pieces: List[Tuple[int, int]] = []  # [start, end) in norm_chars
+    start = None
+    for k, c in enumerate(norm_chars):
+      if is_punctuation(c):
+        if start is not None:
+          pieces.append((start, k))
+          start = None
+        pieces.append((k, k + 1))
+      elif start is None:
+        start = k
+    if start is not None:
+      pieces.append((start, len(norm_chars)))
+    wordpiece = self.wordpiece_tokenizer
+    unk = wordpiece.unk_token
+    out: List[Tuple[str, int, int]] = []
+    for ps, pe in pieces:
+      sub = "".join(norm_chars[ps:pe])
+      wps = wordpiece.tokenize_word(sub)
+      if len(wps) == 1 and wps[0] == unk and sub != unk:
+        # No WordPiece cover (or too long): one [UNK] for the whole piece.
+        out.append((unk, norm_src[ps][0], norm_src[pe - 1][1]))
+        continue
+      pos = ps
+      for w in wps:
+        length = len(w) - 2 if (w.startswith("##") and pos > ps) else len(w)
+        end = min(pos + length, pe)
+        out.append((w, norm_src[pos][0], norm_src[end - 1][1]))
+        pos = end
+    return tuple(out)
 
   def convert_tokens_to_ids(self, tokens: Iterable[str]) -> List[int]:
     vocab = self.vocab
@@ -409,11 +447,6 @@ class FullTokenizer:
 def basic_tokenize(text, do_lower_case: bool = True) -> List[str]:
   """BERT's basic tokenization (no WordPiece): the words WordPiece would see."""
   return BasicTokenizer(do_lower_case=do_lower_case).tokenize(text)
-
-
-def basic_tokenize_with_offsets(text, do_lower_case: bool = True):
-  """(words, spans): basic tokens and their (start, end) character spans in `text`."""
-  return BasicTokenizer(do_lower_case=do_lower_case).tokenize_with_offsets(text)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@ warmup + linear/polynomial decay and global-norm clipping. Pure optax, no Tensor
 
 API:
   make_schedule(config) -> optax schedule: step -> learning rate
-  make_optimizer(config) -> (optax.GradientTransformation, schedule)
+  make_optimizer(opt, num_train_steps, warmup_steps) -> (optax.GradientTransformation, schedule)
+  optimizer_from_run_config(config) -> the same from a pre-training config
   decay_mask(params) -> bool tree: True where weight decay (and LAMB's trust ratio) applies
   scale_by_bert_adam(b1, b2, eps, bias_correction)  Adam moments; without bias correction it is
                                                      Google BERT's AdamWeightDecayOptimizer
@@ -12,9 +13,10 @@ Bias correction is on by default: without it the first ~1,000 updates are up to 
 (sqrt(1 - b2^t) / (1 - b1^t)), which at lr 1e-3 kept a tiny BERT at the unigram plateau for 1,500 steps
 on a Chinese news corpus and kept it from learning a copy task that it learns in 300 steps with correction.
 
-`config` is the run config (configs/pretrain.py) or any object with the same attributes:
-  config.num_train_steps, config.warmup_steps, config.optimizer.{name, learning_rate, schedule, power,
-  end_learning_rate, weight_decay, b1, b2, eps, clip_norm, bias_correction}.
+`opt` is the `optimizer` subtree of a run config; pre-training and fine-tuning configs give it the same
+fields (configs/pretrain.py holds the defaults, configs/finetune.py the fine-tuning ones):
+  opt.{name, learning_rate, schedule, power, end_learning_rate, weight_decay, b1, b2, eps, clip_norm,
+  bias_correction}; the step counts come from the loop (fine-tuning derives them from epochs).
 """
 
 from __future__ import annotations
@@ -30,10 +32,6 @@ import optax
 NO_DECAY_SUBSTRINGS = ("LayerNorm", "layer_norm", "bias")
 
 
-def _opt(config, name, default):
-  return getattr(config.optimizer, name, default) if hasattr(config, "optimizer") else default
-
-
 def _path_str(path) -> str:
   parts = []
   for k in path:
@@ -47,18 +45,17 @@ def decay_mask(params) -> Any:
       lambda path, _: not any(s in _path_str(path) for s in NO_DECAY_SUBSTRINGS), params)
 
 
-def make_schedule(config) -> optax.Schedule:
+def make_schedule(opt, num_train_steps: int, warmup_steps: int) -> optax.Schedule:
   """Linear warmup 0 -> lr over warmup_steps, then decay to end_learning_rate at num_train_steps:
-  linear (power 1) or polynomial (lr - end) * (1 - t)^power."""
-  lr = float(_opt(config, "learning_rate", 1e-4))
-  end = float(_opt(config, "end_learning_rate", 0.0))
-  total = int(config.num_train_steps)
-  warmup = max(0, min(int(getattr(config, "warmup_steps", 0)), total))
-  kind = _opt(config, "schedule", "linear")
+  linear (power 1), polynomial (lr - end) * (1 - t)^power, or constant."""
+  lr, end = float(opt.learning_rate), float(opt.end_learning_rate)
+  total = int(num_train_steps)
+  warmup = max(0, min(int(warmup_steps), total))
+  kind = opt.schedule
   if kind == "linear":
     power = 1.0
   elif kind == "polynomial":
-    power = float(_opt(config, "power", 1.0))
+    power = float(opt.power)
   elif kind == "constant":
     power = 0.0
   else:
@@ -97,25 +94,25 @@ def scale_by_bert_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
   return optax.GradientTransformation(init, update)
 
 
-def make_optimizer(config):
+def make_optimizer(opt, num_train_steps: int, warmup_steps: int):
   """(tx, schedule). AdamW: clip -> Adam -> + wd * w (masked) -> * -lr.
   LAMB: clip -> Adam -> + wd * w (masked) -> trust ratio ||w|| / ||u|| (same mask) -> * -lr."""
-  name = _opt(config, "name", "adamw")
-  schedule = make_schedule(config)
-  b1, b2 = float(_opt(config, "b1", 0.9)), float(_opt(config, "b2", 0.999))
-  eps = float(_opt(config, "eps", 1e-6))
-  wd = float(_opt(config, "weight_decay", 0.01))
-  clip = float(_opt(config, "clip_norm", 1.0))
-  bias_correction = bool(_opt(config, "bias_correction", True))
+  schedule = make_schedule(opt, num_train_steps, warmup_steps)
   chain = []
-  if clip > 0:
-    chain.append(optax.clip_by_global_norm(clip))
-  chain.append(scale_by_bert_adam(b1, b2, eps, bias_correction))
-  if wd > 0:
-    chain.append(optax.add_decayed_weights(wd, mask=decay_mask))
-  if name == "lamb":
+  if float(opt.clip_norm) > 0:
+    chain.append(optax.clip_by_global_norm(float(opt.clip_norm)))
+  chain.append(scale_by_bert_adam(float(opt.b1), float(opt.b2), float(opt.eps), bool(opt.bias_correction)))
+  if float(opt.weight_decay) > 0:
+    chain.append(optax.add_decayed_weights(float(opt.weight_decay), mask=decay_mask))
+  if opt.name == "lamb":
     chain.append(optax.masked(optax.scale_by_trust_ratio(), decay_mask))
-  elif name != "adamw":
-    raise ValueError(f"optimizer.name={name!r}; expected adamw or lamb")
+  elif opt.name != "adamw":
+    raise ValueError(f"optimizer.name={opt.name!r}; expected adamw or lamb")
   chain.append(optax.scale_by_learning_rate(schedule))
   return optax.chain(*chain), schedule
+
+
+def optimizer_from_run_config(config):
+  """(tx, schedule) of a pre-training run config: config.optimizer over config.num_train_steps with
+  config.warmup_steps."""
+  return make_optimizer(config.optimizer, int(config.num_train_steps), int(config.warmup_steps))

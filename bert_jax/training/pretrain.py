@@ -28,9 +28,7 @@ current step, waits for it and returns.
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import os
 import signal
 import time
@@ -41,50 +39,31 @@ import numpy as np
 
 from bert_jax.input_pipeline import fileio
 from bert_jax.models import BertConfig, BertForPreTraining
+from bert_jax.pretrained import load_pretrained, params_dir
+from bert_jax.pretrained.load import merge_params
 from bert_jax.training import checkpoints, flops, optimizers, sharding
 from bert_jax.training import train_step as ts
+from bert_jax.training.metric_writer import MetricWriter, read_jsonl
 
 log = logging.getLogger(__name__)
 
 
 # ---- config helpers ------------------------------------------------------------------------------------
-def config_to_dict(config) -> dict:
-  if hasattr(config, "to_json_best_effort"):
-    return json.loads(config.to_json_best_effort())
-  if hasattr(config, "__dict__"):
-    return {k: config_to_dict(v) if hasattr(v, "__dict__") else v for k, v in vars(config).items()}
-  return dict(config)
-
-
-def _get(config, dotted: str, default=None):
-  obj = config
-  for part in dotted.split("."):
-    if obj is None or not hasattr(obj, part):
-      return default
-    obj = getattr(obj, part)
-  return obj
-
-
 def maybe_initialize_distributed(config) -> None:
   """jax.distributed.initialize when asked (config.distributed.enable) or on a multi-host TPU slice."""
-  d = _get(config, "distributed")
-  enable = bool(_get(config, "distributed.enable", False))
+  d = config.distributed
   on_tpu_pod = "," in os.environ.get("TPU_WORKER_HOSTNAMES", "")
-  if not (enable or on_tpu_pod):
+  if not (d.enable or on_tpu_pod) or jax.distributed.is_initialized():
     return
-  if jax.distributed.is_initialized():
-    return
-  collectives = _get(config, "distributed.cpu_collectives", "gloo")
-  if collectives:
-    jax.config.update("jax_cpu_collectives_implementation", collectives)   # CPU multi-process (tests)
+  if d.cpu_collectives:
+    jax.config.update("jax_cpu_collectives_implementation", d.cpu_collectives)   # CPU multi-process (tests)
   kwargs = {}
-  if d is not None:
-    if getattr(d, "coordinator_address", ""):
-      kwargs["coordinator_address"] = d.coordinator_address
-    if int(getattr(d, "num_processes", -1)) > 0:
-      kwargs["num_processes"] = int(d.num_processes)
-    if int(getattr(d, "process_id", -1)) >= 0:
-      kwargs["process_id"] = int(d.process_id)
+  if d.coordinator_address:
+    kwargs["coordinator_address"] = d.coordinator_address
+  if int(d.num_processes) > 0:
+    kwargs["num_processes"] = int(d.num_processes)
+  if int(d.process_id) >= 0:
+    kwargs["process_id"] = int(d.process_id)
   jax.distributed.initialize(**kwargs)
   log.info("jax.distributed: process %d of %d, %d local / %d global devices", jax.process_index(),
            jax.process_count(), jax.local_device_count(), jax.device_count())
@@ -105,7 +84,7 @@ class Phase:
 def resolve_phases(config) -> List[Phase]:
   """config.data.phases ((fraction, max_seq_length, max_predictions), ...) -> Phases over num_train_steps."""
   total = int(config.num_train_steps)
-  spec = tuple(_get(config, "data.phases", ()) or ())
+  spec = tuple(config.data.phases or ())
   if not spec:
     return [Phase(0, 0, total, int(config.data.max_seq_length), int(config.data.max_predictions_per_seq))]
   fractions = [float(p[0]) for p in spec]
@@ -120,18 +99,14 @@ def resolve_phases(config) -> List[Phase]:
   return [p for p in phases if p.end > p.start]
 
 
-def _count_lines(path: str) -> int:
-  with fileio.open_file(path) as f:   # local or gs:// (tf.io.gfile)
-    return sum(1 for _ in f)
-
-
 # ---- data -------------------------------------------------------------------------------------------
 def make_dataset(config, input_files: str, phase: Phase, vocab_file: str, *, is_training: bool,
                  start_step: int = 0, seed_offset: int = 0):
   from bert_jax.input_pipeline import pretrain_dataset  # TensorFlow lives here only
   _hide_accelerators_from_tf()
   per_host = int(config.batch_size) // jax.process_count()
-  pair_mode = _get(config, "data.pair_mode", "nsp")
+  d = config.data
+  pair_mode = d.pair_mode
   if "sop" in tuple(config.targets):
     pair_mode = "sop"
   return pretrain_dataset.make_pretraining_dataset(
@@ -139,14 +114,12 @@ def make_dataset(config, input_files: str, phase: Phase, vocab_file: str, *, is_
       max_predictions_per_seq=phase.max_predictions_per_seq, vocab_file=vocab_file, is_training=is_training,
       seed=int(config.seed) + 1000 * phase.index + seed_offset,
       masking=None if is_training else "dynamic",
-      do_lower_case=bool(_get(config, "data.do_lower_case", True)),
-      whole_word_mask=bool(_get(config, "data.do_whole_word_mask", False)),
-      chinese_whole_word_mask=bool(_get(config, "data.chinese_whole_word_mask", False)),
-      masked_lm_prob=float(_get(config, "data.masked_lm_prob", 0.15)),
-      short_seq_prob=float(_get(config, "data.short_seq_prob", 0.1)), pair_mode=pair_mode,
+      do_lower_case=bool(d.do_lower_case), whole_word_mask=bool(d.do_whole_word_mask),
+      chinese_whole_word_mask=bool(d.chinese_whole_word_mask), masked_lm_prob=float(d.masked_lm_prob),
+      short_seq_prob=float(d.short_seq_prob), pair_mode=pair_mode,
       process_index=jax.process_index(), process_count=jax.process_count(),
       num_epochs=None if is_training else 1 << 20,   # eval: repeat, take exactly eval_steps batches
-      shuffle_buffer=int(_get(config, "data.shuffle_buffer", 10_000)), start_step=start_step)
+      shuffle_buffer=int(d.shuffle_buffer), start_step=start_step)
 
 
 def _hide_accelerators_from_tf():
@@ -163,54 +136,7 @@ def to_global(batch: Dict[str, np.ndarray], batch_sharding) -> Dict[str, jax.Arr
   return {k: jax.make_array_from_process_local_data(batch_sharding, np.asarray(v)) for k, v in batch.items()}
 
 
-# ---- metric writers ------------------------------------------------------------------------------------
-class MetricWriter:
-  """metrics.jsonl / eval_metrics.jsonl + TensorBoard (tensorboardX), on process 0 only."""
-
-  def __init__(self, workdir: str):
-    self.enabled = jax.process_index() == 0
-    self.workdir = workdir
-    self.tb = None
-    if self.enabled:
-      os.makedirs(workdir, exist_ok=True)
-      try:
-        from tensorboardX import SummaryWriter
-        self.tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
-      except Exception as e:  # noqa: BLE001 - TensorBoard is optional
-        log.warning("TensorBoard disabled (%s); metrics.jsonl is still written", e)
-
-  def write(self, step: int, metrics: dict, filename: str = "metrics.jsonl", tb_prefix: str = "train/"):
-    if not self.enabled:
-      return
-    row = {"step": int(step), **{k: _jsonable(v) for k, v in metrics.items()}}
-    with open(os.path.join(self.workdir, filename), "a", encoding="utf-8") as f:
-      f.write(json.dumps(row, sort_keys=True) + "\n")
-    if self.tb is not None:
-      for k, v in row.items():
-        if k != "step" and isinstance(v, (int, float)) and v is not None:
-          self.tb.add_scalar(tb_prefix + k, v, step)
-      self.tb.flush()
-
-  def close(self):
-    if self.tb is not None:
-      self.tb.close()
-
-
-def _jsonable(v):
-  if isinstance(v, (np.floating, np.integer)):
-    v = v.item()
-  if isinstance(v, float) and not math.isfinite(v):
-    return str(v)
-  return v
-
-
-def read_jsonl(path: str) -> List[dict]:
-  if not os.path.exists(path):
-    return []
-  with open(path, encoding="utf-8") as f:
-    return [json.loads(line) for line in f if line.strip()]
-
-
+# ---- plots ------------------------------------------------------------------------------------------
 def plot_loss_curve(workdir: str) -> Optional[str]:
   """plots/loss_curve.png: MLM loss and accuracy (train and eval) against the step."""
   rows = read_jsonl(os.path.join(workdir, "metrics.jsonl"))
@@ -241,32 +167,6 @@ def plot_loss_curve(workdir: str) -> Optional[str]:
 
 
 # ---- start-up ---------------------------------------------------------------------------------------
-def _merge_params(random_params, loaded, what: str):
-  """Loaded params where path and shape match, random init elsewhere (e.g. heads missing from a
-  converted encoder); logs what was kept."""
-  flat_loaded = {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_flatten_with_path(loaded)[0]}
-  used, fresh, mismatched = 0, [], []
-
-  def pick(path, x):
-    nonlocal used
-    key = jax.tree_util.keystr(path)
-    if key in flat_loaded:
-      v = np.asarray(flat_loaded[key])
-      if v.shape == tuple(x.shape):
-        used += 1
-        return v.astype(x.dtype)
-      mismatched.append(f"{key} {v.shape} vs {tuple(x.shape)}")
-    else:
-      fresh.append(key)
-    return np.asarray(x)
-
-  merged = jax.tree_util.tree_map_with_path(pick, random_params)
-  if mismatched:
-    raise ValueError(f"{what}: parameter shapes differ from the model: {mismatched[:5]}")
-  log.info("%s: %d tensors loaded, %d freshly initialised %s", what, used, len(fresh), fresh[:6])
-  return merged
-
-
 def _model_config_from_checkpoint(config, loaded: BertConfig, vocab_size: int) -> BertConfig:
   """The checkpoint's architecture with this run's compute settings (dtype, scan, remat, dropout)."""
   run = ts.build_model_config(config, vocab_size)
@@ -307,109 +207,101 @@ class _Preemption:
 
 
 # ---- the loop ---------------------------------------------------------------------------------------
+def _start(config, workdir: str, ckpt: checkpoints.Checkpointer):
+  """(model_config, vocab_file, init_checkpoint params or None) in the start-up order: the work dir's own
+  model config and vocab win on resume; else init_checkpoint's architecture; else the size table."""
+  resume = ckpt.latest_step() is not None
+  vocab_file = config.data.vocab_file
+  if resume and os.path.exists(os.path.join(workdir, params_dir.VOCAB_NAME)):
+    vocab_file = os.path.join(workdir, params_dir.VOCAB_NAME)
+  loaded = None
+  if not resume and config.init_checkpoint:
+    loaded = load_pretrained(config.init_checkpoint)
+    vocab_file = vocab_file or loaded.vocab_file
+  if not vocab_file or not fileio.exists(vocab_file):
+    raise FileNotFoundError(f"data.vocab_file={vocab_file!r} does not exist (needed for masking and the "
+                            "vocab size)")
+  vocab_size = int(config.model.vocab_size)
+  if vocab_size <= 0:
+    vocab_size = params_dir.count_vocab_lines(vocab_file)
+  if resume and os.path.exists(os.path.join(workdir, params_dir.CONFIG_NAME)):
+    model_config = _model_config_from_checkpoint(config, params_dir.read_model_config(workdir), vocab_size)
+  elif loaded is not None:
+    model_config = _model_config_from_checkpoint(config, loaded.config, vocab_size)
+  else:
+    model_config = ts.build_model_config(config, vocab_size)
+  return model_config, vocab_file, loaded
+
+
+def _initial_state(config, model, mesh, tx, ckpt, loaded):
+  """Start-up order: resume from the work dir -> init_checkpoint (params only) -> from scratch.
+  Returns (state, shardings, checkpoint meta)."""
+  if ckpt.latest_step() is not None:
+    state, shardings, meta = checkpoints.restore_train_state(ckpt, config, model, mesh, tx)
+    log.info("resumed from %s at step %d", ckpt.directory, ckpt.latest_step())
+    return state, shardings, meta
+  if loaded is not None:
+    fresh, _ = ts.init_params(config, model, mesh)
+    params, report = merge_params(params_dir.host_params(fresh), loaded.params)
+    del fresh
+    log.info("init_checkpoint=%s: %d tensors loaded, %d freshly initialised %s", config.init_checkpoint,
+             len(report["loaded"]), len(report["initialised"]), report["initialised"][:6])
+    state, shardings = ts.create_train_state(config, model, mesh, tx, params=params)
+    return state, shardings, {}
+  state, shardings = ts.create_train_state(config, model, mesh, tx)
+  log.info("initialised from scratch (seed %d)", int(config.seed))
+  return state, shardings, {}
+
+
 def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
   """Runs (or resumes) pre-training; returns the last logged metrics (plus eval metrics if any)."""
   maybe_initialize_distributed(config)
-  if not (_get(config, "data.input_files", "") or "").strip():
+  if not config.data.input_files.strip():
     raise ValueError("data.input_files is empty: pass --config.data.input_files=GLOB (raw .txt text or "
                      "TFRecords in Google's format)")
   workdir = os.path.abspath(os.path.expanduser(workdir))
   os.makedirs(workdir, exist_ok=True)
   targets = tuple(config.targets)
   ckpt = checkpoints.Checkpointer(os.path.join(workdir, checkpoints.CHECKPOINT_SUBDIR),
-                                  keep=int(_get(config, "keep_checkpoints", 3)))
-  resume_step = ckpt.latest_step()
-
-  # Vocab and architecture: the work dir's own copies win on resume.
-  vocab_file = _get(config, "data.vocab_file", "") or ""
-  if resume_step is not None and os.path.exists(os.path.join(workdir, "vocab.txt")):
-    vocab_file = os.path.join(workdir, "vocab.txt")
-  loaded = None
-  init_checkpoint = _get(config, "init_checkpoint", "") or ""
-  if resume_step is None and init_checkpoint:
-    loaded = _load_init_checkpoint(init_checkpoint)
-    if not vocab_file and loaded[2]:
-      vocab_file = loaded[2]
-  if not vocab_file or not fileio.exists(vocab_file):
-    raise FileNotFoundError(f"data.vocab_file={vocab_file!r} does not exist (needed for masking and the "
-                            "vocab size)")
-  vocab_size = int(_get(config, "model.vocab_size", -1))
-  if vocab_size <= 0:
-    vocab_size = _count_lines(vocab_file)
-  if resume_step is not None and os.path.exists(os.path.join(workdir, "model_config.json")):
-    saved = BertConfig.from_json_file(os.path.join(workdir, "model_config.json"))
-    model_config = _model_config_from_checkpoint(config, saved, vocab_size)
-  elif loaded is not None:
-    model_config = _model_config_from_checkpoint(config, loaded[0], vocab_size)
-  else:
-    model_config = ts.build_model_config(config, vocab_size)
+                                  keep=int(config.keep_checkpoints))
+  model_config, vocab_file, loaded = _start(config, workdir, ckpt)
   model = BertForPreTraining(model_config, targets=targets)
-  checkpoints.write_workdir_files(workdir, config_to_dict(config), model_config, vocab_file)
+  checkpoints.write_workdir_files(workdir, checkpoints.config_to_dict(config), model_config, vocab_file)
 
   mesh = sharding.make_mesh(tuple(config.mesh.shape), tuple(config.mesh.axes))
-  rules = sharding.normalize_rules(_get(config, "logical_axis_rules", None))
+  rules = sharding.normalize_rules(config.logical_axis_rules)
   log.info("mesh %s; model %s", sharding.describe(mesh), {k: getattr(model_config, k) for k in (
       "num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size", "dtype", "scan_layers")})
   if int(config.batch_size) % jax.process_count():
     raise ValueError(f"batch_size={config.batch_size} is not a multiple of process_count={jax.process_count()}")
-  tx, schedule = optimizers.make_optimizer(config)
-
-  # Start-up order: resume -> init_checkpoint -> scratch.
-  meta: dict = {}
-  if resume_step is not None:
-    state, shardings, meta = checkpoints.restore_train_state(ckpt, config, model, mesh, tx)
-    log.info("resumed from %s at step %d", ckpt.directory, resume_step)
-  elif loaded is not None:
-    fresh, _ = ts.create_train_state(config, model, mesh, tx)
-    params = _merge_params(jax.device_get(fresh.params) if not model_config.scan_layers else
-                           checkpoints.convert_layout(jax.device_get(fresh.params), False),
-                           loaded[1], f"init_checkpoint={init_checkpoint}")
-    del fresh
-    state, shardings = ts.create_train_state(config, model, mesh, tx, params=params)
-    log.info("initialised from init_checkpoint=%s", init_checkpoint)
-  else:
-    state, shardings = ts.create_train_state(config, model, mesh, tx)
-    log.info("initialised from scratch (seed %d)", int(config.seed))
+  tx, schedule = optimizers.optimizer_from_run_config(config)
+  state, shardings, _ = _initial_state(config, model, mesh, tx, ckpt, loaded)
+  del loaded
   step = int(jax.device_get(state.step))
 
   train_step = ts.make_train_step(config, model, tx, mesh, shardings)
   eval_step = ts.make_eval_step(config, model, mesh, shardings)
   batch_sharding = sharding.batch_sharding(mesh, rules)
-  phases = resolve_phases(config)
   total = int(config.num_train_steps)
-  log_every = max(1, int(_get(config, "log_every_steps", 100)))
-  ckpt_every = int(_get(config, "checkpoint_every_steps", 1000))
-  eval_every = int(_get(config, "eval_every_steps", 0))
-  eval_files = _get(config, "data.eval_input_files", "") or ""
-  nan_policy = _get(config, "nan_policy", "stop")
-  peak = flops.peak_flops_per_device(dtype=model_config.dtype,
-                                     override=float(_get(config, "peak_flops_per_device", 0.0) or 0.0))
+  log_every = max(1, int(config.log_every_steps))
+  ckpt_every = int(config.checkpoint_every_steps)
+  eval_files = config.data.eval_input_files
+  peak = flops.peak_flops_per_device(dtype=model_config.dtype, override=float(config.peak_flops_per_device))
   writer = MetricWriter(workdir)
   preemption = _Preemption(ckpt)
   last: Dict[str, Any] = {}
   progress = None
-  if jax.process_index() == 0 and bool(_get(config, "progress_bar", True)):
-    try:
-      from tqdm import tqdm
-      progress = tqdm(total=total, initial=step, desc="pretrain", dynamic_ncols=True)
-    except ImportError:
-      progress = None
-  # Test hook: BERT_JAX_TEST_KILL_AT="N" SIGKILLs this process once the step-N checkpoint is on disk,
-  # "N:during" right after the asynchronous step-N save was started (a kill in the middle of a save).
-  kill_spec = os.environ.get("BERT_JAX_TEST_KILL_AT", "")
-  kill_step, kill_during = (int(kill_spec.split(":")[0]), kill_spec.endswith(":during")) if kill_spec else (-1, 0)
+  if jax.process_index() == 0 and config.progress_bar:
+    from tqdm import tqdm
+    progress = tqdm(total=total, initial=step, desc="pretrain", dynamic_ncols=True)
 
   def save(at_step: int, data_state: dict, force: bool = False):
     ckpt.save(at_step, state, {"scan_layers": model_config.scan_layers, "data": data_state,
                                "mesh": list(mesh.devices.shape), "process_count": jax.process_count(),
                                "model_config": model_config.to_dict()}, force=force)
-    if at_step == kill_step:
-      if not kill_during:
-        ckpt.wait()
-      os.kill(os.getpid(), signal.SIGKILL)
 
   try:
-    for phase in phases:
+    for phase in resolve_phases(config):
       if phase.end <= step:
         continue
       start_in_phase = step - phase.start
@@ -436,7 +328,7 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
         do_ckpt = (ckpt_every > 0 and step % ckpt_every == 0) or at_end or preempted
         if do_log or do_ckpt:
           summary = ts.normalize(acc)
-          _check_finite(summary, nan_policy, ckpt)
+          _check_finite(summary, config.nan_policy, ckpt)
         if do_log:
           elapsed = max(time.time() - window_start, 1e-9)
           seq_per_sec = window_steps * int(config.batch_size) / elapsed if window_steps else None
@@ -457,7 +349,7 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
           window_start, window_steps = time.time(), 0
         if do_ckpt:
           save(step, data.state(), force=at_end or preempted)
-        if eval_files and eval_every > 0 and (step % eval_every == 0 or step == total):
+        if eval_files and config.eval_every_steps > 0 and (step % config.eval_every_steps == 0 or step == total):
           ev = evaluate(config, eval_step, state.params, eval_files, phase, vocab_file, batch_sharding)
           writer.write(step, ev, filename="eval_metrics.jsonl", tb_prefix="eval/")
           last.update(ev)
@@ -496,7 +388,7 @@ def evaluate(config, eval_step, params, eval_files: str, phase: Phase, vocab_fil
   """eval_steps batches of held-out data (the same batches every time: fixed seed, fresh iterator)."""
   data = make_dataset(config, eval_files, phase, vocab_file, is_training=False, seed_offset=7919)
   acc = None
-  for _ in range(int(_get(config, "eval_steps", 100))):
+  for _ in range(int(config.eval_steps)):
     try:
       batch = next(data)
     except StopIteration:
@@ -505,16 +397,3 @@ def evaluate(config, eval_step, params, eval_files: str, phase: Phase, vocab_fil
   if acc is None:
     return {}
   return {f"eval_{k}": v for k, v in ts.normalize(acc).items()}
-
-
-def _load_init_checkpoint(name: str):
-  """(BertConfig, params, vocab path | None) from a work dir, a params dir, or a zoo name."""
-  if os.path.isdir(os.path.expanduser(name)):
-    return checkpoints.load_pretrained(name)
-  try:
-    from bert_jax.convert import io as convert_io
-  except ImportError as e:
-    raise FileNotFoundError(f"init_checkpoint={name!r} is not a directory and the zoo is unavailable "
-                            f"({e})") from e
-  got = convert_io.load_checkpoint(name)
-  return got.config, got.params, got.vocab_file

@@ -1,40 +1,50 @@
-"""The pre-training state and the pure, sharded train/eval steps. No TensorFlow, no ml_collections needed.
+"""The one state/step factory of pre-training and fine-tuning: TrainState, parameters created on the mesh,
+and pure sharded train/eval steps parameterised by a loss function. No TensorFlow, no ml_collections needed.
 
 API
 ---
-  TrainState(step, params, opt_state, rng)          flax.struct dataclass; `rng` is a raw uint32[2] dropout
-                                                    key (the step number is folded in at every step)
+  TrainState(step, params, opt_state, rng)          flax.struct dataclass; `rng` is the raw uint32[2] data of
+                                                    a jax.random.key (JAX's default threefry implementation,
+                                                    whose streams do not depend on the sharding, so a resume
+                                                    on another mesh draws the same dropout masks); the step
+                                                    number is folded in at every step
+  LossFn(denominators, forward)                     what a step optimises (see below)
+  pretraining_loss(model, targets) -> LossFn        MLM / NSP / SOP / LM sums (models.losses)
   build_model_config(config, vocab_size=None) -> BertConfig     from config.model.* (size table + overrides)
   build_model(config, vocab_size=None) -> BertForPreTraining    with config.targets
+  init_params(config, model, mesh) -> (params, param_shardings)    random params on the mesh, no optimizer
   create_train_state(config, model, mesh, tx=None, *, params=None, rng=None)
       -> (state, state_shardings)      params created directly on the mesh: eval_shape(init) -> logical
                                        partition specs -> NamedShardings -> jit(init, out_shardings=...).
                                        `params` (e.g. from init_checkpoint, un-scanned or scanned layout)
-                                       replaces the random init.
+                                       replaces the random init. Any model of this package works (the
+                                       pre-training model or a fine-tuning head).
   abstract_train_state(config, model, mesh, tx=None) -> (abstract_state, state_shardings)
       ShapeDtypeStructs carrying their shardings (the restore target for Orbax).
-  make_train_step(config, model, tx, mesh, state_shardings) -> StepFn
-      step(state, batch) -> (state, metrics): jit with in/out shardings and donate_argnums=0, traced under
-      the mesh + logical rules (so the model's activation constraints apply). `step.lower(state, batch)`
-      gives the jax Lowered (for .compile().memory_analysis()).
-  make_eval_step(config, model, mesh, state_shardings) -> StepFn: eval(params, batch) -> metric sums
+  make_train_step(config, model, tx, mesh, state_shardings, *, loss_fn=None) -> StepFn
+      step(state, batch) -> (state, metric sums): jit with in/out shardings and donate_argnums=0, traced under
+      the mesh + logical rules (so the model's activation constraints apply). `loss_fn` defaults to
+      pretraining_loss(model, config.targets). `step.lower(state, batch)` gives the jax Lowered.
+  make_grads_step(...)                                the same forward/backward without an update
+  make_eval_step(config, model, mesh, state_shardings, *, loss_fn=None) -> StepFn: eval(params, batch) -> sums
   merge_metrics(a, b), normalize(metrics_sums) -> dict of floats (host side, at logging steps only)
 
-Batch: dict of arrays with Google's names (input_ids, input_mask, segment_ids, masked_lm_positions,
-masked_lm_ids, masked_lm_weights, next_sentence_labels), leading axis = global batch, sharded over the mesh
-axes of the logical 'activation_batch' axis (sharding.batch_sharding). Host numpy arrays are accepted in
-single-process runs; multi-host runs pass global jax.Arrays (jax.make_array_from_process_local_data).
+The run config needs: seed, grad_accum_steps, nan_policy, logical_axis_rules, num_train_steps, warmup_steps,
+optimizer.* (see optimizers.py) and, for the pre-training defaults, targets and model.*.
 
-Gradient accumulation (config.grad_accum_steps = A): the batch is split into A strided micro-batches (every
-device keeps 1/A of its rows per micro-batch) and lax.scan sums their gradients. The loss is normalised by
-the *global* denominators (masked-token weight sum for MLM, batch size for NSP/SOP), so the accumulated
-gradient equals the full-batch gradient, not a mean of per-micro-batch means.
+Loss functions. A LossFn has two parts so that gradient accumulation is exact:
+  denominators(batch) -> dict      global normalisers of the FULL batch (e.g. the number of weighted masked
+                                   tokens), computed once before the batch is split into micro-batches;
+  forward(params, batch, rng, denominators) -> (loss, metric sums)   rng None = deterministic.
+Summing micro-batch losses normalised by the global denominators gives the full-batch loss, not a mean of
+per-micro-batch means. With config.grad_accum_steps = A the batch is split into A strided micro-batches
+(every device keeps 1/A of its rows per micro-batch) and lax.scan sums their gradients.
 
-Metrics leave the step as sums: <t>_loss_sum, <t>_correct_sum, <t>_weight_sum | <t>_count for each target,
-loss_sum/loss_count (total loss per step), grad_norm_sum, param_norm_sum, step_count (applied steps),
-nonfinite_count and min_nonfinite_step (first 1-based step number with a NaN/Inf loss or gradient;
-2**31-1 if none).
-Add them across steps with merge_metrics (on device, no host sync) and normalise once when writing.
+Metrics leave a step as sums: the loss function's own (<t>_loss_sum, <t>_correct_sum, <t>_weight_sum |
+<t>_count for each target or task), loss_sum/loss_count (the optimised loss per step), grad_norm_sum,
+param_norm_sum, step_count (applied steps), nonfinite_count and min_nonfinite_step (first 1-based step
+with a NaN/Inf loss or gradient; 2**31-1 if none). Add them across steps with merge_metrics (on device, no
+host sync) and normalise once when writing.
 
 NaN/Inf: config.nan_policy == "skip" keeps params and optimizer state of a non-finite step (its metrics are
 zeroed and counted in nonfinite_count); "stop" applies nothing special in the step and the loop raises at
@@ -43,10 +53,10 @@ the next host sync naming min_nonfinite_step.
 Minimal use without ml_collections (e.g. a benchmark):
   cfg = types.SimpleNamespace(seed=0, targets=("mlm", "nsp"), grad_accum_steps=1, nan_policy="stop",
       num_train_steps=1000, warmup_steps=100, logical_axis_rules=None,   # None = axes.DEFAULT_RULES
-      optimizer=types.SimpleNamespace(name="adamw", learning_rate=1e-4))
+      optimizer=optimizers.OptimizerConfig(learning_rate=1e-4))
   model = BertForPreTraining(BertConfig.from_size("base", vocab_size=30522, dtype="bfloat16"))
   mesh = sharding.make_mesh((-1, 1, 1))
-  tx, _ = optimizers.make_optimizer(cfg)
+  tx, _ = optimizers.make_optimizer(cfg.optimizer, cfg.num_train_steps, cfg.warmup_steps)
   state, shardings = create_train_state(cfg, model, mesh, tx)
   step = make_train_step(cfg, model, tx, mesh, shardings)
   state, metrics = step(state, batch)
@@ -54,7 +64,7 @@ Minimal use without ml_collections (e.g. a benchmark):
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 import flax
 import flax.linen as nn
@@ -64,7 +74,8 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from bert_jax.models import BertConfig, BertForPreTraining, dummy_inputs, losses, scan_params, unscan_params
+from bert_jax.models import BertConfig, BertForPreTraining, dummy_inputs, losses
+from bert_jax.pretrained.params_dir import match_layout
 from bert_jax.training import optimizers, sharding
 
 NO_NONFINITE = np.int32(2**31 - 1)
@@ -80,51 +91,64 @@ class TrainState:
   step: jax.Array        # int32 scalar: optimizer steps taken
   params: Any            # plain (unboxed) parameter tree, float32
   opt_state: Any         # optax state; params-shaped parts sharded like the params
-  rng: jax.Array         # uint32[2] dropout key; fold_in(rng, step) per step
+  rng: jax.Array         # uint32[2] raw dropout key data; fold_in(key, step) per step
 
 
-def _rules(config):
-  return sharding.normalize_rules(getattr(config, "logical_axis_rules", None))
+class LossFn(NamedTuple):
+  """What a step optimises; see the module docstring."""
+  denominators: Callable[[Mapping[str, jax.Array]], dict]
+  forward: Callable[..., tuple]
 
 
-def _targets(config):
-  return tuple(getattr(config, "targets", ("mlm", "nsp")))
+def compute_dtype(name: str) -> str:
+  """"auto" -> bfloat16 on GPU/TPU (fast bf16 matmuls), float32 on CPU; other names unchanged."""
+  if name == "auto":
+    return "bfloat16" if jax.default_backend() in ("gpu", "tpu") else "float32"
+  return name
 
 
 def build_model_config(config, vocab_size: Optional[int] = None) -> BertConfig:
-  """BertConfig from config.model: the size table entry, then every explicitly set model field."""
+  """BertConfig from config.model: the size table entry, then every model field the config sets."""
   m = config.model
-  vocab = vocab_size if vocab_size is not None else int(getattr(m, "vocab_size", -1))
+  vocab = vocab_size if vocab_size is not None else int(m.vocab_size)
   if vocab is None or vocab <= 0:
     raise ValueError("model.vocab_size is -1 and no vocab file was read; pass the vocab size")
-  overrides = {k: getattr(m, k) for k in _MODEL_FIELDS if hasattr(m, k) and getattr(m, k) is not None}
-  return BertConfig.from_size(getattr(m, "size", "base"), vocab_size=int(vocab), **overrides)
+  overrides = {k: m[k] for k in _MODEL_FIELDS if k in m and m[k] is not None}
+  if "dtype" in overrides:
+    overrides["dtype"] = compute_dtype(overrides["dtype"])
+  return BertConfig.from_size(m.size, vocab_size=int(vocab), **overrides)
 
 
 def build_model(config, vocab_size: Optional[int] = None) -> BertForPreTraining:
-  return BertForPreTraining(build_model_config(config, vocab_size), targets=_targets(config))
+  return BertForPreTraining(build_model_config(config, vocab_size), targets=tuple(config.targets))
+
+
+def _rules(config):
+  return sharding.normalize_rules(config.logical_axis_rules)
 
 
 # ---- state creation ---------------------------------------------------------------------------------
 def _init_fn(model: nn.Module):
   cfg = model.config
+  inputs = dummy_inputs(cfg)
+  if not isinstance(model, BertForPreTraining):   # task heads take (input_ids, input_mask, segment_ids)
+    inputs = inputs[:3]
 
   def init(rng):
-    return model.init({"params": rng}, *dummy_inputs(cfg), deterministic=True)["params"]
+    return model.init({"params": rng}, *inputs, deterministic=True)["params"]
   return init
 
 
 def param_shardings(model: nn.Module, mesh, rules):
   """(abstract params [ShapeDtypeStruct], NamedSharding tree) from the model's logical axis metadata."""
-  boxed = jax.eval_shape(_init_fn(model), jax.random.PRNGKey(0))
+  boxed = jax.eval_shape(_init_fn(model), jax.random.key(0))
   return nn.unbox(boxed), sharding.logical_shardings(boxed, mesh, rules)
 
 
 def abstract_train_state(config, model: nn.Module, mesh, tx=None):
   """(TrainState of ShapeDtypeStructs with .sharding set, TrainState of NamedShardings)."""
-  tx = tx if tx is not None else optimizers.make_optimizer(config)[0]
-  rules = _rules(config)
-  abstract_params, p_shard = param_shardings(model, mesh, rules)
+  tx = tx if tx is not None else optimizers.optimizer_from_run_config(config)[0]
+  abstract_params, p_shard = param_shardings(model, mesh, _rules(config))
   abstract_opt = jax.eval_shape(tx.init, abstract_params)
   repl = sharding.replicated(mesh)
   o_shard = optax.tree_map_params(tx, lambda _, s: s, abstract_opt, p_shard,
@@ -136,39 +160,43 @@ def abstract_train_state(config, model: nn.Module, mesh, tx=None):
   return abstract, shardings
 
 
-def _match_layout(params, model_config: BertConfig):
-  """Given params in either layer layout, return them in the layout the model expects."""
-  enc = params.get("bert", {}).get("encoder", {})
-  if model_config.scan_layers and "layers" not in enc and "layer_0" in enc:
-    return scan_params(params)
-  if not model_config.scan_layers and "layers" in enc:
-    return unscan_params(params)
-  return params
+def _split_seed(config, rng):
+  """(param key, dropout key) from config.seed (or a given key / raw key data)."""
+  rng = jax.random.key(int(config.seed)) if rng is None else rng
+  if not jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
+    rng = jax.random.wrap_key_data(rng)
+  return jax.random.split(rng)
+
+
+def init_params(config, model: nn.Module, mesh, rng=None):
+  """(random params created on the mesh, their NamedShardings), without optimizer state: the draw equals
+  create_train_state's for the same seed, so loaded arrays can be merged in before the state is made."""
+  _, p_shard = param_shardings(model, mesh, _rules(config))
+  init = _init_fn(model)
+  with sharding.mesh_context(mesh, _rules(config)):
+    params = jax.jit(lambda r: nn.unbox(init(r)), out_shardings=p_shard)(_split_seed(config, rng)[0])
+  return params, p_shard
 
 
 def create_train_state(config, model: nn.Module, mesh, tx=None, *, params=None, rng=None):
   """A fresh TrainState laid out on `mesh` (see module docstring). Returns (state, state_shardings)."""
-  tx = tx if tx is not None else optimizers.make_optimizer(config)[0]
+  tx = tx if tx is not None else optimizers.optimizer_from_run_config(config)[0]
   _, shardings = abstract_train_state(config, model, mesh, tx)
-  rng = jax.random.PRNGKey(int(getattr(config, "seed", 0))) if rng is None else rng
-  param_rng, dropout_rng = jax.random.split(rng)
+  param_rng, dropout_rng = _split_seed(config, rng)
   init = _init_fn(model)
 
   def make_state(p):
     return TrainState(step=jnp.zeros((), jnp.int32), params=p, opt_state=tx.init(p),
-                      rng=jax.random.key_data(dropout_rng) if jnp.issubdtype(dropout_rng.dtype,
-                                                                               jax.dtypes.prng_key)
-                      else dropout_rng)
+                      rng=jax.random.key_data(dropout_rng))
 
-  if params is None:
-    state = jax.jit(lambda r: make_state(nn.unbox(init(r))), out_shardings=shardings)(param_rng)
-  else:
-    params = _match_layout(flax.core.unfreeze(params) if isinstance(params, flax.core.FrozenDict)
-                           else params, model.config)
+  with sharding.mesh_context(mesh, _rules(config)):
+    if params is None:
+      return jax.jit(lambda r: make_state(nn.unbox(init(r))), out_shardings=shardings)(param_rng), shardings
+    params = match_layout(flax.core.unfreeze(params) if isinstance(params, flax.core.FrozenDict) else params,
+                          model.config.scan_layers)
     _check_same_tree(params, shardings.params)
     params = jax.device_put(params, shardings.params)
-    state = jax.jit(make_state, in_shardings=(shardings.params,), out_shardings=shardings)(params)
-  return state, shardings
+    return jax.jit(make_state, in_shardings=(shardings.params,), out_shardings=shardings)(params), shardings
 
 
 def _check_same_tree(params, reference):
@@ -177,6 +205,39 @@ def _check_same_tree(params, reference):
   if got != want:
     raise ValueError("initial params do not match the model: missing "
                      f"{sorted(want - got)[:5]}, unexpected {sorted(got - want)[:5]}")
+
+
+# ---- loss functions ------------------------------------------------------------------------------------
+def pretraining_loss(model: nn.Module, targets) -> LossFn:
+  """The pre-training objective: sum over `targets` of MLM (weighted mean over predicted tokens), NSP/SOP
+  (mean over the batch) and LM losses, as in Google BERT, each normalised by its global denominator."""
+  targets = tuple(targets)
+
+  def denominators(batch):
+    d = {}
+    if "mlm" in targets:
+      d["mlm"] = jnp.sum(batch["masked_lm_weights"].astype(jnp.float32)) + 1e-5
+    for t in ("nsp", "sop"):
+      if t in targets:
+        d[t] = jnp.asarray(batch["input_ids"].shape[0], jnp.float32)
+    if "lm" in targets:
+      d["lm"] = jnp.sum(batch["input_mask"][:, 1:].astype(jnp.float32)) + 1e-5
+    return d
+
+  def forward(params, batch, rng, denoms):
+    deterministic = rng is None
+    out = model.apply({"params": params}, batch["input_ids"], batch["input_mask"], batch.get("segment_ids"),
+                      batch.get("masked_lm_positions") if "mlm" in targets else None,
+                      deterministic=deterministic, rngs=None if deterministic else {"dropout": rng})
+    _, sums = losses.pretraining_loss(out, batch, targets)
+    loss = sum(sums[f"{t}_loss_sum"] / denoms[t] for t in targets)
+    return loss, {k: v for k, v in sums.items() if k not in ("loss_sum", "loss_count")}
+
+  return LossFn(denominators, forward)
+
+
+def _default_loss(config, model, loss_fn):
+  return loss_fn if loss_fn is not None else pretraining_loss(model, config.targets)
 
 
 # ---- steps ---------------------------------------------------------------------------------------------
@@ -195,31 +256,6 @@ class StepFn:
       return self.jitted.lower(*args)
 
 
-def _denominators(batch, targets):
-  """Global normalisers, so that summing micro-batch losses gives the full-batch loss."""
-  d = {}
-  if "mlm" in targets:
-    d["mlm"] = jnp.sum(batch["masked_lm_weights"].astype(jnp.float32)) + 1e-5
-  for t in ("nsp", "sop"):
-    if t in targets:
-      d[t] = jnp.asarray(batch["input_ids"].shape[0], jnp.float32)
-  if "lm" in targets:
-    d["lm"] = jnp.sum(batch["input_mask"][:, 1:].astype(jnp.float32)) + 1e-5
-  return d
-
-
-def _forward_sums(model, params, batch, targets, denoms, rng):
-  """(loss, metric sums) of one (micro-)batch; loss normalised by the global denominators."""
-  deterministic = rng is None
-  out = model.apply({"params": params}, batch["input_ids"], batch["input_mask"], batch.get("segment_ids"),
-                    batch.get("masked_lm_positions") if "mlm" in targets else None,
-                    deterministic=deterministic, rngs=None if deterministic else {"dropout": rng})
-  _, sums = losses.pretraining_loss(out, batch, targets)
-  loss = sum(sums[f"{t}_loss_sum"] / denoms[t] for t in targets)
-  sums = {k: v for k, v in sums.items() if k not in ("loss_sum", "loss_count")}
-  return loss, sums
-
-
 def _check_batch(batch, divisor, what):
   b = batch["input_ids"].shape[0]
   if b % divisor:
@@ -227,15 +263,14 @@ def _check_batch(batch, divisor, what):
   return b
 
 
-def _make_grads_fn(model, targets, accum, mesh, b_spec, grad_shardings, shards):
+def _make_grads_fn(loss_fn: LossFn, accum, mesh, b_spec, grad_shardings, shards):
   """(params, batch, rng) -> (loss, metric sums, grads) of the global batch, accumulated over `accum`
   strided micro-batches with lax.scan (rng None = deterministic forward)."""
 
   def grads_fn(params, batch, rng):
     b = _check_batch(batch, shards * accum, f"batch shards ({shards}) x grad_accum_steps ({accum})")
-    denoms = _denominators(batch, targets)
-    grad_fn = jax.value_and_grad(
-        lambda p, mb, r: _forward_sums(model, p, mb, targets, denoms, r), has_aux=True)
+    denoms = loss_fn.denominators(batch)
+    grad_fn = jax.value_and_grad(lambda p, mb, r: loss_fn.forward(p, mb, r, denoms), has_aux=True)
     if accum == 1:
       (loss, sums), grads = grad_fn(params, batch, rng)
       return loss, sums, grads
@@ -256,7 +291,7 @@ def _make_grads_fn(model, targets, accum, mesh, b_spec, grad_shardings, shards):
                            params, grad_shardings)
     first = jax.tree.map(lambda x: x[0], micro)
     zeros_s = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), jax.eval_shape(
-        lambda: _forward_sums(model, params, first, targets, denoms, micro_rng(0))[1]))
+        lambda: loss_fn.forward(params, first, micro_rng(0), denoms)[1]))
     (grads, loss, sums), _ = jax.lax.scan(
         body, (zeros_g, jnp.zeros((), jnp.float32), zeros_s), (micro, jnp.arange(accum)))
     return loss, sums, grads
@@ -264,18 +299,28 @@ def _make_grads_fn(model, targets, accum, mesh, b_spec, grad_shardings, shards):
   return grads_fn
 
 
-def make_grads_step(config, model: nn.Module, mesh, state_shardings, *, deterministic: bool = False) -> StepFn:
+def _step_parts(config, model, loss_fn, mesh, state_shardings):
+  rules = _rules(config)
+  accum = int(config.grad_accum_steps)
+  if accum < 1:
+    raise ValueError(f"grad_accum_steps={accum}; expected >= 1")
+  grads_fn = _make_grads_fn(_default_loss(config, model, loss_fn), accum, mesh, sharding.batch_spec(rules),
+                            state_shardings.params, sharding.batch_shards(mesh, rules))
+  return rules, grads_fn
+
+
+def _dropout_key(state):
+  return jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+
+
+def make_grads_step(config, model: nn.Module, mesh, state_shardings, *, loss_fn: Optional[LossFn] = None,
+                    deterministic: bool = False) -> StepFn:
   """grads(state, batch) -> (loss, metric sums, grads) without an update: the same computation as the
   train step (for tests and gradient inspection)."""
-  targets, rules = _targets(config), _rules(config)
-  accum = int(getattr(config, "grad_accum_steps", 1) or 1)
-  shards = sharding.batch_shards(mesh, rules)
-  grads_fn = _make_grads_fn(model, targets, accum, mesh, sharding.batch_spec(rules), state_shardings.params,
-                            shards)
+  rules, grads_fn = _step_parts(config, model, loss_fn, mesh, state_shardings)
 
   def step(state, batch):
-    rng = None if deterministic else jax.random.fold_in(state.rng, state.step)
-    return grads_fn(state.params, dict(batch), rng)
+    return grads_fn(state.params, dict(batch), None if deterministic else _dropout_key(state))
 
   repl = sharding.replicated(mesh)
   jitted = jax.jit(step, in_shardings=(state_shardings, sharding.batch_sharding(mesh, rules)),
@@ -283,23 +328,17 @@ def make_grads_step(config, model: nn.Module, mesh, state_shardings, *, determin
   return StepFn(jitted, mesh, rules)
 
 
-def make_train_step(config, model: nn.Module, tx, mesh, state_shardings, *, donate: bool = True) -> StepFn:
+def make_train_step(config, model: nn.Module, tx, mesh, state_shardings, *, loss_fn: Optional[LossFn] = None,
+                    donate: bool = True) -> StepFn:
   """The sharded train step (see module docstring)."""
-  targets = _targets(config)
-  rules = _rules(config)
-  accum = int(getattr(config, "grad_accum_steps", 1) or 1)
-  nan_policy = getattr(config, "nan_policy", "stop")
+  nan_policy = config.nan_policy
   if nan_policy not in ("stop", "skip"):
     raise ValueError(f"nan_policy={nan_policy!r}; expected stop or skip")
-  shards = sharding.batch_shards(mesh, rules)
-  b_spec = sharding.batch_spec(rules)
+  rules, grads_fn = _step_parts(config, model, loss_fn, mesh, state_shardings)
   repl = sharding.replicated(mesh)
 
-  grads_fn = _make_grads_fn(model, targets, accum, mesh, b_spec, state_shardings.params, shards)
-
   def train_step(state: TrainState, batch: Mapping[str, jax.Array]):
-    step_rng = jax.random.fold_in(state.rng, state.step)
-    loss, sums, grads = grads_fn(state.params, dict(batch), step_rng)
+    loss, sums, grads = grads_fn(state.params, dict(batch), _dropout_key(state))
     grad_norm = optax.global_norm(grads)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
@@ -316,27 +355,25 @@ def make_train_step(config, model: nn.Module, tx, mesh, state_shardings, *, dona
     metrics["min_nonfinite_step"] = jnp.where(finite, NO_NONFINITE, state.step.astype(jnp.int32) + 1)
     return new_state, metrics
 
-  batch_in = NamedSharding(mesh, b_spec)
+  batch_in = sharding.batch_sharding(mesh, rules)
   jitted = jax.jit(train_step, in_shardings=(state_shardings, batch_in), out_shardings=(state_shardings, repl),
                    donate_argnums=(0,) if donate else ())
   return StepFn(jitted, mesh, rules)
 
 
-def make_eval_step(config, model: nn.Module, mesh, state_shardings) -> StepFn:
+def make_eval_step(config, model: nn.Module, mesh, state_shardings, *, loss_fn: Optional[LossFn] = None) -> StepFn:
   """eval(params, batch) -> metric sums (deterministic forward, same loss normalisation as training)."""
-  targets = _targets(config)
   rules = _rules(config)
+  loss_fn = _default_loss(config, model, loss_fn)
   shards = sharding.batch_shards(mesh, rules)
 
   def eval_step(params, batch):
     batch = dict(batch)
     _check_batch(batch, shards, "batch shards")
-    denoms = _denominators(batch, targets)
-    loss, sums = _forward_sums(model, params, batch, targets, denoms, None)
+    loss, sums = loss_fn.forward(params, batch, None, loss_fn.denominators(batch))
     return dict(sums, loss_sum=loss, loss_count=jnp.ones((), jnp.float32))
 
-  batch_in = sharding.batch_sharding(mesh, rules)
-  jitted = jax.jit(eval_step, in_shardings=(state_shardings.params, batch_in),
+  jitted = jax.jit(eval_step, in_shardings=(state_shardings.params, sharding.batch_sharding(mesh, rules)),
                    out_shardings=sharding.replicated(mesh))
   return StepFn(jitted, mesh, rules)
 

@@ -32,8 +32,8 @@ import os
 from typing import Dict, List, Optional, Tuple
 
 from bert_jax.evaluation import glue as glue_metrics
-from bert_jax.input_pipeline.tasks import common
-from bert_jax.input_pipeline.tasks.classification import ClassificationExample
+from bert_jax.finetune.tasks import common
+from bert_jax.finetune.tasks.classification import ClassificationExample
 
 
 @dataclasses.dataclass(frozen=True)

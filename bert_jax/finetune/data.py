@@ -1,12 +1,10 @@
-"""Fine-tuning glue between the task registry and the model: task objects from a run config, split loading,
-padded batches, and the per-task losses. No TensorFlow here (TFDS is imported by the task readers only
-when a TFDS split is read).
+"""Fine-tuning data: task objects from a run config, split loading and padded batches. No TensorFlow here
+(TFDS is imported by the task readers only when a TFDS split is read).
 
-    task = make_task(config)                       # a bert_jax.input_pipeline.tasks Task, label list filled in
+    task = make_task(config)                       # a bert_jax.finetune.tasks Task, label list filled in
     data = load_split(task, config, "dev", tokenizer)   # SplitData(examples, features) or None if absent
     for batch in iterate_batches(data.features, keys, batch_size, rng=None):   # padded, with example_weight
       ...
-    loss, sums = task_loss(task.kind, outputs, batch)
 
 Batches are always full (static shapes, one compile): the last partial batch is padded with copies of row 0
 whose `example_weight` is 0, so a small training set loses nothing (Google's run_classifier drops the
@@ -19,12 +17,10 @@ import dataclasses
 import logging
 from typing import Dict, Iterator, Optional, Sequence
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.input_pipeline.tasks import IGNORE_INDEX, get_task
-from bert_jax.input_pipeline.tasks.common import ExampleSet
+from bert_jax.finetune.tasks import get_task
+from bert_jax.finetune.tasks.common import ExampleSet
 
 _log = logging.getLogger(__name__)
 
@@ -33,7 +29,7 @@ LABEL_KEYS = {"classification": ("label_ids",), "regression": ("label_ids",), "n
               "squad": ("start_positions", "end_positions")}
 
 
-def _split_list(s) -> list:
+def split_list(s) -> list:
   if isinstance(s, (list, tuple)):
     return [str(x).strip() for x in s if str(x).strip()]
   return [x.strip() for x in str(s or "").split(",") if x.strip()]
@@ -47,7 +43,7 @@ def _column(v):
   return int(v) if v.lstrip("-").isdigit() else v
 
 
-def _bool_or_none(v, what: str):
+def bool_or_none(v, what: str):
   if isinstance(v, bool) or v is None:
     return v
   s = str(v).strip().lower()
@@ -61,29 +57,29 @@ def _bool_or_none(v, what: str):
 
 
 def use_tfds(config) -> bool:
-  return bool(str(getattr(config, "tfds_name", "") or "").strip())
+  return bool(config.tfds_name.strip())
 
 
 def make_task(config, label_list: Optional[Sequence[str]] = None):
   """The registry Task of `config.task`, with the config's options; label lists inferred from train.
   `label_list` (e.g. a fine-tuned checkpoint's) is used when config.label_list is empty."""
   name = config.task
-  on_error = getattr(config, "on_error", "raise")
-  label_list = _split_list(getattr(config, "label_list", "")) or (list(label_list) if label_list else None)
+  on_error = config.on_error
+  label_list = split_list(config.label_list) or (list(label_list) if label_list else None)
   kwargs = {"on_error": on_error}
   if name.startswith("squad"):
     kwargs.update(doc_stride=int(config.doc_stride), max_query_length=int(config.max_query_length),
                   n_best_size=int(config.n_best_size), max_answer_length=int(config.max_answer_length),
                   null_score_diff_threshold=float(config.null_score_diff_threshold),
-                  language=getattr(config, "squad_language", "auto"))
-    name = "squad_v2" if getattr(config, "version_2_with_negative", name == "squad_v2") else "squad_v1"
+                  language=config.squad_language)
+    name = "squad_v2" if config.version_2_with_negative else "squad_v1"
   elif name == "ner":
-    kwargs.update(label_list=label_list, scheme=getattr(config, "ner_scheme", "BIO"),
-                  mode=getattr(config, "ner_mode", "conlleval"))
+    kwargs.update(label_list=label_list, scheme=config.ner_scheme,
+                  mode=config.ner_mode)
   elif name == "classification":
     c = config.classification
-    fmt = str(getattr(c, "file_format", "") or "").strip() or None
-    delim = str(getattr(c, "delimiter", "") or "")
+    fmt = c.file_format.strip() or None
+    delim = c.delimiter
     if delim:
       by_delim = {"\t": "tsv", "\\t": "tsv", "tab": "tsv", ",": "csv", "comma": "csv"}
       if delim not in by_delim:
@@ -93,7 +89,7 @@ def make_task(config, label_list: Optional[Sequence[str]] = None):
         raise ValueError(f"classification.delimiter={delim!r} contradicts file_format={fmt!r}")
       fmt = by_delim[delim]
     kwargs.update(label_list=label_list, text_a=_column(c.text_a), text_b=_column(c.text_b),
-                  label=_column(c.label), header=_bool_or_none(c.header, "classification.header"),
+                  label=_column(c.label), header=bool_or_none(c.header, "classification.header"),
                   file_format=fmt, is_regression=bool(c.is_regression))
   task = get_task(name, **kwargs)
   if label_list is not None and name not in ("ner", "classification"):
@@ -114,7 +110,7 @@ def make_task(config, label_list: Optional[Sequence[str]] = None):
 def _tfds_kwargs(config) -> dict:
   if not use_tfds(config):
     return {}
-  d = str(getattr(config, "tfds_data_dir", "") or "") or config.data_dir or None
+  d = config.tfds_data_dir or config.data_dir or None
   return {"tfds_data_dir": d}
 
 
@@ -205,53 +201,3 @@ def iterate_batches(features: Dict[str, np.ndarray], keys: Sequence[str], batch_
 
 def num_batches(n: int, batch_size: int) -> int:
   return -(-n // batch_size)
-
-
-# --------------------------------------------------------------------------------------------------------
-# Losses. Each returns (loss normalised over the batch, sums for logging); sums are weighted by
-# example_weight so padded rows count for nothing.
-# --------------------------------------------------------------------------------------------------------
-def _ce(logits, labels):
-  logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-  safe = jnp.maximum(labels, 0).astype(jnp.int32)
-  return -jnp.take_along_axis(logp, safe[..., None], axis=-1)[..., 0]
-
-
-def task_loss(kind: str, outputs, batch):
-  """(loss, {loss_sum, weight_sum[, correct_sum]}) for the task kind (see module docstring)."""
-  w = batch["example_weight"].astype(jnp.float32)
-  if kind == "classification":
-    labels = batch["label_ids"]
-    w = w * (labels >= 0)
-    nll = _ce(outputs["logits"], labels)
-    correct = (jnp.argmax(outputs["logits"], -1) == labels).astype(jnp.float32)
-    sums = {"loss_sum": jnp.sum(nll * w), "weight_sum": jnp.sum(w), "correct_sum": jnp.sum(correct * w)}
-  elif kind == "regression":
-    labels = batch["label_ids"].astype(jnp.float32)
-    w = w * jnp.isfinite(labels)
-    err = outputs["logits"][:, 0] - jnp.where(jnp.isfinite(labels), labels, 0.0)
-    sums = {"loss_sum": jnp.sum(jnp.square(err) * w), "weight_sum": jnp.sum(w)}
-  elif kind == "ner":
-    labels = batch["label_ids"]
-    tw = (labels != IGNORE_INDEX).astype(jnp.float32) * w[:, None]
-    nll = _ce(outputs["logits"], labels)
-    correct = (jnp.argmax(outputs["logits"], -1) == labels).astype(jnp.float32)
-    sums = {"loss_sum": jnp.sum(nll * tw), "weight_sum": jnp.sum(tw), "correct_sum": jnp.sum(correct * tw)}
-  elif kind == "squad":
-    # Google's run_squad: mean of the start and end cross-entropies over the window's positions.
-    nll = 0.5 * (_ce(outputs["start_logits"], batch["start_positions"])
-                 + _ce(outputs["end_logits"], batch["end_positions"]))
-    sums = {"loss_sum": jnp.sum(nll * w), "weight_sum": jnp.sum(w)}
-  else:
-    raise ValueError(f"unknown task kind {kind!r}")
-  loss = sums["loss_sum"] / jnp.maximum(sums["weight_sum"], 1e-6)
-  return loss, sums
-
-
-def summarize(sums: Dict[str, float]) -> Dict[str, float]:
-  """Host side: {loss_sum, weight_sum, correct_sum} -> {loss, accuracy}."""
-  d = max(float(sums.get("weight_sum", 0.0)), 1e-9)
-  out = {"loss": float(sums["loss_sum"]) / d}
-  if "correct_sum" in sums:
-    out["accuracy"] = float(sums["correct_sum"]) / d
-  return out

@@ -31,7 +31,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
-from bert_jax.input_pipeline.tasks import common
+from bert_jax.finetune.tasks import common
 
 DOCSTART = "-DOCSTART-"
 CONLL2003_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
@@ -74,12 +74,7 @@ def read_conll(path: str, label_list: Optional[Sequence[str]] = None, split: str
         bad(path, first_line, "mixed tagged and untagged lines", "a sentence has lines without a tag")
     words, tags, first_line, broken = [], [], None, False
 
-  with open(path, "rb") as f:
-    raw = f.read()
-  try:
-    text = raw.decode("utf-8-sig")
-  except UnicodeDecodeError as e:
-    raise common.TaskDataError(path, raw[:e.start].count(b"\n") + 1, "not valid UTF-8") from None
+  text = common.read_utf8(path)
   for n, line in enumerate(text.split("\n"), start=1):
     parts = line.split()
     if not parts:
@@ -204,7 +199,7 @@ def convert_examples_to_features(examples: Sequence[NerExample], tokenizer, max_
       cur_words.clear()
 
     for w_i, word in enumerate(ex.words):
-      ids = common.encode_text(tokenizer, word) or [unk]  # a word of dropped characters still gets a slot
+      ids = tokenizer.encode(word) or [unk]  # a word of dropped characters still gets a slot
       ids = ids[:budget]
       if ex.labels is not None:
         lab = label_map[ex.labels[w_i]]

@@ -16,7 +16,7 @@ import difflib
 import os
 from typing import Dict, List, Optional, Sequence
 
-from bert_jax.convert import io
+from bert_jax.pretrained import params_dir
 
 GOOGLE = "https://storage.googleapis.com/bert_models"
 HF = "https://huggingface.co"
@@ -173,7 +173,7 @@ def default_dir(name: str) -> str:
 
 
 def _is_converted(directory: str) -> bool:
-  return io.is_params_dir(directory)
+  return params_dir.is_params_dir(directory)
 
 
 class ZooError(FileNotFoundError):

@@ -1,6 +1,6 @@
 """Predictions from a fine-tuned work directory on raw text (for notebooks and scripts). No TensorFlow.
 
-    from bert_jax.training.finetune_predict import Predictor, predict
+    from bert_jax.finetune.predict import Predictor, predict
     p = Predictor.from_workdir("/tmp/ft_snow")              # reads DIR/best_checkpoint
     p.predict(["这本书很好", "不喜欢"])
     # classification: [{"label": "1", "probabilities": {"0": 0.08, "1": 0.92}}, ...]
@@ -26,13 +26,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bert_jax.evaluation import ner as ner_eval
+from bert_jax.finetune import data as ft
+from bert_jax.finetune import model as fm
+from bert_jax.finetune.tasks import get_task
+from bert_jax.finetune.tasks.classification import ClassificationExample
+from bert_jax.finetune.tasks.ner import NerExample
+from bert_jax.finetune.tasks.squad import SquadExample
 from bert_jax.input_pipeline import tokenization
-from bert_jax.input_pipeline.tasks import get_task
-from bert_jax.input_pipeline.tasks.classification import ClassificationExample
-from bert_jax.input_pipeline.tasks.ner import NerExample
-from bert_jax.input_pipeline.tasks.squad import SquadExample
-from bert_jax.training import finetune_model as fm
-from bert_jax.training import finetune_tasks as ft
+from bert_jax.pretrained import Pretrained, load_pretrained
+from bert_jax.training.train_step import compute_dtype
 
 
 def split_words(text: str) -> List[str]:
@@ -67,15 +70,15 @@ def _task_from_info(info: dict):
 class Predictor:
   """A fine-tuned model with its tokenizer and task; see the module docstring."""
 
-  def __init__(self, checkpoint: fm.InitCheckpoint, batch_size: int = 32):
-    info = checkpoint.extra
+  def __init__(self, checkpoint: Pretrained, batch_size: int = 32):
+    info = checkpoint.finetune_info
     if not info or "task" not in info:
-      raise ValueError(f"{checkpoint.source}: no finetune_info.json; this is not a fine-tuned checkpoint")
+      raise ValueError(f"{checkpoint.directory}: no finetune_info.json; this is not a fine-tuned checkpoint")
     self.info = info
     self.task = _task_from_info(info)
     self.max_seq_length = int(info["max_seq_length"])
-    self.tokenizer = tokenization.FullTokenizer(checkpoint.vocab_file, do_lower_case=bool(info["do_lower_case"]))
-    cfg = checkpoint.config.replace(dtype=fm.compute_dtype("auto"), scan_layers=False)
+    self.tokenizer = tokenization.FullTokenizer(checkpoint.require_vocab(), do_lower_case=bool(info["do_lower_case"]))
+    cfg = checkpoint.config.replace(dtype=compute_dtype("auto"), scan_layers=False)
     self.model = fm.build_model(self.task, cfg)
     self.params = jax.device_put(checkpoint.params)
     self.batch_size = batch_size
@@ -86,7 +89,7 @@ class Predictor:
   @classmethod
   def from_workdir(cls, workdir: str, batch_size: int = 32) -> "Predictor":
     """`workdir` is a fine-tuning work directory or its best_checkpoint/ directory."""
-    return cls(fm.load_init_checkpoint(workdir), batch_size)
+    return cls(load_pretrained(workdir), batch_size)
 
   def _outputs(self, features) -> Dict[str, np.ndarray]:
     outs: Dict[str, list] = {}
@@ -128,7 +131,6 @@ class Predictor:
             for p in probs]
 
   def _predict_ner(self, texts):
-    from bert_jax.evaluation import ner as ner_eval  # pylint: disable=g-import-not-at-top
     examples = []
     for i, t in enumerate(texts):
       words = split_words(t) if isinstance(t, str) else list(t)

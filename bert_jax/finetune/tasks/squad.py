@@ -18,7 +18,7 @@ Features, one row per doc-stride window ([CLS] question [SEP] context window [SE
   token_is_max_context                bool  [N, T]     this window gives the token its most context
 
 Answer positions come from character offsets, not Google's whitespace words: every WordPiece token knows the
-exact characters it covers (`common.tokenize_with_char_spans`), the answer's first token is the first one
+exact characters it covers (`FullTokenizer.tokenize_with_offsets`), the answer's first token is the first one
 ending after `answer_start` and its last token the last one starting before `answer_start + len(text)`.
 This handles accents, Chinese (one token per character, CMRC2018) and answers inside a word. The
 `answer_start` check is Google's: the context at answer_start must read the answer text (whitespace runs
@@ -36,7 +36,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from bert_jax.input_pipeline.tasks import common
+from bert_jax.finetune.tasks import common
 
 
 @dataclasses.dataclass
@@ -115,12 +115,7 @@ def read_squad(path: str, version_2_with_negative: bool = False, is_training: bo
   """
   if on_error is None:
     on_error = "skip" if is_training else "raise"
-  with open(path, "rb") as f:
-    raw_bytes = f.read()
-  try:
-    raw = raw_bytes.decode("utf-8-sig")
-  except UnicodeDecodeError as e:
-    raise common.TaskDataError(path, raw_bytes[:e.start].count(b"\n") + 1, "not valid UTF-8") from None
+  raw = common.read_utf8(path)
   try:
     data = json.loads(raw)
   except json.JSONDecodeError as e:
@@ -248,12 +243,12 @@ def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer, ma
     raise ValueError(f"doc_stride must be positive, got {doc_stride}")
   rows = {k: [] for k in ("ids", "seg", "start", "end", "imp", "ex", "spans", "maxctx")}
   for ex_i, ex in enumerate(examples):
-    q_ids = common.encode_text(tokenizer, ex.question_text)[:max_query_length]
+    q_ids = tokenizer.encode(ex.question_text)[:max_query_length]
     max_tokens_for_doc = max_seq_length - len(q_ids) - 3
     if max_tokens_for_doc <= 0:
       raise ValueError(f"max_seq_length={max_seq_length} leaves no room for the context after a "
                        f"{len(q_ids)}-token question (max_query_length={max_query_length})")
-    doc_tokens, doc_spans = common.tokenize_with_char_spans(tokenizer, ex.context_text)
+    doc_tokens, doc_spans = tokenizer.tokenize_with_offsets(ex.context_text)
     doc_ids = tokenizer.convert_tokens_to_ids(doc_tokens)
     tok_start = tok_end = None
     if is_training and not ex.is_impossible:

@@ -47,7 +47,7 @@ from bert_jax.evaluation import glue as glue_eval
 from bert_jax.evaluation import ner as ner_eval
 from bert_jax.evaluation import squad as squad_eval
 from bert_jax.evaluation import squad_postprocess
-from bert_jax.input_pipeline.tasks import classification, common, glue, ner, squad
+from bert_jax.finetune.tasks import classification, common, glue, ner, squad
 
 MODEL_INPUT_KEYS = ("input_ids", "input_mask", "segment_ids")
 

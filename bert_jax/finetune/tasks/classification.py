@@ -30,7 +30,8 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from bert_jax.input_pipeline.tasks import common
+from bert_jax.finetune.tasks import common
+from bert_jax.input_pipeline import tokenization
 
 Column = Union[int, str]
 
@@ -68,9 +69,12 @@ def convert_examples_to_features(examples: Sequence[ClassificationExample], toke
         raise common.TaskDataError(e.guid, None, f"label {e.label!r} is not in the label set {list(label_list)}")
       labels[i] = label_map[e.label]
   cls_id, sep_id = common.special_ids(tokenizer)
-  ids_a = common.encode_texts(tokenizer, [e.text_a for e in examples])
+  # The cached batch tokenizer gives ids identical to tokenizer.encode (tests/test_pipeline_tokenization.py)
+  # and costs nothing to set up, so every split takes it, small ones included.
+  batch = tokenization.fast_batch_tokenizer(tokenizer)
+  ids_a = batch.encode_batch([e.text_a for e in examples])
   pair_idx = [i for i, e in enumerate(examples) if e.text_b is not None]
-  ids_b_list = common.encode_texts(tokenizer, [examples[i].text_b for i in pair_idx])
+  ids_b_list = batch.encode_batch([examples[i].text_b for i in pair_idx])
   ids_b: List[Optional[List[int]]] = [None] * len(examples)
   for i, ids in zip(pair_idx, ids_b_list):
     ids_b[i] = ids

@@ -1,8 +1,8 @@
 """Fine-tuning loop: data from the task registry, a head on a (pre-trained) encoder, AdamW with warmup and
 linear decay, evaluation with the official metric, the best checkpoint, and the files users submit.
 
-    from bert_jax.training import finetune_lib
-    results = finetune_lib.run(config, workdir)     # config: configs/finetune.py
+    from bert_jax.finetune import loop
+    results = loop.run(config, workdir)     # config: configs/finetune.py
 
 Start-up order: init_checkpoint (encoder weights, config, vocab; the head is initialised) else random init
 from config.model.size + vocab_file. Training runs ceil(num_train_epochs x batches per epoch) steps; the
@@ -17,7 +17,7 @@ Files written to `workdir`:
   curves.png             train loss and the main eval metric against steps
   best_checkpoint/       params dir (model_config.json, params.msgpack, vocab.txt) of the best evaluation
                          + finetune_info.json (task, labels, max_seq_length, casing): `init_checkpoint` and
-                         `finetune_predict.Predictor.from_workdir` read it
+                         `bert_jax.finetune.predict.Predictor.from_workdir` read it
   eval_results.json      {"task", "main_metric", "best": {step, epoch, value}, "<split>": metrics, ...} for
                          every eval split (dev; MNLI dev_matched/dev_mismatched) and labelled test split,
                          computed with the best parameters, plus timing and the training summary
@@ -29,133 +29,73 @@ Files written to `workdir`:
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 import shutil
 import time
-import types
 from typing import Any, Dict, List, Optional
 
 import jax
 import numpy as np
 
+from bert_jax.finetune import data as ft
+from bert_jax.finetune import model as fm
 from bert_jax.input_pipeline import tokenization
-from bert_jax.models import unscan_params
-from bert_jax.training import finetune_model as fm
-from bert_jax.training import finetune_tasks as ft
+from bert_jax.pretrained import Pretrained, load_pretrained, params_dir
+from bert_jax.pretrained.load import BEST_DIR, merge_params
 from bert_jax.training import optimizers, sharding
-from bert_jax.training.train_step import merge_metrics
+from bert_jax.training import train_step as ts
+from bert_jax.training.checkpoints import config_to_dict
+from bert_jax.training.metric_writer import MetricWriter
 
 _log = logging.getLogger(__name__)
 
-BEST_DIR = "best_checkpoint"
-INFO_NAME = "finetune_info.json"
+INFO_NAME = params_dir.FINETUNE_INFO_NAME
 
 
-# --------------------------------------------------------------------------------------------------------
-# Metric records: metrics.jsonl, TensorBoard, and a PNG of the curves.
-# --------------------------------------------------------------------------------------------------------
-class RunLog:
-  """Appends records to metrics.jsonl and TensorBoard; `plot` draws curves.png at the end."""
-
-  def __init__(self, workdir: str, enabled: bool = True):
-    self.workdir, self.enabled = workdir, enabled
-    self.records: List[dict] = []
-    self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "w", encoding="utf-8") if enabled else None
-    self._tb = None
-    if enabled:
-      try:
-        from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-        self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
-      except ImportError:  # pragma: no cover
-        _log.warning("tensorboardX is not installed; no TensorBoard scalars")
-
-  def write(self, record: dict):
-    self.records.append(record)
-    if not self.enabled:
-      return
-    self._jsonl.write(json.dumps(record, sort_keys=True) + "\n")
-    self._jsonl.flush()
-    if self._tb is not None:
-      prefix = record["kind"] + (f"_{record['split']}" if "split" in record else "")
-      for k, v in record.items():
-        if k not in ("kind", "step", "split") and isinstance(v, (int, float)) and math.isfinite(v):
-          self._tb.add_scalar(f"{prefix}/{k}", v, record["step"])
-
-  def plot(self, main_metric: str) -> Optional[str]:
-    if not self.enabled:
-      return None
-    import matplotlib  # pylint: disable=g-import-not-at-top
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-    train = [r for r in self.records if r["kind"] == "train"]
-    evals = [r for r in self.records if r["kind"] == "eval" and main_metric in r]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-    a1.plot([r["step"] for r in train], [r["loss"] for r in train], label="train loss")
-    for split in sorted({r["split"] for r in evals}):
-      pts = [r for r in evals if r["split"] == split]
-      if "loss" in pts[0]:
-        a1.plot([r["step"] for r in pts], [r["loss"] for r in pts], "o-", label=f"{split} loss")
-      a2.plot([r["step"] for r in pts], [r[main_metric] for r in pts], "o-", label=split)
-    a1.set_xlabel("step")
-    a1.set_title("loss")
-    a1.legend()
-    a2.set_xlabel("step")
-    a2.set_title(main_metric)
-    if evals:
-      a2.legend()
-    fig.tight_layout()
-    path = os.path.join(self.workdir, "curves.png")
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
-
-  def close(self):
-    if self._jsonl is not None:
-      self._jsonl.close()
-    if self._tb is not None:
-      self._tb.close()
+def plot_curves(workdir: str, records: List[dict], main_metric: str) -> str:
+  """curves.png: train loss (and eval loss) and the main eval metric against the step."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  train = [r for r in records if r["kind"] == "train"]
+  evals = [r for r in records if r["kind"] == "eval" and main_metric in r]
+  fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+  a1.plot([r["step"] for r in train], [r["loss"] for r in train], label="train loss")
+  for split in sorted({r["split"] for r in evals}):
+    pts = [r for r in evals if r["split"] == split]
+    if "loss" in pts[0]:
+      a1.plot([r["step"] for r in pts], [r["loss"] for r in pts], "o-", label=f"{split} loss")
+    a2.plot([r["step"] for r in pts], [r[main_metric] for r in pts], "o-", label=split)
+  a1.set_xlabel("step")
+  a1.set_title("loss")
+  a1.legend()
+  a2.set_xlabel("step")
+  a2.set_title(main_metric)
+  if evals:
+    a2.legend()
+  fig.tight_layout()
+  path = os.path.join(workdir, "curves.png")
+  fig.savefig(path, dpi=80)
+  plt.close(fig)
+  return path
 
 
 # --------------------------------------------------------------------------------------------------------
 # Helpers.
 # --------------------------------------------------------------------------------------------------------
-def resolve_do_lower_case(value, init: Optional[fm.InitCheckpoint], vocab_file: str) -> bool:
-  v = ft._bool_or_none(value, "do_lower_case")  # pylint: disable=protected-access
+def resolve_do_lower_case(value, init: Optional[Pretrained], vocab_file: str) -> bool:
+  v = ft.bool_or_none(value, "do_lower_case")
   if v is not None:
     return v
   if init is not None and init.do_lower_case is not None:
     return bool(init.do_lower_case)
-  from bert_jax.convert.io import guess_do_lower_case  # pylint: disable=g-import-not-at-top
-  return guess_do_lower_case(vocab_file, hint=init.source if init is not None else "")
+  return params_dir.guess_do_lower_case(vocab_file, hint=init.directory if init is not None else "")
 
 
 def _round_up(n: int, k: int) -> int:
   return -(-n // k) * k
-
-
-def _jsonable(x):
-  if isinstance(x, dict):
-    return {str(k): _jsonable(v) for k, v in x.items()}
-  if isinstance(x, (list, tuple)):
-    return [_jsonable(v) for v in x]
-  if isinstance(x, (np.floating, np.integer)):
-    return x.item()
-  return x
-
-
-def _write_json(path: str, obj):
-  with open(path, "w", encoding="utf-8") as f:
-    json.dump(_jsonable(obj), f, indent=2, sort_keys=True, ensure_ascii=False)
-    f.write("\n")
-
-
-def config_to_dict(config) -> dict:
-  if hasattr(config, "to_dict"):
-    return json.loads(config.to_json_best_effort()) if hasattr(config, "to_json_best_effort") else config.to_dict()
-  return dict(vars(config))
 
 
 def run_model(predict_step, params, features, keys, batch_size: int, mesh, rules):
@@ -188,25 +128,41 @@ def evaluate_split(task, data: ft.SplitData, predict_step, params, batch_size, m
   outputs, sums = run_model(predict_step, params, data.features, eval_keys(task), batch_size, mesh, rules)
   preds = task.predict(data.examples, data.features, outputs)
   metrics = dict(task.evaluate(data.examples, preds, data.split))
-  if metrics and sums.get("weight_sum", 0.0) > 0:
-    metrics["loss"] = sums["loss_sum"] / sums["weight_sum"]
+  if metrics and sums.get("task_weight_sum", 0.0) > 0:
+    metrics["loss"] = sums["task_loss_sum"] / sums["task_weight_sum"]
   return metrics, preds
 
 
 def save_best(directory: str, bert_cfg, params, vocab_file: str, info: dict):
-  """The best parameters as a converted-checkpoint dir (un-scanned, float32) + finetune_info.json."""
-  from bert_jax.convert import io as convert_io  # pylint: disable=g-import-not-at-top
-  tmp = directory + ".tmp"
-  if os.path.exists(tmp):
-    shutil.rmtree(tmp)
-  host = unscan_params(jax.tree.map(lambda x: np.asarray(x, np.float32), params))
-  convert_io.save_params_dir(tmp, bert_cfg.replace(scan_layers=False, dtype="float32", remat_policy="none"),
-                             host, vocab_file, info={"do_lower_case": info["do_lower_case"],
-                                                     "source": "finetune", "format": "bert_jax"})
-  _write_json(os.path.join(tmp, INFO_NAME), info)
+  """The best parameters as a params dir (un-scanned, float32) + finetune_info.json. Written next to the old
+  one and swapped in by renames, so a crash leaves the previous best or the new one, never neither."""
+  tmp, old = directory + ".tmp", directory + ".old"
+  for d in (tmp, old):
+    if os.path.exists(d):
+      shutil.rmtree(d)
+  params_dir.save_params_dir(tmp, bert_cfg.replace(scan_layers=False, dtype="float32", remat_policy="none"),
+                             params, vocab_file, info={"do_lower_case": info["do_lower_case"],
+                                                       "source": "finetune", "format": "bert_jax"})
+  params_dir.write_json_atomic(os.path.join(tmp, INFO_NAME), info)
   if os.path.exists(directory):
-    shutil.rmtree(directory)
+    os.replace(directory, old)
   os.replace(tmp, directory)
+  if os.path.exists(old):
+    shutil.rmtree(old)
+
+
+def _merge_init(params, p_shard, init: Pretrained, load_head: bool):
+  """The model's random params with the checkpoint's encoder (and, with load_head, its task head) merged
+  in; returns (params on the mesh, report of loaded / initialised / unused paths)."""
+  groups = ("bert",) + (fm.HEAD_NAMES if load_head else ())
+  merged, report = merge_params(params_dir.host_params(params), init.params, groups)
+  if not any(p.startswith("bert/") for p in report["loaded"]):
+    raise ValueError("init_checkpoint holds none of the model's encoder parameters (params['bert']); "
+                     f"its top-level keys are {sorted(init.params)}")
+  if load_head and not any(p.split("/")[0] in fm.HEAD_NAMES for p in report["loaded"]):
+    raise ValueError("load_head is set but the init_checkpoint has no task head of matching names and shapes")
+  # p_shard has the model's tree structure, so it tells the layer layout the model expects.
+  return jax.device_put(params_dir.match_layout(merged, params_dir.is_scanned(p_shard)), p_shard), report
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -219,8 +175,8 @@ def run(config, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
 
   # ---- checkpoint, vocab, tokenizer, task ----
-  init = fm.load_init_checkpoint(config.init_checkpoint) if config.init_checkpoint else None
-  load_head = bool(getattr(config, "load_head", False)) or not config.do_train
+  init = load_pretrained(config.init_checkpoint) if config.init_checkpoint else None
+  load_head = bool(config.load_head) or not config.do_train
   if load_head and init is None:
     raise ValueError("do_train=False (or load_head=True) needs an init_checkpoint with a fine-tuned head")
   vocab_file = config.vocab_file or (init.vocab_file if init is not None else "")
@@ -230,10 +186,10 @@ def run(config, workdir: str) -> dict:
     raise FileNotFoundError(f"vocab_file {vocab_file} does not exist")
   do_lower_case = resolve_do_lower_case(config.do_lower_case, init, vocab_file)
   tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
-  head_labels = init.extra.get("label_list") if (init is not None and load_head) else None
+  head_labels = init.finetune_info.get("label_list") if (init is not None and load_head) else None
   task = ft.make_task(config, label_list=head_labels)
   _log.info("task %s: %s", task.name, task)
-  bert_cfg = fm.build_bert_config(config, fm.vocab_lines(vocab_file), init)
+  bert_cfg = fm.build_bert_config(config, params_dir.count_vocab_lines(vocab_file), init)
   if int(config.max_seq_length) > bert_cfg.max_position_embeddings:
     raise ValueError(f"max_seq_length={config.max_seq_length} exceeds the model's max_position_embeddings="
                      f"{bert_cfg.max_position_embeddings}")
@@ -246,7 +202,7 @@ def run(config, workdir: str) -> dict:
     if train is None:
       raise FileNotFoundError(f"task {task.name}: no {task.train_split} split in data_dir={config.data_dir!r}"
                               + (f" / TFDS {config.tfds_name}" if ft.use_tfds(config) else ""))
-  eval_names = ft._split_list(config.eval_splits) or list(task.eval_splits)  # pylint: disable=protected-access
+  eval_names = ft.split_list(config.eval_splits) or list(task.eval_splits)
   eval_data = []
   if config.do_eval or config.do_predict:
     for s in eval_names:
@@ -255,7 +211,7 @@ def run(config, workdir: str) -> dict:
         _log.warning("eval split %s not found; skipped", s)
       else:
         eval_data.append(d)
-  test_names = ft._split_list(config.test_splits) or list(task.test_splits)  # pylint: disable=protected-access
+  test_names = ft.split_list(config.test_splits) or list(task.test_splits)
   test_data = []
   if config.do_predict:
     for s in test_names:
@@ -276,14 +232,14 @@ def run(config, workdir: str) -> dict:
     raise ValueError(f"batch_size={batch_size} is not a multiple of the {shards} batch shards of the mesh "
                      f"{sharding.describe(mesh)}")
   eval_batch_size = _round_up(int(config.eval_batch_size), shards)
-  params, p_shard = fm.init_params(model, mesh, rules, int(config.seed))
+  params, p_shard = ts.init_params(config, model, mesh)
   init_report = {"init_checkpoint": config.init_checkpoint or None, "loaded": [], "unused": [],
                  "initialised": ["/".join(str(getattr(k, "key", k)) for k in p)
                                  for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]]}
   if init is not None:
-    params, rep = fm.merge_pretrained(params, p_shard, init.params, bert_cfg.scan_layers, load_head)
-    init_report.update(rep, init_checkpoint=init.source)
-    _log.info("init_checkpoint %s: loaded %d arrays, initialised %d (%s), unused %d (%s)", init.source,
+    params, rep = _merge_init(params, p_shard, init, load_head)
+    init_report.update(rep, init_checkpoint=init.directory)
+    _log.info("init_checkpoint %s: loaded %d arrays, initialised %d (%s), unused %d (%s)", init.directory,
               len(rep["loaded"]), len(rep["initialised"]), ", ".join(rep["initialised"]), len(rep["unused"]),
               ", ".join(rep["unused"][:8]))
   else:
@@ -295,15 +251,11 @@ def run(config, workdir: str) -> dict:
   if int(config.max_train_steps) > 0:
     total_steps = min(total_steps, int(config.max_train_steps))
   warmup_steps = int(float(config.warmup_proportion) * total_steps)
-  lr = float(config.learning_rate) if float(config.learning_rate) > 0 else fm.default_learning_rate(bert_cfg)
-  o = config.optimizer
-  opt_cfg = types.SimpleNamespace(
-      num_train_steps=max(total_steps, 1), warmup_steps=warmup_steps,
-      optimizer=types.SimpleNamespace(name=o.name, learning_rate=lr, schedule="linear", end_learning_rate=0.0,
-                                      weight_decay=float(config.weight_decay), b1=float(o.b1), b2=float(o.b2),
-                                      eps=float(o.eps), clip_norm=float(o.clip_norm),
-                                      bias_correction=bool(o.bias_correction)))
-  tx, schedule = optimizers.make_optimizer(opt_cfg)
+  opt = config.optimizer.copy_and_resolve_references()
+  if float(opt.learning_rate) <= 0:   # -1: by model size (DEFAULT_LEARNING_RATES)
+    opt.learning_rate = fm.default_learning_rate(bert_cfg)
+  lr = float(opt.learning_rate)
+  tx, schedule = optimizers.make_optimizer(opt, max(total_steps, 1), warmup_steps)
 
   resolved = {"task": task.name, "kind": task.kind, "label_list": task.label_list, "num_labels": task.num_labels,
               "vocab_file": vocab_file, "do_lower_case": do_lower_case, "model": bert_cfg.to_dict(),
@@ -312,8 +264,8 @@ def run(config, workdir: str) -> dict:
               "total_steps": total_steps, "warmup_steps": warmup_steps, "batch_size": batch_size,
               "eval_batch_size": eval_batch_size, "mesh": sharding.describe(mesh), "skipped": skipped}
   if is_main:
-    _write_json(os.path.join(workdir, "config.json"), dict(config_to_dict(config), resolved=resolved))
-    _write_json(os.path.join(workdir, "init_report.json"), init_report)
+    params_dir.write_json_atomic(os.path.join(workdir, "config.json"), dict(config_to_dict(config), resolved=resolved))
+    params_dir.write_json_atomic(os.path.join(workdir, "init_report.json"), init_report)
   _log.info("fine-tuning %s: %s", task.name, {k: v for k, v in resolved.items() if k != "model"})
 
   info = {"task": task.name, "kind": task.kind, "head": task.head, "label_list": task.label_list,
@@ -324,10 +276,16 @@ def run(config, workdir: str) -> dict:
           "null_score_diff_threshold": float(config.null_score_diff_threshold),
           "version_2_with_negative": bool(getattr(task, "version_2_with_negative", False)),
           "ner_scheme": config.ner_scheme, "ner_mode": config.ner_mode,
-          "classification": config_to_dict(config.classification) if hasattr(config, "classification") else {}}
+          "classification": config_to_dict(config.classification)}
 
-  predict_step = fm.make_eval_step(model, mesh, rules, p_shard, None if task.kind == "squad" else task.kind)
-  log = RunLog(workdir, enabled=is_main)
+  predict_step = fm.make_predict_step(model, None if task.kind == "squad" else task.kind, mesh, rules, p_shard)
+  writer = MetricWriter(workdir, fresh=True)
+  records: List[dict] = []
+
+  def log_record(record: dict):
+    records.append(record)
+    prefix = record["kind"] + (f"_{record['split']}" if "split" in record else "") + "/"
+    writer.write(record["step"], {k: v for k, v in record.items() if k != "step"}, tb_prefix=prefix)
   main_metric = task.main_metric
   best = {"value": -math.inf, "step": 0, "epoch": 0.0, "metrics": {}}
   best_params = None
@@ -339,7 +297,7 @@ def run(config, workdir: str) -> dict:
     for d in eval_data:
       rec, _ = evaluate_split(task, d, predict_step, params, eval_batch_size, mesh, rules)
       results[d.split] = rec
-      log.write(dict(rec, kind="eval", step=int(step), epoch=round(epoch, 3), split=d.split))
+      log_record(dict(rec, kind="eval", step=int(step), epoch=round(epoch, 3), split=d.split))
     if not results:
       return False
     value = results[eval_data[0].split].get(main_metric)
@@ -356,9 +314,9 @@ def run(config, workdir: str) -> dict:
   # ---- training ----
   state = None
   if train is not None and total_steps > 0:
-    state, state_shardings = fm.create_state(params, tx, p_shard, mesh, int(config.seed))
+    state, state_shardings = ts.create_train_state(config, model, mesh, tx, params=params)
     del params
-    train_step = fm.make_train_step(model, task.kind, tx, mesh, rules, state_shardings)
+    train_step = ts.make_train_step(config, model, tx, mesh, state_shardings, loss_fn=fm.task_loss(model, task.kind))
     keys = ft.device_keys(task)
     rng = np.random.default_rng(int(config.seed))
     eval_every = int(config.eval_every_steps)
@@ -374,7 +332,7 @@ def run(config, workdir: str) -> dict:
     while step < total_steps and not stop:
       for batch in ft.iterate_batches(train.features, keys, batch_size, rng):
         state, m = train_step(state, fm.to_global_batch(batch, mesh, rules))
-        sums = merge_metrics(sums, m)
+        sums = ts.merge_metrics(sums, m)
         step += 1
         if t_first is None:
           jax.block_until_ready(m)
@@ -383,14 +341,18 @@ def run(config, workdir: str) -> dict:
         ep = epoch + min(1.0, (step - epoch * steps_per_epoch) / steps_per_epoch)
         end_of_epoch = step % steps_per_epoch == 0 or step == total_steps
         if step % log_every == 0 or step == total_steps:
-          host = {k: float(v) for k, v in fm.to_host(sums).items()}
-          if host.get("nonfinite", 0.0) > 0:
-            raise FloatingPointError(f"non-finite loss or gradient before step {step} of {task.name}; lower "
-                                     f"the learning rate ({lr:g}) or check the data")
-          rec = ft.summarize(host)
-          rec.update(kind="train", step=step, epoch=round(ep, 3), learning_rate=float(schedule(step - 1)),
-                     grad_norm=host["grad_norm_sum"] / max(host["step_count"], 1.0))
-          log.write(rec)
+          summary = ts.normalize(sums)
+          if summary.get("nonfinite_count", 0) and config.nan_policy == "stop":
+            raise FloatingPointError(
+                f"non-finite loss or gradient at step {summary.get('first_nonfinite_step', '?')} of "
+                f"{task.name}; lower the learning rate ({lr:g}), check the data, or set nan_policy='skip'")
+          rec = {"kind": "train", "step": step, "epoch": round(ep, 3), "loss": summary.get("task_loss", math.nan),
+                 "learning_rate": float(schedule(step - 1)), "grad_norm": summary.get("grad_norm", math.nan)}
+          if "task_accuracy" in summary:
+            rec["accuracy"] = summary["task_accuracy"]
+          if summary.get("nonfinite_count"):
+            rec["nonfinite_count"] = summary["nonfinite_count"]
+          log_record(rec)
           bar.set_postfix(loss=f"{rec['loss']:.4f}")
           sums = None
         do_eval = config.do_eval and eval_data and (
@@ -427,7 +389,7 @@ def run(config, workdir: str) -> dict:
   params = jax.device_put(best_params, p_shard)
 
   # ---- final evaluation and prediction files with the best parameters ----
-  results = {"task": task.name, "main_metric": main_metric, "init_checkpoint": init.source if init else None,
+  results = {"task": task.name, "main_metric": main_metric, "init_checkpoint": init.directory if init else None,
              "best": {k: v for k, v in best.items() if k != "metrics"} if best["value"] > -math.inf else None}
   files: List[str] = []
   for d in eval_data + test_data:
@@ -442,8 +404,8 @@ def run(config, workdir: str) -> dict:
                                                                   "learning_rate", "batch_size")},
                  prediction_files=[os.path.relpath(f, workdir) for f in files])
   if is_main:
-    _write_json(os.path.join(workdir, "eval_results.json"), results)
-    log.plot(main_metric)
-  log.close()
+    params_dir.write_json_atomic(os.path.join(workdir, "eval_results.json"), results)
+    plot_curves(workdir, records, main_metric)
+  writer.close()
   _log.info("eval results: %s", {k: v for k, v in results.items() if k not in ("prediction_files",)})
   return results

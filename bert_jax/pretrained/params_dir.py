@@ -1,0 +1,232 @@
+"""The params directory: the one on-disk format for a model's weights outside a training run.
+
+The converters (import-tf, import-hf) write it, export-hf / rank / fine-tuning read it, fine-tuning's
+`best_checkpoint/` is one, and it works as `init_checkpoint` for train.py and finetune.py:
+
+    DIR/model_config.json    BertConfig.to_dict() (scan_layers=False: the params are un-scanned). Read in this
+                             order: model_config.json, bert_config.json, config.json (the first with
+                             hidden_size; Google's bert_config.json keys work too)
+    DIR/vocab.txt            the WordPiece vocab the embeddings were trained with
+    DIR/params.msgpack       flax.serialization.to_bytes of the un-scanned params, float32:
+                             {"bert": {...}, "mlm": {...}, "nsp": {...}} (heads optional), or a task model's
+                             {"bert", "classifier" | "qa_outputs"}
+    or DIR/params/           the same tree as an Orbax StandardSave (fmt="orbax", for models too big for one
+                             msgpack blob)
+    DIR/convert_info.json    optional {"do_lower_case", "source", "format", "report"}: provenance, casing
+    DIR/finetune_info.json   optional, written by fine-tuning (task, labels, max_seq_length, casing)
+
+Every file is written to a temporary name, fsynced and renamed, so a reader never sees half a file.
+No TensorFlow; Orbax is imported only for the `params/` form.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Optional, Tuple
+
+import flax
+import jax
+import numpy as np
+
+from bert_jax.input_pipeline import fileio
+from bert_jax.models import BertConfig, scan_params, unscan_params
+
+CONFIG_NAME = "model_config.json"
+PARAMS_NAME = "params.msgpack"
+ORBAX_PARAMS_NAME = "params"
+VOCAB_NAME = "vocab.txt"
+INFO_NAME = "convert_info.json"
+FINETUNE_INFO_NAME = "finetune_info.json"
+_CONFIG_NAMES = (CONFIG_NAME, "bert_config.json", "config.json")
+
+
+# ---- small file helpers (atomic writes) ----------------------------------------------------------------
+def _fsync_replace(tmp: str, path: str) -> None:
+  with open(tmp, "rb+") as f:
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
+  """`data` to `path` through a temp file, fsync and rename: readers see the old or the new file."""
+  tmp = f"{path}.tmp{os.getpid()}"
+  with open(tmp, "wb") as f:
+    f.write(data)
+  _fsync_replace(tmp, path)
+
+
+def write_json_atomic(path: str, obj) -> None:
+  text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+  write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def read_json(path: str) -> dict:
+  """The JSON object in `path`, {} when the file does not exist."""
+  if not os.path.exists(path):
+    return {}
+  with open(path, encoding="utf-8") as f:
+    return json.load(f)
+
+
+def copy_vocab(vocab_file: str, directory: str) -> str:
+  """Copies a vocab (local or gs://, through fileio) to DIR/vocab.txt atomically; returns the new path."""
+  dst = os.path.join(directory, VOCAB_NAME)
+  if not fileio.is_remote(vocab_file) and os.path.abspath(vocab_file) == os.path.abspath(dst):
+    return dst
+  with fileio.open_file(vocab_file, "rb") as src:
+    write_bytes_atomic(dst, src.read())
+  return dst
+
+
+def count_vocab_lines(vocab_file: str) -> int:
+  """The vocab size of a WordPiece vocab file (one token per line; local or gs://)."""
+  with fileio.open_file(vocab_file) as f:
+    return sum(1 for _ in f)
+
+
+# ---- params trees ---------------------------------------------------------------------------------------
+def host_params(params) -> dict:
+  """Params as a plain dict of host numpy arrays in the un-scanned (per-layer) interchange layout."""
+  params = flax.core.unfreeze(params) if isinstance(params, flax.core.FrozenDict) else dict(params)
+  params = jax.tree.map(np.asarray, jax.device_get(params))
+  return unscan_params(params) if is_scanned(params) else params
+
+
+def is_scanned(params) -> bool:
+  return "layers" in params.get("bert", {}).get("encoder", {})
+
+
+def match_layout(params, scan_layers: bool) -> dict:
+  """`params` (either layer layout) in the layout a model with `scan_layers` expects."""
+  if scan_layers and not is_scanned(params) and "layer_0" in params.get("bert", {}).get("encoder", {}):
+    return scan_params(params)
+  if not scan_layers and is_scanned(params):
+    return unscan_params(params)
+  return params
+
+
+# ---- the directory ----------------------------------------------------------------------------------------
+def save_params_dir(directory: str, config: BertConfig, params, vocab_file: Optional[str] = None, *,
+                    info: Optional[dict] = None, fmt: str = "msgpack") -> str:
+  """Writes a params directory (see the module docstring); returns `directory`."""
+  if fmt not in ("msgpack", "orbax"):
+    raise ValueError(f"fmt={fmt!r}; expected msgpack or orbax")
+  directory = os.path.abspath(directory)
+  os.makedirs(directory, exist_ok=True)
+  params = jax.tree.map(lambda x: np.asarray(x, np.float32), host_params(params))
+  if fmt == "msgpack":
+    write_bytes_atomic(os.path.join(directory, PARAMS_NAME), flax.serialization.to_bytes(params))
+  else:
+    _save_orbax_params(os.path.join(directory, ORBAX_PARAMS_NAME), params)
+  write_json_atomic(os.path.join(directory, CONFIG_NAME), config.replace(scan_layers=False).to_dict())
+  if vocab_file:
+    copy_vocab(vocab_file, directory)
+  if info is not None:
+    write_json_atomic(os.path.join(directory, INFO_NAME), info)
+  return directory
+
+
+def _save_orbax_params(path: str, params) -> None:
+  """Orbax save into a sibling temp dir, then swap it in: the old params/ stays until the new one is whole."""
+  import orbax.checkpoint as ocp  # only this form needs Orbax
+  tmp, old = f"{path}.tmp{os.getpid()}", f"{path}.old{os.getpid()}"
+  for p in (tmp, old):
+    if os.path.exists(p):
+      shutil.rmtree(p)
+  with ocp.StandardCheckpointer() as ckptr:
+    ckptr.save(tmp, params)
+    ckptr.wait_until_finished()
+  if os.path.exists(path):
+    os.replace(path, old)
+  os.replace(tmp, path)
+  if os.path.exists(old):
+    shutil.rmtree(old)
+
+
+def has_params(directory: str) -> bool:
+  return (os.path.isfile(os.path.join(directory, PARAMS_NAME))
+          or os.path.isdir(os.path.join(directory, ORBAX_PARAMS_NAME)))
+
+
+def read_model_config(directory: str) -> BertConfig:
+  """The BertConfig of a params dir or work dir (see the module docstring for the file order)."""
+  for name in _CONFIG_NAMES:
+    path = os.path.join(directory, name)
+    if os.path.exists(path) and "hidden_size" in read_json(path):   # a run config.json has no hidden_size
+      return BertConfig.from_json_file(path)
+  raise FileNotFoundError(f"{directory}: no model config (model_config.json, bert_config.json or config.json "
+                          "with hidden_size)")
+
+
+def is_params_dir(directory: str) -> bool:
+  """A model config AND parameters. A pre-training work dir also holds model_config.json but keeps its
+  parameters under checkpoints/, so it is not a params directory."""
+  return has_params(directory) and any(os.path.isfile(os.path.join(directory, n)) for n in _CONFIG_NAMES)
+
+
+def vocab_path(directory: str) -> Optional[str]:
+  path = os.path.join(directory, VOCAB_NAME)
+  return path if os.path.exists(path) else None
+
+
+def load_params_dir(directory: str) -> Tuple[BertConfig, dict, Optional[str]]:
+  """(BertConfig [scan_layers=False], params [host numpy, un-scanned], vocab path or None)."""
+  directory = os.path.abspath(directory)
+  if not has_params(directory):
+    raise FileNotFoundError(f"{directory}: no {PARAMS_NAME} or Orbax {ORBAX_PARAMS_NAME}/; write one with "
+                            "`python -m bert_jax.convert import-tf|import-hf`")
+  config = read_model_config(directory)
+  orbax_path = os.path.join(directory, ORBAX_PARAMS_NAME)
+  if os.path.isdir(orbax_path):
+    params = restore_orbax_params(orbax_path)
+  else:
+    with open(os.path.join(directory, PARAMS_NAME), "rb") as f:
+      params = flax.serialization.msgpack_restore(f.read())
+  return config.replace(scan_layers=False), host_params(params), vocab_path(directory)
+
+
+def restore_orbax_params(path: str, subtree: Optional[str] = None):
+  """An Orbax pytree checkpoint (or its `subtree`, e.g. "params" of a TrainState) as host numpy arrays,
+  whatever mesh it was written from; nothing else of the checkpoint is read."""
+  import orbax.checkpoint as ocp
+  with ocp.PyTreeCheckpointer() as ckptr:
+    meta = ckptr.metadata(path)
+  tree = getattr(meta, "item_metadata", meta)
+  tree = getattr(tree, "tree", tree)
+  if subtree is not None:
+    tree = {subtree: tree[subtree]}
+  target = jax.tree.map(lambda m: np.zeros(m.shape, m.dtype), tree)
+  restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target)
+  with ocp.PyTreeCheckpointer() as ckptr:
+    out = ckptr.restore(path, args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args,
+                                                          partial_restore=subtree is not None))
+  return out[subtree] if subtree is not None else out
+
+
+def read_info(directory: str) -> dict:
+  """convert_info.json of a params dir ({} when absent)."""
+  return read_json(os.path.join(directory, INFO_NAME))
+
+
+def guess_do_lower_case(vocab_file: str, hint: str = "") -> bool:
+  """Casing of a released vocab: from a name ("uncased"/"cased"), else True unless the vocab holds
+  capitalised word pieces (Google's cased vocabs contain "The", "Paris", ...; uncased and Chinese ones do
+  not)."""
+  hint = hint.lower()
+  if "uncased" in hint:
+    return True
+  if "cased" in hint:
+    return False
+  upper = 0
+  with fileio.open_file(vocab_file) as f:
+    for line in f:
+      tok = line.strip()
+      if tok.startswith("[") and tok.endswith("]"):
+        continue
+      if any(c.isupper() for c in tok):
+        upper += 1
+        if upper >= 20:
+          return False
+  return True
