@@ -199,10 +199,10 @@ def chinese_run(fixtures, tmp_path_factory):
   d = tmp_path_factory.mktemp("cls")
   data = _learnable_chinese_tsv(str(d / "data"))
   out = str(d / "run")
-  # 64 examples / batch 8 = 8 steps per epoch; evaluate every 4 steps, stop after 6 evaluations without gain.
-  # (The model sits at chance for the first ~25 steps, then learns the cue within a few steps.)
-  c = make_config("classification", data, fixtures["vocab"], num_train_epochs=9.0, learning_rate=1e-3,
-                  early_stopping_patience=6, eval_every_steps=4, log_every_steps=4)
+  # 64 examples / batch 8 = 8 steps per epoch; evaluate every 4 steps, stop after 10 evaluations without gain.
+  # (The 2-layer model can sit at chance for 30-40 steps before it finds the cue, then learns it in a few.)
+  c = make_config("classification", data, fixtures["vocab"], num_train_epochs=14.0, learning_rate=1e-3,
+                  early_stopping_patience=10, eval_every_steps=4, log_every_steps=4)
   return data, out, finetune_loop.run(c, out)
 
 
@@ -212,7 +212,7 @@ def test_chinese_classification_learns_and_predicts(chinese_run):
   evals = [r for r in map(json.loads, open(os.path.join(out, "metrics.jsonl"))) if r["kind"] == "eval"]
   assert all(r["step"] % 4 == 0 for r in evals)
   after_best = [r for r in evals if r["step"] > results["best"]["step"]]
-  assert len(after_best) <= 6 and (len(after_best) == 6 or evals[-1]["step"] == 72)
+  assert len(after_best) <= 10 and (len(after_best) == 10 or evals[-1]["step"] == 112)
   assert results["test"]["accuracy"] >= 0.9, results["test"]  # a labelled test split is scored too
   rows = read_tsv(os.path.join(out, "classification_test_predictions.tsv"))
   assert rows[0] == ["index", "prediction"] and len(rows) == 17

@@ -141,13 +141,14 @@ def test_pretraining_workdir_copies_a_remote_vocab_and_counts_it(tmp_path):
   import tensorflow as tf
 
   from bert_jax.models import BertConfig
-  from bert_jax.training import checkpoints, pretrain
+  from bert_jax.pretrained import params_dir
+  from bert_jax.training import checkpoints
 
   remote = "ram://gfile_workdir_test/vocab.txt"
   tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c"]
   with tf.io.gfile.GFile(remote, "w") as f:
     f.write("\n".join(tokens) + "\n")
-  assert pretrain._count_lines(remote) == len(tokens)
+  assert params_dir.count_vocab_lines(remote) == len(tokens)
   checkpoints.write_workdir_files(str(tmp_path), {"x": 1}, BertConfig.from_size("tiny", vocab_size=8),
                                   vocab_file=remote)
   assert (tmp_path / "vocab.txt").read_text(encoding="utf-8").split() == tokens
