@@ -1,8 +1,13 @@
-"""Shared test setup: 8 simulated CPU devices (set before JAX is imported), quiet TF, tiny fixtures."""
+"""Shared test setup: 8 simulated CPU devices and unoptimised XLA compiles (set before JAX is imported),
+quiet TF, tiny fixtures."""
 
 import os
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+# Tests compile many tiny programs and run each for a few steps: XLA's optimisation passes cost more than they
+# save (measured: tests/test_training_sharding.py + test_models_bert.py 145 s -> 87 s, all assertions equal).
+# Subprocesses (train.py, the notebook, jax.distributed workers) inherit it; the demo test drops it.
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -17,6 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def run_quick_demo(workdir):
   env = dict(os.environ)
   env.pop("XLA_FLAGS", None)          # the demo runs on the machine's real device(s), as users run it
+  env.pop("JAX_DISABLE_MOST_OPTIMIZATIONS", None)   # and optimised: its ~1,000 steps outweigh the compiles
   proc = subprocess.run([sys.executable, "demo.py", f"--workdir={workdir}", "--quick"], cwd=ROOT, env=env,
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
   assert proc.returncode == 0, proc.stdout[-4000:]
