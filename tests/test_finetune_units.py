@@ -212,3 +212,18 @@ def test_init_from_a_pretraining_workdir_reads_its_latest_checkpoint(tmp_path):
                                 pre["bert"]["embeddings"]["word_embeddings"]["embedding"])
   np.testing.assert_array_equal(init.params["bert"]["encoder"]["layer_1"]["attention"]["value"]["kernel"],
                                 pre["bert"]["encoder"]["layer_1"]["attention"]["value"]["kernel"])
+
+
+def test_old_learning_rate_and_weight_decay_flags_set_the_optimizer_subtree():
+  """--config.learning_rate / --config.weight_decay (the pre-0.2 fields) still work on the command line and
+  land in config.optimizer, the subtree fine-tuning shares with pre-training."""
+  import subprocess
+  import sys
+  script = ("from absl import app, flags\nfrom ml_collections import config_flags\n"
+            "config_flags.DEFINE_config_file('config')\n"
+            "def main(_):\n  o = flags.FLAGS.config.optimizer\n  print('RESULT', o.learning_rate, o.weight_decay)\n"
+            "app.run(main)\n")
+  out = subprocess.run([sys.executable, "-c", script, "--config=configs/finetune.py:task=mrpc",
+                        "--config.learning_rate=5e-05", "--config.weight_decay=0.0"], cwd=ROOT, check=True,
+                       capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT)).stdout
+  assert "RESULT 5e-05 0.0" in out
