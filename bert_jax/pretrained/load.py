@@ -18,6 +18,9 @@ import dataclasses
 import os
 from typing import Any, Dict, Optional, Sequence
 
+import numpy as np
+from flax import traverse_util
+
 from bert_jax.models import BertConfig
 from bert_jax.pretrained import params_dir, zoo
 
@@ -94,8 +97,6 @@ def merge_params(fresh, loaded, groups: Optional[Sequence[str]] = None):
   paths. A loaded array whose shape differs from the model's is an error naming the parameter: a silent
   re-initialisation would hide a wrong checkpoint.
   """
-  from flax import traverse_util
-  import numpy as np
   want = traverse_util.flatten_dict(fresh)
   have = traverse_util.flatten_dict(loaded)
   report = {"loaded": [], "initialised": [], "unused": []}
