@@ -12,7 +12,6 @@ No TensorFlow. State creation and the train step are training.train_step's, with
 
 from __future__ import annotations
 
-import logging
 from typing import Dict, Optional
 
 import flax.linen as nn
@@ -26,8 +25,6 @@ from bert_jax.models.config import SIZES
 from bert_jax.pretrained import Pretrained
 from bert_jax.training import sharding
 from bert_jax.training.train_step import LossFn, StepFn, compute_dtype
-
-_log = logging.getLogger(__name__)
 
 # Peak fine-tuning learning rate by model size. BERT paper (base/large): best of 5e-5, 4e-5, 3e-5, 2e-5.
 # Google's 24 small BERTs were tuned over 3e-4, 1e-4, 5e-5, 3e-5; the small ones land at the high end.

@@ -50,13 +50,12 @@ NaN/Inf: config.nan_policy == "skip" keeps params and optimizer state of a non-f
 zeroed and counted in nonfinite_count); "stop" applies nothing special in the step and the loop raises at
 the next host sync naming min_nonfinite_step.
 
-Minimal use without ml_collections (e.g. a benchmark):
-  cfg = types.SimpleNamespace(seed=0, targets=("mlm", "nsp"), grad_accum_steps=1, nan_policy="stop",
-      num_train_steps=1000, warmup_steps=100, logical_axis_rules=None,   # None = axes.DEFAULT_RULES
-      optimizer=optimizers.OptimizerConfig(learning_rate=1e-4))
+Minimal use without ml_collections (every field explicit, as bert_jax.bench.__main__.bench_run_config does;
+logical_axis_rules=None means axes.DEFAULT_RULES):
+  cfg = bench_run_config("adamw")   # SimpleNamespace(seed, targets, grad_accum_steps, nan_policy, ...)
   model = BertForPreTraining(BertConfig.from_size("base", vocab_size=30522, dtype="bfloat16"))
   mesh = sharding.make_mesh((-1, 1, 1))
-  tx, _ = optimizers.make_optimizer(cfg.optimizer, cfg.num_train_steps, cfg.warmup_steps)
+  tx, _ = optimizers.optimizer_from_run_config(cfg)
   state, shardings = create_train_state(cfg, model, mesh, tx)
   step = make_train_step(cfg, model, tx, mesh, shardings)
   state, metrics = step(state, batch)
