@@ -1,0 +1,15 @@
+"""Errors the command-line entry points show as one line instead of a traceback.
+
+    from bert_jax.errors import UserError
+    raise UserError("config.batch_size=12 is not divisible by 8 data shards x grad_accum_steps=1")
+
+A `UserError` is a mistake in what the user gave us (a flag, a config field, a file, a row of a file): the
+entry points print `error: <message>` and exit with `exit_code` (2), with the traceback only under
+`--verbose`. Anything else is an internal error and keeps its traceback. This module imports nothing from
+bert_jax, so every layer may raise it.
+"""
+
+
+class UserError(Exception):
+  """A bad flag, config field, file or input row; the message names it and says what was expected."""
+  exit_code = 2
