@@ -13,3 +13,19 @@ bert_jax, so every layer may raise it.
 class UserError(Exception):
   """A bad flag, config field, file or input row; the message names it and says what was expected."""
   exit_code = 2
+
+
+class Interrupted(Exception):
+  """A run stopped on SIGINT/SIGTERM after saving a checkpoint at `step`; the entry points exit with
+  128 + signum (130 for SIGINT, 143 for SIGTERM), as a shell does, so a scheduler sees "not done"."""
+
+  def __init__(self, signum: int, step: int, message: str = ""):
+    import signal  # pylint: disable=g-import-not-at-top
+    name = signal.Signals(signum).name
+    super().__init__(message or f"stopped by {name} at step {step}; checkpoint saved, rerun to resume")
+    self.signum = signum
+    self.step = step
+
+  @property
+  def exit_code(self) -> int:
+    return 128 + self.signum
