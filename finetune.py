@@ -16,9 +16,10 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
+
+from bert_jax import errors  # noqa: E402
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Fine-tuning config, e.g. configs/finetune.py:task=mrpc.",
@@ -30,10 +31,12 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    raise errors.UserError(f"unexpected arguments: {argv[1:]} (flags are --name=value)")
   import jax  # pylint: disable=g-import-not-at-top
   if FLAGS.distributed:
     jax.distributed.initialize()
+  from bert_jax.finetune import validation  # pylint: disable=g-import-not-at-top
+  validation.validate_finetune_config(FLAGS.config)   # a bad config fails before TF and the loop's imports
   if FLAGS.config.tfds_name:
     # TFDS readers import TensorFlow; keep it off the accelerators JAX uses.
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -51,4 +54,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  errors.run_main(main)   # error: ... lines (exit 2) for user errors; --verbose, --strict

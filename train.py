@@ -17,9 +17,10 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
+
+from bert_jax import errors  # noqa: E402
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Pre-training config, e.g. configs/pretrain.py:size=base.",
@@ -30,7 +31,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    raise errors.UserError(f"unexpected arguments: {argv[1:]} (flags are --name=value)")
   logging.getLogger().setLevel(logging.INFO)
   logging.getLogger("absl").setLevel(logging.WARNING)   # Orbax's per-file INFO lines
   from bert_jax.training import pretrain  # pylint: disable=g-import-not-at-top
@@ -41,4 +42,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  errors.run_main(main)   # error: ... lines (exit 2) for user errors; --verbose, --strict

@@ -2,15 +2,18 @@
 
 Format: one sentence per line, a blank line between documents (google-research/bert `sample_text.txt`).
 Lines that are not UTF-8 are skipped and counted (with the file name); empty files are counted; a glob that
-matches nothing raises, naming the glob.
+matches nothing raises, naming the glob. Both kinds of skip are also reported as input warnings
+(`bert_jax.errors.warn_input`: a `warning:` line naming the file and the count, printed again when the entry
+point exits; with `--strict` a UserError instead).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Dict, Iterable, Iterator, List, Sequence, Tuple, Union
+from typing import List, Sequence, Union
 
+from bert_jax import errors
 from bert_jax.input_pipeline import fileio
 
 
@@ -62,7 +65,8 @@ def read_documents(files: Sequence[str], stats: ReadStats = None) -> List[List[s
   """Documents (lists of non-empty stripped lines) from text files in Google's format.
 
   A blank line ends a document; each file also ends one. Lines with invalid UTF-8 are skipped and counted
-  in `stats.bad_utf8_lines[file]`; files with no text are listed in `stats.empty_files`.
+  in `stats.bad_utf8_lines[file]`; files with no text are listed in `stats.empty_files`; each such file is
+  reported through `errors.warn_input` (a UserError under strict mode).
   """
   stats = stats if stats is not None else ReadStats()
   documents: List[List[str]] = []
@@ -72,16 +76,21 @@ def read_documents(files: Sequence[str], stats: ReadStats = None) -> List[List[s
       raw = f.read()
     if not raw.strip():
       stats.empty_files.append(path)
+      errors.warn_input(f"{path}: empty file, skipped")
       continue
     try:
       lines = raw.decode("utf-8").split("\n")  # only "\n" ends a line, as in BERT's reader
     except UnicodeDecodeError:
-      lines = []
-      for line in raw.split(b"\n"):
+      lines, first_bad = [], None
+      raw_lines = raw.split(b"\n")
+      for number, line in enumerate(raw_lines, start=1):
         try:
           lines.append(line.decode("utf-8"))
         except UnicodeDecodeError:
           stats.bad_utf8_lines[path] += 1
+          first_bad = first_bad or number
+      errors.warn_input(f"{path}: skipped {stats.bad_utf8_lines[path]:,} of {len(raw_lines):,} lines that are "
+                        f"not UTF-8 (first: line {first_bad})")
     current: List[str] = []
     for line in lines:
       stats.lines += 1

@@ -149,9 +149,9 @@ def read_classification_file(path: str, fmt: ClassificationFormat, split: str = 
                              labels_required: Optional[bool] = None) -> common.ExampleSet:
   """Reads one file into ClassificationExamples.
 
-  Errors (file:line): a missing column, an empty text, a label outside `label_list`, a non-numeric
-  regression label. `labels_required` (default: split != "test"): rows without a label column are an error;
-  otherwise they become unlabelled examples.
+  Errors (file:line): a missing column, more columns than the header (or the first row) has, an empty
+  text, a label outside `label_list`, a non-numeric regression label. `labels_required` (default:
+  split != "test"): rows without a label column are an error; otherwise they become unlabelled examples.
   """
   report = common.SkipReport(source=path)
   bad = common.ErrorPolicy(on_error, report)
@@ -159,10 +159,12 @@ def read_classification_file(path: str, fmt: ClassificationFormat, split: str = 
     labels_required = split != "test" and fmt.label is not None
   label_set = set(label_list) if label_list is not None else None
   header_map: Optional[Dict[str, int]] = None
+  num_columns: Optional[int] = None    # the header's column count, else the first row's
   examples: List[ClassificationExample] = []
   for line, row in _rows(path, fmt):
     if isinstance(row, list) and fmt.has_header() and header_map is None:
       header_map = {name.strip(): i for i, name in enumerate(row)}
+      num_columns = len(row)
       for col in (fmt.text_a, fmt.text_b):
         if isinstance(col, str) and col not in header_map:
           raise common.TaskDataError(path, line, f"header has no column {col!r}; columns: {list(header_map)}")
@@ -192,6 +194,14 @@ def read_classification_file(path: str, fmt: ClassificationFormat, split: str = 
         return None
       return row[idx]
 
+    if isinstance(row, list):
+      num_columns = num_columns or len(row)
+      if len(row) > num_columns:
+        # A tab (TSV) or an unquoted comma (CSV) inside a text: the text would be cut at it.
+        bad(path, line, "extra columns", f"row has {len(row)} columns, "
+            f"{'the header' if header_map is not None else 'the first row'} has {num_columns}",
+            "a tab or delimiter inside a text? quote it in a CSV, or set on_error=skip to drop such rows")
+        continue
     n_before = report.total
     text_a = get(fmt.text_a, True)
     text_b = get(fmt.text_b, True) if fmt.text_b is not None else None

@@ -6,7 +6,9 @@ Conventions for every task's features (a dict of numpy arrays, one row per model
   input_ids, input_mask, segment_ids   int32 [N, max_seq_length]  (Google's names; padding id 0)
   example_index                        int32 [N]  row of the ExampleSet the feature came from
 plus the task's labels (see each task module). Bad input is reported with file and line number:
-`on_error="raise"` raises TaskDataError, `on_error="skip"` counts the row in `ExampleSet.skipped`.
+`on_error="raise"` raises TaskDataError (a UserError), `on_error="skip"` counts the row in
+`ExampleSet.skipped` and reports the counts as an input warning (`bert_jax.errors.warn_input`; `--strict`
+makes it an error).
 """
 
 from __future__ import annotations
@@ -21,13 +23,16 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from bert_jax import errors
+
 IGNORE_INDEX = -100  # label id of positions that carry no loss (sub-tokens, [CLS], [SEP], padding)
 
 _log = logging.getLogger(__name__)
 
 
-class TaskDataError(ValueError):
-  """Bad input data; the message names the file (or TFDS split) and line / example."""
+class TaskDataError(errors.UserError, ValueError):
+  """Bad input data; the message names the file (or TFDS split) and line / example. A UserError (the entry
+  points print one `error:` line) and, as before, a ValueError."""
 
   def __init__(self, source: str, line: Optional[int], message: str):
     self.source, self.line, self.reason = source, line, message
@@ -59,6 +64,12 @@ class SkipReport:
     for reason, n in sorted(self.counts.items()):
       parts.append(f"  {n} x {reason} (e.g. {', '.join(self.samples[reason])})")
     return "\n".join(parts)
+
+  def one_line(self) -> str:
+    """'<source>: skipped N row(s): n x reason (e.g. file:line, ...); ...' for a warning line."""
+    parts = [f"{n} x {reason} (e.g. {', '.join(self.samples[reason][:3])})"
+             for reason, n in sorted(self.counts.items())]
+    return f"{self.source}: skipped {self.total} row(s): " + "; ".join(parts)
 
   def to_dict(self) -> dict:
     return {"source": self.source, "total": self.total, "counts": dict(self.counts),
@@ -106,9 +117,12 @@ class ExampleSet:
 
 
 def finish(examples: list, source: str, split: str, report: SkipReport) -> ExampleSet:
+  """The ExampleSet; skipped rows (on_error="skip") are reported as an input warning (`errors.warn_input`:
+  a UserError under --strict)."""
   es = ExampleSet(examples, source, split, report)
   if report.total:
-    _log.warning("%s", report.summary())
+    _log.info("%s", report.summary())
+    errors.warn_input(report.one_line())
   return es
 
 

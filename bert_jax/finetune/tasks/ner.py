@@ -12,7 +12,9 @@ CoNLL format: one word per line, whitespace-separated columns, the word first an
 (so CoNLL-2003's `word POS chunk NER` and two-column `char tag` Chinese files both work); a blank line ends a
 sentence; `-DOCSTART-` lines (document boundaries) are dropped. A tag outside `label_list`, or a line without
 a tag in a labelled file, raises TaskDataError naming file and line (or is a counted skip of the sentence with
-on_error="skip").
+on_error="skip"). Without a label list (no labels.txt: the tags are inferred from the files) every tag must
+fit the BIO / IOB / BIOES scheme, "O" or B-/I-/E-/S-<type>; other tags (X-FOO, PER) are the same error,
+with a labels.txt listing the tags as the way to use them.
 
 Features, one row per window ([CLS] sub-tokens [SEP]):
   input_ids, input_mask, segment_ids  int32 [N, T]
@@ -27,6 +29,7 @@ A sentence longer than max_seq_length - 2 sub-tokens is split at word boundaries
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
@@ -42,6 +45,17 @@ class NerExample:
   guid: str                            # "<file>:<line of the first word>"
   words: List[str]
   labels: Optional[List[str]] = None   # None for unlabelled sentences
+
+
+SCHEME_PREFIXES = ("B", "I", "E", "S")   # BIO = IOB2, IOB1 and BIOES tags: O or <prefix>-<type>
+
+
+def is_scheme_tag(tag: str) -> bool:
+  """True for "O" and for B-/I-/E-/S-<type> with a non-empty type (e.g. B-PER, I-MISC, S-LOC)."""
+  if tag == "O":
+    return True
+  prefix, sep, entity_type = tag.partition("-")
+  return bool(sep) and prefix in SCHEME_PREFIXES and bool(entity_type.strip("-"))
 
 
 def read_conll(path: str, label_list: Optional[Sequence[str]] = None, split: str = "train",
@@ -98,6 +112,11 @@ def read_conll(path: str, label_list: Optional[Sequence[str]] = None, split: str
     tag = parts[-1]
     if label_set is not None and tag not in label_set:
       bad(path, n, "label not in label set", f"tag {tag!r} not in {sorted(label_set)}")
+      broken = True
+      continue
+    if label_set is None and not is_scheme_tag(tag):
+      bad(path, n, "tag outside the BIO/BIOES scheme", f"tag {tag!r}; expected O or B-, I-, E-, S- + a type",
+          f"list every tag in {os.path.join(os.path.dirname(path), 'labels.txt')} to use other tags")
       broken = True
       continue
     words.append(parts[0])

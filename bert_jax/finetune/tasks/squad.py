@@ -24,7 +24,8 @@ This handles accents, Chinese (one token per character, CMRC2018) and answers in
 `answer_start` check is Google's: the context at answer_start must read the answer text (whitespace runs
 compared as single spaces); a mismatch is an error naming file and question id, or with on_error="skip"
 a counted skip (Google's run_squad skips and logs them). Only training reads check answers; evaluation keeps
-all questions and scores against every gold answer text.
+all questions and scores against every gold answer text; v1.1 evaluation questions without any answer (scored
+0 whatever is predicted) are counted in an input warning (`errors.warn_input`; an error under --strict).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from bert_jax import errors
 from bert_jax.finetune.tasks import common
 
 
@@ -138,7 +140,19 @@ def read_squad(path: str, version_2_with_negative: bool = False, is_training: bo
                        f"article {a_i} paragraph {p_i}")
         if ex is not None:
           examples.append(ex)
+  _warn_unanswered(examples, path, version_2_with_negative)
   return common.finish(examples, path, split, report)
+
+
+def _warn_unanswered(examples: Sequence[SquadExample], source: str, version_2_with_negative: bool) -> None:
+  """v1.1 evaluation: questions without a gold answer score 0 whatever is predicted; say how many."""
+  if version_2_with_negative:
+    return
+  ids = [e.qas_id for e in examples if not e.answers]
+  if ids:
+    errors.warn_input(f"{source}: {len(ids)} of {len(examples)} questions have no answer (e.g. id "
+                      f"{', '.join(ids[:3])}); SQuAD v1.1 scores them 0 whatever is predicted (task=squad_v2 "
+                      "treats them as unanswerable)")
 
 
 def _parse_qa(qa, context, title, v2, is_training, path, line_of, bad, where) -> Optional[SquadExample]:
@@ -199,6 +213,7 @@ def read_squad_tfds(split: str, version_2_with_negative: bool = False, data_dir:
                        source, lambda _qid, n=n: n, bad, f"example {n}")
     if parsed is not None:
       examples.append(parsed)
+  _warn_unanswered(examples, source, version_2_with_negative)
   return common.finish(examples, source, "train" if is_training else "dev", report)
 
 
