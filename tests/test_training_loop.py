@@ -1,4 +1,5 @@
-"""The training loop end to end: overfitting, NaN policies, exact resume after SIGKILL (also mid-save)."""
+"""The training loop end to end: overfitting, NaN policies (and the skip limit), exact resume after Ctrl-C
+and after SIGKILL mid-save, with metrics.jsonl truncated back to the restored step."""
 
 import json
 import os
@@ -13,6 +14,7 @@ import jax
 import numpy as np
 import pytest
 
+from bert_jax.errors import UserError
 from bert_jax.models import BertForPreTraining
 from bert_jax.pretrained import load_pretrained
 from bert_jax.training import checkpoints, optimizers, sharding
@@ -45,7 +47,7 @@ def single_device_mesh():
   return sharding.make_mesh((1, 1, 1), devices=jax.devices()[:1])
 
 
-def test_skip_policy_leaves_state_untouched_on_a_nan_step():
+def test_skip_policy_leaves_state_untouched_on_a_nan_step_and_stops_after_max_consecutive(tmp_path):
   cfg = run_config(nan_policy="skip")
   model = BertForPreTraining(ONE_LAYER)
   mesh = single_device_mesh()
@@ -63,10 +65,33 @@ def test_skip_policy_leaves_state_untouched_on_a_nan_step():
   after2, m2 = step(after, make_batch(seed=1))
   assert ts.normalize(m2)["nonfinite_count"] == 0 and np.isfinite(ts.normalize(m2)["mlm_loss"])
   assert not np.array_equal(after2.params["nsp"]["kernel"], after.params["nsp"]["kernel"])
+  # Steps 1 (bad), 2 (good), then 3 bad steps in a row: the guard (max_consecutive_nonfinite=3) lets the
+  # isolated one pass and stops at step 5, the third in a row, with a one-line error.
+  guard = ts.NonFiniteGuard("skip", 3)
+  guard.check(summary, 1)
+  guard.check(ts.normalize(m2), 2)
+  state3, stopped = after2, None
+  for i in (3, 4, 5):
+    state3, m3 = step(state3, bad)
+    try:
+      guard.check(ts.normalize(m3), i)
+    except ts.NonFiniteError as e:
+      stopped = (i, str(e))
+      break
+  assert stopped is not None and stopped[0] == 5, stopped
+  assert "the last 3 steps (up to step 5) were all non-finite" in stopped[1]
+  print("measured:", stopped[1])
+  assert isinstance(ts.NonFiniteError("x"), UserError) and isinstance(ts.NonFiniteError("x"), FloatingPointError)
+  # No checkpoint ever holds non-finite params: save() refuses them (and the skipped state is finite).
+  assert ts.all_finite(state3.params)
+  ckpt = checkpoints.Checkpointer(str(tmp_path / "checkpoints"), async_save=False)
+  with pytest.raises(ts.NonFiniteError, match="hold NaN/Inf values; not checkpointed"):
+    ckpt.save(5, state3.replace(params=jax.tree.map(lambda x: x * np.nan, state3.params)))
+  ckpt.close()
+  assert not [n for n in os.listdir(tmp_path / "checkpoints") if n[0].isdigit()]
 
 
 def test_stop_policy_reports_the_first_bad_step_and_the_loop_raises():
-  from bert_jax.training import pretrain
   cfg = run_config(nan_policy="stop")
   model = BertForPreTraining(ONE_LAYER)
   mesh = single_device_mesh()
@@ -81,16 +106,9 @@ def test_stop_policy_reports_the_first_bad_step_and_the_loop_raises():
     acc = ts.merge_metrics(acc, m)
   summary = ts.normalize(acc)
   assert summary["nonfinite_count"] >= 1 and summary["first_nonfinite_step"] == 2
-
-  class NoCheckpoints:
-    def wait(self):
-      pass
-
-    def latest_step(self):
-      return None
   with pytest.raises(FloatingPointError, match="non-finite loss or gradient at step 2"):
-    pretrain._check_finite(summary, "stop", NoCheckpoints())
-  pretrain._check_finite(summary, "skip", NoCheckpoints())    # logs a warning, keeps going
+    ts.NonFiniteGuard("stop", 10).check(summary, 3)
+  ts.NonFiniteGuard("skip", 10).check(summary, 3)    # logs a warning, keeps going
 
 
 # ---- end-to-end runs of train.py -----------------------------------------------------------------
@@ -143,14 +161,14 @@ def saving(workdir):
   return os.path.isdir(d) and any("tmp" in n for n in os.listdir(d))
 
 
-def kill_when(workdir, corpus, condition):
-  """Runs train.py and SIGKILLs it from outside as soon as condition(workdir) holds (polled every 2 ms), as a
-  preempted machine would; returns the finished process."""
+def kill_when(workdir, corpus, condition, signum=signal.SIGKILL):
+  """Runs train.py and sends it `signum` from outside as soon as condition(workdir) holds (polled every 2 ms):
+  SIGKILL as a preempted machine would, SIGINT as Ctrl-C would; returns the finished process."""
   proc = start_train(workdir, corpus)
   deadline = time.time() + 300
   while proc.poll() is None and time.time() < deadline:
     if condition(workdir):
-      proc.send_signal(signal.SIGKILL)
+      proc.send_signal(signum)
       break
     time.sleep(0.002)
   return finish(proc)
@@ -160,27 +178,36 @@ TOTAL_STEPS = 40
 
 
 @pytest.mark.slow
-def test_resume_after_sigkill_and_after_a_kill_mid_save_gives_identical_params(corpus, tmp_path):
+def test_resume_after_sigint_and_after_a_kill_mid_save_gives_identical_params(corpus, tmp_path):
   ref_dir, run_dir = str(tmp_path / "uninterrupted"), str(tmp_path / "interrupted")
   # The uninterrupted reference runs alongside the first interrupted run (2 cores).
   ref_proc = start_train(ref_dir, corpus)
-  # SIGKILL once the first checkpoint is on disk.
-  first = kill_when(run_dir, corpus, lambda d: bool(complete_steps(d)))
+  # Ctrl-C once the first checkpoint is on disk: a checkpoint at the current step, exit 130.
+  first = kill_when(run_dir, corpus, lambda d: bool(complete_steps(d)), signum=signal.SIGINT)
   ref = finish(ref_proc)
   assert ref.returncode == 0, ref.stderr[-3000:]
-  assert first.returncode == -9, first.stderr[-3000:]
+  assert first.returncode == 130, (first.returncode, first.stderr[-3000:])
   killed_at = complete_steps(run_dir)[-1]
   assert killed_at < TOTAL_STEPS
-  # Restart: killed again while a later asynchronous save is in flight (or, at the latest, once it landed).
+  assert f"stopped at step {killed_at}: checkpoint saved" in first.stderr, first.stderr[-2000:]
+  assert not os.path.exists(os.path.join(run_dir, "workdir.lock"))       # released on the way out
+  # Restart: SIGKILLed while a later asynchronous save is in flight (or, at the latest, once it landed).
   second = kill_when(run_dir, corpus, lambda d: saving(d) or complete_steps(d)[-1] > killed_at)
   assert second.returncode == -9, second.stderr[-3000:]
   assert re.search(rf"resumed from \S+ at step {killed_at}\b", second.stderr), second.stderr[-2000:]
+  assert "stale lock" not in second.stderr
   last_complete = complete_steps(run_dir)[-1]
   assert last_complete >= killed_at
-  # Restart again: resumes from the last complete checkpoint and finishes the run.
+  # Restart again: takes over the killed run's lock, resumes from the last complete checkpoint, drops the
+  # metrics rows logged after it, and finishes the run.
   third = run_train(run_dir, corpus)
   assert third.returncode == 0, third.stderr[-3000:]
   assert re.search(rf"resumed from \S+ at step {last_complete}\b", third.stderr), third.stderr[-2000:]
+  assert re.search(r"took over a stale lock \(process \d+ is gone\)", third.stderr), third.stderr[-2000:]
+  steps = [json.loads(line)["step"] for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+  assert steps == sorted(set(steps)), steps                          # unique and increasing after the crashes
+  ref_steps = [json.loads(line)["step"] for line in open(os.path.join(ref_dir, "metrics.jsonl"))]
+  assert set(ref_steps) <= set(steps) and killed_at in steps, (steps, ref_steps)
 
   for name, directory in (("uninterrupted", ref_dir), ("interrupted", run_dir)):
     assert complete_steps(directory)[-1] == TOTAL_STEPS, name

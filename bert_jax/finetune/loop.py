@@ -5,7 +5,11 @@ linear decay, evaluation with the official metric, the best checkpoint, and the 
     results = loop.run(config, workdir)     # config: configs/finetune.py
 
 Start-up order: init_checkpoint (encoder weights, config, vocab; the head is initialised) else random init
-from config.model.size + vocab_file. Training runs ceil(num_train_epochs x batches per epoch) steps; the
+from config.model.size + vocab_file. A run holds DIR/workdir.lock (bert_jax.training.workdir: a second
+finetune.py on the same dir stops at once naming the holder). Fine-tuning does not resume: a rerun starts
+over (metrics.jsonl anew). SIGINT / SIGTERM stop after the current step and raise errors.Interrupted
+(exit 130 / 143; best_checkpoint/ keeps the best evaluation so far); nan_policy=skip stops after
+max_consecutive_nonfinite skipped steps in a row. Training runs ceil(num_train_epochs x batches per epoch) steps; the
 last batch of an epoch is padded with zero-weight rows, so every example is seen once per epoch.
 
 Files written to `workdir`:
@@ -29,10 +33,11 @@ Files written to `workdir`:
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import os
-import shutil
+import signal
 import time
 from typing import Any, Dict, List, Optional
 
@@ -41,17 +46,24 @@ import numpy as np
 
 from bert_jax.finetune import data as ft
 from bert_jax.finetune import model as fm
-from bert_jax.input_pipeline import tokenization
+from bert_jax.finetune import validation
+from bert_jax.errors import Interrupted
+from bert_jax.input_pipeline import fileio, tokenization
 from bert_jax.pretrained import Pretrained, load_pretrained, params_dir
-from bert_jax.pretrained.load import BEST_DIR, merge_params
+from bert_jax.pretrained.load import BEST_DIR, check_vocab_matches, merge_params
 from bert_jax.training import optimizers, sharding
 from bert_jax.training import train_step as ts
+from bert_jax.training import workdir as workdir_lib
 from bert_jax.training.checkpoints import config_to_dict
 from bert_jax.training.metric_writer import MetricWriter
 
 _log = logging.getLogger(__name__)
 
 INFO_NAME = params_dir.FINETUNE_INFO_NAME
+
+
+def signal_name(signum: int) -> str:
+  return signal.Signals(signum).name
 
 
 def plot_curves(workdir: str, records: List[dict], main_metric: str) -> str:
@@ -76,9 +88,11 @@ def plot_curves(workdir: str, records: List[dict], main_metric: str) -> str:
   if evals:
     a2.legend()
   fig.tight_layout()
-  path = os.path.join(workdir, "curves.png")
-  fig.savefig(path, dpi=80)
+  path = fileio.join(workdir, "curves.png")
+  buf = io.BytesIO()
+  fig.savefig(buf, format="png", dpi=80)
   plt.close(fig)
+  fileio.write_bytes_atomic(path, buf.getvalue())
   return path
 
 
@@ -138,17 +152,15 @@ def save_best(directory: str, bert_cfg, params, vocab_file: str, info: dict):
   one and swapped in by renames, so a crash leaves the previous best or the new one, never neither."""
   tmp, old = directory + ".tmp", directory + ".old"
   for d in (tmp, old):
-    if os.path.exists(d):
-      shutil.rmtree(d)
+    fileio.rmtree(d)
   params_dir.save_params_dir(tmp, bert_cfg.replace(scan_layers=False, dtype="float32", remat_policy="none"),
                              params, vocab_file, info={"do_lower_case": info["do_lower_case"],
                                                        "source": "finetune", "format": "bert_jax"})
-  params_dir.write_json_atomic(os.path.join(tmp, INFO_NAME), info)
-  if os.path.exists(directory):
-    os.replace(directory, old)
-  os.replace(tmp, directory)
-  if os.path.exists(old):
-    shutil.rmtree(old)
+  params_dir.write_json_atomic(fileio.join(tmp, INFO_NAME), info)
+  if fileio.exists(directory):
+    fileio.rename(directory, old)      # the old best stays whole until the new one is complete (in tmp)
+  fileio.rename(tmp, directory)
+  fileio.rmtree(old)
 
 
 def _merge_init(params, p_shard, init: Pretrained, load_head: bool):
@@ -169,7 +181,18 @@ def _merge_init(params, p_shard, init: Pretrained, load_head: bool):
 # The run.
 # --------------------------------------------------------------------------------------------------------
 def run(config, workdir: str) -> dict:
-  """Fine-tunes and evaluates `config.task`; returns the eval_results.json content."""
+  """Fine-tunes and evaluates `config.task`; returns the eval_results.json content. Holds the work-dir lock
+  while it runs."""
+  validation.validate_finetune_config(config)   # UserError before any model or data work
+  fileio.makedirs(workdir)
+  lock = workdir_lib.WorkdirLock(workdir, kind="finetune").acquire()
+  try:
+    return _run(config, workdir)
+  finally:
+    lock.release()
+
+
+def _run(config, workdir: str) -> dict:
   t_start = time.time()
   is_main = jax.process_index() == 0
   os.makedirs(workdir, exist_ok=True)
@@ -185,6 +208,8 @@ def run(config, workdir: str) -> dict:
   if not os.path.exists(vocab_file):
     raise FileNotFoundError(f"vocab_file {vocab_file} does not exist")
   do_lower_case = resolve_do_lower_case(config.do_lower_case, init, vocab_file)
+  if init is not None:
+    check_vocab_matches(init.config.vocab_size, init.directory, vocab_file)
   tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
   head_labels = init.finetune_info.get("label_list") if (init is not None and load_head) else None
   task = ft.make_task(config, label_list=head_labels)
@@ -277,6 +302,7 @@ def run(config, workdir: str) -> dict:
           "version_2_with_negative": bool(getattr(task, "version_2_with_negative", False)),
           "ner_scheme": config.ner_scheme, "ner_mode": config.ner_mode,
           "classification": config_to_dict(config.classification)}
+  info.update(task.head_options())   # pooling / crf / multilabel threshold: Predictor rebuilds the head
 
   predict_step = fm.make_predict_step(model, None if task.kind == "squad" else task.kind, mesh, rules, p_shard)
   writer = MetricWriter(workdir, fresh=True)
@@ -329,46 +355,57 @@ def run(config, workdir: str) -> dict:
                dynamic_ncols=True)
     stop = False
     epoch = 0
-    while step < total_steps and not stop:
-      for batch in ft.iterate_batches(train.features, keys, batch_size, rng):
-        state, m = train_step(state, fm.to_global_batch(batch, mesh, rules))
-        sums = ts.merge_metrics(sums, m)
-        step += 1
-        if t_first is None:
-          jax.block_until_ready(m)
-          t_first = time.time() - t_train
-        bar.update(1)
-        ep = epoch + min(1.0, (step - epoch * steps_per_epoch) / steps_per_epoch)
-        end_of_epoch = step % steps_per_epoch == 0 or step == total_steps
-        if step % log_every == 0 or step == total_steps:
-          summary = ts.normalize(sums)
-          if summary.get("nonfinite_count", 0) and config.nan_policy == "stop":
-            raise FloatingPointError(
-                f"non-finite loss or gradient at step {summary.get('first_nonfinite_step', '?')} of "
-                f"{task.name}; lower the learning rate ({lr:g}), check the data, or set nan_policy='skip'")
-          rec = {"kind": "train", "step": step, "epoch": round(ep, 3), "loss": summary.get("task_loss", math.nan),
-                 "learning_rate": float(schedule(step - 1)), "grad_norm": summary.get("grad_norm", math.nan)}
-          if "task_accuracy" in summary:
-            rec["accuracy"] = summary["task_accuracy"]
-          if summary.get("nonfinite_count"):
-            rec["nonfinite_count"] = summary["nonfinite_count"]
-          log_record(rec)
-          bar.set_postfix(loss=f"{rec['loss']:.4f}")
-          sums = None
-        do_eval = config.do_eval and eval_data and (
-            (eval_every > 0 and (step % eval_every == 0 or step == total_steps))
-            or (eval_every <= 0 and end_of_epoch))
-        if do_eval:
-          improved = evaluate_all(state.params, step, ep)
-          bad_evals = 0 if improved else bad_evals + 1
-          if patience > 0 and bad_evals >= patience:
-            _log.info("early stopping at step %d: %d evaluations without a better %s", step, bad_evals,
-                      main_metric)
-            stop = True
-        if step >= total_steps or stop:
+    signals = workdir_lib.StopSignals()
+    nonfinite = ts.NonFiniteGuard(config.nan_policy, int(config.max_consecutive_nonfinite), what=task.name)
+    try:
+      while step < total_steps and not stop:
+        for batch in ft.iterate_batches(train.features, keys, batch_size, rng):
+          state, m = train_step(state, fm.to_global_batch(batch, mesh, rules))
+          sums = ts.merge_metrics(sums, m)
+          step += 1
+          if t_first is None:
+            jax.block_until_ready(m)
+            t_first = time.time() - t_train
+          bar.update(1)
+          if signals.reached(step):
+            break
+          ep = epoch + min(1.0, (step - epoch * steps_per_epoch) / steps_per_epoch)
+          end_of_epoch = step % steps_per_epoch == 0 or step == total_steps
+          if step % log_every == 0 or step == total_steps:
+            summary = ts.normalize(sums)
+            nonfinite.check(summary, step)
+            rec = {"kind": "train", "step": step, "epoch": round(ep, 3), "loss": summary.get("task_loss", math.nan),
+                   "learning_rate": float(schedule(step - 1)), "grad_norm": summary.get("grad_norm", math.nan)}
+            if "task_accuracy" in summary:
+              rec["accuracy"] = summary["task_accuracy"]
+            if summary.get("nonfinite_count"):
+              rec["nonfinite_count"] = summary["nonfinite_count"]
+            log_record(rec)
+            bar.set_postfix(loss=f"{rec['loss']:.4f}")
+            sums = None
+          do_eval = config.do_eval and eval_data and (
+              (eval_every > 0 and (step % eval_every == 0 or step == total_steps))
+              or (eval_every <= 0 and end_of_epoch))
+          if do_eval:
+            improved = evaluate_all(state.params, step, ep)
+            bad_evals = 0 if improved else bad_evals + 1
+            if patience > 0 and bad_evals >= patience:
+              _log.info("early stopping at step %d: %d evaluations without a better %s", step, bad_evals,
+                        main_metric)
+              stop = True
+          if step >= total_steps or stop:
+            break
+        if signals.signum is not None:
           break
-      epoch += 1
-    bar.close()
+        epoch += 1
+    finally:
+      signals.restore()
+      bar.close()
+    if signals.signum is not None:
+      writer.close()
+      raise Interrupted(signals.signum, step, f"stopped by {signal_name(signals.signum)} at step {step} of "
+                        f"{total_steps}; fine-tuning does not resume: rerun to start over (best_checkpoint/ "
+                        "holds the best evaluation so far)")
     jax.block_until_ready(state.params)
     train_seconds = time.time() - t_train
     timing.update(train_seconds=round(train_seconds, 2), first_step_seconds=round(t_first or 0.0, 2),

@@ -7,13 +7,26 @@
 
 A path is "remote" when it contains "://". TensorFlow is imported only for such paths, so local use (and
 `tokenization`, which imports this module) works without TensorFlow.
+
+This is also the one path layer of a work directory (pre-training and fine-tuning): every file a run depends
+on (configs, model_config.json, the vocab copy, params dirs, metrics, plots, the lock) goes through
+`write_bytes_atomic` / `write_text_atomic` (temp file, fsync, rename: a reader sees the old file or the new
+one, never half of one) and `rename` / `remove` / `rmtree` / `listdir` / `join` / `abspath`, so a
+`gs://bucket/run` work dir takes the same code path as a local one. Orbax checkpoints go through Orbax's own
+`etils.epath` (which handles gs:// itself); on object stores a rename is a copy + delete, and an object
+appears whole or not at all, which is what the temp + rename gives locally.
+
+    fileio.write_text_atomic(fileio.join(workdir, "config.json"), text)
+    fileio.rename(src, dst, overwrite=True); fileio.rmtree(d); fileio.listdir(d); fileio.mtime(path)
 """
 
 from __future__ import annotations
 
 import glob as _glob
 import os
-from typing import IO, List
+import shutil
+import time
+from typing import IO, List, Optional
 
 
 def is_remote(path: str) -> bool:
@@ -80,3 +93,136 @@ def open_file(path: str, mode: str = "r", encoding: str = "utf-8") -> IO:
   if "b" in mode:
     return open(path, mode)  # pylint: disable=unspecified-encoding
   return open(path, mode, encoding=encoding)
+
+
+# ---- the work-directory path layer -------------------------------------------------------------------------
+def join(*parts: str) -> str:
+  """os.path.join that keeps URL schemes intact ("gs://b" + "x" -> "gs://b/x")."""
+  if parts and is_remote(parts[0]):
+    return "/".join([parts[0].rstrip("/")] + [p.strip("/") for p in parts[1:] if p])
+  return os.path.join(*parts)
+
+
+def abspath(path: str) -> str:
+  """Absolute local path (`~` expanded); URL paths unchanged (os.path.abspath would turn gs://b into
+  ./gs:/b)."""
+  if is_remote(path):
+    return path.rstrip("/")
+  return os.path.abspath(os.path.expanduser(path))
+
+
+def basename(path: str) -> str:
+  return path.rstrip("/").rsplit("/", 1)[-1] if is_remote(path) else os.path.basename(path)
+
+
+def listdir(path: str) -> List[str]:
+  """Entry names in `path` (no trailing slashes), [] when it does not exist."""
+  if not exists(path):
+    return []
+  if is_remote(path):
+    return sorted(n.rstrip("/") for n in _gfile().listdir(path))
+  return sorted(os.listdir(path))
+
+
+def _tmp_name(path: str) -> str:
+  return f"{path}.tmp-{os.getpid()}-{time.time_ns()}"
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
+  """`data` to `path` through a temp file in the same directory, fsync and rename: readers (and a crash at
+  any moment) see the old file or the new one. URL paths: GFile write + rename(overwrite=True)."""
+  tmp = _tmp_name(path)
+  if is_remote(path):
+    gf = _gfile()
+    with gf.GFile(tmp, "wb") as f:
+      f.write(data)
+    gf.rename(tmp, path, overwrite=True)
+    return
+  try:
+    with open(tmp, "wb") as f:
+      f.write(data)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+  _fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def write_text_atomic(path: str, text: str) -> None:
+  write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def _fsync_dir(directory: str) -> None:
+  """Makes a rename in `directory` durable (POSIX); a no-op where directories cannot be opened."""
+  try:
+    fd = os.open(directory, os.O_RDONLY)
+  except OSError:
+    return
+  try:
+    os.fsync(fd)
+  except OSError:
+    pass
+  finally:
+    os.close(fd)
+
+
+def read_bytes(path: str) -> bytes:
+  with open_file(path, "rb") as f:
+    return f.read()
+
+
+def read_text(path: str) -> str:
+  return read_bytes(path).decode("utf-8")
+
+
+def rename(src: str, dst: str, overwrite: bool = False) -> None:
+  """Renames a file or directory (local: os.rename / os.replace; URL paths: tf.io.gfile.rename)."""
+  if is_remote(src):
+    _gfile().rename(src, dst, overwrite=overwrite)
+  elif overwrite:
+    os.replace(src, dst)
+  else:
+    if os.path.exists(dst):
+      raise FileExistsError(dst)
+    os.rename(src, dst)
+
+
+def _remote_entry_exists(path: str) -> bool:
+  """Whether `path` itself is an entry of its parent (object stores, and ram://, answer exists("d/params")
+  with True when only "d/params.msgpack" exists: a prefix match)."""
+  return basename(path) in listdir(dirname(path))
+
+
+def remove(path: str) -> None:
+  """Deletes a file (no error when it is already gone)."""
+  if is_remote(path):
+    if _remote_entry_exists(path):
+      _gfile().remove(path)
+  elif os.path.lexists(path):
+    os.remove(path)
+
+
+def rmtree(path: str) -> None:
+  """Deletes a directory tree (no error when it is already gone)."""
+  if is_remote(path):
+    if _remote_entry_exists(path):
+      _gfile().rmtree(path)
+  elif os.path.exists(path):
+    shutil.rmtree(path)
+
+
+def copy(src: str, dst: str) -> None:
+  """Copies a file atomically (the destination appears whole)."""
+  write_bytes_atomic(dst, read_bytes(src))
+
+
+def mtime(path: str) -> Optional[float]:
+  """Modification time in seconds since the epoch, None when the path does not exist."""
+  try:
+    if is_remote(path):
+      return _gfile().stat(path).mtime_nsec / 1e9
+    return os.path.getmtime(path)
+  except Exception:  # noqa: BLE001 - OSError, or tf.errors.NotFoundError (not an OSError)
+    return None

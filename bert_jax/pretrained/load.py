@@ -15,16 +15,19 @@ config.json), so callers never guess what the checkpoint already says.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 from flax import traverse_util
 
+from bert_jax.errors import UserError
 from bert_jax.models import BertConfig
 from bert_jax.pretrained import params_dir, zoo
 
 CHECKPOINT_SUBDIR = "checkpoints"
+_log = logging.getLogger(__name__)
 BEST_DIR = "best_checkpoint"
 
 
@@ -52,26 +55,50 @@ def is_workdir(directory: str) -> bool:
 
 
 def load_workdir_params(workdir: str, step: Optional[int] = None):
-  """Params (host numpy, un-scanned) of a pre-training work dir's checkpoint `step` (default: newest)."""
+  """Params (host numpy, un-scanned) of a pre-training work dir's checkpoint `step` (default: the newest that
+  reads; an unreadable newer one is logged and skipped, never moved: this reader does not own the work dir)."""
   import orbax.checkpoint as ocp
   ckpt_dir = os.path.join(os.path.abspath(workdir), CHECKPOINT_SUBDIR)
-  if step is None:
-    with ocp.CheckpointManager(ckpt_dir, options=ocp.CheckpointManagerOptions(read_only=True, create=False),
-                               item_names=("state", "meta")) as manager:
-      step = manager.latest_step()
-    if step is None:
-      raise FileNotFoundError(f"{ckpt_dir}: no complete checkpoint")
-  path = os.path.join(ckpt_dir, str(int(step)), "state")
-  return params_dir.host_params(params_dir.restore_orbax_params(path, subtree="params"))
+  if step is not None:
+    return params_dir.host_params(params_dir.restore_orbax_params(
+        os.path.join(ckpt_dir, str(int(step)), "state"), subtree="params"))
+  with ocp.CheckpointManager(ckpt_dir, options=ocp.CheckpointManagerOptions(read_only=True, create=False),
+                             item_names=("state", "meta")) as manager:
+    steps = sorted(manager.all_steps(), reverse=True)
+  if not steps:
+    raise FileNotFoundError(f"{ckpt_dir}: no complete checkpoint")
+  failed = []
+  for i, s in enumerate(steps):
+    try:
+      return params_dir.host_params(params_dir.restore_orbax_params(os.path.join(ckpt_dir, str(s), "state"),
+                                                                    subtree="params"))
+    except Exception as e:  # noqa: BLE001 - a damaged checkpoint: Orbax/tensorstore/JSON errors
+      reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+      failed.append(f"step {s}: {reason}")
+      _log.warning("checkpoint %d of %s unreadable (%s); %s", s, workdir, reason,
+                   f"reading {steps[i + 1]}" if i + 1 < len(steps) else "no older checkpoint")
+  raise UserError(f"no checkpoint in {ckpt_dir} can be read: " + "; ".join(failed))
 
 
-def load_pretrained(name_or_dir: str, search_dirs: Sequence[str] = ()) -> Pretrained:
-  """See the module docstring."""
+def _resolve(name_or_dir: str, search_dirs: Sequence[str] = ()) -> str:
+  """The directory `load_pretrained` reads for `name_or_dir` (zoo name, params dir, fine-tuning work dir's
+  best_checkpoint/, pre-training work dir)."""
   directory = zoo.resolve(os.path.expanduser(name_or_dir), search_dirs)
   directory = os.path.abspath(directory)
   best = os.path.join(directory, BEST_DIR)
   if not params_dir.is_params_dir(directory) and not is_workdir(directory) and os.path.isdir(best):
     directory = best
+  return directory
+
+
+def read_config(name_or_dir: str, search_dirs: Sequence[str] = ()) -> BertConfig:
+  """Only the architecture of a checkpoint `load_pretrained` accepts (no params are read)."""
+  return params_dir.read_model_config(_resolve(name_or_dir, search_dirs)).replace(scan_layers=False)
+
+
+def load_pretrained(name_or_dir: str, search_dirs: Sequence[str] = ()) -> Pretrained:
+  """See the module docstring."""
+  directory = _resolve(name_or_dir, search_dirs)
   if params_dir.is_params_dir(directory):
     config, params, vocab = params_dir.load_params_dir(directory)
     info = params_dir.read_info(directory)
@@ -87,6 +114,24 @@ def load_pretrained(name_or_dir: str, search_dirs: Sequence[str] = ()) -> Pretra
         f"{name_or_dir!r} is neither a params directory (model_config.json + params.msgpack or params/), a "
         "fine-tuning work dir (best_checkpoint/) nor a pre-training work dir (checkpoints/)")
   return Pretrained(config, params, vocab, None if lower is None else bool(lower), directory, info, ft_info)
+
+
+class VocabMismatchError(UserError, ValueError):
+  """init_checkpoint's vocab size differs from the vocab file's (a UserError; a ValueError for older callers)."""
+
+
+def check_vocab_matches(checkpoint_vocab_size: int, checkpoint: str, vocab_file: str) -> int:
+  """The one vocab check of pre-training's and fine-tuning's `init_checkpoint`: `vocab_file`'s line count
+  must equal the checkpoint's embedding rows, else UserError naming both sizes and both files (a larger
+  vocab ends in NaN at step 1 or an index error, a smaller one trains silently on mismatched ids).
+  Returns the vocab size."""
+  vocab_size = params_dir.count_vocab_lines(vocab_file)
+  if int(vocab_size) != int(checkpoint_vocab_size):
+    raise VocabMismatchError(
+        f"vocab size mismatch: vocab_file {vocab_file} has {vocab_size} tokens but init_checkpoint {checkpoint} "
+        f"was trained with vocab_size={checkpoint_vocab_size}; use the checkpoint's own vocab.txt (or a vocab "
+        f"of {checkpoint_vocab_size} lines)")
+  return vocab_size
 
 
 def merge_params(fresh, loaded, groups: Optional[Sequence[str]] = None):

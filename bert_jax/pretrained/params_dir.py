@@ -15,15 +15,16 @@ The converters (import-tf, import-hf) write it, export-hf / rank / fine-tuning r
     DIR/convert_info.json    optional {"do_lower_case", "source", "format", "report"}: provenance, casing
     DIR/finetune_info.json   optional, written by fine-tuning (task, labels, max_seq_length, casing)
 
-Every file is written to a temporary name, fsynced and renamed, so a reader never sees half a file.
-No TensorFlow; Orbax is imported only for the `params/` form.
+Every file is written to a temporary name, fsynced and renamed (bert_jax.input_pipeline.fileio, the one
+path layer; gs:// directories work too), so a reader never sees half a file, and a directory being
+replaced keeps its old params until the new ones are whole. No TensorFlow for local paths; Orbax is
+imported only for the `params/` form.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from typing import Optional, Tuple
 
 import flax
@@ -42,19 +43,10 @@ FINETUNE_INFO_NAME = "finetune_info.json"
 _CONFIG_NAMES = (CONFIG_NAME, "bert_config.json", "config.json")
 
 
-# ---- small file helpers (atomic writes) ----------------------------------------------------------------
-def _fsync_replace(tmp: str, path: str) -> None:
-  with open(tmp, "rb+") as f:
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
-
-
+# ---- small file helpers (atomic writes, through the one path layer) -----------------------------------
 def write_bytes_atomic(path: str, data: bytes) -> None:
   """`data` to `path` through a temp file, fsync and rename: readers see the old or the new file."""
-  tmp = f"{path}.tmp{os.getpid()}"
-  with open(tmp, "wb") as f:
-    f.write(data)
-  _fsync_replace(tmp, path)
+  fileio.write_bytes_atomic(path, data)
 
 
 def write_json_atomic(path: str, obj) -> None:
@@ -64,19 +56,20 @@ def write_json_atomic(path: str, obj) -> None:
 
 def read_json(path: str) -> dict:
   """The JSON object in `path`, {} when the file does not exist."""
-  if not os.path.exists(path):
+  if not fileio.exists(path):
     return {}
-  with open(path, encoding="utf-8") as f:
-    return json.load(f)
+  return json.loads(fileio.read_text(path))
 
 
 def copy_vocab(vocab_file: str, directory: str) -> str:
   """Copies a vocab (local or gs://, through fileio) to DIR/vocab.txt atomically; returns the new path."""
-  dst = os.path.join(directory, VOCAB_NAME)
-  if not fileio.is_remote(vocab_file) and os.path.abspath(vocab_file) == os.path.abspath(dst):
+  dst = fileio.join(directory, VOCAB_NAME)
+  if fileio.abspath(vocab_file) == fileio.abspath(dst):
     return dst
-  with fileio.open_file(vocab_file, "rb") as src:
-    write_bytes_atomic(dst, src.read())
+  data = fileio.read_bytes(vocab_file)
+  if fileio.exists(dst) and fileio.read_bytes(dst) == data:
+    return dst                      # unchanged: not rewritten (a resumed run keeps its files as they are)
+  write_bytes_atomic(dst, data)
   return dst
 
 
@@ -113,18 +106,20 @@ def save_params_dir(directory: str, config: BertConfig, params, vocab_file: Opti
   """Writes a params directory (see the module docstring); returns `directory`."""
   if fmt not in ("msgpack", "orbax"):
     raise ValueError(f"fmt={fmt!r}; expected msgpack or orbax")
-  directory = os.path.abspath(directory)
-  os.makedirs(directory, exist_ok=True)
+  directory = fileio.abspath(directory)
+  fileio.makedirs(directory)
   params = jax.tree.map(lambda x: np.asarray(x, np.float32), host_params(params))
   if fmt == "msgpack":
-    write_bytes_atomic(os.path.join(directory, PARAMS_NAME), flax.serialization.to_bytes(params))
+    write_bytes_atomic(fileio.join(directory, PARAMS_NAME), flax.serialization.to_bytes(params))
+    fileio.rmtree(fileio.join(directory, ORBAX_PARAMS_NAME))    # the other form, left by an earlier save
   else:
-    _save_orbax_params(os.path.join(directory, ORBAX_PARAMS_NAME), params)
-  write_json_atomic(os.path.join(directory, CONFIG_NAME), config.replace(scan_layers=False).to_dict())
+    _save_orbax_params(fileio.join(directory, ORBAX_PARAMS_NAME), params)
+    fileio.remove(fileio.join(directory, PARAMS_NAME))
+  write_json_atomic(fileio.join(directory, CONFIG_NAME), config.replace(scan_layers=False).to_dict())
   if vocab_file:
     copy_vocab(vocab_file, directory)
   if info is not None:
-    write_json_atomic(os.path.join(directory, INFO_NAME), info)
+    write_json_atomic(fileio.join(directory, INFO_NAME), info)
   return directory
 
 
@@ -133,29 +128,28 @@ def _save_orbax_params(path: str, params) -> None:
   import orbax.checkpoint as ocp  # only this form needs Orbax
   tmp, old = f"{path}.tmp{os.getpid()}", f"{path}.old{os.getpid()}"
   for p in (tmp, old):
-    if os.path.exists(p):
-      shutil.rmtree(p)
+    fileio.rmtree(p)
   with ocp.StandardCheckpointer() as ckptr:
     ckptr.save(tmp, params)
     ckptr.wait_until_finished()
-  if os.path.exists(path):
-    os.replace(path, old)
-  os.replace(tmp, path)
-  if os.path.exists(old):
-    shutil.rmtree(old)
+  if fileio.exists(path):
+    fileio.rename(path, old)
+  fileio.rename(tmp, path)
+  fileio.rmtree(old)
 
 
 def has_params(directory: str) -> bool:
-  return (os.path.isfile(os.path.join(directory, PARAMS_NAME))
-          or os.path.isdir(os.path.join(directory, ORBAX_PARAMS_NAME)))
+  return (fileio.isfile(fileio.join(directory, PARAMS_NAME))
+          or fileio.isdir(fileio.join(directory, ORBAX_PARAMS_NAME)))
 
 
 def read_model_config(directory: str) -> BertConfig:
   """The BertConfig of a params dir or work dir (see the module docstring for the file order)."""
   for name in _CONFIG_NAMES:
-    path = os.path.join(directory, name)
-    if os.path.exists(path) and "hidden_size" in read_json(path):   # a run config.json has no hidden_size
-      return BertConfig.from_json_file(path)
+    path = fileio.join(directory, name)
+    if fileio.exists(path) and "hidden_size" in read_json(path):   # a run config.json has no hidden_size
+      return BertConfig.from_json_file(path) if not fileio.is_remote(path) else BertConfig.from_dict(
+          read_json(path))
   raise FileNotFoundError(f"{directory}: no model config (model_config.json, bert_config.json or config.json "
                           "with hidden_size)")
 
@@ -163,27 +157,26 @@ def read_model_config(directory: str) -> BertConfig:
 def is_params_dir(directory: str) -> bool:
   """A model config AND parameters. A pre-training work dir also holds model_config.json but keeps its
   parameters under checkpoints/, so it is not a params directory."""
-  return has_params(directory) and any(os.path.isfile(os.path.join(directory, n)) for n in _CONFIG_NAMES)
+  return has_params(directory) and any(fileio.isfile(fileio.join(directory, n)) for n in _CONFIG_NAMES)
 
 
 def vocab_path(directory: str) -> Optional[str]:
-  path = os.path.join(directory, VOCAB_NAME)
-  return path if os.path.exists(path) else None
+  path = fileio.join(directory, VOCAB_NAME)
+  return path if fileio.exists(path) else None
 
 
 def load_params_dir(directory: str) -> Tuple[BertConfig, dict, Optional[str]]:
   """(BertConfig [scan_layers=False], params [host numpy, un-scanned], vocab path or None)."""
-  directory = os.path.abspath(directory)
+  directory = fileio.abspath(directory)
   if not has_params(directory):
     raise FileNotFoundError(f"{directory}: no {PARAMS_NAME} or Orbax {ORBAX_PARAMS_NAME}/; write one with "
                             "`python -m bert_jax.convert import-tf|import-hf`")
   config = read_model_config(directory)
-  orbax_path = os.path.join(directory, ORBAX_PARAMS_NAME)
-  if os.path.isdir(orbax_path):
-    params = restore_orbax_params(orbax_path)
+  msgpack_path = fileio.join(directory, PARAMS_NAME)
+  if fileio.isfile(msgpack_path):
+    params = flax.serialization.msgpack_restore(fileio.read_bytes(msgpack_path))
   else:
-    with open(os.path.join(directory, PARAMS_NAME), "rb") as f:
-      params = flax.serialization.msgpack_restore(f.read())
+    params = restore_orbax_params(fileio.join(directory, ORBAX_PARAMS_NAME))
   return config.replace(scan_layers=False), host_params(params), vocab_path(directory)
 
 
@@ -207,7 +200,7 @@ def restore_orbax_params(path: str, subtree: Optional[str] = None):
 
 def read_info(directory: str) -> dict:
   """convert_info.json of a params dir ({} when absent)."""
-  return read_json(os.path.join(directory, INFO_NAME))
+  return read_json(fileio.join(directory, INFO_NAME))
 
 
 def guess_do_lower_case(vocab_file: str, hint: str = "") -> bool:

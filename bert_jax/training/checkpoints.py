@@ -20,27 +20,37 @@ API:
       .close()
   restore_train_state(ckpt, config, model, mesh, tx, step=None) -> (state, shardings, meta)
       converts between scan_layers layouts when the checkpoint's differs from the model's
+  restore_latest_readable(ckpt, config, model, mesh, tx) -> (state, shardings, meta)
+      the newest checkpoint that restores; an unreadable newer one is logged ("checkpoint 60 unreadable
+      (reason); restoring 40") and moved aside to checkpoints/60.corrupt-<time>; none readable -> UserError
   write_workdir_files(workdir, config_dict, model_config, vocab_file)
+
+A Checkpointer that writes (read_only=False) deletes interrupted saves (`<step>.orbax-checkpoint-tmp-*`) when
+it opens: open it only while holding the work-dir lock (bert_jax.training.workdir), never beside a live run.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
+import time
 from typing import Optional
 
 import jax
 import orbax.checkpoint as ocp
 
+from bert_jax.errors import UserError
+from bert_jax.input_pipeline import fileio
 from bert_jax.models import BertConfig, scan_params, unscan_params
 from bert_jax.pretrained import params_dir
 from bert_jax.pretrained.load import CHECKPOINT_SUBDIR
 from bert_jax.training import train_step as ts
+from bert_jax.training import workdir as wd
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CHECKPOINT_SUBDIR", "Checkpointer", "config_to_dict", "convert_layout", "restore_train_state", "write_workdir_files"]
+__all__ = ["CHECKPOINT_SUBDIR", "Checkpointer", "config_to_dict", "convert_layout", "restore_latest_readable",
+           "restore_train_state", "write_workdir_files"]
 
 
 def _is_params_tree(x) -> bool:
@@ -57,8 +67,9 @@ class Checkpointer:
   """Orbax CheckpointManager with items `state` (pytree) and `meta` (JSON)."""
 
   def __init__(self, directory: str, keep: int = 3, async_save: bool = True, read_only: bool = False):
-    self.directory = os.path.abspath(directory)
-    # cleanup_tmp_directories: a save interrupted by a kill leaves a tmp dir that is never a checkpoint.
+    self.directory = fileio.abspath(directory)
+    # cleanup_tmp_directories: a save interrupted by a kill leaves a tmp dir that is never a checkpoint. Only
+    # a writing Checkpointer cleans, and pre-training opens one only while it holds the work-dir lock.
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=not read_only, read_only=read_only,
                                            cleanup_tmp_directories=not read_only,
                                            enable_async_checkpointing=async_save)
@@ -71,6 +82,14 @@ class Checkpointer:
     return list(self.manager.all_steps())
 
   def save(self, step: int, state, meta: Optional[dict] = None, force: bool = False) -> bool:
+    """Saves asynchronously. Refuses (ts.NonFiniteError) a state whose params hold a NaN/Inf: a checkpoint
+    is always one a run can resume from."""
+    params = state.params if hasattr(state, "params") else state.get("params", state) if isinstance(
+        state, dict) else state
+    if not ts.all_finite(params):
+      raise ts.NonFiniteError(f"the parameters at step {int(step)} hold NaN/Inf values; not checkpointed (the "
+                              f"newest checkpoint, {self.latest_step()}, is finite). Lower the learning rate "
+                              "or check the data")
     meta = dict(meta or {}, step=int(step))
     return self.manager.save(int(step), args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                                 meta=ocp.args.JsonSave(meta)), force=force)
@@ -96,6 +115,10 @@ class Checkpointer:
     out = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state),
                                                              meta=ocp.args.JsonRestore()))
     return out["state"], dict(out["meta"])
+
+  def reload(self):
+    """Re-reads the list of checkpoints from disk (after one was moved aside)."""
+    self.manager.reload()
 
   def _step(self, step):
     step = self.latest_step() if step is None else step
@@ -126,21 +149,71 @@ def restore_train_state(ckpt: Checkpointer, config, model, mesh, tx, step: Optio
   return convert(state), shardings, meta
 
 
+def _reason(e: BaseException) -> str:
+  """One line on why a restore failed: the exception type and the first line of its message."""
+  text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+  return f"{type(e).__name__}: {text[:200]}" if text else type(e).__name__
+
+
+def restore_latest_readable(ckpt: Checkpointer, config, model, mesh, tx):
+  """restore_train_state of the newest checkpoint that restores. Returns (state, shardings, meta).
+
+  A newer checkpoint that fails (truncated or corrupted data file, garbage metadata, missing state/) is logged
+  in one line and, once an older one has restored (so the failure is the checkpoint's, not this run's
+  config), moved aside to `<step>.corrupt-<UTC time>` (process 0). When no checkpoint restores, nothing is
+  moved and a UserError lists each step and its reason: a run never restarts from scratch silently.
+  """
+  steps = sorted(ckpt.all_steps(), reverse=True)
+  failed = []
+  for i, step in enumerate(steps):
+    try:
+      out = restore_train_state(ckpt, config, model, mesh, tx, step=step)
+    except Exception as e:  # noqa: BLE001 - Orbax/tensorstore/JSON errors of a damaged checkpoint
+      reason = _reason(e)
+      failed.append((step, reason))
+      nxt = steps[i + 1] if i + 1 < len(steps) else None
+      log.warning("checkpoint %d unreadable (%s); %s", step, reason,
+                  f"restoring {nxt}" if nxt is not None else "no older checkpoint")
+      continue
+    if failed:
+      _move_aside(ckpt, [s for s, _ in failed])
+    return out
+  raise UserError(
+      f"no checkpoint in {ckpt.directory} can be restored: "
+      + "; ".join(f"step {s}: {r}" for s, r in failed)
+      + ". Nothing was moved or deleted. If the run's config changed (optimizer, model), resume with the original "
+      "one; to start over, move the checkpoints/ directory away")
+
+
+def _move_aside(ckpt: Checkpointer, steps) -> None:
+  stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+  if jax.process_index() == 0:
+    for step in steps:
+      src = fileio.join(ckpt.directory, str(step))
+      dst = f"{src}.corrupt-{stamp}"
+      fileio.rename(src, dst)
+      log.warning("moved the unreadable checkpoint %d aside to %s", step, dst)
+  wd.barrier("bert_jax_checkpoint_move_aside")
+  ckpt.reload()
+
+
 # ---- work directory ---------------------------------------------------------------------------------
 def config_to_dict(config) -> dict:
   """A run config (ml_collections.ConfigDict) as plain JSON data, for config.json."""
   return json.loads(config.to_json_best_effort())
 
 
-# ---- work directory ---------------------------------------------------------------------------------
 def write_workdir_files(workdir: str, config_dict: dict, model_config: BertConfig,
                         vocab_file: Optional[str] = None) -> None:
-  """config.json (run config), model_config.json and vocab.txt in the work dir (process 0 only), each
-  written atomically (temp file, fsync, rename)."""
-  if jax.process_index() != 0:
-    return
-  os.makedirs(workdir, exist_ok=True)
-  params_dir.write_json_atomic(os.path.join(workdir, "config.json"), config_dict)
-  params_dir.write_json_atomic(os.path.join(workdir, params_dir.CONFIG_NAME), model_config.to_dict())
-  if vocab_file:
-    params_dir.copy_vocab(vocab_file, workdir)
+  """config.json (run config), model_config.json and vocab.txt in the work dir, by process 0 only and then a
+  barrier, each written atomically (temp file, fsync, rename) and only when its content changed (a resumed
+  run with the same command rewrites nothing)."""
+  if jax.process_index() == 0:
+    fileio.makedirs(workdir)
+    if wd.write_json_if_changed(fileio.join(workdir, "config.json"), config_dict) and \
+        fileio.exists(fileio.join(workdir, params_dir.CONFIG_NAME)):
+      log.info("config.json updated (the run config changed since the last start)")
+    wd.write_json_if_changed(fileio.join(workdir, params_dir.CONFIG_NAME), model_config.to_dict())
+    if vocab_file:
+      params_dir.copy_vocab(vocab_file, workdir)
+  wd.barrier("bert_jax_workdir_files")

@@ -42,13 +42,15 @@ per-micro-batch means. With config.grad_accum_steps = A the batch is split into 
 
 Metrics leave a step as sums: the loss function's own (<t>_loss_sum, <t>_correct_sum, <t>_weight_sum |
 <t>_count for each target or task), loss_sum/loss_count (the optimised loss per step), grad_norm_sum,
-param_norm_sum, step_count (applied steps), nonfinite_count and min_nonfinite_step (first 1-based step
-with a NaN/Inf loss or gradient; 2**31-1 if none). Add them across steps with merge_metrics (on device, no
-host sync) and normalise once when writing.
+param_norm_sum, step_count (applied steps), nonfinite_count, min_nonfinite_step (first 1-based step
+with a NaN/Inf loss or gradient; 2**31-1 if none) and max_finite_step (last 1-based step that was finite; 0
+if none). Add them across steps with merge_metrics (on device, no host sync) and normalise once when writing.
 
-NaN/Inf: config.nan_policy == "skip" keeps params and optimizer state of a non-finite step (its metrics are
-zeroed and counted in nonfinite_count); "stop" applies nothing special in the step and the loop raises at
-the next host sync naming min_nonfinite_step.
+NaN/Inf: config.nan_policy == "skip" keeps params and optimizer state of a non-finite step (a NaN/Inf loss,
+gradient or updated parameter; its metrics are zeroed and counted in nonfinite_count); "stop" applies
+nothing special in the step and the loop raises at the next host sync naming min_nonfinite_step. The loops
+check both through `NonFiniteGuard` (skip: stop after config.max_consecutive_nonfinite skipped steps in a
+row), and `all_finite(params)` guards every checkpoint.
 
 Minimal use without ml_collections (every field explicit, as bert_jax.bench.__main__.bench_run_config does;
 logical_axis_rules=None means axes.DEFAULT_RULES):
@@ -63,6 +65,7 @@ logical_axis_rules=None means axes.DEFAULT_RULES):
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 import flax
@@ -73,11 +76,13 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from bert_jax.errors import UserError
 from bert_jax.models import BertConfig, BertForPreTraining, dummy_inputs, losses
 from bert_jax.pretrained.params_dir import match_layout
 from bert_jax.training import optimizers, sharding
 
 NO_NONFINITE = np.int32(2**31 - 1)
+logger = logging.getLogger(__name__)
 # Model fields a run config may set under config.model (besides size / vocab_size).
 _MODEL_FIELDS = ("encoder", "layer_norm_type", "hidden_dropout_prob", "attention_probs_dropout_prob",
                  "max_position_embeddings", "dtype", "param_dtype", "attention_impl", "scan_layers",
@@ -343,15 +348,18 @@ def make_train_step(config, model: nn.Module, tx, mesh, state_shardings, *, loss
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+    param_norm = optax.global_norm(params)
     metrics = dict(sums, loss_sum=loss, loss_count=jnp.ones((), jnp.float32), grad_norm_sum=grad_norm,
-                   param_norm_sum=optax.global_norm(params), step_count=jnp.ones((), jnp.float32))
+                   param_norm_sum=param_norm, step_count=jnp.ones((), jnp.float32))
     if nan_policy == "skip":
+      finite = finite & jnp.isfinite(param_norm)     # an update that overflows the params is skipped too
       keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
       new_state = new_state.replace(params=jax.tree.map(keep, params, state.params),
                                     opt_state=jax.tree.map(keep, opt_state, state.opt_state))
       metrics = {k: jnp.where(finite, v, jnp.zeros_like(v)) for k, v in metrics.items()}
     metrics["nonfinite_count"] = 1.0 - finite.astype(jnp.float32)
     metrics["min_nonfinite_step"] = jnp.where(finite, NO_NONFINITE, state.step.astype(jnp.int32) + 1)
+    metrics["max_finite_step"] = jnp.where(finite, state.step.astype(jnp.int32) + 1, 0)
     return new_state, metrics
 
   batch_in = sharding.batch_sharding(mesh, rules)
@@ -379,7 +387,7 @@ def make_eval_step(config, model: nn.Module, mesh, state_shardings, *, loss_fn: 
 
 # ---- metrics -----------------------------------------------------------------------------------------
 def merge_metrics(a: Optional[dict], b: dict) -> dict:
-  """Adds metric sums (device arrays, no host sync); `min_*` keys take the minimum."""
+  """Adds metric sums (device arrays, no host sync); `min_*` / `max_*` keys take the minimum / maximum."""
   if a is None:
     return dict(b)
   return _merge(a, b)
@@ -387,7 +395,8 @@ def merge_metrics(a: Optional[dict], b: dict) -> dict:
 
 @jax.jit
 def _merge(a, b):
-  return {k: (jnp.minimum(a[k], b[k]) if k.startswith("min_") else a[k] + b[k]) for k in b}
+  return {k: (jnp.minimum(a[k], b[k]) if k.startswith("min_") else jnp.maximum(a[k], b[k])
+              if k.startswith("max_") else a[k] + b[k]) for k in b}
 
 
 def normalize(sums: Mapping[str, Any]) -> dict:
@@ -403,4 +412,62 @@ def normalize(sums: Mapping[str, Any]) -> dict:
     out["nonfinite_count"] = int(sums["nonfinite_count"])
   if "min_nonfinite_step" in sums and int(sums["min_nonfinite_step"]) != int(NO_NONFINITE):
     out["first_nonfinite_step"] = int(sums["min_nonfinite_step"])
+  if "max_finite_step" in sums and int(sums["max_finite_step"]) > 0:
+    out["last_finite_step"] = int(sums["max_finite_step"])
   return out
+
+
+# ---- NaN/Inf ------------------------------------------------------------------------------------------
+class NonFiniteError(UserError, FloatingPointError):
+  """Training diverged (NaN/Inf loss, gradient or parameters). A UserError, so the entry points print one
+  `error:` line (the fix is in the config: learning rate, data); a FloatingPointError for older callers."""
+
+
+@jax.jit
+def _all_finite(tree):
+  leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+            if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)]
+  return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+
+
+def all_finite(tree) -> bool:
+  """True when every float array of `tree` (sharded or host) is free of NaN/Inf; one host sync."""
+  return bool(jax.device_get(_all_finite(tree)))
+
+
+class NonFiniteGuard:
+  """The loops' NaN/Inf policy, checked at each host sync on the normalised window metrics.
+
+  stop: raises NonFiniteError naming the first non-finite step. skip: logs the skipped steps and raises once
+  `max_consecutive` steps in a row were skipped (a run whose every step is skipped learns nothing while
+  looking alive; `max_consecutive` <= 0 never stops). `checkpoint` (a callable giving the newest checkpoint
+  step, or None) goes into the message."""
+
+  def __init__(self, nan_policy: str, max_consecutive: int, what: str = "", checkpoint=None):
+    self.nan_policy, self.max_consecutive, self.what = nan_policy, int(max_consecutive), what
+    self.checkpoint = checkpoint
+    self.last_finite = None     # last 1-based step that was finite (None: none seen yet)
+
+  def check(self, summary: dict, step: int, start_step: int = 0) -> None:
+    """`summary`: ts.normalize of the steps (…, step]; `start_step`: where this run started (resume)."""
+    bad = int(summary.get("nonfinite_count", 0) or 0)
+    if "last_finite_step" in summary:
+      self.last_finite = max(self.last_finite or 0, int(summary["last_finite_step"]))
+    if not bad:
+      return
+    where = f" of {self.what}" if self.what else ""
+    ckpt = self.checkpoint() if self.checkpoint is not None else None
+    ckpt_text = f"; the newest checkpoint ({ckpt}) is finite" if ckpt is not None else ""
+    first = summary.get("first_nonfinite_step", "?")
+    if self.nan_policy == "stop":
+      raise NonFiniteError(
+          f"non-finite loss or gradient at step {first}{where} ({bad} step(s) in this logging window)"
+          f"{ckpt_text}. Lower the learning rate, check the data, or set nan_policy='skip'.")
+    run = step - (self.last_finite if self.last_finite is not None else start_step)
+    logger.warning("skipped %d step(s) with a non-finite loss, gradient or update (first: step %s); %d in a row",
+                   bad, first, run)
+    if 0 < self.max_consecutive <= run:
+      raise NonFiniteError(
+          f"nan_policy='skip': the last {run} steps{where} (up to step {step}) were all non-finite and skipped "
+          f"(max_consecutive_nonfinite={self.max_consecutive}); training has diverged{ckpt_text}. Lower the "
+          "learning rate or check the data.")
