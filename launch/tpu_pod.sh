@@ -1,58 +1,194 @@
 #!/usr/bin/env bash
-# Pre-trains on a Cloud TPU VM pod slice: the same command runs on every worker (--worker=all); each worker
-# is one JAX process, jax.distributed is initialised automatically on TPU VMs, each host reads its own shard.
+# Pre-trains on a Cloud TPU VM pod slice. Every worker runs the same train.py (one JAX process per worker;
+# train.py initialises jax.distributed itself on a multi-host slice) and reads its own shard of the data.
 #
-#   TPU_NAME=bert-v4-64 ZONE=us-central2-b BUCKET=my-bucket launch/tpu_pod.sh setup
-#   TPU_NAME=bert-v4-64 ZONE=us-central2-b BUCKET=my-bucket launch/tpu_pod.sh train \
-#       --config.data.input_files='/gcs/my-bucket/bert_data/train-*.tfrecord'
-#   TPU_NAME=bert-v4-64 ZONE=us-central2-b BUCKET=my-bucket launch/tpu_pod.sh tail      # process 0's log
-#   TPU_NAME=bert-v4-64 ZONE=us-central2-b launch/tpu_pod.sh stop                        # SIGTERM -> checkpoint
+#   export TPU_NAME=bert-v4-64 ZONE=us-central2-b WORKDIR=gs://my-bucket/runs/bert_large
+#   launch/tpu_pod.sh setup                 # venv + jax[tpu] + requirements.txt + this checkout, every worker
+#   launch/tpu_pod.sh train --config.data.input_files='gs://my-bucket/bert_data/train-*.tfrecord' \
+#       --config.data.vocab_file=gs://my-bucket/bert_data/vocab.txt --config.mesh.shape='(-1,4,1)'
+#   launch/tpu_pod.sh status                # each worker's process state, the last metrics.jsonl row
+#   launch/tpu_pod.sh tail                  # follow worker 0's log (WORKER=3 for another)
+#   launch/tpu_pod.sh stop                  # SIGTERM -> checkpoint -> exit 143; prints the step
 #
-# The work dir, data and vocab live in a GCS bucket mounted with gcsfuse at /gcs/$BUCKET on every worker
-# (the loop writes POSIX files; Orbax writes the checkpoint shards of all hosts into the same directory).
-# Re-running `train` with the same WORKDIR resumes from its latest complete checkpoint (after a preemption
-# too: SIGTERM makes every host save at the same step). Extra arguments are passed to train.py.
+# Arguments after `train` reach train.py exactly as typed (each one is quoted with printf %q for the remote
+# shell). WORKDIR may be a gs:// path: checkpoints, metrics and configs are written there directly (no
+# gcsfuse). Running `train` again with the same WORKDIR resumes from the latest complete checkpoint.
+#
+# Environment:
+#   TPU_NAME, ZONE   the slice (required); PROJECT: gcloud project (default: gcloud's configured one)
+#   WORKDIR          train.py --workdir (required by train/status/stop), local to the workers or gs://
+#   CONFIG           train.py --config (default configs/pretrain.py:size=large,preset=lamb_pod)
+#   REPO_URL, REF    setup clones REPO_URL at REF on every worker; without REPO_URL it copies `git archive REF`
+#                    of this checkout (REF default HEAD: committed files only)
+#   REMOTE_DIR       code directory on the workers, relative to $HOME (default bert_jax)
+#   VENV             virtual environment on the workers, relative to $HOME (default bert_jax_venv)
+#   RUN_DIR          pid file, exit code and log of each worker, relative to $HOME (default bert_jax_run)
+#   JAX_TPU_SPEC     what setup installs for JAX (default jax[tpu]; pin it, e.g. 'jax[tpu]==0.6.2')
+#   STOP_TIMEOUT     seconds `stop` waits for the checkpoint and the exit (default 900)
+#   WORKER           the worker `tail` follows (default 0)
+#   DRY_RUN=1        print every command instead of running it
+#
+# train.py's exit code is kept in RUN_DIR/exit_code: 0 finished, 2 user error (see the log), 130 SIGINT and
+# 143 SIGTERM (both after saving a checkpoint: `train` again resumes), anything else a crash.
 set -euo pipefail
 
-: "${TPU_NAME:?set TPU_NAME (the TPU VM pod slice)}"
-: "${ZONE:?set ZONE (e.g. us-central2-b)}"
-PROJECT_FLAG=${PROJECT:+--project=$PROJECT}
-REPO_URL=${REPO_URL:-https://github.com/YOUR_ORG/bert_jax.git}
-REPO_DIR=${REPO_DIR:-bert_jax}
+LIBTPU_INDEX=https://storage.googleapis.com/jax-releases/libtpu_releases.html
+REMOTE_DIR=${REMOTE_DIR:-bert_jax}
+VENV=${VENV:-bert_jax_venv}
+RUN_DIR=${RUN_DIR:-bert_jax_run}
 CONFIG=${CONFIG:-configs/pretrain.py:size=large,preset=lamb_pod}
-WORKDIR=${WORKDIR:-/gcs/${BUCKET:-BUCKET}/runs/bert_large_lamb}
-VOCAB=${VOCAB:-/gcs/${BUCKET:-BUCKET}/bert_data/vocab.txt}
-LOG=${LOG:-\$HOME/bert_pretrain.log}
+JAX_TPU_SPEC=${JAX_TPU_SPEC:-jax[tpu]}
+STOP_TIMEOUT=${STOP_TIMEOUT:-900}
+REF=${REF:-}
+REPO_URL=${REPO_URL:-}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-on_all() {  # runs a shell command on every worker of the slice, in parallel
-  gcloud compute tpus tpu-vm ssh "$TPU_NAME" --zone="$ZONE" $PROJECT_FLAG --worker=all --command="$1"
+usage() {
+  echo "usage: $0 setup|train [train.py flags]|status|tail|stop   (env: TPU_NAME, ZONE, WORKDIR; see the header)" >&2
+  exit 2
 }
 
-cmd=${1:-train}; shift || true
+q() {  # each argument quoted for a bash command line, joined by spaces
+  local out="" a
+  for a in "$@"; do out+="${out:+ }$(printf '%q' "$a")"; done
+  printf '%s' "$out"
+}
+
+run() {  # runs a command, or prints it (quoted) with DRY_RUN=1
+  if [ "${DRY_RUN:-0}" = 1 ]; then
+    printf '%s\n' "$(q "$@")"
+  else
+    "$@"
+  fi
+}
+
+gcloud_tpu() {  # gcloud compute tpus tpu-vm SUBCOMMAND ... --zone --project
+  local sub=$1; shift
+  local project=()
+  if [ -n "${PROJECT:-}" ]; then project=(--project="$PROJECT"); fi
+  run gcloud compute tpus tpu-vm "$sub" "$@" --zone="$ZONE" "${project[@]}"
+}
+
+on_workers() {  # on_workers WORKER SCRIPT: runs the bash SCRIPT over ssh (WORKER: all or a number)
+  gcloud_tpu ssh "$TPU_NAME" --worker="$1" --command="$2"
+}
+
+need_workdir() { : "${WORKDIR:?set WORKDIR (train.py --workdir, e.g. gs://my-bucket/runs/bert_large)}"; }
+
+# Remote scripts start with this prelude: the paths, absolute from the worker's home directory.
+prelude() {
+  cat <<EOF
+set -euo pipefail
+cd
+code=\$(realpath -m -- $(q "$REMOTE_DIR")); venv=\$(realpath -m -- $(q "$VENV"))
+run_dir=\$(realpath -m -- $(q "$RUN_DIR")); pidfile=\$run_dir/train.pid; rcfile=\$run_dir/exit_code
+log=\$run_dir/train.log; host=\$(hostname)
+alive() { [ -f "\$pidfile" ] && ps -o args= -p "\$(cat "\$pidfile")" 2>/dev/null | grep -q train.py; }
+EOF
+}
+
+cmd_setup() {
+  local script
+  script="$(prelude)
+if alive; then echo \"\$host: a run is live (pid \$(cat \"\$pidfile\")); stop it first\" >&2; exit 1; fi
+"
+  if [ -n "$REPO_URL" ]; then
+    script+="rm -rf \"\$code\"
+git clone --quiet $(q "$REPO_URL") \"\$code\"
+"
+    if [ -n "$REF" ]; then
+      script+="git -C \"\$code\" fetch --quiet origin $(q "$REF")
+git -C \"\$code\" checkout --quiet --detach FETCH_HEAD
+"
+    fi
+  else
+    local archive=bert_jax_code.tar.gz
+    TMP=$(mktemp -d)
+    trap 'rm -rf "$TMP"' EXIT
+    run git -C "$HERE/.." archive --format=tar.gz -o "$TMP/$archive" "${REF:-HEAD}"
+    gcloud_tpu scp "$TMP/$archive" "$TPU_NAME:$archive" --worker=all
+    script+="rm -rf \"\$code\" && mkdir -p \"\$code\"
+tar -xzf $archive -C \"\$code\" && rm -f $archive
+"
+  fi
+  script+="[ -x \"\$venv/bin/python\" ] || python3 -m venv \"\$venv\" || {
+  sudo apt-get -qq update && sudo apt-get -qq install -y python3-venv && python3 -m venv \"\$venv\"; }
+\"\$venv/bin/python\" -m pip install -q -U pip
+\"\$venv/bin/python\" -m pip install -q $(q "$JAX_TPU_SPEC") -f $LIBTPU_INDEX -r \"\$code/requirements.txt\"
+echo \"\$host: \$(\"\$venv/bin/python\" -c 'import jax; print(\"jax\", jax.__version__)') in \$venv, code in \$code\"
+"
+  on_workers all "$script"
+}
+
+cmd_train() {
+  need_workdir
+  # The wrapper bash records train.py's pid (SIGTERM goes to train.py alone) and, when it ends, its exit code.
+  # shellcheck disable=SC2016  # expanded by the wrapper on the worker
+  local wrapper='"$@" & child=$!; echo "$child" > "$PIDFILE"; wait "$child" && rc=0 || rc=$?; echo "$rc" > "$RCFILE"'
+  on_workers all "$(prelude)
+if alive; then echo \"\$host: already running (pid \$(cat \"\$pidfile\")); stop it first\" >&2; exit 1; fi
+mkdir -p \"\$run_dir\" && rm -f \"\$pidfile\" \"\$rcfile\"
+cd \"\$code\"
+PIDFILE=\$pidfile RCFILE=\$rcfile nohup bash -c $(q "$wrapper") train \"\$venv/bin/python\" train.py \
+$(q --config="$CONFIG" --workdir="$WORKDIR" "$@") > \"\$log\" 2>&1 < /dev/null &
+for _ in \$(seq 50); do [ -s \"\$pidfile\" ] && break; sleep 0.1; done
+echo \"\$host: started train.py (pid \$(cat \"\$pidfile\")), log \$log\""
+}
+
+# Prints train.py's state on each worker; `report` adds the last checkpoint and metrics row (worker 0).
+state_script() {
+  cat <<'EOF'
+if alive; then echo "$host: running (pid $(cat "$pidfile"), $(ps -o etime= -p "$(cat "$pidfile")" | tr -d ' ') elapsed)"
+elif [ -f "$rcfile" ]; then
+  rc=$(cat "$rcfile")
+  case $rc in
+    0) why="finished";; 2) why="user error, see $log";; 130) why="stopped by SIGINT after its checkpoint";;
+    143) why="stopped by SIGTERM after its checkpoint";; *) why="failed, see $log";;
+  esac
+  echo "$host: exited $rc ($why)"
+elif [ -f "$pidfile" ]; then echo "$host: not running, no exit code (killed?), see $log"
+else echo "$host: never started"; fi
+EOF
+}
+
+report() {
+  on_workers 0 "$(prelude)
+cd \"\$code\" && \"\$venv/bin/python\" launch/run_info.py $(q "$WORKDIR")"
+}
+
+cmd_status() {
+  need_workdir
+  on_workers all "$(prelude)
+$(state_script)"
+  report
+}
+
+cmd_stop() {
+  need_workdir
+  on_workers all "$(prelude)
+if ! alive; then echo \"\$host: not running\"; exit 0; fi
+pid=\$(cat \"\$pidfile\")
+kill -TERM \"\$pid\" && echo \"\$host: SIGTERM -> train.py (pid \$pid), waiting for its checkpoint\"
+for ((i = 0; i < $(q "$STOP_TIMEOUT") * 10; i++)); do
+  [ -f \"\$rcfile\" ] && break
+  sleep 0.1
+done
+if [ ! -f \"\$rcfile\" ]; then echo \"\$host: still running after $(q "$STOP_TIMEOUT") s\" >&2; exit 1; fi
+$(state_script)"
+  report
+}
+
+cmd_tail() {
+  on_workers "${WORKER:-0}" "$(prelude)
+tail -n 100 -F \"\$log\""
+}
+
+[ $# -ge 1 ] || usage
+cmd=$1; shift
+: "${TPU_NAME:?set TPU_NAME (the TPU VM pod slice)}"
+: "${ZONE:?set ZONE (e.g. us-central2-b)}"
 case "$cmd" in
-  setup)
-    : "${BUCKET:?set BUCKET (GCS bucket mounted at /gcs/BUCKET)}"
-    on_all "set -e
-      sudo apt-get -qq update && sudo apt-get -qq install -y gcsfuse || true
-      mkdir -p /gcs/$BUCKET 2>/dev/null || (sudo mkdir -p /gcs/$BUCKET && sudo chown \$USER /gcs/$BUCKET)
-      mountpoint -q /gcs/$BUCKET || gcsfuse --implicit-dirs $BUCKET /gcs/$BUCKET
-      [ -d $REPO_DIR ] || git clone $REPO_URL $REPO_DIR
-      cd $REPO_DIR && git pull --ff-only
-      pip install -q -U 'jax[tpu]' && pip install -q -r requirements.txt"
-    ;;
-  train)
-    # nohup: the run survives the ssh session; every worker logs to its own $LOG.
-    on_all "cd $REPO_DIR && nohup python train.py --config=$CONFIG --workdir=$WORKDIR \
-      --config.data.vocab_file=$VOCAB $* > $LOG 2>&1 &"
-    ;;
-  tail)
-    gcloud compute tpus tpu-vm ssh "$TPU_NAME" --zone="$ZONE" $PROJECT_FLAG --worker=0 --command="tail -f $LOG"
-    ;;
-  stop)
-    on_all "pkill -TERM -f 'python train.py' || true"
-    ;;
-  *)
-    echo "usage: $0 setup|train|tail|stop [train.py flags]" >&2
-    exit 2
-    ;;
+  setup|status|stop|tail) [ $# -eq 0 ] || usage; "cmd_$cmd" ;;
+  train) cmd_train "$@" ;;
+  *) usage ;;
 esac

