@@ -19,6 +19,7 @@ ALLOWED = {
     "finetune": {"models", "input_pipeline", "pretrained", "training", "evaluation"},
     "convert": {"models", "input_pipeline", "pretrained"},
     "bench": {"models", "training"},
+    "predict": {"finetune", "pretrained", "models", "input_pipeline", "training"},
 }
 # Top-level leaf modules every layer may import (they import nothing from bert_jax).
 LEAVES = {"bert_jax.errors"}

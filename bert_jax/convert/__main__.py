@@ -1,4 +1,4 @@
-"""Command line: python -m bert_jax.convert {import-tf, import-hf, export-hf, zoo, rank} [--flags].
+"""Command line: python -m bert_jax.convert {import-tf, import-hf, import-uer, export-hf, zoo, rank} [--flags].
 
 Run `python -m bert_jax.convert COMMAND --help` for each command's flags.
 """
@@ -39,6 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
                  help="tokenizer casing (default: tokenizer_config.json, else guessed from the vocab)")
   h.add_argument("--ignore", default="",
                  help="comma-separated regexes of source keys to drop on purpose, e.g. '^classifier\\.'")
+
+  u = sub.add_parser("import-uer", help="UER-py BERT checkpoint (model.bin + config.json) -> DIR")
+  u.add_argument("--input", required=True, help="UER state dict: model.bin (torch, weights only) or .safetensors")
+  u.add_argument("--config", required=True, help="UER's model config.json (e.g. models/bert/base_config.json)")
+  u.add_argument("--vocab", default=None, help="vocab.txt (default: vocab.txt beside --input)")
+  u.add_argument("--output", required=True, help="output directory")
+  u.add_argument("--do_lower_case", type=_bool, default=None, help="tokenizer casing (default: from the vocab)")
 
   e = sub.add_parser("export-hf", help="DIR -> Hugging Face folder")
   e.add_argument("--input", required=True, help="our checkpoint directory")
@@ -100,6 +107,12 @@ def main(argv=None) -> int:
                                ignore=ignore)
       print(report.summary())
       print(f"wrote {args.output}")
+    elif args.command == "import-uer":
+      from bert_jax.convert.uer import import_uer
+      _, _, report = import_uer(args.input, args.config, args.output, vocab_file=args.vocab,
+                                do_lower_case=args.do_lower_case)
+      print(report.summary())
+      print(f"wrote {args.output}")
     elif args.command == "export-hf":
       from bert_jax.convert.hf import export_hf
       report = export_hf(args.input, args.output, heads=args.heads)
@@ -124,4 +137,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  from bert_jax import errors  # pylint: disable=g-import-not-at-top
+  errors.run_plain_main(main)   # a UserError: one `error:` line, exit 2 (--verbose: traceback); --strict

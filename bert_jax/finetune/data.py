@@ -19,6 +19,7 @@ from typing import Dict, Iterator, Optional, Sequence
 
 import numpy as np
 
+from bert_jax.errors import UserError
 from bert_jax.finetune.tasks import get_task
 from bert_jax.finetune.tasks.common import ExampleSet
 
@@ -26,7 +27,8 @@ _log = logging.getLogger(__name__)
 
 # Keys of the features that go to the device; everything else (spans, word ids) stays on the host.
 LABEL_KEYS = {"classification": ("label_ids",), "regression": ("label_ids",), "ner": ("label_ids",),
-              "squad": ("start_positions", "end_positions")}
+              "squad": ("start_positions", "end_positions"), "multilabel": ("label_ids",)}
+POOLINGS = ("cls", "first", "mean", "max", "last")   # = models.heads.POOLINGS (config.pooling)
 
 
 def split_list(s) -> list:
@@ -75,8 +77,8 @@ def make_task(config, label_list: Optional[Sequence[str]] = None):
     name = "squad_v2" if config.version_2_with_negative else "squad_v1"
   elif name == "ner":
     kwargs.update(label_list=label_list, scheme=config.ner_scheme,
-                  mode=config.ner_mode)
-  elif name == "classification":
+                  mode=config.ner_mode, crf=bool(config.get("crf", False)))
+  elif name in ("classification", "multilabel"):
     c = config.classification
     fmt = c.file_format.strip() or None
     delim = c.delimiter
@@ -90,9 +92,22 @@ def make_task(config, label_list: Optional[Sequence[str]] = None):
       fmt = by_delim[delim]
     kwargs.update(label_list=label_list, text_a=_column(c.text_a), text_b=_column(c.text_b),
                   label=_column(c.label), header=bool_or_none(c.header, "classification.header"),
-                  file_format=fmt, is_regression=bool(c.is_regression))
+                  file_format=fmt)
+    if name == "multilabel":
+      kwargs.update(separator=config.multilabel_separator, threshold=float(config.multilabel_threshold))
+    else:
+      kwargs.update(is_regression=bool(c.is_regression))
   task = get_task(name, **kwargs)
-  if label_list is not None and name not in ("ner", "classification"):
+  pooling = str(config.get("pooling", "cls"))
+  if pooling not in POOLINGS:
+    raise UserError(f"config.pooling={pooling!r}; expected one of {', '.join(POOLINGS)}")
+  if pooling != "cls" and task.head not in ("sequence_classification", "multiple_choice"):
+    raise UserError(f"config.pooling={pooling!r} applies to sentence-level tasks; task {name!r} has a "
+                    f"{task.head} head (leave pooling=cls)")
+  task.pooling = pooling
+  if config.get("crf", False) and name != "ner":
+    raise UserError(f"config.crf=true applies to task=ner only (task={name!r})")
+  if label_list is not None and name not in ("ner", "classification", "multilabel"):
     if task.is_regression or task.label_list is None:
       raise ValueError(f"label_list is set but task {name!r} has no labels")
     if sorted(label_list) != sorted(task.label_list):
@@ -119,7 +134,7 @@ def expected_tfds_name(task) -> Optional[str]:
     return "squad/v2.0" if task.version_2_with_negative else "squad/v1.1"
   if task.name == "ner":
     return "conll2003"
-  if task.name == "classification":
+  if task.name in ("classification", "multilabel", "c3", "multiple_choice"):
     return None
   return f"glue/{task.name}"
 
@@ -179,7 +194,7 @@ def load_split(task, config, split: str, tokenizer, is_training: bool = False,
 
 
 def device_keys(task) -> tuple:
-  return tuple(task.model_input_keys) + LABEL_KEYS[task.kind]
+  return tuple(task.model_input_keys) + tuple(task.extra_input_keys) + LABEL_KEYS[task.kind]
 
 
 def iterate_batches(features: Dict[str, np.ndarray], keys: Sequence[str], batch_size: int,

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax.finetune.tasks import IGNORE_INDEX
-from bert_jax.models import BertConfig, heads, losses
+from bert_jax.models import BertConfig, crf, heads, losses
 from bert_jax.models.config import SIZES
 from bert_jax.pretrained import Pretrained
 from bert_jax.training import sharding
@@ -30,7 +30,7 @@ from bert_jax.training.train_step import LossFn, StepFn, compute_dtype
 # Google's 24 small BERTs were tuned over 3e-4, 1e-4, 5e-5, 3e-5; the small ones land at the high end.
 DEFAULT_LEARNING_RATES = {"tiny": 3e-4, "mini": 2e-4, "small": 1e-4, "medium": 5e-5, "base": 3e-5,
                           "large": 2e-5}
-HEAD_NAMES = ("classifier", "qa_outputs")
+HEAD_NAMES = ("classifier", "qa_outputs", "crf")
 
 
 def size_name(cfg: BertConfig) -> str:
@@ -77,10 +77,17 @@ def build_bert_config(config, vocab_size: int, init: Optional[Pretrained] = None
 
 
 def build_model(task, bert_cfg: BertConfig, classifier_dropout: float = -1.0) -> nn.Module:
+  """The head of `task.head`; the task carries the head options (`pooling` for sentence-level heads, `crf`
+  and `scheme` for tagging; data.make_task sets them from the config, Predictor from finetune_info.json)."""
   rate = None if classifier_dropout is None or classifier_dropout < 0 else float(classifier_dropout)
+  pooling = getattr(task, "pooling", "cls")
   if task.head == "sequence_classification":
-    return heads.BertForSequenceClassification(bert_cfg, task.num_labels, dropout_rate=rate)
+    return heads.BertForSequenceClassification(bert_cfg, task.num_labels, dropout_rate=rate, pooling=pooling)
+  if task.head == "multiple_choice":
+    return heads.BertForMultipleChoice(bert_cfg, dropout_rate=rate, pooling=pooling)
   if task.head == "token_classification":
+    if getattr(task, "crf", False):
+      return heads.BertForTokenClassificationCRF(bert_cfg, tuple(task.label_list), task.scheme, dropout_rate=rate)
     return heads.BertForTokenClassification(bert_cfg, task.num_labels, dropout_rate=rate)
   if task.head == "question_answering":
     return heads.BertForQuestionAnswering(bert_cfg)
@@ -91,8 +98,13 @@ def build_model(task, bert_cfg: BertConfig, classifier_dropout: float = -1.0) ->
 # Task losses and the prediction step.
 # --------------------------------------------------------------------------------------------------------
 def _apply(model, params, batch, rng):
+  extra = {k: batch[k] for k in getattr(model, "extra_input_keys", ())}
   return model.apply({"params": params}, batch["input_ids"], batch["input_mask"], batch["segment_ids"],
-                     deterministic=rng is None, rngs=None if rng is None else {"dropout": rng})
+                     deterministic=rng is None, rngs=None if rng is None else {"dropout": rng}, **extra)
+
+
+# Head outputs that are not per-example rows (CRF scores): the loss reads them, prediction drops them.
+_NON_ROW_OUTPUTS = ("pooled_output", "crf_transitions", "crf_start", "crf_end")
 
 
 def _task_weights(kind: str, batch):
@@ -100,6 +112,8 @@ def _task_weights(kind: str, batch):
   w = batch["example_weight"].astype(jnp.float32)
   if kind == "classification":
     return w * (batch["label_ids"] >= 0)
+  if kind == "multilabel":   # label_ids [B, K] multi-hot, -1 rows unlabelled
+    return w * (batch["label_ids"][:, 0] >= 0)
   if kind == "regression":
     return w * jnp.isfinite(batch["label_ids"].astype(jnp.float32))
   if kind == "ner":
@@ -113,6 +127,25 @@ def task_sums(kind: str, outputs, batch) -> dict:
   """{task_loss_sum, task_weight_sum[, task_correct_sum]} of a batch, weighted so padded rows count for
   nothing (models.losses.normalize_metrics turns them into task_loss / task_accuracy)."""
   w = _task_weights(kind, batch)
+  if kind == "ner" and "crf_transitions" in outputs:
+    # CRF: the sentence NLL summed, over the same denominator as the softmax head (labelled words), so the
+    # loss reads per word. Accuracy from the Viterbi path when decoded (eval), else from the emissions.
+    labels = batch["label_ids"]
+    label_mask = labels != IGNORE_INDEX
+    ll = crf.crf_log_likelihood(outputs["logits"], labels, label_mask, outputs["crf_transitions"],
+                                outputs["crf_start"], outputs["crf_end"])
+    pred = outputs["crf_tags"] if "crf_tags" in outputs else jnp.argmax(outputs["logits"], -1)
+    correct = (pred == labels).astype(jnp.float32)
+    return {"task_loss_sum": -jnp.sum(ll * batch["example_weight"].astype(jnp.float32)),
+            "task_weight_sum": jnp.sum(w), "task_correct_sum": jnp.sum(correct * w)}
+  if kind == "multilabel":
+    # Mean binary cross-entropy over the labels of an example; "correct" = exact match at probability 0.5.
+    y = jnp.maximum(batch["label_ids"], 0).astype(jnp.float32)
+    z = outputs["logits"]
+    bce = jnp.maximum(z, 0) - z * y + jnp.log1p(jnp.exp(-jnp.abs(z)))
+    exact = jnp.all((z > 0) == (y > 0.5), axis=-1).astype(jnp.float32)
+    return {"task_loss_sum": jnp.sum(jnp.mean(bce, axis=-1) * w), "task_weight_sum": jnp.sum(w),
+            "task_correct_sum": jnp.sum(exact * w)}
   if kind in ("classification", "ner"):
     labels = batch["label_ids"]
     nll = losses.cross_entropy(outputs["logits"], jnp.maximum(labels, 0))
@@ -148,9 +181,9 @@ def make_predict_step(model, kind: Optional[str], mesh, rules, p_shard) -> StepF
   "sums": task sums as in training (only with `kind`; the batch then carries the label keys)}; replicated."""
 
   def predict_step(params, batch):
-    out = _apply(model, params, batch, None)
-    out = {k: v for k, v in out.items() if k != "pooled_output"}
-    return {"outputs": out, "sums": task_sums(kind, out, batch) if kind is not None else {}}
+    full = _apply(model, params, batch, None)
+    out = {k: v for k, v in full.items() if k not in _NON_ROW_OUTPUTS}
+    return {"outputs": out, "sums": task_sums(kind, full, batch) if kind is not None else {}}
 
   jitted = jax.jit(predict_step, in_shardings=(p_shard, sharding.batch_sharding(mesh, rules)),
                    out_shardings=sharding.replicated(mesh))

@@ -10,6 +10,9 @@
     #   "text": "John Smith"}]}]
     p.predict(["where is the cafe ?"], text_pairs=["The Café de Flore is in Paris."])   # squad: question, context
     # [{"answer": "Paris", "probability": 0.71, "nbest": [...], "null_odds": ...}]
+    p.predict(["体育新闻"])                                     # multilabel: [{"labels": [...], "probabilities": {...}}]
+    p.predict_choices([{"context": "...", "question": "...", "choices": ["A", "B"]}])   # c3 / multiple_choice
+    # [{"label": 1, "answer": "B", "probabilities": [0.2, 0.8]}]
     predict(workdir, texts, text_pairs=None)                  # the same with a cached Predictor
 
 The task, label list, casing and max_seq_length come from best_checkpoint/finetune_info.json, so the inputs
@@ -31,6 +34,8 @@ from bert_jax.finetune import data as ft
 from bert_jax.finetune import model as fm
 from bert_jax.finetune.tasks import get_task
 from bert_jax.finetune.tasks.classification import ClassificationExample
+from bert_jax.finetune.tasks.multilabel import MultilabelExample
+from bert_jax.finetune.tasks.multiple_choice import MultipleChoiceExample
 from bert_jax.finetune.tasks.ner import NerExample
 from bert_jax.finetune.tasks.squad import SquadExample
 from bert_jax.input_pipeline import tokenization
@@ -52,7 +57,18 @@ def entity_text(words: Sequence[str]) -> str:
 
 
 def _task_from_info(info: dict):
+  task = _task_by_name(info)
+  task.pooling = info.get("pooling", "cls")
+  return task
+
+
+def _task_by_name(info: dict):
   name = info["task"]
+  if name in ("c3", "multiple_choice"):
+    return get_task(name)
+  if name == "multilabel":
+    return get_task("multilabel", label_list=info["label_list"], threshold=float(info.get("multilabel_threshold", 0.5)),
+                    separator=info.get("multilabel_separator", "|"))
   if name.startswith("squad"):
     return get_task(name, doc_stride=int(info.get("doc_stride", 128)),
                     max_query_length=int(info.get("max_query_length", 64)),
@@ -61,7 +77,7 @@ def _task_from_info(info: dict):
                     null_score_diff_threshold=float(info.get("null_score_diff_threshold", 0.0)))
   if name == "ner":
     return get_task("ner", label_list=info["label_list"], scheme=info.get("ner_scheme", "BIO"),
-                    mode=info.get("ner_mode", "conlleval"))
+                    mode=info.get("ner_mode", "conlleval"), crf=bool(info.get("crf", False)))
   if info.get("kind") in ("classification", "regression") and name not in ("classification",):
     return get_task(name)
   return get_task("classification", label_list=info["label_list"], is_regression=info["kind"] == "regression")
@@ -83,8 +99,9 @@ class Predictor:
     self.params = jax.device_put(checkpoint.params)
     self.batch_size = batch_size
     model = self.model
-    self._forward = jax.jit(lambda p, ids, mask, seg: model.apply({"params": p}, ids, mask, seg,
-                                                                    deterministic=True))
+    self._keys = tuple(self.task.model_input_keys) + tuple(self.task.extra_input_keys)
+    self._forward = jax.jit(lambda p, batch: {k: v for k, v in fm._apply(model, p, batch, None).items()  # pylint: disable=protected-access
+                                              if k not in fm._NON_ROW_OUTPUTS})  # pylint: disable=protected-access
 
   @classmethod
   def from_workdir(cls, workdir: str, batch_size: int = 32) -> "Predictor":
@@ -93,13 +110,11 @@ class Predictor:
 
   def _outputs(self, features) -> Dict[str, np.ndarray]:
     outs: Dict[str, list] = {}
-    for batch in ft.iterate_batches(features, self.task.model_input_keys, self.batch_size):
+    for batch in ft.iterate_batches(features, self._keys, self.batch_size):
       real = int(batch["example_weight"].sum())
-      out = self._forward(self.params, jnp.asarray(batch["input_ids"]), jnp.asarray(batch["input_mask"]),
-                          jnp.asarray(batch["segment_ids"]))
+      out = self._forward(self.params, {k: jnp.asarray(batch[k]) for k in self._keys})
       for k, v in out.items():
-        if k != "pooled_output":
-          outs.setdefault(k, []).append(np.asarray(v)[:real])
+        outs.setdefault(k, []).append(np.asarray(v)[:real])
     return {k: np.concatenate(v, 0) for k, v in outs.items()}
 
   def predict(self, texts: Sequence[Union[str, Sequence[str]]],
@@ -111,6 +126,11 @@ class Predictor:
     if not len(texts):
       return []
     kind = self.task.kind
+    if self.task.head == "multiple_choice":
+      raise ValueError(f"task {self.task.name} takes questions with choices: use predict_choices([{{'context', "
+                       "'question', 'choices'}, ...])")
+    if kind == "multilabel":
+      return self._predict_multilabel(texts, text_pairs)
     if kind == "squad":
       return self._predict_squad(texts, text_pairs)
     if kind == "ner":
@@ -129,6 +149,37 @@ class Predictor:
     labels = self.task.label_list
     return [{"label": labels[int(np.argmax(p))], "probabilities": {l: float(q) for l, q in zip(labels, p)}}
             for p in probs]
+
+  def _predict_multilabel(self, texts, text_pairs):
+    examples = [MultilabelExample(guid=f"input:{i}", text_a=t, text_b=None if text_pairs is None else text_pairs[i])
+                for i, t in enumerate(texts)]
+    feats = self.task.featurize(examples, self.tokenizer, self.max_seq_length)
+    probs = self.task.predict(examples, feats, self._outputs(feats))
+    labels = self.task.label_list
+    return [{"labels": [l for l, on in zip(labels, row) if on], "probabilities": dict(zip(labels, map(float, p)))}
+            for row, p in zip(self.task.decide(probs), probs)]
+
+  def predict_choices(self, questions: Sequence[dict]) -> List[dict]:
+    """Multiple choice: dicts {"context", "question", "choices": [...]} -> [{"label" (index), "answer",
+    "probabilities"}]."""
+    if self.task.head != "multiple_choice":
+      raise ValueError(f"predict_choices needs a c3 / multiple_choice model; this one is {self.task.name}")
+    examples = []
+    for i, q in enumerate(questions):
+      choices = list(q.get("choices") or [])
+      if len(choices) < 2:
+        raise ValueError(f"question {i} has {len(choices)} choice(s); at least 2 are needed")
+      examples.append(MultipleChoiceExample(guid=f"input:{i}", context=str(q.get("context", "")),
+                                            question=str(q.get("question", "")), choices=[str(c) for c in choices]))
+    if not examples:
+      return []
+    feats = self.task.featurize(examples, self.tokenizer, self.max_seq_length)
+    probs = self.task.predict(examples, feats, self._outputs(feats))
+    out = []
+    for ex, p in zip(examples, probs):
+      k = int(np.argmax(p))
+      out.append({"label": k, "answer": ex.choices[k], "probabilities": [float(x) for x in p[:len(ex.choices)]]})
+    return out
 
   def _predict_ner(self, texts):
     examples = []

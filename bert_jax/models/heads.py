@@ -1,33 +1,93 @@
-"""Fine-tuning heads on top of BertModel. Parameters: params["bert"] (the encoder) + the head's own."""
+"""Fine-tuning heads on top of BertModel. Parameters: params["bert"] (the encoder) + the head's own.
+
+Sentence-level heads take `pooling` (POOLINGS): "cls" = BERT's pooler (dense + tanh on [CLS], the default),
+"first" = the raw [CLS] vector, "mean" / "max" = over the real tokens (input_mask), "last" = the last real
+token ([SEP]). Heads whose inputs go beyond (input_ids, input_mask, segment_ids) list them in
+`extra_input_keys`; the caller passes them by keyword.
+"""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.models import axes
+from bert_jax.models import axes, crf
 from bert_jax.models.bert import BertModel
 from bert_jax.models.config import BertConfig
-from bert_jax.models.layers import dense
+from bert_jax.models.layers import dense, zeros_init
+
+POOLINGS = ("cls", "first", "mean", "max", "last")
+
+
+def pool(enc: dict, input_mask, pooling: str = "cls"):
+  """The sentence vector [B, H] of BertModel's outputs (sequence_output [B, T, H], pooled_output [B, H]),
+  mask-aware over input_mask [B, T]."""
+  if pooling == "cls":
+    return enc["pooled_output"]
+  x = enc["sequence_output"]
+  if pooling == "first":
+    return x[:, 0]
+  m = input_mask.astype(bool)[..., None]                           # [B, T, 1]
+  if pooling == "mean":
+    xs = jnp.sum(jnp.where(m, x.astype(jnp.float32), 0.0), axis=1)
+    return (xs / jnp.maximum(jnp.sum(m, axis=1), 1)).astype(x.dtype)
+  if pooling == "max":
+    return jnp.max(jnp.where(m, x, jnp.asarray(-1e4, x.dtype)), axis=1)
+  if pooling == "last":
+    last = jnp.maximum(jnp.sum(input_mask.astype(jnp.int32), axis=1) - 1, 0)
+    return jnp.take_along_axis(x, last[:, None, None], axis=1)[:, 0]
+  raise ValueError(f"pooling={pooling!r}; expected one of {POOLINGS}")
 
 
 class BertForSequenceClassification(nn.Module):
-  """Pooled [CLS] -> dropout -> dense. logits [B, num_labels] float32; num_labels=1 means regression."""
+  """Pooled sentence vector -> dropout -> dense. logits [B, num_labels] float32; num_labels=1 means regression
+  (and multi-label classification reads the logits as independent sigmoids)."""
 
   config: BertConfig
   num_labels: int
   dropout_rate: Optional[float] = None   # defaults to config.hidden_dropout_prob
+  pooling: str = "cls"                   # POOLINGS
 
   @nn.compact
   def __call__(self, input_ids, input_mask, segment_ids=None, deterministic: bool = True):
     enc = BertModel(self.config, name="bert")(input_ids, input_mask, segment_ids, deterministic=deterministic)
     rate = self.config.hidden_dropout_prob if self.dropout_rate is None else self.dropout_rate
-    pooled = nn.Dropout(rate)(enc["pooled_output"], deterministic=deterministic)
+    vec = pool(enc, input_mask, self.pooling)
+    pooled = nn.Dropout(rate)(vec, deterministic=deterministic)
     logits = dense(self.config, self.num_labels, (axes.MLP, None), "classifier")(pooled)
-    return {"logits": logits.astype(jnp.float32), "pooled_output": enc["pooled_output"]}
+    return {"logits": logits.astype(jnp.float32), "pooled_output": vec}
+
+
+class BertForMultipleChoice(nn.Module):
+  """Each (context, question + choice) row encoded, pooled, scored by one shared dense(1); softmax over the
+  choices happens in the loss (as transformers' BertForMultipleChoice).
+
+  input_ids, input_mask, segment_ids [B, C, T]; choice_mask [B, C] (1 = a real choice; padded choices get
+  logit -1e9) -> logits [B, C] float32."""
+
+  config: BertConfig
+  dropout_rate: Optional[float] = None
+  pooling: str = "cls"
+  extra_input_keys = ("choice_mask",)
+
+  @nn.compact
+  def __call__(self, input_ids, input_mask, segment_ids=None, deterministic: bool = True, choice_mask=None):
+    if input_ids.ndim == 2:   # [B, T] (e.g. the shape-only init of the step factory): one choice per row
+      input_ids, input_mask = input_ids[:, None], input_mask[:, None]
+      segment_ids = None if segment_ids is None else segment_ids[:, None]
+    b, c, t = input_ids.shape
+    flat = lambda x: None if x is None else x.reshape(b * c, t)  # noqa: E731
+    enc = BertModel(self.config, name="bert")(flat(input_ids), flat(input_mask), flat(segment_ids),
+                                              deterministic=deterministic)
+    rate = self.config.hidden_dropout_prob if self.dropout_rate is None else self.dropout_rate
+    vec = nn.Dropout(rate)(pool(enc, flat(input_mask), self.pooling), deterministic=deterministic)
+    scores = dense(self.config, 1, (axes.MLP, None), "classifier")(vec).astype(jnp.float32).reshape(b, c)
+    if choice_mask is not None:
+      scores = jnp.where(choice_mask.astype(bool), scores, -1e9)
+    return {"logits": scores}
 
 
 class BertForTokenClassification(nn.Module):
@@ -44,6 +104,59 @@ class BertForTokenClassification(nn.Module):
     h = nn.Dropout(rate)(enc["sequence_output"], deterministic=deterministic)
     logits = dense(self.config, self.num_labels, (axes.EMBED, None), "classifier")(h)
     return {"logits": logits.astype(jnp.float32)}
+
+
+class BertForTokenClassificationCRF(nn.Module):
+  """Tagging with a linear-chain CRF over the emissions of BertForTokenClassification.
+
+  word_mask [B, T] marks the positions the chain runs over (each word's first sub-token); window_continues /
+  window_continued [B] (1 = the row is a window after / before another window of the same sentence) lift the
+  start / end constraints there, since a sentence split into windows may be cut inside an entity. Outputs:
+  "logits" [B, T, K] (emissions), "crf_transitions" [K, K], "crf_start" / "crf_end" [K] (the learned scores
+  plus the scheme's constraints: models.crf.NEG where forbidden; the loss reads them) and, when deterministic,
+  "crf_tags" [B, T] int32 (Viterbi path, 0 off the mask); crf_start / crf_end are [B, K]. Params: bert,
+  classifier, crf/{transitions, start, end} (replicated: K x K is tiny)."""
+
+  config: BertConfig
+  label_list: Sequence[str]
+  scheme: str = "BIO"
+  dropout_rate: Optional[float] = None
+  extra_input_keys = ("word_mask", "window_continues", "window_continued")
+
+  @nn.compact
+  def __call__(self, input_ids, input_mask, segment_ids=None, deterministic: bool = True, word_mask=None,
+               window_continues=None, window_continued=None):
+    k = len(self.label_list)
+    enc = BertModel(self.config, name="bert")(input_ids, input_mask, segment_ids, deterministic=deterministic)
+    rate = self.config.hidden_dropout_prob if self.dropout_rate is None else self.dropout_rate
+    h = nn.Dropout(rate)(enc["sequence_output"], deterministic=deterministic)
+    logits = dense(self.config, k, (axes.EMBED, None), "classifier")(h).astype(jnp.float32)
+    pen_start, pen_trans, pen_end = crf.constraint_penalties(crf.transition_constraints(self.label_list,
+                                                                                        self.scheme))
+    scores = CrfTransitions(k, name="crf")()
+    trans = scores["transitions"] + pen_trans
+    b = input_ids.shape[0]
+    lift = lambda flag: (jnp.zeros((b, 1)) if flag is None else flag.astype(jnp.float32)[:, None])  # noqa: E731
+    start = scores["start"][None] + pen_start[None] * (1.0 - lift(window_continues))    # [B, K]
+    end = scores["end"][None] + pen_end[None] * (1.0 - lift(window_continued))          # [B, K]
+    out = {"logits": logits, "crf_transitions": trans, "crf_start": start, "crf_end": end}
+    if deterministic:
+      mask = input_mask if word_mask is None else word_mask
+      out["crf_tags"] = crf.viterbi_decode(logits, mask, trans, start, end)
+    return out
+
+
+class CrfTransitions(nn.Module):
+  """The CRF's learned scores, initialised to 0 (the constraints are added outside, not learned)."""
+
+  num_tags: int
+
+  @nn.compact
+  def __call__(self):
+    k = self.num_tags
+    return {"transitions": self.param("transitions", zeros_init((None, None)), (k, k), jnp.float32),
+            "start": self.param("start", zeros_init((None,)), (k,), jnp.float32),
+            "end": self.param("end", zeros_init((None,)), (k,), jnp.float32)}
 
 
 class BertForQuestionAnswering(nn.Module):

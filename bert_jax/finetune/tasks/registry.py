@@ -5,6 +5,9 @@ predictions, scores them and writes the files users submit.
     task = get_task("squad_v2", doc_stride=128)   # squad_v1 squad_v2 (language="zh" for CMRC2018 scoring)
     task = get_task("ner", label_list=None)       # CoNLL files or TFDS conll2003 (use_tfds=True)
     task = get_task("classification", text_a="text_a", label="label")   # generic TSV/CSV/JSONL
+    task = get_task("multilabel", separator="|")  # TSV/CSV labels joined by "|", or JSONL label lists
+    task = get_task("c3"); get_task("multiple_choice")   # C3 JSON / generic JSONL multiple choice
+    task = get_task("ner", crf=True)              # tagging with a CRF head (constraints from the scheme)
     task.prepare(data_dir)                        # label_list for ner (data_dir/labels.txt, else inferred
                                                   # from train+dev) and classification (from train)
 
@@ -19,14 +22,19 @@ predictions, scores them and writes the files users submit.
       paths = task.write_predictions(output_dir, split, es, preds)
 
 Attributes every task has:
-  name, kind ("classification" | "regression" | "squad" | "ner"),
-  head ("sequence_classification" | "question_answering" | "token_classification": the heads.BertFor* class),
+  name, kind ("classification" | "regression" | "squad" | "ner" | "multilabel"; multiple choice is
+    "classification" over the choices),
+  head ("sequence_classification" | "question_answering" | "token_classification" | "multiple_choice": the
+    heads.BertFor* class), pooling (sentence-level heads: heads.POOLINGS), crf (ner),
+  extra_input_keys (features the head reads besides the three model inputs: ner+crf ("word_mask",),
+    multiple choice ("choice_mask",)),
   label_list (None for regression and SQuAD), is_regression, num_labels (1 for regression, 0 for SQuAD),
   metric_fn (dotted name of the scoring function), main_metric (key of evaluate() used for the best checkpoint;
   higher is better), train_split, eval_splits, test_splits,
   model_input_keys = ("input_ids", "input_mask", "segment_ids"), label_keys (feature keys the loss reads):
     classification ("label_ids",) int32 [B]; regression ("label_ids",) float32 [B];
-    squad ("start_positions", "end_positions") int32 [B]; ner ("label_ids",) int32 [B, T], -100 = ignore.
+    squad ("start_positions", "end_positions") int32 [B]; ner ("label_ids",) int32 [B, T], -100 = ignore;
+    multilabel ("label_ids",) int32 [B, K] multi-hot (-1 rows unlabelled); multiple choice int32 [B].
   outputs expected by predict(): classification/regression/ner {"logits"}, squad {"start_logits",
     "end_logits"} (the heads' output names).
 Metric values are fractions for GLUE/NER/classification and percentages for SQuAD (official scripts).
@@ -44,10 +52,11 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from bert_jax.evaluation import glue as glue_eval
+from bert_jax.evaluation import multilabel as multilabel_eval
 from bert_jax.evaluation import ner as ner_eval
 from bert_jax.evaluation import squad as squad_eval
 from bert_jax.evaluation import squad_postprocess
-from bert_jax.finetune.tasks import classification, common, glue, ner, squad
+from bert_jax.finetune.tasks import c3, classification, common, glue, multilabel, multiple_choice, ner, squad
 
 MODEL_INPUT_KEYS = ("input_ids", "input_mask", "segment_ids")
 
@@ -65,7 +74,13 @@ class Task:
   eval_splits = ("dev",)
   test_splits = ("test",)
   model_input_keys = MODEL_INPUT_KEYS
+  extra_input_keys: tuple = ()
   label_keys = ("label_ids",)
+  pooling = "cls"    # sentence vector of sentence-level heads (heads.POOLINGS); set by data.make_task
+
+  def head_options(self) -> dict:
+    """What finetune_info.json must record to rebuild this task's head (Predictor)."""
+    return {"pooling": self.pooling}
 
   def __init__(self, on_error: str = "raise"):
     self.on_error = on_error
@@ -315,10 +330,16 @@ class NerTask(Task):
   metric_fn = "bert_jax.evaluation.ner.evaluate"
 
   def __init__(self, label_list: Optional[Sequence[str]] = None, mode: str = "conlleval", scheme: str = "BIO",
-               on_error: str = "raise"):
+               on_error: str = "raise", crf: bool = False):
     super().__init__(on_error)
     self.label_list = list(label_list) if label_list is not None else None
     self.mode, self.scheme = mode, scheme
+    self.crf = bool(crf)
+    # The CRF runs over the words' first sub-tokens, which the features mark in word_mask.
+    self.extra_input_keys = ("word_mask", "window_continues", "window_continued") if self.crf else ()
+
+  def head_options(self):
+    return {"crf": self.crf}
 
   def prepare(self, data_dir=None, use_tfds=False, tfds_data_dir=None, download=False, **_):
     if self.label_list is not None:
@@ -350,9 +371,20 @@ class NerTask(Task):
 
   def featurize(self, example_set, tokenizer, max_seq_length, is_training=False):
     self._require_labels()
-    return ner.convert_examples_to_features(example_set, tokenizer, max_seq_length, self.label_list)
+    feats = ner.convert_examples_to_features(example_set, tokenizer, max_seq_length, self.label_list)
+    feats["word_mask"] = (feats["word_ids"] >= 0).astype(np.int32)   # [N, T]: first sub-token of each word
+    # [N]: the row is a window after (continues) / before (is continued by) another of the same sentence; the
+    # CRF lifts its start / end constraints there (a window may begin or end inside an entity).
+    ex = feats["example_index"]
+    same_next = np.zeros(len(ex), bool)
+    same_next[:-1] = ex[:-1] == ex[1:]
+    feats["window_continued"] = same_next.astype(np.int32)
+    feats["window_continues"] = np.concatenate([[False], same_next[:-1]]).astype(np.int32)
+    return feats
 
   def predict(self, example_set, features, outputs):
+    if "crf_tags" in outputs:   # the CRF head's Viterbi path
+      return ner.predictions_to_tags(example_set, features, np.asarray(outputs["crf_tags"]), self.label_list)
     logits = np.asarray(outputs["logits"])
     return ner.predictions_to_tags(example_set, features, np.argmax(logits, axis=-1), self.label_list)
 
@@ -367,17 +399,141 @@ class NerTask(Task):
 
 
 # --------------------------------------------------------------------------------------------------------
+# Multiple choice (C3, generic JSONL) and multi-label classification.
+# --------------------------------------------------------------------------------------------------------
+class MultipleChoiceTask(Task):
+  """Softmax over the choices of each question; accuracy. `name` "c3" reads C3's JSON (tasks/c3.py),
+  "multiple_choice" JSONL (tasks/multiple_choice.py)."""
+  kind = "classification"
+  head = "multiple_choice"
+  main_metric = "accuracy"
+  metric_fn = "bert_jax.evaluation.glue.accuracy"
+  extra_input_keys = ("choice_mask",)
+
+  def __init__(self, name: str = "multiple_choice", on_error: str = "raise"):
+    super().__init__(on_error)
+    if name not in ("c3", "multiple_choice"):
+      raise ValueError(f"multiple-choice task {name!r}; expected c3 or multiple_choice")
+    self.name = name
+    self.label_list = None   # choices differ per example; set in prepare() to the choice indices seen
+
+  @property
+  def num_labels(self) -> int:
+    return 1     # one shared score per choice
+
+  def read(self, split, data_dir=None, *, use_tfds=False, tfds_data_dir=None, download=False, on_error=None):
+    if use_tfds:
+      raise ValueError(f"task {self.name} reads local files only")
+    if data_dir is None:
+      raise ValueError("data_dir is required")
+    reader = c3.read_split if self.name == "c3" else multiple_choice.read_split
+    return reader(data_dir, split, on_error or self.on_error)
+
+  def featurize(self, example_set, tokenizer, max_seq_length, is_training=False):
+    return multiple_choice.convert_examples_to_features(example_set, tokenizer, max_seq_length)
+
+  def predict(self, example_set, features, outputs):
+    """Choice probabilities [N, C] float64 (padded choices 0); the answer is their argmax."""
+    logits = np.asarray(outputs["logits"], np.float64)
+    if logits.shape[0] != len(example_set):
+      raise ValueError(f"{logits.shape[0]} logits rows for {len(example_set)} examples")
+    z = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return z / z.sum(axis=-1, keepdims=True)
+
+  def evaluate(self, example_set, predictions, split=None):
+    if any(e.label is None for e in example_set):
+      return {}
+    gold = np.array([e.label for e in example_set], np.int32)
+    return {"accuracy": glue_eval.accuracy(np.argmax(predictions, axis=-1), gold)}
+
+  def write_predictions(self, output_dir, split, example_set, predictions):
+    path = os.path.join(output_dir, f"{self.name}_{split}_predictions.jsonl")
+    return [multiple_choice.write_predictions(path, example_set, np.argmax(predictions, axis=-1), predictions)]
+
+
+class MultilabelTask(Task):
+  """Independent sigmoids over label_list, BCE loss; a label is predicted when its probability >= threshold.
+  Metrics: micro / macro F1 and exact match (main: micro_f1)."""
+  name = "multilabel"
+  kind = "multilabel"
+  head = "sequence_classification"
+  main_metric = "micro_f1"
+  metric_fn = "bert_jax.evaluation.multilabel.multilabel_metrics"
+
+  def __init__(self, label_list: Optional[Sequence[str]] = None, text_a="text_a", text_b=None, label="label",
+               header: Optional[bool] = None, file_format: Optional[str] = None, separator: str = "|",
+               threshold: float = 0.5, on_error: str = "raise"):
+    super().__init__(on_error)
+    if not 0.0 < float(threshold) < 1.0:
+      raise ValueError(f"multilabel_threshold={threshold}; expected a probability in (0, 1)")
+    if not separator:
+      raise ValueError("multilabel_separator is empty")
+    self.format = classification.ClassificationFormat(text_a=text_a, text_b=text_b, label=label, header=header,
+                                                      file_format=file_format)
+    self.separator, self.threshold = separator, float(threshold)
+    self.label_list = list(label_list) if label_list is not None else None
+
+  def head_options(self):
+    return {"pooling": self.pooling, "multilabel_threshold": self.threshold,
+            "multilabel_separator": self.separator}
+
+  def prepare(self, data_dir=None, use_tfds=False, **read_kwargs):
+    if self.label_list is None:
+      if data_dir is None:
+        raise ValueError("data_dir is required to infer the label list")
+      self.label_list = multilabel.infer_label_list(self.read("train", data_dir))
+    return self
+
+  def read(self, split, data_dir=None, *, use_tfds=False, tfds_data_dir=None, download=False, on_error=None):
+    if use_tfds:
+      raise ValueError("the multilabel task reads files only")
+    if data_dir is None:
+      raise ValueError("data_dir is required")
+    return multilabel.read_split(data_dir, split, self.format, self.separator, self.label_list,
+                                 on_error or self.on_error)
+
+  def featurize(self, example_set, tokenizer, max_seq_length, is_training=False):
+    self._require_labels()
+    return multilabel.convert_examples_to_features(example_set, tokenizer, max_seq_length, self.label_list)
+
+  def predict(self, example_set, features, outputs):
+    """Label probabilities [N, K] float64 (sigmoids); a label is predicted where >= threshold."""
+    return 1.0 / (1.0 + np.exp(-np.asarray(outputs["logits"], np.float64)))
+
+  def decide(self, probabilities) -> np.ndarray:
+    """[N, K] int32 multi-hot of the labels at or above the threshold."""
+    return (np.asarray(probabilities) >= self.threshold).astype(np.int32)
+
+  def evaluate(self, example_set, predictions, split=None):
+    if any(e.labels is None for e in example_set):
+      return {}
+    m = {l: i for i, l in enumerate(self.label_list)}
+    gold = np.zeros((len(example_set), len(self.label_list)), np.int32)
+    for i, e in enumerate(example_set):
+      for l in e.labels:
+        gold[i, m[l]] = 1
+    return multilabel_eval.multilabel_metrics(self.decide(predictions), gold)
+
+  def write_predictions(self, output_dir, split, example_set, predictions):
+    path = os.path.join(output_dir, f"{self.name}_{split}_predictions.tsv")
+    return [multilabel.write_predictions(path, example_set, self.decide(predictions), predictions,
+                                         self.label_list, self.separator)]
+
+
+# --------------------------------------------------------------------------------------------------------
 # Registry.
 # --------------------------------------------------------------------------------------------------------
 TASK_NAMES = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli", "ax", "squad_v1",
-              "squad_v2", "ner", "classification")
+              "squad_v2", "ner", "classification", "multilabel", "c3", "multiple_choice")
 
 
 def get_task(name: str, **kwargs) -> Task:
   """A fresh task object by name (see TASK_NAMES); kwargs go to the task's constructor:
   GLUE: on_error. squad_v1/v2: doc_stride, max_query_length, n_best_size, max_answer_length,
   null_score_diff_threshold, language, on_error. ner: label_list, mode, scheme, on_error.
-  classification: label_list, text_a, text_b, label, header, file_format, is_regression, on_error."""
+  classification: label_list, text_a, text_b, label, header, file_format, is_regression, on_error.
+  multilabel: label_list, text_a, text_b, label, header, file_format, separator, threshold, on_error.
+  c3 / multiple_choice: on_error."""
   key = name.lower().replace("-", "_")
   key = {"sst_2": "sst2", "sts_b": "stsb", "squad": "squad_v1", "squad1": "squad_v1", "squad2": "squad_v2",
          "squad_v1.1": "squad_v1", "squad_v2.0": "squad_v2", "conll2003": "ner", "diagnostic": "ax"}.get(key, key)
@@ -389,4 +545,8 @@ def get_task(name: str, **kwargs) -> Task:
     return NerTask(**kwargs)
   if key == "classification":
     return ClassificationTask(**kwargs)
+  if key == "multilabel":
+    return MultilabelTask(**kwargs)
+  if key in ("c3", "multiple_choice"):
+    return MultipleChoiceTask(key, **kwargs)
   raise KeyError(f"unknown task {name!r}; known: {', '.join(TASK_NAMES)}")

@@ -1,0 +1,134 @@
+"""Multi-label classification: each text carries a set of labels (possibly empty), scored by independent
+sigmoids.
+
+Files `train` / `dev` / `test` `.tsv|.csv|.jsonl` in data_dir; the columns are the generic classification
+task's (`config.classification.text_a / text_b / label / header / file_format`):
+  TSV/CSV  the label column holds the labels joined by `separator` (default "|", config
+           `multilabel_separator`), e.g. `体育|财经\t今天的比赛...`; an empty cell = no label.
+  JSONL    the label key holds a list of strings, e.g. {"text_a": "...", "label": ["体育", "财经"]} (a string is
+           split by the separator as in TSV).
+
+Features (`convert_examples_to_features`), one row per example:
+  input_ids, input_mask, segment_ids  int32 [N, T]   as classification
+  label_ids      int32 [N, K]  multi-hot over label_list; all -1 for an unlabelled (test) row
+  example_index  int32 [N]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from bert_jax.finetune.tasks import classification, common
+
+
+@dataclasses.dataclass
+class MultilabelExample:
+  guid: str
+  text_a: str
+  text_b: Optional[str] = None
+  labels: Optional[List[str]] = None   # None when unlabelled
+  index: Optional[str] = None
+
+
+def _split_labels(value, separator: str) -> List[str]:
+  if isinstance(value, list):
+    return [str(v).strip() for v in value if str(v).strip()]
+  return [x.strip() for x in str(value).split(separator) if x.strip()]
+
+
+def read_file(path: str, fmt: classification.ClassificationFormat, separator: str = "|", split: str = "train",
+              label_list: Optional[Sequence[str]] = None, on_error: str = "raise") -> common.ExampleSet:
+  """MultilabelExamples of one file (module docstring); a label outside `label_list` is an error (file:line)
+  or a counted skip."""
+  report = common.SkipReport(source=path)
+  bad = common.ErrorPolicy(on_error, report)
+  labels_required = split != "test" and fmt.label is not None
+  label_set = set(label_list) if label_list is not None else None
+  header = None
+  examples: List[MultilabelExample] = []
+  for line, row in classification._rows(path, fmt):  # pylint: disable=protected-access
+    if isinstance(row, list) and fmt.has_header() and header is None:
+      header = {name.strip(): i for i, name in enumerate(row)}
+      for col in (fmt.text_a, fmt.text_b) + ((fmt.label,) if labels_required else ()):
+        if isinstance(col, str) and col not in header:
+          raise common.TaskDataError(path, line, f"header has no column {col!r}; columns: {list(header)}")
+      continue
+
+    def get(col):
+      if col is None:
+        return None
+      if isinstance(row, dict):
+        return row.get(col if isinstance(col, str) else str(col))
+      idx = header.get(col) if isinstance(col, str) else col
+      if isinstance(col, str) and header is None:
+        raise ValueError(f"{path}: column {col!r} is a name but the format has header=False")
+      return row[idx] if idx is not None and idx < len(row) else None
+
+    text_a, text_b, label = get(fmt.text_a), get(fmt.text_b), get(fmt.label)
+    if text_a is None or not str(text_a).strip():
+      bad(path, line, "missing text", f"column {fmt.text_a!r} is missing or empty")
+      continue
+    if fmt.text_b is not None and text_b is None:
+      bad(path, line, "missing text", f"column {fmt.text_b!r} is missing")
+      continue
+    if label is None and labels_required:
+      bad(path, line, "missing label", f"no label column {fmt.label!r}")
+      continue
+    labels = None if label is None else _split_labels(label, separator)
+    if labels is not None and label_set is not None and not set(labels) <= label_set:
+      bad(path, line, "label not in label set", f"{sorted(set(labels) - label_set)} not in {sorted(label_set)}")
+      continue
+    examples.append(MultilabelExample(f"{path}:{line}", str(text_a), None if text_b is None else str(text_b),
+                                      labels, str(len(examples))))
+  return common.finish(examples, path, split, report)
+
+
+def read_split(data_dir: str, split: str, fmt, separator="|", label_list=None, on_error="raise"):
+  return read_file(classification.split_file(data_dir, split, fmt.file_format), fmt, separator, split,
+                   label_list, on_error)
+
+
+def infer_label_list(example_set) -> List[str]:
+  seen = sorted({l for e in example_set if e.labels for l in e.labels})
+  if not seen:
+    raise ValueError(f"{getattr(example_set, 'source', 'examples')}: no labels to take the label list from")
+  return seen
+
+
+def convert_examples_to_features(examples: Sequence[MultilabelExample], tokenizer, max_seq_length: int,
+                                 label_list: Sequence[str]) -> Dict[str, np.ndarray]:
+  examples = list(examples)
+  label_map = {l: i for i, l in enumerate(label_list)}
+  labels = np.zeros((len(examples), len(label_list)), np.int32)
+  for i, e in enumerate(examples):
+    if e.labels is None:
+      labels[i] = -1
+      continue
+    for l in e.labels:
+      if l not in label_map:
+        raise common.TaskDataError(e.guid, None, f"label {l!r} is not in the label set {list(label_list)}")
+      labels[i, label_map[l]] = 1
+  as_cls = [classification.ClassificationExample(e.guid, e.text_a, e.text_b, None) for e in examples]
+  out = classification.convert_examples_to_features(as_cls, tokenizer, max_seq_length, label_list)
+  out["label_ids"] = labels
+  return out
+
+
+def write_predictions(path: str, examples, predicted: np.ndarray, probabilities: np.ndarray, label_list,
+                      separator: str = "|") -> str:
+  """`index\\tprediction\\tprobabilities` TSV: the predicted labels joined by `separator`, then
+  label:probability pairs."""
+  d = os.path.dirname(path)
+  if d:
+    os.makedirs(d, exist_ok=True)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write("index\tprediction\tprobabilities\n")
+    for e, row, pr in zip(examples, predicted, probabilities):
+      labs = separator.join(l for l, on in zip(label_list, row) if on)
+      probs = " ".join(f"{l}:{p:.4f}" for l, p in zip(label_list, pr))
+      f.write(f"{e.index}\t{labs}\t{probs}\n")
+  return path

@@ -1,0 +1,237 @@
+"""Using a model on raw text: fill-mask (cloze), sentence features, and predictions of a fine-tuned model.
+The command line is `python -m bert_jax.predict {fill-mask, features, classify}` (see __main__.py).
+
+    from bert_jax.predict import FillMask, FeatureExtractor
+    FillMask("runs/bert_tiny").predict(["今天天气很[MASK]。"], top_k=5)
+    # [{"text": ..., "masks": [{"position": 5, "candidates": [{"token": "好", "id": 1234, "score": 0.41}, ...]}]}]
+    FeatureExtractor("converted/minilm", pooling="mean").encode(["a sentence", ...])   # [N, H] float32
+
+`model` is anything `bert_jax.pretrained.load_pretrained` accepts: a zoo name, a converted directory, a
+pre-training work dir or a fine-tuning work dir. Fill-mask needs the masked-LM head (params["mlm"]: a
+pre-training work dir, or a Google / Hugging Face checkpoint that has `cls.predictions`); encoders saved
+without it (e.g. sentence-transformers' MiniLM) raise a UserError saying so. Inputs run in fixed-size padded
+batches (one compile), with a progress bar when there is more than one batch.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bert_jax.errors import UserError
+from bert_jax.input_pipeline import tokenization
+from bert_jax.models.bert import BertForPreTraining, BertModel
+from bert_jax.models.heads import POOLINGS, pool
+from bert_jax.pretrained import Pretrained, load_pretrained, params_dir
+from bert_jax.training.train_step import compute_dtype
+
+MASK = "[MASK]"
+
+
+def load_model(model: str) -> Pretrained:
+  """load_pretrained with user-facing errors (a path or zoo name that is not a checkpoint is a UserError)."""
+  try:
+    return load_pretrained(model)
+  except (FileNotFoundError, ValueError) as e:
+    raise UserError(f"--model={model!r}: {e}") from None
+
+
+def make_tokenizer(pre: Pretrained) -> tokenization.FullTokenizer:
+  try:
+    vocab = pre.require_vocab()
+  except FileNotFoundError as e:
+    raise UserError(str(e)) from None
+  lower = pre.do_lower_case
+  if lower is None:
+    lower = params_dir.guess_do_lower_case(vocab, hint=pre.directory)
+  return tokenization.FullTokenizer(vocab, do_lower_case=bool(lower))
+
+
+def _progress(total: int, desc: str):
+  from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
+  return tqdm(total=total, desc=desc, disable=total <= 1, mininterval=1.0, dynamic_ncols=True)
+
+
+def _pad_rows(rows: Sequence[Sequence[int]], length: int) -> np.ndarray:
+  out = np.zeros((len(rows), length), np.int32)
+  for i, r in enumerate(rows):
+    out[i, :len(r)] = r
+  return out
+
+
+class FillMask:
+  """Top-k tokens at each [MASK] of a text, from the checkpoint's masked-LM head."""
+
+  def __init__(self, model: str, batch_size: int = 16, max_seq_length: int = 128):
+    self.pre = load_model(model)
+    if "mlm" not in self.pre.params:
+      raise UserError(
+          f"--model={model!r} ({self.pre.directory}) has no masked-LM head (params['mlm']; top-level keys "
+          f"{sorted(self.pre.params)}), so it cannot fill masks. Use a pre-training work dir or a checkpoint "
+          "converted with its cls.predictions head (bare encoders such as sentence-transformers' MiniLM have none)")
+    fresh = self.pre.info.get("report", {}).get("fresh_groups", [])
+    if "mlm" in fresh:   # a converter initialised the head because the source checkpoint had none
+      raise UserError(
+          f"--model={model!r} ({self.pre.directory}): its masked-LM head was randomly initialised at conversion "
+          "(the source checkpoint had no cls.predictions weights, e.g. sentence-transformers' MiniLM), so it "
+          "cannot fill masks; use features instead, or a checkpoint with its pre-training head")
+    self.tokenizer = make_tokenizer(self.pre)
+    if MASK not in self.tokenizer.vocab:
+      raise UserError(f"{self.pre.vocab_file} has no {MASK} token")
+    self.mask_id = self.tokenizer.vocab[MASK]
+    self.inv_vocab = {i: t for t, i in self.tokenizer.vocab.items()}
+    self.batch_size, self.max_seq_length = int(batch_size), int(max_seq_length)
+    cfg = self.pre.config.replace(dtype=compute_dtype("auto"), scan_layers=False)
+    model_ = BertForPreTraining(cfg, targets=("mlm",))
+    self.params = jax.device_put({"bert": self.pre.params["bert"], "mlm": self.pre.params["mlm"]})
+
+    def forward(params, ids, mask, positions, k):
+      out = model_.apply({"params": params}, ids, mask, jnp.zeros_like(ids), positions, deterministic=True)
+      probs = jax.nn.softmax(out["mlm_logits"], axis=-1)
+      return jax.lax.top_k(probs, k)
+
+    self._forward = jax.jit(forward, static_argnums=4)
+
+  def encode(self, text: str) -> List[int]:
+    """[CLS] text [SEP] ids with [MASK] kept as one token (the basic tokenizer would split it)."""
+    pieces = text.split(MASK)
+    if len(pieces) < 2:
+      raise UserError(f"the text has no {MASK}: {text!r}")
+    ids = []
+    for i, piece in enumerate(pieces):
+      if i:
+        ids.append(self.mask_id)
+      ids.extend(self.tokenizer.encode(piece))
+    cls, sep = self.tokenizer.vocab["[CLS]"], self.tokenizer.vocab["[SEP]"]
+    if len(ids) + 2 > self.max_seq_length:
+      raise UserError(f"the text has {len(ids) + 2} tokens, more than max_seq_length={self.max_seq_length}")
+    return [cls] + ids + [sep]
+
+  def predict(self, texts: Sequence[str], top_k: int = 5) -> List[dict]:
+    if top_k < 1:
+      raise UserError(f"--top_k={top_k}; expected >= 1")
+    rows = [self.encode(t) for t in texts]
+    n_masks = max(sum(1 for x in r if x == self.mask_id) for r in rows)
+    out: List[dict] = []
+    bar = _progress(-(-len(rows) // self.batch_size), "fill-mask")
+    for start in range(0, len(rows), self.batch_size):
+      chunk = rows[start:start + self.batch_size]
+      real = len(chunk)
+      chunk = chunk + [chunk[0]] * (self.batch_size - real)
+      ids = _pad_rows(chunk, self.max_seq_length)
+      positions = np.zeros((self.batch_size, n_masks), np.int32)
+      for i, r in enumerate(chunk):
+        p = [j for j, x in enumerate(r) if x == self.mask_id]
+        positions[i, :len(p)] = p
+      mask = (np.arange(ids.shape[1])[None, :] < np.array([len(r) for r in chunk])[:, None]).astype(np.int32)
+      probs, idx = self._forward(self.params, ids, mask, positions, min(top_k, self.pre.config.vocab_size))
+      probs, idx = np.asarray(probs), np.asarray(idx)
+      for i in range(real):
+        r = chunk[i]
+        masks = []
+        for m, pos in enumerate(j for j, x in enumerate(r) if x == self.mask_id):
+          masks.append({"position": int(pos), "candidates": [
+              {"token": self.inv_vocab.get(int(t), "[UNK]"), "id": int(t), "score": round(float(s), 6)}
+              for t, s in zip(idx[i, m], probs[i, m])]})
+        out.append({"text": texts[start + i], "masks": masks})
+      bar.update(1)
+    bar.close()
+    return out
+
+
+class FeatureExtractor:
+  """Sentence vectors [N, H] (float32) from the encoder, pooled by `pooling` (models.heads.POOLINGS)."""
+
+  def __init__(self, model: str, pooling: str = "mean", batch_size: int = 32, max_seq_length: int = 128):
+    if pooling not in POOLINGS:
+      raise UserError(f"--pooling={pooling!r}; expected one of {', '.join(POOLINGS)}")
+    self.pre = load_model(model)
+    if "bert" not in self.pre.params:
+      raise UserError(f"{self.pre.directory}: no encoder parameters (params['bert'])")
+    self.tokenizer = make_tokenizer(self.pre)
+    self.pooling, self.batch_size = pooling, int(batch_size)
+    self.max_seq_length = min(int(max_seq_length), self.pre.config.max_position_embeddings)
+    self.truncated = 0
+    cfg = self.pre.config.replace(dtype=compute_dtype("auto"), scan_layers=False)
+    model_ = BertModel(cfg)
+    self.params = jax.device_put(self.pre.params["bert"])
+
+    def forward(params, ids, mask):
+      enc = model_.apply({"params": params}, ids, mask, jnp.zeros_like(ids), deterministic=True)
+      return pool(enc, mask, pooling).astype(jnp.float32)
+
+    self._forward = jax.jit(forward)
+
+  def encode(self, texts: Sequence[str]) -> np.ndarray:
+    cls, sep = self.tokenizer.vocab["[CLS]"], self.tokenizer.vocab["[SEP]"]
+    batch_tok = tokenization.fast_batch_tokenizer(self.tokenizer)
+    rows = []
+    for ids in batch_tok.encode_batch(list(texts)):
+      if len(ids) > self.max_seq_length - 2:
+        self.truncated += 1
+        ids = ids[:self.max_seq_length - 2]
+      rows.append([cls] + ids + [sep])
+    length = max(len(r) for r in rows) if rows else 2
+    length = min(self.max_seq_length, -(-length // 8) * 8)   # one compile per multiple of 8 tokens
+    out = np.zeros((len(rows), self.pre.config.hidden_size), np.float32)
+    bar = _progress(-(-len(rows) // self.batch_size), "features")
+    for start in range(0, len(rows), self.batch_size):
+      chunk = rows[start:start + self.batch_size]
+      real = len(chunk)
+      ids = _pad_rows(chunk + [chunk[0]] * (self.batch_size - real), length)
+      mask = np.zeros_like(ids)
+      for i, r in enumerate(chunk + [chunk[0]] * (self.batch_size - real)):
+        mask[i, :len(r)] = 1
+      out[start:start + real] = np.asarray(self._forward(self.params, ids, mask))[:real]
+      bar.update(1)
+    bar.close()
+    return out
+
+
+def read_lines(path: str) -> List[str]:
+  """Every line of a UTF-8 text file (empty lines included, so output row i is input line i)."""
+  try:
+    with open(path, encoding="utf-8-sig") as f:
+      text = f.read()
+  except FileNotFoundError:
+    raise UserError(f"--input={path}: no such file") from None
+  except UnicodeDecodeError as e:
+    raise UserError(f"--input={path}: not UTF-8 ({e.reason} at byte {e.start})") from None
+  lines = text.split("\n")
+  if lines and lines[-1] == "":
+    lines.pop()
+  return [l.rstrip("\r") for l in lines]
+
+
+def classify(model: str, texts: Sequence[str], text_pairs: Optional[Sequence[str]] = None,
+             batch_size: int = 32) -> List[Dict]:
+  """Predictions of a fine-tuning work dir (any task; multiple-choice tasks take JSON question lines)."""
+  import json  # pylint: disable=g-import-not-at-top
+  from bert_jax.finetune.predict import Predictor  # pylint: disable=g-import-not-at-top
+  pre = load_model(model)
+  if not pre.finetune_info:
+    raise UserError(f"--model={model!r} ({pre.directory}) is not a fine-tuned checkpoint (no finetune_info.json); "
+                    "classify needs a fine-tuning work dir")
+  p = Predictor(pre, batch_size=batch_size)
+  out: List[Dict] = []
+  bar = _progress(-(-len(texts) // batch_size), "classify")
+  for start in range(0, len(texts), batch_size):
+    chunk = list(texts[start:start + batch_size])
+    if p.task.head == "multiple_choice":
+      questions = []
+      for i, line in enumerate(chunk):
+        try:
+          questions.append(json.loads(line))
+        except json.JSONDecodeError as e:
+          raise UserError(f"input line {start + i + 1}: a multiple-choice model takes JSON lines "
+                          f'{{"context", "question", "choices"}} ({e.msg})') from None
+      out.extend(p.predict_choices(questions))
+    else:
+      pairs = None if text_pairs is None else list(text_pairs[start:start + batch_size])
+      out.extend(p.predict(chunk, pairs))
+    bar.update(1)
+  bar.close()
+  return out

@@ -1,0 +1,130 @@
+r"""Command line: python -m bert_jax.predict {fill-mask, features, classify} [--flags].
+
+  python -m bert_jax.predict fill-mask --model=runs/bert_tiny --text="今天天气很[MASK]。" --top_k=5
+  python -m bert_jax.predict features --model=converted/minilm --input=texts.txt --output=features.npy \
+      --pooling=mean                                   # or --output=features.jsonl ({"text", "embedding"})
+  python -m bert_jax.predict classify --model=runs/chnsenticorp --input=reviews.txt [--output=preds.jsonl]
+
+--model takes a zoo name, a converted directory, a pre-training or a fine-tuning work dir. Input files have one
+text per line (classify --pairs: `text<TAB>text_pair`; multiple-choice models: one JSON question per line).
+Mistakes in the flags or inputs print one `error: ...` line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(prog="python -m bert_jax.predict", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  sub = p.add_subparsers(dest="command", required=True)
+  f = sub.add_parser("fill-mask", help="top-k tokens for each [MASK] (needs the masked-LM head)")
+  f.add_argument("--model", required=True, help="zoo name or checkpoint / work directory")
+  f.add_argument("--text", action="append", default=[], help="text with [MASK] (repeatable)")
+  f.add_argument("--input", default="", help="file of texts with [MASK], one per line")
+  f.add_argument("--top_k", type=int, default=5, help="candidates per mask")
+  f.add_argument("--output", default="", help="write JSON lines here instead of a table on stdout")
+  f.add_argument("--batch_size", type=int, default=16)
+  f.add_argument("--max_seq_length", type=int, default=128)
+  e = sub.add_parser("features", help="sentence vectors of a text file -> .npy or .jsonl")
+  e.add_argument("--model", required=True)
+  e.add_argument("--input", required=True, help="one text per line (row i of the output = line i)")
+  e.add_argument("--output", required=True, help="features.npy ([N, H] float32) or features.jsonl")
+  e.add_argument("--pooling", default="mean", help="cls | first | mean | max | last")
+  e.add_argument("--batch_size", type=int, default=32)
+  e.add_argument("--max_seq_length", type=int, default=128)
+  c = sub.add_parser("classify", help="predictions of a fine-tuned work dir on a text file")
+  c.add_argument("--model", required=True, help="fine-tuning work dir (or its best_checkpoint/)")
+  c.add_argument("--input", required=True, help="one text per line")
+  c.add_argument("--pairs", action="store_true", help="lines are text<TAB>text_pair (pair tasks, SQuAD)")
+  c.add_argument("--output", default="", help="JSON lines here (default: stdout)")
+  c.add_argument("--batch_size", type=int, default=32)
+  return p
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+  tmp = f"{path}.tmp{os.getpid()}"
+  with open(tmp, "wb") as f:
+    f.write(data)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+def _jsonl(rows) -> bytes:
+  return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
+
+
+def run(args) -> int:
+  import bert_jax.predict as lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.errors import UserError  # pylint: disable=g-import-not-at-top
+  if args.command == "fill-mask":
+    texts = list(args.text) + (lib.read_lines(args.input) if args.input else [])
+    if not texts:
+      raise UserError("give --text='...[MASK]...' or --input=FILE")
+    rows = lib.FillMask(args.model, args.batch_size, args.max_seq_length).predict(texts, args.top_k)
+    if args.output:
+      _write_atomic(args.output, _jsonl(rows))
+      print(f"wrote {len(rows)} rows to {args.output}")
+    else:
+      for r in rows:
+        print(r["text"])
+        for m in r["masks"]:
+          print(f"  [MASK] at {m['position']}: " + "  ".join(f"{c['token']} ({c['score']:.3f})"
+                                                          for c in m["candidates"]))
+    return 0
+  if args.command == "features":
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    ext = os.path.splitext(args.output)[1].lower()
+    if ext not in (".npy", ".jsonl"):
+      raise UserError(f"--output={args.output}: expected a .npy or .jsonl file name")
+    texts = lib.read_lines(args.input)
+    if not texts:
+      raise UserError(f"--input={args.input} is empty")
+    fx = lib.FeatureExtractor(args.model, args.pooling, args.batch_size, args.max_seq_length)
+    vecs = fx.encode(texts)
+    if ext == ".npy":
+      import io  # pylint: disable=g-import-not-at-top
+      buf = io.BytesIO()
+      np.save(buf, vecs)
+      _write_atomic(args.output, buf.getvalue())
+    else:
+      _write_atomic(args.output, _jsonl({"text": t, "embedding": [round(float(x), 6) for x in v]}
+                                        for t, v in zip(texts, vecs)))
+    note = f"; {fx.truncated} text(s) truncated to {fx.max_seq_length} tokens" if fx.truncated else ""
+    print(f"wrote {vecs.shape[0]} x {vecs.shape[1]} {args.pooling}-pooled features to {args.output}{note}")
+    return 0
+  lines = lib.read_lines(args.input)
+  if not lines:
+    raise UserError(f"--input={args.input} is empty")
+  pairs = None
+  if args.pairs:
+    bad = [i + 1 for i, l in enumerate(lines) if "\t" not in l]
+    if bad:
+      raise UserError(f"--pairs: line(s) {bad[:5]} of {args.input} have no tab (expected text<TAB>text_pair)")
+    lines, pairs = zip(*(l.split("\t", 1) for l in lines))
+  rows = lib.classify(args.model, list(lines), None if pairs is None else list(pairs), args.batch_size)
+  if args.output:
+    _write_atomic(args.output, _jsonl(rows))
+    print(f"wrote {len(rows)} predictions to {args.output}")
+  else:
+    sys.stdout.write(_jsonl(rows).decode("utf-8"))
+  return 0
+
+
+def main(argv=None) -> int:
+  args = build_parser().parse_args(argv)
+  from bert_jax.errors import UserError  # pylint: disable=g-import-not-at-top
+  try:
+    return run(args)
+  except UserError as err:
+    print(f"error: {err}", file=sys.stderr)
+    return UserError.exit_code
+
+
+if __name__ == "__main__":
+  sys.exit(main())

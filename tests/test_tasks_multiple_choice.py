@@ -1,0 +1,178 @@
+"""task=c3 / multiple_choice / multilabel and config.pooling: readers on fixtures in the standard formats,
+features, the heads' masking, metrics, and end-to-end runs (C3; NER with the CRF head on a 2x2x2 mesh)."""
+
+import json
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import task_fixtures as testing
+from bert_jax.evaluation.multilabel import multilabel_metrics
+from bert_jax.finetune import loop as finetune_loop
+from bert_jax.finetune import model as fm
+from bert_jax.finetune.predict import Predictor
+from bert_jax.finetune.tasks import TaskDataError, get_task
+from bert_jax.input_pipeline.tokenization import FullTokenizer
+from bert_jax.models import heads
+
+from test_finetune_tasks import make_config
+
+C3_DOCS = [
+    [["男：你今天去北京吗？", "女：不去，我明天去上海。"],
+     [{"question": "女的明天去哪儿？", "choice": ["北京", "上海", "中国"], "answer": "上海", "id": "d1-1"}], "d1"],
+    [["这本书很好。"],
+     [{"question": "这本书怎么样？", "choice": ["很好", "不好"], "answer": "很好", "id": "d2-1"},
+      {"question": "说的是什么？", "choice": ["书", "电影", "城市", "首都"], "answer": "书", "id": "d2-2"}], "d2"],
+]
+
+
+def write_c3(directory, layout="clue"):
+  os.makedirs(directory, exist_ok=True)
+  for split in ("train", "dev", "test"):
+    docs = json.loads(json.dumps(C3_DOCS))
+    if split == "test":
+      for d in docs:
+        for q in d[1]:
+          del q["answer"]
+    if layout == "clue":
+      names = {f"{split}.json": docs}
+    else:   # C3's own release: dialogue (d-) and mixed-genre (m-) files per split
+      names = {f"d-{split}.json": docs[:1], f"m-{split}.json": docs[1:]}
+    for name, content in names.items():
+      with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
+        json.dump(content, f, ensure_ascii=False)
+  return directory
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+  return FullTokenizer(testing.write_vocab(str(tmp_path_factory.mktemp("v"))), do_lower_case=True)
+
+
+@pytest.mark.parametrize("layout", ["clue", "d_m_pairs"])
+def test_c3_reader_and_features_pad_choices(tmp_path, tok, layout):
+  task = get_task("c3")
+  es = task.read("train", write_c3(str(tmp_path), layout))
+  assert [(e.question, e.label, len(e.choices)) for e in es] == [
+      ("女的明天去哪儿？", 1, 3), ("这本书怎么样？", 0, 2), ("说的是什么？", 0, 4)]
+  assert es[0].context == "男：你今天去北京吗？女：不去，我明天去上海。" and es[2].id == "d2-2"
+  f = task.featurize(es, tok, 24)
+  assert f["input_ids"].shape == (3, 4, 24) and f["choice_mask"].tolist() == [[1, 1, 1, 0], [1, 1, 0, 0],
+                                                                              [1, 1, 1, 1]]
+  assert f["label_ids"].tolist() == [1, 0, 0] and not f["input_ids"][0, 3].any()
+  # [CLS] context [SEP] question+choice [SEP], segment 1 on the second part.
+  row, seg = f["input_ids"][1, 0], f["segment_ids"][1, 0]
+  sep = tok.vocab["[SEP]"]
+  assert row[0] == tok.vocab["[CLS]"] and list(row).count(sep) == 2 and seg.max() == 1
+  test = task.read("test", str(tmp_path))
+  assert all(e.label is None for e in test) and task.evaluate(test, np.eye(4)[[0, 0, 0]]) == {}
+
+
+def test_c3_bad_answer_and_multiple_choice_jsonl(tmp_path):
+  bad = json.loads(json.dumps(C3_DOCS))
+  bad[0][1][0]["answer"] = "广州"
+  (tmp_path / "train.json").write_text(json.dumps(bad, ensure_ascii=False), encoding="utf-8")
+  with pytest.raises(TaskDataError, match="not among the choices"):
+    get_task("c3").read("train", str(tmp_path))
+  es = get_task("c3", on_error="skip").read("train", str(tmp_path))
+  assert len(es) == 2 and es.skipped.total == 1
+  rows = [{"context": "北京是中国的首都。", "question": "中国的首都是？", "choices": ["上海", "北京"], "label": 1},
+          {"context": "", "question": "哪个是城市？", "choices": ["上海", "书", "电影"], "label": 0, "id": "q2"},
+          {"context": "x", "question": "y", "choices": ["a", "b"], "label": 5}]
+  (tmp_path / "train.jsonl").write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), "utf-8")
+  with pytest.raises(TaskDataError, match=r"train.jsonl:3: label out of range"):
+    get_task("multiple_choice").read("train", str(tmp_path))
+  es = get_task("multiple_choice", on_error="skip").read("train", str(tmp_path))
+  assert [e.label for e in es] == [1, 0] and es[1].id == "q2" and es.skipped.total == 1
+
+
+def test_pooling_is_mask_aware():
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(2, 5, 3)).astype(np.float32)
+  mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int32)
+  enc = {"sequence_output": jnp.asarray(x), "pooled_output": jnp.ones((2, 3))}
+  np.testing.assert_allclose(heads.pool(enc, mask, "mean")[0], x[0, :3].mean(0), rtol=1e-6)
+  np.testing.assert_allclose(heads.pool(enc, mask, "max")[0], x[0, :3].max(0), rtol=1e-6)
+  np.testing.assert_allclose(heads.pool(enc, mask, "last"), np.stack([x[0, 2], x[1, 4]]), rtol=1e-6)
+  np.testing.assert_allclose(heads.pool(enc, mask, "first"), x[:, 0], rtol=1e-6)
+  assert np.all(np.asarray(heads.pool(enc, mask, "cls")) == 1)
+
+
+def test_multilabel_reader_features_loss_and_metrics(tmp_path, tok):
+  (tmp_path / "train.tsv").write_text("label\ttext_a\n体育|财经\t比赛和股票\n体育\t比赛\n\t天气\n", "utf-8")
+  (tmp_path / "dev.jsonl").write_text(json.dumps({"text_a": "股票", "label": ["财经"]}, ensure_ascii=False)
+                                      + "\n", "utf-8")
+  task = get_task("multilabel").prepare(str(tmp_path))
+  assert task.label_list == ["体育", "财经"]
+  es = task.read("train", str(tmp_path))
+  assert [e.labels for e in es] == [["体育", "财经"], ["体育"], []]
+  f = task.featurize(es, tok, 16)
+  assert f["label_ids"].tolist() == [[1, 1], [1, 0], [0, 0]]
+  dev = get_task("multilabel", label_list=task.label_list, file_format="jsonl").read("dev", str(tmp_path))
+  assert dev[0].labels == ["财经"]
+  # Sums: mean BCE per example, exact match at probability 0.5.
+  logits = jnp.array([[5.0, 5.0], [5.0, -5.0], [-5.0, 5.0]])
+  batch = {"label_ids": jnp.asarray(f["label_ids"]), "example_weight": jnp.ones(3)}
+  s = fm.task_sums("multilabel", {"logits": logits}, batch)
+  assert float(s["task_weight_sum"]) == 3 and float(s["task_correct_sum"]) == 2
+  probs = task.predict(es, f, {"logits": np.asarray(logits)})
+  m = task.evaluate(es, probs)
+  assert m["exact_match"] == pytest.approx(2 / 3) and m["micro_f1"] == pytest.approx(6 / 7)
+  assert m["macro_f1"] == pytest.approx((1.0 + 2 / 3) / 2)
+  assert multilabel_metrics([[1, 0]], [[1, 0]]) == {"micro_f1": 1.0, "macro_f1": 0.5, "exact_match": 1.0,
+                                                    "micro_precision": 1.0, "micro_recall": 1.0}
+  with pytest.raises(TaskDataError, match="label not in label set"):
+    get_task("multilabel", label_list=["体育"]).read("train", str(tmp_path))
+
+
+def test_c3_end_to_end_with_mean_pooling_masks_padded_choices(tmp_path):
+  data = write_c3(str(tmp_path / "c3"))
+  vocab = testing.write_vocab(str(tmp_path / "v"))
+  c = make_config("c3", data, vocab, num_train_epochs=1.0, pooling="mean")
+  out = str(tmp_path / "run")
+  res = finetune_loop.run(c, out)
+  assert 0.0 <= res["dev"]["accuracy"] <= 1.0 and np.isfinite(res["dev"]["loss"])
+  rows = [json.loads(l) for l in open(os.path.join(out, "c3_test_predictions.jsonl"), encoding="utf-8")]
+  assert [r["id"] for r in rows] == ["d1-1", "d2-1", "d2-2"]
+  assert all(r["answer"] in q["choice"] for r, q in zip(rows, [q for d in C3_DOCS for q in d[1]]))
+  # The padded 3rd/4th choices got logit -1e9: the real choices' probabilities alone sum to 1.
+  assert all(abs(sum(r["probabilities"]) - 1) < 1e-5 for r in rows) and len(rows[1]["probabilities"]) == 2
+  info = json.load(open(os.path.join(out, "best_checkpoint", "finetune_info.json"), encoding="utf-8"))
+  assert info["pooling"] == "mean"
+  got = Predictor.from_workdir(out).predict_choices([{"context": "这本书很好。", "question": "这本书怎么样？",
+                                                      "choices": ["很好", "不好"]}])
+  assert got[0]["answer"] in ("很好", "不好") and len(got[0]["probabilities"]) == 2
+
+
+def test_ner_with_the_crf_head_writes_conll_output_and_predicts_valid_bio(tmp_path):
+  data = testing.write_conll(str(tmp_path / "ner"))
+  vocab = testing.write_vocab(str(tmp_path / "v"))
+  out = str(tmp_path / "run")
+  c = make_config("ner", data, vocab, num_train_epochs=2.0, crf=True, batch_size=4, eval_batch_size=4)
+  c.mesh.shape = (2, 2, 2)
+  res = finetune_loop.run(c, out)
+  assert {"precision", "recall", "f1"} <= set(res["dev"]) and np.isfinite(res["dev"]["loss"])
+  rows = [l.split() for l in open(os.path.join(out, "dev_predictions.txt"), encoding="utf-8") if l.strip()]
+  assert [r[0] for r in rows] == [w for s, _ in testing.CONLL_SENTENCES for w in s]
+  info = json.load(open(os.path.join(out, "best_checkpoint", "finetune_info.json"), encoding="utf-8"))
+  assert info["crf"] is True
+  got = Predictor.from_workdir(out).predict(["John Smith lives in New York .", "我住在北京。"])
+  for g in got:   # the constrained Viterbi path never starts an entity with I-X
+    tags = g["tags"]
+    assert len(tags) == len(g["words"])
+    for prev, cur in zip(["O"] + tags[:-1], tags):
+      assert not cur.startswith("I-") or prev[2:] == cur[2:], tags
+
+
+def test_ner_features_mark_first_sub_tokens_and_continuation_windows(tok):
+  from bert_jax.finetune.tasks.ner import NerExample
+  task = get_task("ner", label_list=["O", "B-LOC", "I-LOC"], crf=True)
+  assert task.extra_input_keys == ("word_mask", "window_continues", "window_continued")
+  ex = [NerExample("a", list("我住在北京上海"), ["O", "O", "O", "B-LOC", "I-LOC", "B-LOC", "I-LOC"]),
+        NerExample("b", ["上海"], ["B-LOC"])]
+  f = task.featurize(ex, tok, 6)          # 4 words per window: sentence a is cut inside 北京
+  assert f["example_index"].tolist() == [0, 0, 1]
+  assert f["window_continues"].tolist() == [0, 1, 0] and f["window_continued"].tolist() == [1, 0, 0]
+  assert (f["word_mask"] == (f["word_ids"] >= 0)).all() and f["word_mask"].sum() == 8
