@@ -6,6 +6,7 @@ optimizer (AdamW) and precision; HF's MLM head runs at all positions (that is ho
 
 from __future__ import annotations
 
+import gc
 import time
 
 import numpy as np
@@ -57,6 +58,8 @@ def run(cfg: BertConfig, batch: dict, dtype: str, steps: int, warmup: int, compi
     return loss
 
   fn = torch.compile(step) if compile else step
+  if device == "cuda":
+    torch.cuda.reset_peak_memory_stats()
   for _ in range(warmup):
     fn()
   if device == "cuda":
@@ -68,4 +71,10 @@ def run(cfg: BertConfig, batch: dict, dtype: str, steps: int, warmup: int, compi
   if device == "cuda":
     torch.cuda.synchronize()
   dt = (time.perf_counter() - t0) / steps
-  return {"step_time_s": dt, "seq_per_sec": ids.shape[0] / dt, "threads": torch.get_num_threads()}
+  peak_gib = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
+  del fn, step, model, opt, loss
+  gc.collect()
+  if device == "cuda":
+    torch.cuda.empty_cache()   # give the memory back before the JAX steps of the same run
+  return {"step_time_s": dt, "seq_per_sec": ids.shape[0] / dt, "threads": torch.get_num_threads(),
+          "peak_memory_gib": peak_gib}

@@ -21,7 +21,7 @@ SIZES = {
 
 ENCODERS = ("transformer", "lstm")
 LAYER_NORM_TYPES = ("post", "pre")
-ATTENTION_IMPLS = ("auto", "xla", "cudnn")
+ATTENTION_IMPLS = ("auto", "einsum", "xla", "cudnn", "cudnn_dropout", "pallas_flash")   # models/attention.py
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "minimal")
 
 # Keys of Google's bert_config.json (also a subset of Hugging Face's config.json).
@@ -52,7 +52,7 @@ class BertConfig:
   layer_norm_type: str = "post"            # "post" (BERT) | "pre" (pre-LN Transformer)
   dtype: str = "float32"                   # compute dtype; "bfloat16" on accelerators
   param_dtype: str = "float32"             # parameters (master weights) stay float32
-  attention_impl: str = "auto"             # jax.nn.dot_product_attention: "xla" | "cudnn" | "auto"
+  attention_impl: str = "auto"             # auto | einsum | xla | cudnn | cudnn_dropout | pallas_flash
   scan_layers: bool = False                # nn.scan over layers: O(1) compile time in depth
   remat_policy: str = "none"               # rematerialisation: none | full | dots | dots_no_batch | minimal
 

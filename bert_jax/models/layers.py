@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import math
 from typing import Optional
 
 import flax.linen as nn
@@ -11,7 +10,7 @@ from flax.linen.dtypes import promote_dtype
 import jax
 import jax.numpy as jnp
 
-from bert_jax.models import axes
+from bert_jax.models import attention, axes
 from bert_jax.models.config import BertConfig
 
 Array = jax.Array
@@ -104,9 +103,11 @@ class DenseGeneral(nn.Module):
 class SelfAttention(nn.Module):
   """Multi-head self-attention. Inputs [B, T, H] -> [B, T, H].
 
-  Uses `jax.nn.dot_product_attention` (XLA, or cuDNN flash attention on GPUs) whenever attention dropout
-  is inactive. With attention-probability dropout during training, the probabilities must be materialised,
-  so an explicit einsum/softmax path (fused well by XLA) is used instead.
+  The kernel is chosen per call by `attention.resolve_attention` from `config.attention_impl`, the
+  platform, the dtype and whether attention dropout is active (see bert_jax/models/attention.py): the
+  einsum/softmax path that materialises [B, heads, T, T] probabilities (needed for flax dropout),
+  `jax.nn.dot_product_attention` (XLA or cuDNN), cuDNN fused attention with in-kernel dropout, or Pallas
+  flash attention on TPUs.
   """
 
   config: BertConfig
@@ -123,25 +124,13 @@ class SelfAttention(nn.Module):
     v = proj(name="value")(x)
     qkv_names = (axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_HEADS, axes.ACT_KV)
     q, k, v = (constrain(t, qkv_names) for t in (q, k, v))
-
     rate = cfg.attention_probs_dropout_prob
-    if not self.deterministic and rate > 0.0:
-      scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) / math.sqrt(hd)
-      scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
-      probs = jax.nn.softmax(scores, axis=-1).astype(cfg.compute_dtype)
-      probs = nn.Dropout(rate)(probs, deterministic=False)
-      ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
-    else:
-      impl = None if cfg.attention_impl == "auto" else cfg.attention_impl
-      if impl is None and jax.default_backend() != "gpu":
-        impl = "xla"
-      if impl == "cudnn":
-        # cuDNN's fused kernel takes right-padding as sequence lengths (BERT inputs are right-padded).
-        lengths = jnp.sum(input_mask, axis=-1).astype(jnp.int32)
-        ctx = jax.nn.dot_product_attention(q, k, v, is_causal=causal, query_seq_lengths=lengths,
-                                           key_value_seq_lengths=lengths, implementation="cudnn")
-      else:
-        ctx = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=impl)
+    ctx = attention.attend(
+        q, k, v, mask, input_mask, impl=cfg.attention_impl, platform=jax.default_backend(),
+        dropout_rate=rate, deterministic=self.deterministic, causal=causal,
+        remat=cfg.remat_policy != "none", scan=cfg.scan_layers,
+        dropout_fn=lambda probs: nn.Dropout(rate)(probs, deterministic=False),
+        seed=attention.layer_seed(self.scope.path))
     ctx = constrain(ctx, qkv_names)
     out = DenseGeneral(cfg, (cfg.hidden_size,), 2, (axes.HEADS, axes.KV, axes.EMBED), (axes.EMBED,),
                        name="output")(ctx)
