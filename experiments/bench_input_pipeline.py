@@ -47,10 +47,31 @@ def _row(name, n, unit, t, note=""):
   return f"| {name} | {n:,} {unit} | {t.cpu:.2f} | {t.wall:.2f} | {per_cpu:,.0f} | {n / t.wall:,.0f} | {note} |"
 
 
+def _segmenters(cpd):
+  """[(name, cut)] for the installed segmenters with jieba's boundaries: rjieba (Rust) and jieba."""
+  out = []
+  try:
+    import rjieba  # pylint: disable=g-import-not-at-top
+    out.append(("rjieba", rjieba.cut))
+  except ImportError:
+    pass
+  try:
+    import jieba  # pylint: disable=g-import-not-at-top
+    jieba.setLogLevel(60)
+    out.append(("jieba", jieba.lcut))
+  except ImportError:
+    pass
+  if not out:
+    out.append(cpd.jieba_segmenter())
+  return out
+
+
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--quick", action="store_true", help="1 MB of news, fewer batches")
   p.add_argument("--workdir", default=None)
+  p.add_argument("--only", choices=("all", "wwm"), default="all",
+                 help="wwm: only the Chinese record rows (plain, whole-word with each segmenter, dupe 10)")
   args = p.parse_args(argv)
   if hasattr(os, "sched_setaffinity"):
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
@@ -86,7 +107,7 @@ def main(argv=None):
   # Tokenizers alone (tokens/s), on the Chinese news lines.
   lines = [s for d in text_io.read_documents([news]) for s in d]
   tok = tokenization.FullTokenizer(zh_vocab)
-  for backend in ("python-cached", "tokenizers", "python"):
+  for backend in ("python-cached", "tokenizers", "python") if args.only == "all" else ():
     sample = lines if backend != "python" else lines[:5000]
     bt = tokenization.fast_batch_tokenizer(tok, backend)
     with CpuTimer() as t:
@@ -95,19 +116,34 @@ def main(argv=None):
                      "" if backend != "python" else "first 5,000 lines"))
 
   # (a) offline record creation.
-  runs = [("(a) records zh, news 128", news, zh_vocab, cpd.Config(dupe_factor=1)),
-          ("(a) records zh, jieba wwm", news, zh_vocab, cpd.Config(dupe_factor=1, chinese_wwm=True)),
-          ("(a) records en, 128", english, en_vocab, cpd.Config(dupe_factor=5)),
-          ("(a) records en, wwm", english, en_vocab, cpd.Config(dupe_factor=5, do_whole_word_mask=True))]
+  segmenters = _segmenters(cpd)
+  runs = [("(a) records zh, news 128", news, zh_vocab, cpd.Config(dupe_factor=1), None)]
+  runs += [(f"(a) records zh, wwm ({name})", news, zh_vocab, cpd.Config(dupe_factor=1, chinese_wwm=True), cut)
+           for name, cut in segmenters]
+  runs += [(f"(a) records zh, wwm ({segmenters[0][0]}), dupe 10", news, zh_vocab,
+            cpd.Config(dupe_factor=10, chinese_wwm=True), segmenters[0][1])]
+  if args.only == "all":
+    runs += [("(a) records en, 128", english, en_vocab, cpd.Config(dupe_factor=5), None),
+             ("(a) records en, wwm", english, en_vocab, cpd.Config(dupe_factor=5, do_whole_word_mask=True), None)]
   record_file = os.path.join(work, "news_zh.tfrecord")
-  for name, src, vocab, cfg in runs:
+  default_segmenter = cpd.jieba_segmenter
+  for name, src, vocab, cfg, cut in runs:
     out = record_file if name == "(a) records zh, news 128" else os.path.join(work, "tmp.tfrecord")
+    if cut is not None:
+      cpd.jieba_segmenter = lambda cut=cut, name=name: (name, cut)   # noqa: E731
+      cut("预热")     # load the segmenter's dictionary outside the timing (start-up, not throughput)
     with CpuTimer() as t:
       summary = cpd.create_pretraining_data(src, [out], vocab, cfg, progress=False, verbose=False)
+    cpd.jieba_segmenter = default_segmenter
     note = f"{summary.instances / max(t.cpu, 1e-9) / GOOGLE_ANCHOR:.1f}x Google" if "zh" in name else ""
     if cfg.dupe_factor > 1:
-      note = f"dupe_factor={cfg.dupe_factor}"
+      note = f"dupe_factor={cfg.dupe_factor}" + (f"; {note}" if note else "")
     rows.append(_row(name, summary.instances, "instances", t, note))
+
+  if args.only == "wwm":
+    print(header)
+    print("\n".join(rows))
+    return 0
 
   # (b) online masking + batching from records.
   n_batches = 40 if args.quick else 120

@@ -100,7 +100,8 @@ def test_wrong_sequence_length_is_an_error_naming_the_file(google_files, vocab_f
 def test_dynamic_masking_undoes_stored_masks_and_remasks_each_epoch(google_files, vocab_file):
   files, expected = google_files
   it = pretrain_dataset.make_pretraining_dataset(files, 10, T, P, vocab_file, is_training=True, seed=3,
-                                                 shuffle_buffer=1, process_index=0, process_count=1)
+                                                 masking="dynamic", shuffle_buffer=1, process_index=0,
+                                                 process_count=1)
   seen = {}
   for _ in range(40):   # 2 epochs of 200 records
     b = next(it)

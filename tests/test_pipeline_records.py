@@ -61,7 +61,17 @@ def test_cli_writes_googles_exact_schema_in_shards(tmp_path, vocab_file, capsys)
   inv = {i: t for i, t in enumerate(VOCAB)}
   for ex in examples:
     feats = ex.features.feature
-    assert set(feats) == set(ints) | {"masked_lm_weights"}
+    # --do_whole_word_mask also stores word_continuation (1 on "##" pieces; Google's reader ignores it).
+    assert set(feats) == set(ints) | {"masked_lm_weights", "word_continuation"}
+    cont = np.array(feats["word_continuation"].int64_list.value)
+    orig = np.array(feats["input_ids"].int64_list.value)
+    pos = np.array(feats["masked_lm_positions"].int64_list.value)
+    w = np.array(feats["masked_lm_weights"].float_list.value) > 0
+    orig[pos[w]] = np.array(feats["masked_lm_ids"].int64_list.value)[w]
+    # (a segment's first token starts a word even when it is a "##" piece cut off by truncation)
+    want = [int(VOCAB[i].startswith("##") and j > 0 and VOCAB[orig[j - 1]] not in ("[CLS]", "[SEP]"))
+            for j, i in enumerate(orig)]
+    np.testing.assert_array_equal(cont, want)
     for name, n in ints.items():
       assert feats[name].WhichOneof("kind") == "int64_list" and len(feats[name].int64_list.value) == n
     assert feats["masked_lm_weights"].WhichOneof("kind") == "float_list"

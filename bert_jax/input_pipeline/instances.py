@@ -27,8 +27,14 @@ Deviations, each counted in `PairStats`:
   - The random document is drawn uniformly among the *other* documents (Google retries up to 10 times and
     can, rarely, pick the same one).
   - A sentence longer than max_num_tokens is split into pieces of max_num_tokens tokens
-    (`long_sentence_policy="split"`, counted) rather than cut to fit by truncation; "truncate" keeps
-    Google's behaviour (tokens past the limit are dropped, counted).
+    (`long_sentence_policy="split"`, counted) rather than cut to fit by truncation; "truncate" drops the
+    tokens past the limit (counted); "keep" is Google's behaviour (the sentence stays whole and the pair
+    truncation above cuts it, from the front or the back at random).
+
+`create_pairs(..., google_exact=True)` restores Google's rules for the first two as well: a one-sentence
+chunk always gets a random next, and the random document is drawn up to 10 times from all documents (it may
+end up the same document). With `build_corpus(long_sentence_policy="keep")` the pairs then follow Google's
+`create_instances_from_document` exactly (up to the random stream).
 """
 
 from __future__ import annotations
@@ -94,6 +100,7 @@ class CorpusStats:
   single_sentence_documents: int = 0
   long_sentences: int = 0           # sentences longer than max_num_tokens
   long_sentence_tokens_dropped: int = 0
+  long_sentences_kept: bool = False  # long_sentence_policy="keep" (Google's)
   unk_tokens: int = 0
   tokens: int = 0
 
@@ -106,11 +113,12 @@ class CorpusStats:
     if self.empty_documents:
       out.append(f"skipped documents with no tokens: {self.empty_documents:,}")
     if self.single_sentence_documents:
-      out.append(f"single-sentence documents: {self.single_sentence_documents:,} (kept; their pairs split "
-                 "the sentence)")
+      out.append(f"single-sentence documents: {self.single_sentence_documents:,} (kept; see the pair "
+                 "counts for how their pairs were made)")
     if self.long_sentences:
       msg = (f"dropped {self.long_sentence_tokens_dropped:,} tokens past the limit"
-             if self.long_sentence_tokens_dropped else "split into pieces of max_seq_length - 3 tokens")
+             if self.long_sentence_tokens_dropped else "split into pieces of max_seq_length - 3 tokens"
+             if not self.long_sentences_kept else "kept whole; the pair truncation cuts them (Google)")
       out.append(f"sentences longer than max_seq_length - 3: {self.long_sentences:,} ({msg})")
     return out
 
@@ -121,11 +129,12 @@ def build_corpus(documents: Sequence[Sequence[Sequence[int]]], max_num_tokens: i
                  stats: Optional[CorpusStats] = None) -> TokenizedCorpus:
   """Flattens documents of token-id sentences; drops empty sentences/documents; handles long sentences.
 
-  long_sentence_policy: "split" (pieces of max_num_tokens) or "truncate" (keep the first max_num_tokens
-  tokens: Google's pairs would be cut to fit anyway).
+  long_sentence_policy: "split" (pieces of max_num_tokens), "truncate" (keep the first max_num_tokens
+  tokens) or "keep" (Google's: whole, cut later by the pair truncation).
   """
-  if long_sentence_policy not in ("split", "truncate"):
-    raise ValueError(f"long_sentence_policy must be 'split' or 'truncate', got {long_sentence_policy!r}")
+  if long_sentence_policy not in ("split", "truncate", "keep"):
+    raise ValueError(f"long_sentence_policy must be 'split', 'truncate' or 'keep', got "
+                     f"{long_sentence_policy!r}")
   stats = stats if stats is not None else CorpusStats()
   pieces, cont_pieces, sent_lens, doc_counts = [], [], [], []
   for d, doc in enumerate(documents):
@@ -140,6 +149,14 @@ def build_corpus(documents: Sequence[Sequence[Sequence[int]]], max_num_tokens: i
       cont = None if continuation is None else np.asarray(continuation[d][s], dtype=bool)
       if arr.size > max_num_tokens:
         stats.long_sentences += 1
+        if long_sentence_policy == "keep":
+          stats.long_sentences_kept = True
+          pieces.append(arr)
+          if cont is not None:
+            cont_pieces.append(cont)
+          sent_lens.append(arr.size)
+          n_sent += 1
+          continue
         if long_sentence_policy == "truncate":
           stats.long_sentence_tokens_dropped += arr.size - max_num_tokens
           arr = arr[:max_num_tokens]
@@ -178,6 +195,8 @@ class PairStats:
   single_sentence_chunks_split: int = 0   # one-sentence chunks split inside the sentence (see module doc)
   single_token_forced_random: int = 0     # one-token one-sentence chunks: B from another document
   single_token_skipped_sop: int = 0       # SOP cannot use a one-token one-sentence chunk
+  single_sentence_chunks_random: int = 0  # google_exact: one-sentence chunks given a random next (Google)
+  random_same_document: int = 0           # google_exact: 10 draws all hit the chunk's own document
   truncated_pairs: int = 0
 
   def summary_lines(self) -> List[str]:
@@ -188,6 +207,11 @@ class PairStats:
       out.append(f"one-token chunks given a random B (no true next): {self.single_token_forced_random:,}")
     if self.single_token_skipped_sop:
       out.append(f"skipped one-token chunks (SOP needs two segments): {self.single_token_skipped_sop:,}")
+    if self.single_sentence_chunks_random:
+      out.append(f"one-sentence chunks given a random next (Google): {self.single_sentence_chunks_random:,}")
+    if self.random_same_document:
+      out.append(f"random next taken from the same document (Google's 10 draws): "
+                 f"{self.random_same_document:,}")
     out.append(f"pairs truncated to fit: {self.truncated_pairs:,}")
     return out
 
@@ -232,10 +256,12 @@ def _truncation_counts(la: int, lb: int, max_num_tokens: int):
 def create_pairs(corpus: TokenizedCorpus, max_seq_length: int, short_seq_prob: float = 0.1,
                  pair_mode: str = "nsp", dupe_factor: int = 1, rng: Optional[random.Random] = None,
                  stats: Optional[PairStats] = None, shuffle: bool = True,
-                 document_order: Optional[Sequence[int]] = None) -> Pairs:
+                 document_order: Optional[Sequence[int]] = None, google_exact: bool = False) -> Pairs:
   """Google's pair creation over every document, `dupe_factor` times; returns spans, shuffled.
 
   pair_mode: "nsp" (BERT next-sentence prediction) or "sop" (ALBERT sentence-order prediction).
+  google_exact: one-sentence chunks always get a random next and the random document takes up to 10 draws
+    from all documents (Google's `create_instances_from_document`); NSP only.
   """
   if pair_mode not in ("nsp", "sop"):
     raise ValueError(f"pair_mode must be 'nsp' or 'sop', got {pair_mode!r}")
@@ -247,6 +273,8 @@ def create_pairs(corpus: TokenizedCorpus, max_seq_length: int, short_seq_prob: f
   n_docs = corpus.num_documents
   if n_docs == 0:
     raise ValueError("no documents with tokens to make pairs from")
+  if google_exact and pair_mode != "nsp":
+    raise ValueError("google_exact reproduces Google's NSP pairs; it cannot be combined with pair_mode='sop'")
   if pair_mode == "nsp" and n_docs < 2:
     raise ValueError("next-sentence prediction needs at least 2 documents (random next comes from another "
                      "document); separate documents with a blank line, or use pair_mode='sop'")
@@ -279,6 +307,11 @@ def create_pairs(corpus: TokenizedCorpus, max_seq_length: int, short_seq_prob: f
             b0, b1 = a1, so[i + 1]
             if is_nsp and rand() < 0.5:
               is_random = True
+          elif google_exact:                         # Google: len(current_chunk) == 1 -> random next
+            a_end_sent = chunk_start + 1
+            is_random = True
+            a1 = so[i + 1]
+            stats.single_sentence_chunks_random += 1
           else:
             a_end_sent = chunk_start + 1
             sent_len = so[i + 1] - so[i]
@@ -302,8 +335,15 @@ def create_pairs(corpus: TokenizedCorpus, max_seq_length: int, short_seq_prob: f
           bd = d
           if is_random:
             target_b = target - (a1 - a0)
-            r = randint(0, n_docs - 2)
-            r = r + 1 if r >= d else r
+            if google_exact:
+              for _ in range(10):
+                r = randint(0, n_docs - 1)
+                if r != d:
+                  break
+              stats.random_same_document += r == d
+            else:
+              r = randint(0, n_docs - 2)
+              r = r + 1 if r >= d else r
             bd = r
             rs0, rs1 = do[r], do[r + 1]
             j = randint(rs0, rs1 - 1)

@@ -16,6 +16,11 @@ resumable). Semantics follow google-research/bert `create_masked_lm_predictions`
   - each selected position: 80% [MASK], 10% a random token, 10% unchanged. Random tokens are drawn from the
     non-special ids (Google draws from the whole vocab, [CLS]/[PAD] included);
   - outputs sorted by position, padded to max_predictions_per_seq with position 0, id 0, weight 0.
+
+`MaskingConfig(google_exact=True)` restores Google's rules where they differ: the count is
+`min(max_predictions_per_seq, max(1, int(round(len(tokens) * masked_lm_prob))))` with len(tokens) the real
+tokens including [CLS]/[SEP] (Python's round: half to even), candidates are every real token but [CLS]/[SEP]
+([UNK] included), and random replacements come from the whole vocab.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ class MaskingConfig:
   mask_token_prob: float = 0.8            # of the selected: replaced by [MASK]
   random_token_prob: float = 0.1          # of the selected: replaced by a random token (rest unchanged)
   whole_word_mask: bool = False
+  google_exact: bool = False              # Google's count rounding, candidates and replacement pool
+  google_excluded_ids: Sequence[int] = ()  # never selected when google_exact: [CLS], [SEP] (and [PAD])
 
   @classmethod
   def from_vocab(cls, vocab, **kwargs) -> "MaskingConfig":
@@ -44,8 +51,9 @@ class MaskingConfig:
     if missing:
       raise ValueError(f"vocab lacks {missing}")
     specials = sorted({int(vocab[t]) for t in tokenization.SPECIAL_TOKENS})
+    excluded = tuple(sorted({int(vocab[t]) for t in (tokenization.CLS, tokenization.SEP, tokenization.PAD)}))
     return cls(vocab_size=max(vocab.values()) + 1, mask_id=int(vocab[tokenization.MASK]),
-               special_ids=tuple(specials), **kwargs)
+               special_ids=tuple(specials), google_excluded_ids=excluded, **kwargs)
 
 
 def continuation_table(vocab) -> np.ndarray:
@@ -64,8 +72,13 @@ class Masker:
     self.config = config
     special = np.zeros(config.vocab_size, dtype=bool)
     special[list(config.special_ids)] = True
-    self._is_special = special
     self._random_pool = np.flatnonzero(~special).astype(np.int32)
+    if config.google_exact:
+      # Google: candidates are all tokens but [CLS]/[SEP]; replacements from the whole vocab.
+      special = np.zeros(config.vocab_size, dtype=bool)
+      special[list(config.google_excluded_ids)] = True
+      self._random_pool = np.arange(config.vocab_size, dtype=np.int32)
+    self._is_special = special
     if self._random_pool.size == 0:
       raise ValueError("vocab has no non-special token to use as a random replacement")
 
@@ -77,8 +90,14 @@ class Masker:
     b, t = ids.shape
     cand = (np.asarray(input_mask) > 0) & ~self._is_special[np.clip(ids, 0, cfg.vocab_size - 1)]
     n_cand = cand.sum(axis=1)
-    expected = n_cand * cfg.masked_lm_prob
-    k = np.floor(expected + rng.random(b)).astype(np.int64)
+    if cfg.google_exact:
+      # int(round(len(tokens) * p)) over the real tokens incl. [CLS]/[SEP]; np.rint rounds half to even
+      # like Python 3's round.
+      n_real = (np.asarray(input_mask) > 0).sum(axis=1)
+      k = np.rint(n_real * cfg.masked_lm_prob).astype(np.int64)
+    else:
+      expected = n_cand * cfg.masked_lm_prob
+      k = np.floor(expected + rng.random(b)).astype(np.int64)
     k = np.minimum(np.maximum(k, 1), cfg.max_predictions_per_seq)
     k = np.minimum(k, n_cand)
     if cfg.whole_word_mask and continuation is not None:

@@ -4,7 +4,7 @@
     it = pretrain_dataset.make_pretraining_dataset(
         "gs_or_local/train-*.tfrecord", batch_size=256,            # per-host batch (global / process_count)
         max_seq_length=128, max_predictions_per_seq=20, vocab_file="vocab.txt",
-        is_training=True, seed=0, masking="dynamic")              # or masking="static", input_format="text"
+        is_training=True, seed=0, masking="auto")                 # or "static" / "dynamic", input_format="text"
     batch = next(it)          # dict of numpy arrays (below)
     state = it.state()        # {"step": 1234, ...}: save it with the model checkpoint (JSON-able)
     it = pretrain_dataset.make_pretraining_dataset(..., start_step=state["step"])  # same next batch
@@ -20,10 +20,16 @@ Behaviour:
     documents; tokenized once at start-up (exact BERT tokenization, cached), then each epoch makes fresh
     NSP/SOP pairs (Google's rules, `instances.create_pairs`) and fresh masks. `"auto"` picks "text" for
     .txt files, else "tfrecord".
-  - Masking. "static": the masks stored in the records (Google's behaviour; TFRecords only).
-    "dynamic": a fresh mask every time an example is seen (RoBERTa-style): stored masks are undone and the
-    sequence is re-masked (`masking.Masker`, 15% / 80-10-10, optional whole-word masking from "##" pieces
-    or from a stored `word_continuation` feature for jieba-based Chinese wwm).
+  - Masking. "auto" (default): "static" for records that carry masks (a non-zero `masked_lm_weights` in the
+    first record), "dynamic" for raw text and for records without masks; the choice and its reason are
+    logged once. "static": the positions, ids and weights stored in the records, exactly (Google's
+    `run_pretraining.py`; TFRecords only). "dynamic": a fresh mask every time an example is seen
+    (RoBERTa-style): stored masks are undone and the sequence is re-masked (`masking.Masker`, the configured
+    rate / 80-10-10). Records that carry `word_continuation` (written by `create_pretraining_data` with
+    --chinese_wwm or --do_whole_word_mask) are re-masked by whole words, so WWM records stay WWM;
+    `whole_word_mask` adds whole-word masking from "##" pieces.
+  - `google_exact=True`: Google's tool's rules for raw text (pairs, long sentences, control characters) and
+    for dynamic masks (count rounding, candidates, replacement pool); see create_pretraining_data.
   - Per host: files are split by `process_index`/`process_count` (defaults: `jax.process_index()` /
     `jax.process_count()`) when there are at least as many files as hosts, else records (or documents)
     are split round-robin; either way the hosts' streams are disjoint.
@@ -33,7 +39,9 @@ Behaviour:
   - Resume: batch k is records [k * B, (k + 1) * B) of the deterministic stream, so
     `start_step=k` skips k * B records (whole epochs are skipped by counting, without reading them twice)
     and continues with exactly the batch an uninterrupted run would have produced.
-  - `is_training=False`: no shuffling, one pass, static masks unless masking="dynamic" is asked for.
+  - `is_training=False`: no shuffling, one pass (masking as for training: "auto" unless asked otherwise).
+  - `shuffle_buffer=0`: no shuffling at all, also when training: files one after the other, records (or
+    documents and their pairs) in file order; what `inspect` uses to show examples in order.
   - `drop_remainder=True` (default) keeps shapes static; pass False to see every record at evaluation.
 
 Throughput on one core, max_seq_length=128, batch 256 (experiments/bench_input_pipeline.md): ~55,000
@@ -44,15 +52,18 @@ pairs and masks each epoch.
 from __future__ import annotations
 
 import json
+import logging
 import random
-from typing import Dict, Iterator, List, Optional, Sequence, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
 
+from bert_jax.errors import UserError
 from bert_jax.input_pipeline import fileio
 from bert_jax.input_pipeline import instances as instances_lib
 from bert_jax.input_pipeline import masking as masking_lib
+from bert_jax.input_pipeline import packing
 from bert_jax.input_pipeline import text_io
 from bert_jax.input_pipeline import tfrecord_io
 from bert_jax.input_pipeline import tokenization
@@ -61,6 +72,16 @@ BATCH_KEYS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "
               "masked_lm_weights", "next_sentence_labels")
 _TEXT_SUFFIXES = (".txt", ".text")
 _MAX_EPOCHS = 1 << 31
+MASKING_MODES = ("auto", "static", "dynamic")
+
+log = logging.getLogger(__name__)
+_LOGGED = set()
+
+
+def _log_once(msg: str) -> None:
+  if msg not in _LOGGED:
+    _LOGGED.add(msg)
+    log.info(msg)
 
 
 def _mix(*xs: int) -> int:
@@ -97,6 +118,32 @@ def _has_feature(path: str, name: str) -> bool:
     ex = tf.train.Example.FromString(raw.numpy())
     return name in ex.features.feature
   return False
+
+
+def _first_record_has_masks(path: str) -> bool:
+  """True when the first record stores at least one masked position (a non-zero masked_lm_weights)."""
+  for raw in tf.data.TFRecordDataset([path]).take(1):
+    feats = tf.train.Example.FromString(raw.numpy()).features.feature
+    w = feats.get("masked_lm_weights")
+    return w is not None and any(v != 0 for v in w.float_list.value)
+  return False
+
+
+def resolve_masking(masking: Optional[str], input_format: str, files: Sequence[str]) -> Tuple[str, str]:
+  """(mode, reason): "auto"/None -> static for records with stored masks, dynamic otherwise."""
+  masking = "auto" if masking is None else masking
+  if masking not in MASKING_MODES:
+    raise UserError(f"data.masking={masking!r}; expected one of {MASKING_MODES}")
+  if input_format == "text":
+    if masking == "static":
+      raise UserError("data.masking='static' needs TFRecords with stored masks; raw text has none "
+                      f"({files[0]}): use 'auto' or 'dynamic'")
+    return "dynamic", "raw text has no stored masks" if masking == "auto" else "asked for (data.masking)"
+  if masking != "auto":
+    return masking, "asked for (data.masking)"
+  if _first_record_has_masks(files[0]):
+    return "static", f"the records carry masked_lm_* features ({files[0]}): training on the stored masks"
+  return "dynamic", f"the records carry no masked positions ({files[0]})"
 
 
 def _check_records(path: str, max_seq_length: int, max_predictions_per_seq: int) -> None:
@@ -166,12 +213,15 @@ def _default_process(process_index, process_count):
 
 
 def _make_mask_fn(vocab, max_seq_length, max_predictions_per_seq, masked_lm_prob, whole_word_mask,
-                  seed, stored_continuation: bool, process_index: int = 0):
+                  seed, stored_continuation: bool, process_index: int = 0, google_exact: bool = False):
   cfg = masking_lib.MaskingConfig.from_vocab(vocab, masked_lm_prob=masked_lm_prob,
-                                         max_predictions_per_seq=max_predictions_per_seq,
-                                         whole_word_mask=whole_word_mask)
+                                             max_predictions_per_seq=max_predictions_per_seq,
+                                             whole_word_mask=whole_word_mask or stored_continuation,
+                                             google_exact=google_exact)
   masker = masking_lib.Masker(cfg)
   cont_table = masking_lib.continuation_table(vocab)
+  piece_cont = whole_word_mask        # "##" pieces continue a word
+  whole_word_mask = whole_word_mask or stored_continuation
 
   def np_mask(step, input_ids, input_mask, positions, ids, weights, stored_cont):
     rng = np.random.default_rng([seed & 0xFFFFFFFF, 0x6D61736B, process_index, int(step) & 0xFFFFFFFF,
@@ -179,7 +229,8 @@ def _make_mask_fn(vocab, max_seq_length, max_predictions_per_seq, masked_lm_prob
     original = masking_lib.unmask(input_ids, positions, ids, weights)
     cont = None
     if whole_word_mask:
-      cont = cont_table[np.clip(original, 0, cont_table.size - 1)]
+      cont = (cont_table[np.clip(original, 0, cont_table.size - 1)] if piece_cont
+              else np.zeros(original.shape, bool))
       if stored_continuation:
         cont = cont | (stored_cont > 0)
     out = masker(original, input_mask, rng, cont)
@@ -208,6 +259,8 @@ def _record_stream(files: List[str], is_training: bool, seed: int, process_index
   """Returns (epoch -> dataset of serialized records for this host, per-file sharding flag)."""
   shard_files = len(files) >= process_count
   host_files = files[process_index::process_count] if shard_files else files
+  if shuffle_buffer == 0:       # no shuffling at all: the files one after the other, records in file order
+    is_training, cycle_length = False, 1
 
   def epoch_records(epoch):
     names = tf.constant(host_files)
@@ -242,17 +295,19 @@ def make_pretraining_dataset(
     seed: int = 0,
     *,
     input_format: str = "auto",
-    masking: Optional[str] = None,
+    masking: Optional[str] = "auto",
+    google_exact: bool = False,
     do_lower_case: bool = True,
     whole_word_mask: bool = False,
     chinese_whole_word_mask: bool = False,
     masked_lm_prob: float = 0.15,
     short_seq_prob: float = 0.1,
     pair_mode: str = "nsp",
+    pack_sequences: bool = False,
     process_index: Optional[int] = None,
     process_count: Optional[int] = None,
     num_epochs: Optional[int] = None,
-    shuffle_buffer: int = 10_000,
+    shuffle_buffer: int = 10_000,          # 0: no shuffling at all (file order; documents in order for text)
     cycle_length: int = 8,
     start_step: int = 0,
     drop_remainder: bool = True,
@@ -264,8 +319,10 @@ def make_pretraining_dataset(
     input_files: comma-separated globs or a list (TFRecords or text, see input_format).
     batch_size: per-host batch size (global batch / process_count).
     vocab_file: needed for dynamic masking and for text input.
-    masking: "dynamic" (default for training and text) or "static" (records' own masks;
-      default for evaluation).
+    masking: "auto" (None means the same): "static" for records carrying masks, else "dynamic";
+      "static" (the records' own masks, exactly) or "dynamic" (fresh masks each time). Logged once.
+    google_exact: Google's tool's rules (pairs, long sentences, control characters, mask count, candidates
+      and replacement pool) for raw text and dynamic masks.
     chinese_whole_word_mask: whole-word masking with jieba word boundaries (Chinese BERT-wwm, as
       create_pretraining_data --chinese_wwm). Raw text: segmented at start-up (needs jieba). TFRecords:
       uses the stored word_continuation feature when the files have it. Implies whole_word_mask.
@@ -279,12 +336,24 @@ def make_pretraining_dataset(
     input_format = "text" if all(f.endswith(_TEXT_SUFFIXES) for f in files) else "tfrecord"
   if input_format not in ("tfrecord", "text"):
     raise ValueError(f"input_format must be 'auto', 'tfrecord' or 'text', got {input_format!r}")
-  if mode is None:
-    mode = "dynamic" if (is_training or input_format == "text") else "static"
-  if mode not in ("dynamic", "static"):
-    raise ValueError(f"masking must be 'dynamic' or 'static', got {mode!r}")
-  if mode == "static" and input_format == "text":
-    raise ValueError("raw text has no stored masks: use masking='dynamic'")
+  if pack_sequences and input_format != "text":   # packing.py works on raw text only
+    raise UserError("data.pack_sequences packs raw text (.txt) input; TFRecords hold fixed pairs already")
+  if not files:
+    raise UserError(f"data.input_files={input_files!r} matches no file")
+  if input_format == "tfrecord":
+    for f in files[:1]:
+      _check_records(f, max_seq_length, max_predictions_per_seq)
+  mode, why = resolve_masking(mode, input_format, files)
+  stored_cont = input_format == "tfrecord" and _has_feature(files[0], tfrecord_io.CONTINUATION_FEATURE)
+  detail = ""
+  if mode == "static":
+    detail = "; data.masked_lm_prob and the whole-word options do not apply"
+  elif stored_cont:
+    detail = "; whole words from the records' word_continuation feature"
+  elif whole_word_mask:
+    detail = "; whole words" + (" (jieba)" if chinese_whole_word_mask else " (## pieces)")
+  _log_once(f"masking: {mode} ({why}{detail}){'; google_exact' if google_exact else ''} [{files[0]}"
+            f"{f' + {len(files) - 1} more' if len(files) > 1 else ''}]")
   if mode == "dynamic" and vocab_file is None:
     raise ValueError("dynamic masking needs vocab_file (to know [MASK] and the vocab size)")
   process_index, process_count = _default_process(process_index, process_count)
@@ -298,11 +367,9 @@ def make_pretraining_dataset(
     ds, stored_cont = _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_seq_prob,
                                           pair_mode, seed, is_training, process_index, process_count,
                                           num_epochs, start_step * batch_size,
-                                          chinese_whole_word_mask and mode == "dynamic")
+                                          chinese_whole_word_mask and mode == "dynamic", pack_sequences,
+                                          google_exact, shuffle=is_training and shuffle_buffer != 0)
   else:
-    for f in files[:1]:
-      _check_records(f, max_seq_length, max_predictions_per_seq)
-    stored_cont = _has_feature(files[0], tfrecord_io.CONTINUATION_FEATURE)
     epoch_records, _ = _record_stream(files, is_training, seed, process_index, process_count,
                                       shuffle_buffer, cycle_length)
     skip = start_step * batch_size
@@ -322,7 +389,7 @@ def make_pretraining_dataset(
                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   if mode == "dynamic":
     mask_fn = _make_mask_fn(vocab, max_seq_length, max_predictions_per_seq, masked_lm_prob,
-                            whole_word_mask, seed, stored_cont, process_index)
+                            whole_word_mask, seed, stored_cont, process_index, google_exact)
     ds = ds.enumerate(start=start_step).map(mask_fn, num_parallel_calls=tf.data.AUTOTUNE,
                                             deterministic=True)
   ds = ds.map(lambda b: {k: b[k] for k in BATCH_KEYS})
@@ -332,13 +399,17 @@ def make_pretraining_dataset(
 
 def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_seq_prob, pair_mode, seed,
                         is_training, process_index, process_count, num_epochs, skip_records,
-                        chinese_wwm: bool = False):
+                        chinese_wwm: bool = False, pack_sequences: bool = False,
+                        google_exact: bool = False, shuffle: Optional[bool] = None):
   """Raw text -> unmasked instances, fresh pairs each epoch (masked later like records).
 
   With `chinese_wwm` the rows also carry jieba word-continuation flags (as the stored feature of
-  records), which the dynamic masker uses for whole-word masking.
+  records), which the dynamic masker uses for whole-word masking. `shuffle` (default: is_training) shuffles
+  the documents and the pairs of each epoch; False keeps file order.
   """
-  tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
+  shuffle = is_training if shuffle is None else shuffle
+  tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case,
+                                         control_chars="google" if google_exact else "all")
   read_stats = text_io.ReadStats()
   documents = text_io.read_documents(files, read_stats)
   documents = documents[process_index::process_count]
@@ -347,7 +418,8 @@ def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_
   if chinese_wwm:
     from bert_jax.input_pipeline import create_pretraining_data as cpd  # pylint: disable=g-import-not-at-top
     docs_ids, docs_cont, _ = cpd.tokenize_documents(
-        documents, tokenizer, cpd.Config(do_lower_case=do_lower_case, chinese_wwm=True))
+        documents, tokenizer, cpd.Config(do_lower_case=do_lower_case, chinese_wwm=True,
+                                         google_exact=google_exact))
   else:
     batch_tok = tokenization.fast_batch_tokenizer(tokenizer)
     lines = [s for d in documents for s in d]
@@ -357,6 +429,7 @@ def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_
       docs_ids.append(ids[k:k + len(d)])
       k += len(d)
   corpus = instances_lib.build_corpus(docs_ids, max_seq_length - 3, continuation=docs_cont,
+                                      long_sentence_policy="keep" if google_exact else "split",
                                       unk_id=tokenizer.vocab[tokenization.UNK])
   special = instances_lib.special_ids_from_vocab(tokenizer.vocab)
   t = max_seq_length
@@ -364,10 +437,12 @@ def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_
   def epoch_pairs(epoch: int):
     rng = random.Random(_mix(seed, epoch, 0x70616972))
     order = list(range(corpus.num_documents))
-    if is_training:
+    if shuffle:
       rng.shuffle(order)
+    if pack_sequences:   # MLM-only full-length rows across documents (packing.py, RoBERTa FULL-SENTENCES)
+      return packing.pack_documents(corpus, max_seq_length, order, rng if shuffle else None)
     return instances_lib.create_pairs(corpus, max_seq_length, short_seq_prob, pair_mode, 1, rng,
-                                      shuffle=is_training, document_order=order)
+                                      shuffle=shuffle, document_order=order, google_exact=google_exact)
 
   # Which epoch and offset the resumed stream starts at (pairs are cheap to recreate, rows are not).
   first_epoch, first_offset = 0, skip_records
@@ -391,7 +466,8 @@ def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_
     pairs = cache[epoch]
     s0 = (first_offset if epoch == first_epoch else 0) + index * chunk
     part = pairs.take(np.arange(min(s0, len(pairs)), min(s0 + chunk, len(pairs))))
-    rows = instances_lib.assemble(corpus, part, t, special["cls"], special["sep"], special["pad"])
+    assemble = packing.assemble if pack_sequences else instances_lib.assemble
+    rows = assemble(corpus, part, t, special["cls"], special["sep"], special["pad"])
     cont = rows["continuation"] if chinese_wwm else np.zeros_like(rows["input_ids"])
     return (rows["input_ids"], rows["input_mask"], rows["segment_ids"], rows["next_sentence_labels"],
             cont.astype(np.int32))

@@ -10,12 +10,14 @@ Optional extra feature written by us for Chinese whole-word masking (ignored by 
 
 `encode_examples` writes the protobuf wire format directly with numpy (varints for a whole batch at once):
 ~3 us per example instead of ~40 us through `tf.train.Example`, and byte-for-byte parseable by
-`tf.train.Example.FromString` / `tf.io.parse_example` (tested). The encoder needs no TensorFlow; the
-writer and `parse_spec` do.
+`tf.train.Example.FromString` / `tf.io.parse_example` (tested). The encoder and the local-file writer
+(`frame_records`: TFRecord framing with a vectorised CRC-32C) need no TensorFlow; `parse_spec` and remote
+writes do.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Dict, Iterable, List, Sequence
 
 import numpy as np
@@ -165,18 +167,114 @@ def parse_spec(max_seq_length: int, max_predictions_per_seq: int, with_continuat
   return spec
 
 
+def _crc32c_table() -> np.ndarray:
+  poly = np.uint32(0x82F63B78)    # CRC-32C (Castagnoli), reflected
+  crc = np.arange(256, dtype=np.uint32)
+  for _ in range(8):
+    crc = np.where(crc & 1, (crc >> np.uint32(1)) ^ poly, crc >> np.uint32(1)).astype(np.uint32)
+  return crc
+
+
+_CRC_TABLE = _crc32c_table()
+
+
+def masked_crc32c_batch(buffers: Sequence[bytes]) -> np.ndarray:
+  """TFRecord's masked CRC-32C of each buffer (uint32 [N]), computed for all buffers at once: one numpy
+  step per byte position (records of one batch have similar lengths), ~20x faster than per-byte Python."""
+  n = len(buffers)
+  lens = np.fromiter(map(len, buffers), np.int64, n)
+  if n == 0:
+    return np.zeros(0, np.uint32)
+  width = int(lens.max())
+  flat = np.frombuffer(b"".join(buffers), np.uint8)
+  mat = np.zeros((n, max(width, 1)), np.uint8)
+  rows = np.repeat(np.arange(n), lens)
+  cols = np.arange(flat.size) - np.repeat(np.cumsum(lens) - lens, lens)
+  mat[rows, cols] = flat
+  order = np.argsort(-lens, kind="stable")          # longest first: step j touches the rows still active
+  mat, sorted_lens = mat[order], lens[order]
+  crc = np.full(n, 0xFFFFFFFF, np.uint32)
+  active = n
+  for j in range(width):
+    while active and sorted_lens[active - 1] <= j:
+      active -= 1
+    c = crc[:active]
+    crc[:active] = _CRC_TABLE[(c ^ mat[:active, j]) & np.uint32(0xFF)] ^ (c >> np.uint32(8))
+  crc ^= np.uint32(0xFFFFFFFF)
+  masked = ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(0xA282EAD8)
+  out = np.empty(n, np.uint32)
+  out[order] = masked
+  return out
+
+
+def frame_records(records: Sequence[bytes]) -> bytes:
+  """TFRecord framing of serialized records: uint64 length, masked crc32c(length), data, masked
+  crc32c(data), little-endian; byte-identical to tf.io.TFRecordWriter (uncompressed)."""
+  records = list(records)
+  if not records:
+    return b""
+  lengths = np.fromiter(map(len, records), np.uint64, len(records)).astype("<u8")
+  len_bytes = [x.tobytes() for x in lengths]
+  len_crc = masked_crc32c_batch(len_bytes).astype("<u4")
+  data_crc = masked_crc32c_batch(records).astype("<u4")
+  parts = []
+  for lb, lc, rec, dc in zip(len_bytes, len_crc, records, data_crc):
+    parts += (lb, lc.tobytes(), rec, dc.tobytes())
+  return b"".join(parts)
+
+
+class _LocalRecordWriter:
+  """Uncompressed TFRecord file without TensorFlow (no multi-second TF import); written to a temporary
+  name and renamed into place on close, so a crash never leaves a truncated shard under the final name."""
+
+  def __init__(self, path: str):
+    self.path = path
+    self._tmp = f"{path}.tmp{os.getpid()}"
+    self._f = open(self._tmp, "wb")
+    self._pending: List[bytes] = []
+
+  def write(self, record: bytes) -> None:
+    self._pending.append(record)
+    if len(self._pending) >= 4096:
+      self.flush()
+
+  def flush(self) -> None:
+    if self._pending:
+      self._f.write(frame_records(self._pending))
+      self._pending = []
+
+  def close(self, ok: bool = True) -> None:
+    if self._f.closed:
+      return
+    if ok:
+      self.flush()
+      self._f.flush()
+      os.fsync(self._f.fileno())
+    self._f.close()
+    if ok:
+      os.replace(self._tmp, self.path)
+    else:
+      os.remove(self._tmp)
+
+
 class ShardedWriter:
-  """Writes records round-robin over `output_files` (Google's sharding), across any number of calls."""
+  """Writes records round-robin over `output_files` (Google's sharding), across any number of calls.
+  Local files are written without TensorFlow; remote ones (gs://...) through tf.io.TFRecordWriter."""
 
   def __init__(self, output_files: Sequence[str]):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
     from bert_jax.input_pipeline import fileio  # pylint: disable=g-import-not-at-top
     if not output_files:
       raise ValueError("no output files")
     for f in output_files:
       fileio.makedirs(fileio.dirname(f))
     self.output_files = list(output_files)
-    self._writers = [tf.io.TFRecordWriter(f) for f in self.output_files]
+    self._writers = []
+    for f in self.output_files:
+      if fileio.is_remote(f):
+        import tensorflow as tf  # pylint: disable=g-import-not-at-top
+        self._writers.append(tf.io.TFRecordWriter(f))
+      else:
+        self._writers.append(_LocalRecordWriter(f))
     self.counts = [0] * len(self._writers)
     self._next = 0
 
@@ -188,12 +286,15 @@ class ShardedWriter:
       self.counts[k] += 1
       self._next = (k + 1) % n
 
-  def close(self) -> None:
+  def close(self, ok: bool = True) -> None:
     for w in self._writers:
-      w.close()
+      if isinstance(w, _LocalRecordWriter):
+        w.close(ok)
+      else:
+        w.close()
 
   def __enter__(self):
     return self
 
-  def __exit__(self, *exc):
-    self.close()
+  def __exit__(self, exc_type, *exc):
+    self.close(ok=exc_type is None)

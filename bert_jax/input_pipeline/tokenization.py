@@ -28,6 +28,8 @@ import re
 import unicodedata
 from typing import Callable, Dict, Iterable, List, Sequence, Tuple
 
+import numpy as np
+
 from bert_jax.input_pipeline import fileio
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
@@ -45,10 +47,32 @@ def is_whitespace(char: str) -> bool:
 
 
 def is_control(char: str) -> bool:
-  """True for Unicode categories Cc/Cf/Cn/Co/Cs, except tab/newline/CR (treated as whitespace)."""
+  """True for Unicode categories Cc/Cf/Cn/Co/Cs, except tab/newline/CR (treated as whitespace).
+
+  This is Hugging Face's set (its BertNormalizer and `tokenizers` drop every C* character); Google's
+  `tokenization._is_control` drops only Cc and Cf (`is_control_google`): unassigned (Cn), private-use (Co)
+  and surrogate (Cs) characters stay in Google's words. `FullTokenizer(control_chars="google")` uses it.
+  """
   if char in ("\t", "\n", "\r"):
     return False
   return unicodedata.category(char).startswith("C")
+
+
+def is_control_google(char: str) -> bool:
+  """google-research/bert's `_is_control`: Unicode categories Cc and Cf, except tab/newline/CR."""
+  if char in ("\t", "\n", "\r"):
+    return False
+  return unicodedata.category(char) in ("Cc", "Cf")
+
+
+def google_control_differences(texts: Iterable[str]) -> List[int]:
+  """Indices of the texts holding a Cn/Co/Cs character, which Google's tokenizer keeps and ours drops."""
+  texts = list(texts)
+  odd = [c for c in set("".join(texts)) if not c.isascii() and unicodedata.category(c) in ("Cn", "Co", "Cs")]
+  if not odd:
+    return []
+  pattern = re.compile("[" + "".join(re.escape(c) for c in odd) + "]")
+  return [i for i, t in enumerate(texts) if pattern.search(t)]
 
 
 def is_punctuation(char: str) -> bool:
@@ -230,15 +254,20 @@ def _word_bounds(text: str) -> List[Tuple[int, int]]:
 class BasicTokenizer:
   """Cleaning, CJK splitting, lower-casing + accent stripping, punctuation splitting."""
 
-  def __init__(self, do_lower_case: bool = True, never_split: Iterable[str] = ()):
+  def __init__(self, do_lower_case: bool = True, never_split: Iterable[str] = (),
+               control_chars: str = "all"):
     self.do_lower_case = do_lower_case
     self.never_split = frozenset(never_split)
+    if control_chars not in ("all", "google"):
+      raise ValueError(f"control_chars must be 'all' or 'google', got {control_chars!r}")
+    self._is_control = is_control_google if control_chars == "google" else is_control
 
   def _clean_and_space_cjk(self, text: str) -> str:
     out = []
+    is_ctrl = self._is_control
     for ch in text:
       cp = ord(ch)
-      if cp == 0 or cp == 0xFFFD or is_control(ch):
+      if cp == 0 or cp == 0xFFFD or is_ctrl(ch):
         continue
       if is_whitespace(ch):
         out.append(" ")
@@ -309,15 +338,19 @@ class FullTokenizer:
     vocab_file: one token per line; must contain [PAD] [UNK] [CLS] [SEP] [MASK] (ValueError otherwise,
       naming the file). Pass `required_tokens=("[UNK]",)` to load a vocab for tokenization only.
     do_lower_case: lower-case and strip accents (uncased models); False for cased models.
+    control_chars: "all" (drop every Unicode C* character, as Hugging Face) or "google" (only Cc/Cf, as
+      google-research/bert; used by `tokenize`/`encode`, not by the offsets API).
   """
 
   def __init__(self, vocab_file: str, do_lower_case: bool = True,
-               required_tokens: Sequence[str] = SPECIAL_TOKENS, max_input_chars_per_word: int = 200):
+               required_tokens: Sequence[str] = SPECIAL_TOKENS, max_input_chars_per_word: int = 200,
+               control_chars: str = "all"):
     self.vocab_file = vocab_file
     self.do_lower_case = do_lower_case
+    self.control_chars = control_chars
     self.vocab = load_vocab(vocab_file, required=required_tokens)
     self.inv_vocab = {v: k for k, v in self.vocab.items()}
-    self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
+    self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case, control_chars=control_chars)
     self.wordpiece_tokenizer = WordpieceTokenizer(self.vocab,
                                                   max_input_chars_per_word=max_input_chars_per_word)
     self._cache: Dict[str, List[str]] = {}
@@ -478,6 +511,8 @@ _CJK_CLASS = ("\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df\U0002a700-\U0002b
 _PIECE_RE = re.compile(f"[{_CJK_CLASS}]|[^\\s{_CJK_CLASS}]+")
 # Python's `\s` (and str.split) also splits on these control characters, which BERT deletes instead
 # (joining their neighbours): lines containing them take the uncached path.
+# The same pieces with the text between them kept: split() returns gap, piece, gap, ..., gap.
+_PIECE_SPLIT_RE = re.compile(f"([{_CJK_CLASS}]|[^\\s{_CJK_CLASS}]+)")
 _SPLIT_DIFFERENCES = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
 
 
@@ -504,6 +539,7 @@ class _CachedBatchTokenizer:
     self.backend = "python-cached"
     self._cache = _PieceCache(tokenizer)
     self._span_cache: Dict[str, tuple] = {}
+    self._start_table = _StartTable(tokenizer)
 
   def encode(self, text: str) -> List[int]:
     if _SPLIT_DIFFERENCES.search(text):
@@ -539,6 +575,94 @@ class _CachedBatchTokenizer:
       ids_out.append(ids)
       spans_out.append(spans)
     return ids_out, spans_out
+
+
+  def encode_joined(self, texts: Sequence[str]):
+    """Vectorised ids and token start offsets for many texts at once (Chinese whole-word masking).
+
+    The texts are joined with "\n" into one string (returned as `joined`). Returns (joined, ids int32
+    [num_tokens], starts int64 [num_tokens]: each token's first character in `joined`, bounds int64
+    [len(texts) + 1]: text i owns tokens bounds[i]:bounds[i + 1], text_starts int64 [len(texts)]).
+    Texts with characters that Python's regex treats as whitespace but BERT deletes take the exact
+    per-text path. Each distinct piece is tokenized once (cached with its relative token offsets).
+    """
+    texts = list(texts)
+    odd = {i for i, t in enumerate(texts) if _SPLIT_DIFFERENCES.search(t)}
+    plain = [("" if i in odd else t) for i, t in enumerate(texts)]
+    joined = "\n".join(plain)
+    parts = _PIECE_SPLIT_RE.split(joined)                # gap, piece, gap, piece, ..., gap
+    pieces, gaps = parts[1::2], parts[0::2]
+    n = len(pieces)
+    plen = np.fromiter(map(len, pieces), np.int64, n)
+    glen = np.fromiter(map(len, gaps), np.int64, n + 1)
+    piece_start = np.cumsum(glen[:-1]) + np.concatenate([[0], np.cumsum(plen)[:-1]]).astype(np.int64)
+    table = self._start_table
+    pid = np.fromiter(map(table.__getitem__, pieces), np.int64, n)
+    flat_ids, flat_rel, piece_off, piece_n = table.arrays()
+    ntok = piece_n[pid]
+    total = int(ntok.sum())
+    # Ragged gather: the tokens of piece k are flat[piece_off[pid[k]] : + ntok[k]].
+    first_out = np.cumsum(ntok) - ntok
+    src = np.repeat(piece_off[pid] - first_out, ntok) + np.arange(total, dtype=np.int64)
+    ids, rel = flat_ids[src], flat_rel[src]
+    starts = np.repeat(piece_start, ntok) + rel
+    text_starts = np.concatenate([[0], np.cumsum([len(t) + 1 for t in plain])[:-1]]).astype(np.int64)
+    bounds = np.concatenate([np.searchsorted(starts, text_starts), [starts.size]]).astype(np.int64)
+    if odd:   # splice the exact per-text results in, at offsets inside the (empty) slot of each odd text
+      parts_ids, parts_starts, new_bounds = [], [], [0]
+      tok = self.tokenizer
+      for i in range(len(texts)):
+        if i in odd:
+          p_toks, p_spans = tok.tokenize_with_offsets(texts[i])
+          parts_ids.append(np.asarray(tok.convert_tokens_to_ids(p_toks), np.int32))
+          parts_starts.append(np.full(len(p_toks), -1, np.int64))   # no position in `joined`
+        else:
+          parts_ids.append(ids[bounds[i]:bounds[i + 1]])
+          parts_starts.append(starts[bounds[i]:bounds[i + 1]])
+        new_bounds.append(new_bounds[-1] + parts_ids[-1].size)
+      ids, starts = np.concatenate(parts_ids), np.concatenate(parts_starts)
+      bounds = np.asarray(new_bounds, np.int64)
+    return joined, ids, starts, bounds, text_starts
+
+
+class _StartTable(dict):
+  """piece -> index k; the tokens of piece k are ids[off[k]:off[k] + n[k]] with start offsets (within the
+  piece) rel[...]. Flat tables, so a batch of pieces is gathered with a few numpy ops."""
+
+  def __init__(self, tokenizer: "FullTokenizer"):
+    super().__init__()
+    self._tokenizer = tokenizer
+    self._ids: List[int] = []
+    self._rel: List[int] = []
+    self._off: List[int] = []
+    self._n: List[int] = []
+    self._arrays = None
+
+  def __missing__(self, piece: str) -> int:
+    tok = self._tokenizer
+    p_toks = tok.tokenize(piece)
+    surface = [t[2:] if t.startswith("##") else t for t in p_toks]
+    normal = piece.lower() if tok.do_lower_case else piece
+    if UNK not in p_toks and len(normal) == len(piece) and "".join(surface) == normal:
+      # Every character survives as-is (up to case): the tokens tile the piece, offsets are their lengths.
+      rel = list(itertools.accumulate((len(x) for x in surface[:-1]), initial=0)) if surface else []
+    else:
+      p_toks, p_spans = tok.tokenize_with_offsets(piece)
+      rel = [a for a, _ in p_spans]
+    self._off.append(len(self._ids))
+    self._n.append(len(p_toks))
+    self._ids.extend(tok.convert_tokens_to_ids(p_toks))
+    self._rel.extend(rel)
+    self._arrays = None
+    k = self[piece] = len(self._off) - 1
+    return k
+
+  def arrays(self):
+    """(ids int32, rel int64, off int64, n int64) as numpy arrays (rebuilt after new pieces)."""
+    if self._arrays is None:
+      self._arrays = (np.asarray(self._ids, np.int32), np.asarray(self._rel, np.int64),
+                      np.asarray(self._off, np.int64), np.asarray(self._n, np.int64))
+    return self._arrays
 
 
 class _RustBatchTokenizer:

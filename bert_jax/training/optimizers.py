@@ -13,6 +13,12 @@ Bias correction is on by default: without it the first ~1,000 updates are up to 
 (sqrt(1 - b2^t) / (1 - b1^t)), which at lr 1e-3 kept a tiny BERT at the unigram plateau for 1,500 steps
 on a Chinese news corpus and kept it from learning a copy task that it learns in 300 steps with correction.
 
+`schedule="google"` is google-research/bert's `optimization.py` exactly: the learning rate at step t is
+`lr * (1 - min(t, num_train_steps) / num_train_steps)` (tf.train.polynomial_decay, power 1, end 0, over all
+`num_train_steps` from step 0), replaced by `lr * t / warmup_steps` while t < warmup_steps; and Adam without
+bias correction (AdamWeightDecayOptimizer), whatever `bias_correction` says. Our "linear" schedule instead
+decays from the peak over the `num_train_steps - warmup_steps` steps after warmup.
+
 `opt` is the `optimizer` subtree of a run config; pre-training and fine-tuning configs give it the same
 fields (configs/pretrain.py holds the defaults, configs/finetune.py the fine-tuning ones):
   opt.{name, learning_rate, schedule, power, end_learning_rate, weight_decay, b1, b2, eps, clip_norm,
@@ -21,11 +27,14 @@ fields (configs/pretrain.py holds the defaults, configs/finetune.py the fine-tun
 
 from __future__ import annotations
 
+import logging
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
+
+from bert_jax.errors import UserError
 
 # Substrings of a parameter's path that exclude it from weight decay, as Google BERT's
 # exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"] (output_bias of the MLM head included).
@@ -45,13 +54,40 @@ def decay_mask(params) -> Any:
       lambda path, _: not any(s in _path_str(path) for s in NO_DECAY_SUBSTRINGS), params)
 
 
+def google_schedule(learning_rate: float, num_train_steps: int, warmup_steps: int) -> optax.Schedule:
+  """Google BERT's `optimization.create_optimizer` learning rate: polynomial decay (power 1, end 0) over
+  num_train_steps from step 0, overridden by the linear warmup lr * step / warmup_steps while
+  step < warmup_steps."""
+  lr, total, warmup = float(learning_rate), max(1, int(num_train_steps)), int(warmup_steps)
+
+  def schedule(step):
+    t = jnp.asarray(step, jnp.float32)
+    decayed = lr * (1.0 - jnp.minimum(t, float(total)) / float(total))
+    if warmup <= 0:
+      return decayed
+    return jnp.where(t < warmup, lr * t / float(warmup), decayed)
+
+  return schedule
+
+
+def uses_bias_correction(opt) -> bool:
+  """Adam bias correction: off for schedule="google" (Google's optimizer has none), else as configured."""
+  return bool(opt.bias_correction) and opt.schedule != "google"
+
+
 def make_schedule(opt, num_train_steps: int, warmup_steps: int) -> optax.Schedule:
   """Linear warmup 0 -> lr over warmup_steps, then decay to end_learning_rate at num_train_steps:
-  linear (power 1), polynomial (lr - end) * (1 - t)^power, or constant."""
+  linear (power 1), polynomial (lr - end) * (1 - t)^power, or constant; or "google" (module docstring)."""
   lr, end = float(opt.learning_rate), float(opt.end_learning_rate)
   total = int(num_train_steps)
   warmup = max(0, min(int(warmup_steps), total))
   kind = opt.schedule
+  if kind == "google":
+    if end != 0.0 or float(opt.power) != 1.0:
+      raise UserError(f"optimizer.schedule='google' decays linearly to 0 (Google's optimization.py); got "
+                      f"optimizer.end_learning_rate={end} and optimizer.power={opt.power}: set them to 0.0 "
+                      "and 1.0, or use schedule='polynomial'")
+    return google_schedule(lr, total, int(warmup_steps))
   if kind == "linear":
     power = 1.0
   elif kind == "polynomial":
@@ -59,7 +95,7 @@ def make_schedule(opt, num_train_steps: int, warmup_steps: int) -> optax.Schedul
   elif kind == "constant":
     power = 0.0
   else:
-    raise ValueError(f"optimizer.schedule={kind!r}; expected linear, polynomial or constant")
+    raise UserError(f"optimizer.schedule={kind!r}; expected linear, polynomial, constant or google")
   decay = (optax.constant_schedule(lr) if power == 0.0 else
            optax.polynomial_schedule(lr, end, power, max(1, total - warmup)))
   if warmup == 0:
@@ -98,10 +134,13 @@ def make_optimizer(opt, num_train_steps: int, warmup_steps: int):
   """(tx, schedule). AdamW: clip -> Adam -> + wd * w (masked) -> * -lr.
   LAMB: clip -> Adam -> + wd * w (masked) -> trust ratio ||w|| / ||u|| (same mask) -> * -lr."""
   schedule = make_schedule(opt, num_train_steps, warmup_steps)
+  if opt.schedule == "google" and bool(opt.bias_correction):
+    logging.getLogger(__name__).info("optimizer.schedule=google: Adam without bias correction, as Google's "
+                                     "AdamWeightDecayOptimizer (optimizer.bias_correction=True not used)")
   chain = []
   if float(opt.clip_norm) > 0:
     chain.append(optax.clip_by_global_norm(float(opt.clip_norm)))
-  chain.append(scale_by_bert_adam(float(opt.b1), float(opt.b2), float(opt.eps), bool(opt.bias_correction)))
+  chain.append(scale_by_bert_adam(float(opt.b1), float(opt.b2), float(opt.eps), uses_bias_correction(opt)))
   if float(opt.weight_decay) > 0:
     chain.append(optax.add_decayed_weights(float(opt.weight_decay), mask=decay_mask))
   if opt.name == "lamb":

@@ -1,0 +1,259 @@
+r"""Look at the batches a pre-training config feeds the model: decoded examples and batch statistics.
+
+    python -m bert_jax.input_pipeline.inspect --config=configs/pretrain.py:size=tiny,runlocal \
+        --config.data.input_files=corpus.txt --config.data.vocab_file=vocab.txt \
+        --num_batches=2 [--show=4] [--output=batches.jsonl] [--config.data.shuffle_buffer=0]
+
+The batches come from the same reader, with the same settings, as `train.py`'s (phase 0 of the config,
+one host): raw text or TFRecords, `data.masking` (auto/static/dynamic), `data.google_exact`, whole-word
+options. With `--config.data.shuffle_buffer=0` nothing is shuffled: examples come in file order.
+
+Printed per example: segment A and B as WordPiece tokens, each prediction marked where it stands:
+  {M:orig}      replaced by [MASK] (orig = the label, masked_lm_ids)
+  {R:tok>orig}  replaced by the random token `tok`
+  {K:orig}      kept unchanged (still predicted)
+and the NSP/SOP label. Per batch and in total: selection rate (predictions / non-special real tokens),
+the [MASK]/random/kept split, the NSP random share, the padding share, whole-word adjacency (share of
+predictions next to another prediction: high for whole-word masking, ~2 x 15% = 0.3 for token masking)
+and predictions per sequence.
+
+`--output=FILE.jsonl` writes one JSON object per example: input_ids, input_mask, segment_ids,
+masked_lm_positions, masked_lm_ids, masked_lm_weights, next_sentence_labels (integer lists, as the
+features of Google's records) plus batch, index and tokens (the decoded input_ids).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from bert_jax.input_pipeline import tokenization
+
+FIELDS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
+          "masked_lm_weights", "next_sentence_labels")
+
+
+def phase0_lengths(config) -> tuple:
+  """(max_seq_length, max_predictions_per_seq) of the config's first phase, as train.py uses them."""
+  phases = tuple(config.data.phases or ())
+  if phases:
+    return int(phases[0][1]), int(phases[0][2])
+  return int(config.data.max_seq_length), int(config.data.max_predictions_per_seq)
+
+
+def make_dataset(config, *, process_index: int = 0, process_count: int = 1, is_training: bool = True):
+  """The training reader for `config` (phase 0, seed = config.seed), as training/pretrain.make_dataset
+  builds it; per-host batch = config.batch_size / process_count."""
+  from bert_jax.errors import UserError  # pylint: disable=g-import-not-at-top
+  from bert_jax.input_pipeline import pretrain_dataset  # pylint: disable=g-import-not-at-top  (TensorFlow)
+  d = config.data
+  if not str(d.input_files).strip():
+    raise UserError("data.input_files is empty: pass --config.data.input_files=GLOB")
+  if not d.vocab_file:
+    raise UserError("data.vocab_file is empty: pass --config.data.vocab_file=vocab.txt (needed to decode)")
+  pair_mode = "sop" if "sop" in tuple(config.targets) else d.pair_mode
+  t, p = phase0_lengths(config)
+  return pretrain_dataset.make_pretraining_dataset(
+      d.input_files, batch_size=int(config.batch_size) // process_count, max_seq_length=t,
+      max_predictions_per_seq=p, vocab_file=d.vocab_file, is_training=is_training, seed=int(config.seed),
+      masking=str(d.get("masking", "auto")), google_exact=bool(d.get("google_exact", False)),
+      do_lower_case=bool(d.do_lower_case), whole_word_mask=bool(d.do_whole_word_mask),
+      chinese_whole_word_mask=bool(d.chinese_whole_word_mask), masked_lm_prob=float(d.masked_lm_prob),
+      short_seq_prob=float(d.short_seq_prob), pair_mode=pair_mode,
+      pack_sequences=bool(d.get("pack_sequences", False)), process_index=process_index,
+      process_count=process_count, shuffle_buffer=int(d.shuffle_buffer))
+
+
+class Vocab:
+  """Ids <-> tokens and the special ids, from a vocab file."""
+
+  def __init__(self, vocab_file: str):
+    self.vocab = tokenization.load_vocab(vocab_file)
+    self.inv = {i: t for t, i in self.vocab.items()}
+    self.mask_id = self.vocab[tokenization.MASK]
+    self.special = np.zeros(max(self.vocab.values()) + 1, bool)
+    for tok in tokenization.SPECIAL_TOKENS:
+      self.special[self.vocab[tok]] = True
+
+  def token(self, i: int) -> str:
+    return self.inv.get(int(i), f"<id {int(i)}>")
+
+
+def prediction_kinds(batch: Dict[str, np.ndarray], mask_id: int) -> np.ndarray:
+  """int8 [B, P]: 0 padding slot, 1 [MASK], 2 random replacement, 3 kept unchanged."""
+  pos, lab = batch["masked_lm_positions"], batch["masked_lm_ids"]
+  w = batch["masked_lm_weights"] > 0
+  shown = np.take_along_axis(batch["input_ids"], pos, axis=1)
+  kind = np.where(shown == mask_id, 1, np.where(shown == lab, 3, 2))
+  return np.where(w, kind, 0).astype(np.int8)
+
+
+def batch_statistics(batch: Dict[str, np.ndarray], vocab: Vocab) -> Dict[str, float]:
+  """Counts over a batch (sums, so batches can be added) and the derived shares (`shares`)."""
+  ids, mask = batch["input_ids"], batch["input_mask"] > 0
+  pos, w = batch["masked_lm_positions"], batch["masked_lm_weights"] > 0
+  kinds = prediction_kinds(batch, vocab.mask_id)
+  # Non-special real tokens: the originals at predicted positions count too ([MASK] is special).
+  orig = ids.copy()
+  rows = np.broadcast_to(np.arange(ids.shape[0])[:, None], pos.shape)
+  orig[rows[w], pos[w]] = batch["masked_lm_ids"][w]
+  candidates = mask & ~vocab.special[np.clip(orig, 0, vocab.special.size - 1)]
+  selected = np.zeros(ids.shape, bool)
+  selected[rows[w], pos[w]] = True
+  left = np.zeros_like(selected)
+  left[:, 1:] = selected[:, :-1]
+  right = np.zeros_like(selected)
+  right[:, :-1] = selected[:, 1:]
+  return {"sequences": ids.shape[0], "tokens": int(ids.size), "real_tokens": int(mask.sum()),
+          "candidates": int(candidates.sum()), "predictions": int(w.sum()),
+          "mask": int((kinds == 1).sum()), "random": int((kinds == 2).sum()), "kept": int((kinds == 3).sum()),
+          "adjacent": int((selected & (left | right)).sum()),
+          "nsp_label_1": int(np.asarray(batch["next_sentence_labels"]).sum())}
+
+
+def shares(counts: Dict[str, float]) -> Dict[str, float]:
+  n = max(counts["predictions"], 1)
+  return {"selection_rate": counts["predictions"] / max(counts["candidates"], 1),
+          "mask_share": counts["mask"] / n, "random_share": counts["random"] / n, "kept_share": counts["kept"] / n,
+          "nsp_random_share": counts["nsp_label_1"] / max(counts["sequences"], 1),
+          "padding_share": 1.0 - counts["real_tokens"] / max(counts["tokens"], 1),
+          "whole_word_adjacency": counts["adjacent"] / n,
+          "predictions_per_sequence": counts["predictions"] / max(counts["sequences"], 1)}
+
+
+def add_counts(total: Optional[Dict], counts: Dict) -> Dict:
+  return dict(counts) if total is None else {k: total[k] + counts[k] for k in total}
+
+
+def format_statistics(s: Dict[str, float]) -> str:
+  return (f"selection {100 * s['selection_rate']:.2f}% of non-special tokens "
+          f"({s['predictions_per_sequence']:.1f}/sequence); [MASK]/random/kept "
+          f"{100 * s['mask_share']:.1f}/{100 * s['random_share']:.1f}/{100 * s['kept_share']:.1f}%; "
+          f"NSP label 1 {100 * s['nsp_random_share']:.1f}%; padding {100 * s['padding_share']:.1f}%; "
+          f"whole-word adjacency {100 * s['whole_word_adjacency']:.1f}%")
+
+
+def describe_example(batch: Dict[str, np.ndarray], i: int, vocab: Vocab, pair_task: str = "nsp") -> str:
+  """Segment A / B with each prediction marked ({M:orig} {R:tok>orig} {K:orig}) and the pair label."""
+  ids, seg, mask = batch["input_ids"][i], batch["segment_ids"][i], batch["input_mask"][i] > 0
+  kinds = prediction_kinds({k: v[i:i + 1] for k, v in batch.items()}, vocab.mask_id)[0]
+  marks = {}
+  for k, p, lab in zip(kinds, batch["masked_lm_positions"][i], batch["masked_lm_ids"][i]):
+    if k == 1:
+      marks[int(p)] = f"{{M:{vocab.token(lab)}}}"
+    elif k == 2:
+      marks[int(p)] = f"{{R:{vocab.token(ids[p])}>{vocab.token(lab)}}}"
+    elif k == 3:
+      marks[int(p)] = f"{{K:{vocab.token(lab)}}}"
+  parts: Dict[int, List[str]] = {0: [], 1: []}
+  for j in np.flatnonzero(mask):
+    parts[int(seg[j])].append(marks.get(int(j), vocab.token(ids[j])))
+  label = int(np.asarray(batch["next_sentence_labels"][i]).reshape(-1)[0])
+  meaning = {"nsp": ("actual next", "random next"), "sop": ("in order", "swapped")}.get(pair_task,
+                                                                                    ("0", "1"))
+  return (f"  A: {' '.join(parts[0])}\n  B: {' '.join(parts[1])}\n"
+          f"  {pair_task.upper()} label {label} ({meaning[label]}); {int(mask.sum())} tokens, "
+          f"{int((batch['masked_lm_weights'][i] > 0).sum())} predictions")
+
+
+def example_records(batch: Dict[str, np.ndarray], batch_index: int, vocab: Vocab) -> List[Dict]:
+  """One JSON-able dict per example: the Google-schema features as integer lists (+ batch, index, tokens)."""
+  out = []
+  for i in range(batch["input_ids"].shape[0]):
+    rec = {"batch": batch_index, "index": i}
+    for k in FIELDS:
+      rec[k] = [int(round(float(x))) for x in np.asarray(batch[k][i]).reshape(-1)]
+    rec["tokens"] = [vocab.token(x) for x, m in zip(batch["input_ids"][i], batch["input_mask"][i]) if m]
+    out.append(rec)
+  return out
+
+
+def write_jsonl_atomic(path: str, records: List[Dict]) -> None:
+  """temp file + fsync + rename, so a reader never sees half a file."""
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}")
+  with open(tmp, "w", encoding="utf-8") as f:
+    for r in records:
+      f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+def inspect_batches(config, num_batches: int, show: int = 2, output: Optional[str] = None,
+                    out=None) -> Dict[str, float]:
+  """Prints `show` decoded examples and the statistics of each of `num_batches` batches, then the totals;
+  writes every example to `output` (JSONL) when given. Returns the total shares."""
+  out = sys.stdout if out is None else out
+  vocab = Vocab(config.data.vocab_file)
+  data = make_dataset(config)
+  pair_task = "sop" if "sop" in tuple(config.targets) else "nsp"
+  total, records = None, []
+  for b in range(num_batches):
+    try:
+      batch = next(data)
+    except StopIteration:
+      print(f"(the data ended after {b} batches)", file=out)
+      break
+    counts = batch_statistics(batch, vocab)
+    total = add_counts(total, counts)
+    print(f"=== batch {b}: {counts['sequences']} sequences x {batch['input_ids'].shape[1]} tokens", file=out)
+    for i in range(min(show, batch["input_ids"].shape[0])):
+      print(f"example {i}:\n{describe_example(batch, i, vocab, pair_task)}", file=out)
+    print(f"batch {b}: {format_statistics(shares(counts))}", file=out)
+    if output:
+      records.extend(example_records(batch, b, vocab))
+  if total is None:
+    return {}
+  result = shares(total)
+  print(f"=== all {total['sequences']} sequences: {format_statistics(result)}", file=out)
+  print("legend: {M:orig} [MASK], {R:tok>orig} random token, {K:orig} kept; orig = masked_lm_ids", file=out)
+  if output:
+    write_jsonl_atomic(output, records)
+    print(f"wrote {len(records)} examples to {output}", file=out)
+  return result
+
+
+def main(argv=None) -> int:
+  """Command line (see the module docstring); flags live in their own FlagValues, so it can run in-process."""
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  import logging  # pylint: disable=g-import-not-at-top
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+  from bert_jax.errors import UserError  # pylint: disable=g-import-not-at-top
+
+  argv = list(sys.argv if argv is None else ["inspect"] + list(argv))
+  fv = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "Pre-training config, e.g. configs/pretrain.py:size=tiny.",
+                                  flag_values=fv, lock_config=True, sys_argv=argv)
+  flags.DEFINE_integer("num_batches", 1, "Batches to read.", flag_values=fv)
+  flags.DEFINE_integer("show", 2, "Examples printed per batch.", flag_values=fv)
+  flags.DEFINE_string("output", None, "Write every example as one JSON object per line to this file.",
+                      flag_values=fv)
+  try:
+    rest = fv(argv)
+    if len(rest) > 1:
+      raise flags.Error(f"unexpected arguments: {rest[1:]}")
+    if fv.config is None:
+      raise flags.Error("--config is required, e.g. --config=configs/pretrain.py:size=tiny,runlocal")
+    if fv.num_batches < 1:
+      raise flags.Error(f"--num_batches={fv.num_batches}; expected >= 1")
+  except flags.Error as e:
+    print(f"error: {e}", file=sys.stderr)
+    return UserError.exit_code
+  logging.basicConfig(level=logging.INFO, format="%(message)s")
+  try:
+    inspect_batches(fv.config, fv.num_batches, fv.show, fv.output)
+  except UserError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return UserError.exit_code
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
