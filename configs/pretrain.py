@@ -11,6 +11,13 @@ Variants after the colon, comma-separated:
                                             90% of steps at length 128, then 10% at 512
   preset=lamb_pod                           LAMB large batch (You et al. 2019; NVIDIA's recipe): 64k then
                                             32k sequences, 7,038 + 1,563 steps, for TPU pod slices
+  preset=budget                             a fixed small compute budget (Cramming / Izsak et al. / RoBERTa):
+                                            MLM only on packed full-length rows, pre-LN, no dropout, lr 1e-3,
+                                            short warmup, decay to 0 at num_train_steps, 25% masking
+                                            (each choice measured in experiments/budget_recipe.md)
+  fast                                      attention dropout 0 so the fused attention kernel (cuDNN on
+                                            GPUs, Pallas flash on TPUs) can run: a deviation from BERT,
+                                            measured in experiments/fast_attention.md
 Override any field with --config.FIELD=VALUE, e.g. --config.optimizer.learning_rate=5e-4.
 """
 
@@ -22,19 +29,21 @@ _SIZES = ("tiny", "mini", "small", "medium", "base", "large")
 
 
 def _parse(arg):
-  opts = {"size": "base", "runlocal": False, "preset": None}
+  opts = {"size": "base", "runlocal": False, "preset": None, "fast": False}
   for part in filter(None, (arg or "").split(",")):
     key, _, value = part.partition("=")
     key = key.strip()
     if key in ("runlocal", "debug") and not value:
       opts["runlocal"] = True
+    elif key == "fast" and not value:
+      opts["fast"] = True
     elif key in _SIZES and not value:
       opts["size"] = key
     elif key in ("size", "preset"):
       opts[key] = value.strip()
     else:
       raise ValueError(f"configs/pretrain.py: unknown config argument {part!r}; expected size=..., "
-                       "preset=bert_paper|lamb_pod or runlocal")
+                       "preset=bert_paper|lamb_pod|budget, fast or runlocal")
   if opts["size"] not in _SIZES:
     raise ValueError(f"configs/pretrain.py: size={opts['size']!r}; expected one of {_SIZES}")
   return opts
@@ -57,7 +66,8 @@ def get_config(arg=None):
   config.model.dtype = "auto"                      # compute dtype: auto = bfloat16 on GPU/TPU, float32 on CPU;
                                                    # params stay float32
   config.model.param_dtype = "float32"
-  config.model.attention_impl = "auto"             # auto | xla | cudnn (flash attention on GPUs)
+  config.model.attention_impl = "auto"             # auto | einsum | xla | cudnn | cudnn_dropout | pallas_flash
+                                                   # (bert_jax/models/attention.py; auto picks by platform)
   config.model.scan_layers = False                 # nn.scan over layers (fast compiles for deep models)
   config.model.remat_policy = "none"               # none | full | dots | dots_no_batch | minimal
   config.targets = ("mlm", "nsp")                  # any of mlm, nsp, sop, lm (lm alone)
@@ -70,12 +80,21 @@ def get_config(arg=None):
   config.data.do_lower_case = True                 # uncased models lower-case and strip accents
   config.data.max_seq_length = 128                 # tokens per sequence incl. [CLS]/[SEP]
   config.data.max_predictions_per_seq = 20         # MLM predictions per sequence (15% of 128 ~ 19)
-  config.data.masked_lm_prob = 0.15                # share of tokens selected for prediction (raw text)
+  config.data.masking = "auto"                     # auto | static | dynamic. auto: static (the records' stored
+                                                   # masks, exactly, as Google) for TFRecords with masks,
+                                                   # dynamic (fresh masks each epoch) for raw text; logged
+  config.data.google_exact = False                 # Google's create_pretraining_data rules (README deviations
+                                                   # table): pairs, long sentences, control chars, mask count
+  config.data.masked_lm_prob = 0.15                # share of tokens selected for prediction (dynamic masking)
   config.data.short_seq_prob = 0.1                 # share of shorter sequences (raw text)
-  config.data.do_whole_word_mask = False           # whole-word masking (raw text)
+  config.data.do_whole_word_mask = False           # whole-word masking from ## pieces (dynamic masking; records
+                                                   # with word_continuation are re-masked by words anyway)
   config.data.chinese_whole_word_mask = False      # word boundaries from jieba for Chinese (raw text)
   config.data.pair_mode = "nsp"                    # nsp | sop: how sentence pairs are labelled
-  config.data.shuffle_buffer = 10_000              # examples in the shuffle buffer
+  config.data.pack_sequences = False               # raw text: full-length rows across documents, no pairs,
+                                                   # no padding (RoBERTa FULL-SENTENCES; needs targets=("mlm",))
+  config.data.shuffle_buffer = 10_000              # examples in the shuffle buffer; 0 = no shuffling at all
+                                                   # (file order, e.g. to inspect batches)
   # Two-phase schedule as in the BERT paper: ((fraction of steps, max_seq_length, max_predictions), ...).
   # Empty = one phase with data.max_seq_length.
   config.data.phases = ()
@@ -88,7 +107,9 @@ def get_config(arg=None):
   config.optimizer = ml_collections.ConfigDict()
   config.optimizer.name = "adamw"                  # adamw | lamb
   config.optimizer.learning_rate = 1e-4            # peak learning rate after warmup
-  config.optimizer.schedule = "linear"             # linear | polynomial decay to 0 after warmup
+  config.optimizer.schedule = "linear"             # linear | polynomial: decay after warmup; google: Google's
+                                                   # optimization.py (decay over all steps from 0, warmup
+                                                   # overriding it, no bias correction)
   config.optimizer.power = 1.0                     # polynomial decay power (LAMB recipe: 0.5)
   config.optimizer.weight_decay = 0.01             # decoupled, not on LayerNorm or biases
   config.optimizer.b1 = 0.9
@@ -99,6 +120,7 @@ def get_config(arg=None):
                                                    # (3x larger early steps: stalls small models at lr 1e-3)
   config.optimizer.end_learning_rate = 0.0         # learning rate reached at num_train_steps
   config.nan_policy = "stop"                       # stop | skip: on a NaN/Inf loss or gradient
+  config.max_consecutive_nonfinite = 10            # skip: error after this many skipped steps in a row
 
   # Checkpoints, logging, evaluation.
   config.checkpoint_every_steps = 1_000
@@ -152,8 +174,32 @@ def get_config(arg=None):
     config.model.remat_policy = "dots_no_batch"
     config.mesh.shape = (-1, 1, 1)
     config.checkpoint_every_steps = 200
+  elif opts["preset"] == "budget":
+    # Fixed small compute (one CPU for minutes, a GPU for hours): get out of the unigram plateau fast.
+    # Every line is an ablation row of experiments/budget_recipe.md (tiny, 600 steps x 32 x 64, news +
+    # review text; the deltas are held-out MLM accuracy, preset 0.120 vs defaults 0.049). Set
+    # num_train_steps to what the budget affords: the warmup and the linear decay to 0 follow it, so the
+    # learning rate reaches 0 when the budget ends.
+    config.targets = ("mlm",)                      # no NSP (RoBERTa); its arm (pairs_nsp) was not run yet
+    config.data.pack_sequences = True              # full rows, no padding: +0.007 vs pairs (row "pairs")
+    config.model.layer_norm_type = "pre"           # pre-LN (Cramming), for stability at lr 1e-3 on deeper
+                                                   # models; neutral for tiny at 600 steps (row "post_ln")
+    config.model.hidden_dropout_prob = 0.0         # no dropout (Cramming): +0.011 vs 0.1 (row "dropout")
+    config.model.attention_probs_dropout_prob = 0.0
+    config.optimizer.learning_rate = 1e-3          # large peak (Izsak et al.): +0.071 vs 1e-4 (row "lr_1e-4")
+    config.num_train_steps = 10_000                # a placeholder: set it to what your budget affords
+    config.warmup_steps = config.get_ref("num_train_steps") // 20   # 5% warmup, follows num_train_steps
+    config.data.masked_lm_prob = 0.25              # Wettig et al. 2022: +0.012 vs 15% (row "mask15")
+    config.data.max_predictions_per_seq = 32       # 25% of the 126 maskable tokens of a 128 row
+    config.data.phases = ()                        # one length: 128 (no 512 phase at small budgets)
   elif opts["preset"] is not None:
-    raise ValueError(f"configs/pretrain.py: unknown preset {opts['preset']!r}; expected bert_paper or lamb_pod")
+    raise ValueError(f"configs/pretrain.py: unknown preset {opts['preset']!r}; expected bert_paper, lamb_pod "
+                     "or budget")
+
+  if opts["fast"]:
+    # Deviation from BERT (README): no attention-probability dropout, so attention_impl=auto may use a fused
+    # kernel that cannot drop probabilities; hidden dropout stays. Effect: experiments/fast_attention.md.
+    config.model.attention_probs_dropout_prob = 0.0
 
   if opts["runlocal"]:
     config.model.dtype = "float32"                 # CPUs have no fast bf16 matmuls

@@ -36,6 +36,7 @@ def check_printed_table(out):
   assert "| review sentiment (300 test reviews) | accuracy % |" in out
   assert "| People's Daily NER (300 test sentences) | entity F1 % |" in out
   assert "TF-IDF + LR:" in out and "CRF:" in out
+  assert ", no pre-training |" in out and ", pre-trained here |" in out      # both BERT columns
   assert "| **total** |" in out and "demo finished in" in out
   for stage in ("[1/5] data", "[2/5] classic baselines", "[3/5] pre-training", "[4/5] fine-tuning",
                 "[5/5] results"):
@@ -50,7 +51,8 @@ def check_plots_and_files(workdir):
       assert f.read(8) == b"\x89PNG\r\n\x1a\n"
   for rel in ("results.json", "results.md", "pretrain/metrics.jsonl", "pretrain/vocab.txt",
               "finetune_sentiment/eval_results.json", "finetune_ner/eval_results.json",
-              "finetune_ner/test_predictions.txt", "data/manifest.json"):
+              "finetune_ner/test_predictions.txt", "data/manifest.json", "scratch_sentiment/eval_results.json",
+              "scratch_ner/eval_results.json"):
     assert os.path.exists(os.path.join(workdir, rel)), rel
 
 
@@ -66,9 +68,14 @@ def check_metrics(workdir):
   with open(os.path.join(workdir, "pretrain", "metrics.jsonl"), encoding="utf-8") as f:
     rows = [json.loads(l) for l in f]
   assert rows[-1]["mlm_loss"] < rows[0]["mlm_loss"], "pre-training loss did not fall"
+  assert res["pretraining_recipe"] == "preset=budget"
+  with open(os.path.join(workdir, "pretrain", "config.json"), encoding="utf-8") as f:
+    cfg = json.load(f)
+  assert cfg["data"]["pack_sequences"] and list(cfg["targets"]) == ["mlm"]
   for key in ("sentiment", "ner"):
     for split in ("dev", "test"):
       assert 0.0 <= res["bert"][key][split] <= 1.0
+      assert 0.0 <= res["bert_no_pretraining"][key][split] <= 1.0
   assert res["bert"]["sentiment"]["steps"] == res["settings"]["sentiment_steps"]
   b = res["baselines"]
   # Chance: the majority class for sentiment (about 52-58% on 300 reviews), no entities (F1 0) for NER.

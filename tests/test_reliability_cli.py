@@ -108,7 +108,12 @@ def test_warmup_longer_than_the_run_is_a_warning_naming_both(files, tmp_path, ca
   with caplog.at_level(logging.WARNING):
     validation.validate_pretrain_config(c, str(tmp_path / "w"), num_devices=8, process_count=1)
   assert "config.warmup_steps=10000 >= config.num_train_steps=1000" in caplog.text
-  assert "never reaches its peak" in caplog.text
+  assert "the whole run is warmup" in caplog.text      # the default schedule clamps the warmup to the run
+  caplog.clear()
+  c.optimizer.schedule = "google"                       # Google's does not: lr <= 1e-3 * 1000 / 10000
+  with caplog.at_level(logging.WARNING):
+    validation.validate_pretrain_config(c, str(tmp_path / "w"), num_devices=8, process_count=1)
+  assert "never reaches its peak 0.001 (Google's linear warmup stops at 0.0001)" in caplog.text
 
 
 def test_document_count_is_capped_at_the_limit_and_counts_the_last_unterminated_one(tmp_path):

@@ -18,32 +18,46 @@ Outputs in the work dir (see checkpoints.py for the checkpoint layout):
   tensorboard/        TensorBoard events (tensorboardX; no TensorFlow needed), train/ and eval/ scalars
   plots/loss_curve.png  MLM loss / accuracy curves, written at the end (matplotlib)
 
-NaN/Inf: nan_policy="stop" raises FloatingPointError naming the first bad step at the next host sync
-(logging or checkpoint step; nothing non-finite is ever checkpointed); "skip" leaves params and optimizer
-state untouched for that step and counts it in `nonfinite_count`.
+NaN/Inf: nan_policy="stop" raises train_step.NonFiniteError (a UserError and a FloatingPointError) naming
+the first bad step at the next host sync (logging or checkpoint step); "skip" leaves params and optimizer
+state untouched for that step, counts it in `nonfinite_count`, and stops with that error once
+`max_consecutive_nonfinite` steps in a row were skipped. No checkpoint ever holds non-finite parameters
+(Checkpointer.save checks).
 
-Preemption: SIGTERM (single process) or the JAX preemption sync point (multi-host) saves a checkpoint at the
-current step, waits for it and returns.
+The work directory (bert_jax.training.workdir): the run holds DIR/workdir.lock (a second run on it stops at
+once naming the holder); the newest checkpoint that restores is used (a damaged newer one is moved aside,
+see checkpoints.restore_latest_readable); metrics rows after the restored step and torn lines are dropped
+(metric_writer.truncate_after); a resumed run must ask for the work dir's architecture (model_config.json);
+an init_checkpoint must match data.vocab_file's size.
+
+Signals: SIGINT (Ctrl-C) and SIGTERM (single process), or the JAX preemption sync point (multi-host), save a
+checkpoint at the current step, wait for it and raise bert_jax.errors.Interrupted(signum, step) (the entry
+point exits 128 + signum: 130 / 143). A second Ctrl-C while that checkpoint is written aborts at once.
 """
 
 from __future__ import annotations
 
+import importlib
+import io
 import logging
 import os
 import signal
+import threading
 import time
 from typing import Any, Dict, List, Optional
 
 import jax
 import numpy as np
 
+from bert_jax.errors import Interrupted
 from bert_jax.input_pipeline import fileio
 from bert_jax.models import BertConfig, BertForPreTraining
 from bert_jax.pretrained import load_pretrained, params_dir
-from bert_jax.pretrained.load import merge_params
-from bert_jax.training import checkpoints, flops, optimizers, sharding
+from bert_jax.pretrained.load import check_vocab_matches, merge_params, read_config
+from bert_jax.training import checkpoints, flops, optimizers, sharding, validation
 from bert_jax.training import train_step as ts
-from bert_jax.training.metric_writer import MetricWriter, read_jsonl
+from bert_jax.training import workdir as workdir_lib
+from bert_jax.training.metric_writer import MetricWriter, read_jsonl, truncate_after
 
 log = logging.getLogger(__name__)
 
@@ -109,14 +123,19 @@ def make_dataset(config, input_files: str, phase: Phase, vocab_file: str, *, is_
   pair_mode = d.pair_mode
   if "sop" in tuple(config.targets):
     pair_mode = "sop"
+  pack = bool(d.get("pack_sequences", False))    # budget preset: full-length MLM-only rows (packing.py)
+  if pack and set(config.targets) & {"nsp", "sop"}:
+    from bert_jax.errors import UserError  # pylint: disable=g-import-not-at-top
+    raise UserError(f"data.pack_sequences=true makes rows without sentence pairs: set --config.targets="
+                    f"'(\"mlm\",)' (got targets={tuple(config.targets)})")
   return pretrain_dataset.make_pretraining_dataset(
       input_files, batch_size=per_host, max_seq_length=phase.max_seq_length,
       max_predictions_per_seq=phase.max_predictions_per_seq, vocab_file=vocab_file, is_training=is_training,
       seed=int(config.seed) + 1000 * phase.index + seed_offset,
-      masking=None if is_training else "dynamic",
+      masking=str(d.get("masking", "auto")), google_exact=bool(d.get("google_exact", False)),
       do_lower_case=bool(d.do_lower_case), whole_word_mask=bool(d.do_whole_word_mask),
       chinese_whole_word_mask=bool(d.chinese_whole_word_mask), masked_lm_prob=float(d.masked_lm_prob),
-      short_seq_prob=float(d.short_seq_prob), pair_mode=pair_mode,
+      short_seq_prob=float(d.short_seq_prob), pair_mode=pair_mode, pack_sequences=pack,
       process_index=jax.process_index(), process_count=jax.process_count(),
       num_epochs=None if is_training else 1 << 20,   # eval: repeat, take exactly eval_steps batches
       shuffle_buffer=int(d.shuffle_buffer), start_step=start_step)
@@ -139,9 +158,11 @@ def to_global(batch: Dict[str, np.ndarray], batch_sharding) -> Dict[str, jax.Arr
 # ---- plots ------------------------------------------------------------------------------------------
 def plot_loss_curve(workdir: str) -> Optional[str]:
   """plots/loss_curve.png: MLM loss and accuracy (train and eval) against the step."""
-  rows = read_jsonl(os.path.join(workdir, "metrics.jsonl"))
-  evals = read_jsonl(os.path.join(workdir, "eval_metrics.jsonl"))
-  if not rows or jax.process_index() != 0:
+  if jax.process_index() != 0:
+    return None
+  rows = read_jsonl(fileio.join(workdir, "metrics.jsonl"))
+  evals = read_jsonl(fileio.join(workdir, "eval_metrics.jsonl"))
+  if not rows:
     return None
   import matplotlib
   matplotlib.use("Agg")
@@ -159,10 +180,12 @@ def plot_loss_curve(workdir: str) -> Optional[str]:
     ax.grid(alpha=0.3)
     ax.legend()
   fig.tight_layout()
-  path = os.path.join(workdir, "plots", "loss_curve.png")
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  fig.savefig(path, dpi=100)
+  path = fileio.join(workdir, "plots", "loss_curve.png")
+  fileio.makedirs(fileio.join(workdir, "plots"))
+  buf = io.BytesIO()
+  fig.savefig(buf, format="png", dpi=100)
   plt.close(fig)
+  fileio.write_bytes_atomic(path, buf.getvalue())
   return path
 
 
@@ -175,48 +198,19 @@ def _model_config_from_checkpoint(config, loaded: BertConfig, vocab_size: int) -
   return loaded.replace(**keep)
 
 
-class _Preemption:
-  """SIGTERM -> flag (single process). Multi-host runs use the JAX preemption sync point instead."""
-
-  def __init__(self, ckpt: checkpoints.Checkpointer):
-    self.ckpt = ckpt
-    self.flag = False
-    self.previous = None
-    if jax.process_count() == 1:
-      try:
-        self.previous = signal.signal(signal.SIGTERM, self._handler)
-      except ValueError:   # not the main thread
-        self.previous = None
-
-  def _handler(self, signum, frame):
-    del signum, frame
-    log.warning("SIGTERM: saving a checkpoint at the current step and stopping")
-    self.flag = True
-
-  def reached(self, step: int) -> bool:
-    if jax.process_count() > 1:
-      try:
-        return bool(self.ckpt.reached_preemption(step))
-      except Exception:  # noqa: BLE001 - preemption service unavailable
-        return False
-    return self.flag
-
-  def restore(self):
-    if self.previous is not None:
-      signal.signal(signal.SIGTERM, self.previous)
-
-
 # ---- the loop ---------------------------------------------------------------------------------------
 def _start(config, workdir: str, ckpt: checkpoints.Checkpointer):
   """(model_config, vocab_file, init_checkpoint params or None) in the start-up order: the work dir's own
   model config and vocab win on resume; else init_checkpoint's architecture; else the size table."""
   resume = ckpt.latest_step() is not None
   vocab_file = config.data.vocab_file
-  if resume and os.path.exists(os.path.join(workdir, params_dir.VOCAB_NAME)):
-    vocab_file = os.path.join(workdir, params_dir.VOCAB_NAME)
+  if resume and fileio.exists(fileio.join(workdir, params_dir.VOCAB_NAME)):
+    vocab_file = fileio.join(workdir, params_dir.VOCAB_NAME)
   loaded = None
   if not resume and config.init_checkpoint:
     loaded = load_pretrained(config.init_checkpoint)
+    if vocab_file and fileio.exists(vocab_file):   # before any model or data work: ids must mean the same
+      check_vocab_matches(loaded.config.vocab_size, loaded.directory, vocab_file)
     vocab_file = vocab_file or loaded.vocab_file
   if not vocab_file or not fileio.exists(vocab_file):
     raise FileNotFoundError(f"data.vocab_file={vocab_file!r} does not exist (needed for masking and the "
@@ -224,8 +218,10 @@ def _start(config, workdir: str, ckpt: checkpoints.Checkpointer):
   vocab_size = int(config.model.vocab_size)
   if vocab_size <= 0:
     vocab_size = params_dir.count_vocab_lines(vocab_file)
-  if resume and os.path.exists(os.path.join(workdir, params_dir.CONFIG_NAME)):
-    model_config = _model_config_from_checkpoint(config, params_dir.read_model_config(workdir), vocab_size)
+  if resume and fileio.exists(fileio.join(workdir, params_dir.CONFIG_NAME)):
+    saved = params_dir.read_model_config(workdir)
+    _check_resume_architecture(config, workdir, saved, vocab_size)
+    model_config = _model_config_from_checkpoint(config, saved, vocab_size)
   elif loaded is not None:
     model_config = _model_config_from_checkpoint(config, loaded.config, vocab_size)
   else:
@@ -233,12 +229,26 @@ def _start(config, workdir: str, ckpt: checkpoints.Checkpointer):
   return model_config, vocab_file, loaded
 
 
+def _check_resume_architecture(config, workdir: str, saved: BertConfig, vocab_size: int) -> None:
+  """A resumed run must ask for the model the work dir holds (UserError naming the differing fields):
+  resuming a tiny work dir with size=mini would otherwise continue the tiny model under a mini config."""
+  if config.init_checkpoint:
+    try:
+      wanted, source = read_config(config.init_checkpoint), f"init_checkpoint={config.init_checkpoint}"
+    except FileNotFoundError as e:
+      log.warning("resuming: cannot read init_checkpoint's model config to compare (%s)", e)
+      return
+  else:
+    wanted, source = ts.build_model_config(config, vocab_size), f"model.size={config.model.size}"
+  workdir_lib.check_resume_model_config(workdir, saved.to_dict(), wanted.to_dict(), source)
+
+
 def _initial_state(config, model, mesh, tx, ckpt, loaded):
   """Start-up order: resume from the work dir -> init_checkpoint (params only) -> from scratch.
   Returns (state, shardings, checkpoint meta)."""
   if ckpt.latest_step() is not None:
-    state, shardings, meta = checkpoints.restore_train_state(ckpt, config, model, mesh, tx)
-    log.info("resumed from %s at step %d", ckpt.directory, ckpt.latest_step())
+    state, shardings, meta = checkpoints.restore_latest_readable(ckpt, config, model, mesh, tx)
+    log.info("resumed from %s at step %d", ckpt.directory, int(meta.get("step", ckpt.latest_step())))
     return state, shardings, meta
   if loaded is not None:
     fresh, _ = ts.init_params(config, model, mesh)
@@ -256,13 +266,47 @@ def _initial_state(config, model, mesh, tx, ckpt, loaded):
 def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
   """Runs (or resumes) pre-training; returns the last logged metrics (plus eval metrics if any)."""
   maybe_initialize_distributed(config)
+  validation.validate_pretrain_config(config, workdir)   # UserError before any model or data work
   if not config.data.input_files.strip():
     raise ValueError("data.input_files is empty: pass --config.data.input_files=GLOB (raw .txt text or "
                      "TFRecords in Google's format)")
-  workdir = os.path.abspath(os.path.expanduser(workdir))
-  os.makedirs(workdir, exist_ok=True)
+  workdir = fileio.abspath(workdir)
+  fileio.makedirs(workdir)
+  lock = workdir_lib.WorkdirLock(workdir, kind="pretrain").acquire()   # before anything writes or cleans
+  try:
+    return _train_and_evaluate(config, workdir)
+  finally:
+    lock.release()
+
+
+def _process_start_time() -> float:
+  """Wall-clock time this process started (Linux /proc), else when this module was imported."""
+  try:
+    with open("/proc/self/stat") as f:
+      ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+      uptime = float(f.read().split()[0])
+    return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
+  except (OSError, ValueError, IndexError):
+    return _MODULE_IMPORTED
+
+
+_MODULE_IMPORTED = time.time()
+
+
+def _preimport(name: str) -> None:
+  """Imports `name` in the background; a failure is left for the main thread's own import to report."""
+  try:
+    importlib.import_module(name)
+  except Exception:  # noqa: BLE001
+    pass
+
+
+def _train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
+  """train_and_evaluate's body, run while the work-dir lock is held."""
+  startup = {"launch": _process_start_time(), "loop entered": time.time()}   # start-up stages, logged once
   targets = tuple(config.targets)
-  ckpt = checkpoints.Checkpointer(os.path.join(workdir, checkpoints.CHECKPOINT_SUBDIR),
+  ckpt = checkpoints.Checkpointer(fileio.join(workdir, checkpoints.CHECKPOINT_SUBDIR),
                                   keep=int(config.keep_checkpoints))
   model_config, vocab_file, loaded = _start(config, workdir, ckpt)
   model = BertForPreTraining(model_config, targets=targets)
@@ -275,9 +319,16 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
   if int(config.batch_size) % jax.process_count():
     raise ValueError(f"batch_size={config.batch_size} is not a multiple of process_count={jax.process_count()}")
   tx, schedule = optimizers.optimizer_from_run_config(config)
+  # Import the data pipeline (TensorFlow: seconds) on a thread while the model is initialised.
+  threading.Thread(target=_preimport, args=("bert_jax.input_pipeline.pretrain_dataset",), daemon=True).start()
   state, shardings, _ = _initial_state(config, model, mesh, tx, ckpt, loaded)
+  startup["model initialised"] = time.time()
   del loaded
   step = int(jax.device_get(state.step))
+  start_step = step
+  if jax.process_index() == 0:      # rows logged after the restored step (a crash) and torn lines go
+    for name in ("metrics.jsonl", "eval_metrics.jsonl"):
+      truncate_after(fileio.join(workdir, name), step)
 
   train_step = ts.make_train_step(config, model, tx, mesh, shardings)
   eval_step = ts.make_eval_step(config, model, mesh, shardings)
@@ -288,7 +339,9 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
   eval_files = config.data.eval_input_files
   peak = flops.peak_flops_per_device(dtype=model_config.dtype, override=float(config.peak_flops_per_device))
   writer = MetricWriter(workdir)
-  preemption = _Preemption(ckpt)
+  preemption = workdir_lib.StopSignals(ckpt)
+  nonfinite = ts.NonFiniteGuard(config.nan_policy, int(config.max_consecutive_nonfinite),
+                                checkpoint=ckpt.latest_step)
   last: Dict[str, Any] = {}
   progress = None
   if jax.process_index() == 0 and config.progress_bar:
@@ -312,12 +365,20 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
       window_start, window_steps, compiled = time.time(), 0, False
       while step < phase.end:
         batch = to_global(next(data), batch_sharding)
+        if "data ready" not in startup:
+          startup["data ready"] = time.time()
         state, metrics = train_step(state, batch)
         step += 1
         acc = ts.merge_metrics(acc, metrics)
         if not compiled:            # one sync after the first step: exclude compilation from seq/s
           jax.block_until_ready(metrics)
           compiled, window_start, window_steps = True, time.time(), 0
+          if "first step" not in startup:
+            startup["first step"] = window_start
+            names, times = list(startup), list(startup.values())
+            log.info("start-up: %s; first step %.1f s after launch", ", ".join(
+                f"{b} +{t1 - t0:.1f} s" for b, t0, t1 in zip(names[1:], times, times[1:])),
+                     times[-1] - times[0])
         else:
           window_steps += 1
         if progress is not None:
@@ -328,12 +389,15 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
         do_ckpt = (ckpt_every > 0 and step % ckpt_every == 0) or at_end or preempted
         if do_log or do_ckpt:
           summary = ts.normalize(acc)
-          _check_finite(summary, config.nan_policy, ckpt)
+          if summary.get("nonfinite_count"):
+            ckpt.wait()
+          nonfinite.check(summary, step, start_step)
         if do_log:
           elapsed = max(time.time() - window_start, 1e-9)
           seq_per_sec = window_steps * int(config.batch_size) / elapsed if window_steps else None
           row = dict(summary, phase=phase.index, seq_len=phase.max_seq_length,
                      learning_rate=float(schedule(step - 1)), time=time.time())
+          row.pop("last_finite_step", None)          # bookkeeping of the NaN guard, not a metric
           if seq_per_sec is not None:
             row.update(seq_per_sec=seq_per_sec, tokens_per_sec=seq_per_sec * phase.max_seq_length)
             m = flops.mfu(seq_per_sec, model_config, phase.max_seq_length, phase.max_predictions_per_seq,
@@ -355,9 +419,9 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
           last.update(ev)
           window_start, window_steps = time.time(), 0    # seq/s measures training steps only
         if preempted:
-          log.warning("preempted at step %d: checkpoint saved, exiting", step)
           ckpt.wait()
-          return dict(last, preempted=True, step=step)
+          log.warning("stopped at step %d: checkpoint saved, exiting", step)
+          raise Interrupted(preemption.signum or signal.SIGTERM, step)
     ckpt.wait()
   finally:
     preemption.restore()
@@ -367,20 +431,6 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
     ckpt.close()
   plot_loss_curve(workdir)
   return dict(last, step=step)
-
-
-def _check_finite(summary: dict, nan_policy: str, ckpt: checkpoints.Checkpointer):
-  bad = summary.get("nonfinite_count", 0)
-  if not bad:
-    return
-  if nan_policy == "stop":
-    ckpt.wait()
-    raise FloatingPointError(
-        f"non-finite loss or gradient at step {summary.get('first_nonfinite_step', '?')} "
-        f"({bad} step(s) in this logging window); the last checkpoint ({ckpt.latest_step()}) is finite. "
-        "Lower the learning rate, check the data, or set nan_policy='skip'.")
-  log.warning("skipped %d step(s) with a non-finite loss or gradient (first: step %s)", bad,
-              summary.get("first_nonfinite_step"))
 
 
 def evaluate(config, eval_step, params, eval_files: str, phase: Phase, vocab_file: str,

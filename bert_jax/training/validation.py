@@ -334,8 +334,13 @@ def validate_pretrain_config(config, workdir: Optional[str] = None, *, num_devic
 
   if int(config.warmup_steps) >= int(config.num_train_steps):
     peak, steps, warmup = float(config.optimizer.learning_rate), int(config.num_train_steps), int(config.warmup_steps)
-    warn(f"config.warmup_steps={warmup} >= config.num_train_steps={steps}: the learning rate never reaches its "
-         f"peak {peak:g} (linear warmup stops at {peak * steps / max(1, warmup):.3g}); lower "
+    if str(config.optimizer.get("schedule", "linear")) == "google":   # Google's warmup is not clamped
+      effect = (f"the learning rate never reaches its peak {peak:g} (Google's linear warmup stops at "
+                f"{peak * steps / max(1, warmup):.3g})")
+    else:   # make_schedule clamps the warmup to the run
+      effect = (f"the whole run is warmup: the learning rate reaches its peak {peak:g} only at the last step "
+                "and never decays")
+    warn(f"config.warmup_steps={warmup} >= config.num_train_steps={steps}: {effect}; lower "
          "--config.warmup_steps (BERT: 1% of the steps)")
 
   # Vocab: the work dir's on resume, else data.vocab_file, else the init checkpoint's.
