@@ -79,7 +79,5 @@ def import_tf_checkpoint(checkpoint: str, output: Optional[str] = None, config_f
   if do_lower_case is None:
     do_lower_case = params_dir.guess_do_lower_case(vocab_file, hint=os.path.basename(folder))
   if output:
-    params_dir.save_params_dir(output, config, params, vocab_file,
-                       info={"source": os.path.abspath(checkpoint), "format": "google_tf",
-                             "do_lower_case": bool(do_lower_case), "report": report.to_dict()})
+    mapping.save_imported(output, config, params, vocab_file, checkpoint, "google_tf", do_lower_case, report)
   return config, params, report

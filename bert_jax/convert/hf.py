@@ -201,9 +201,7 @@ def import_hf(folder: str, output: Optional[str] = None, vocab_file: Optional[st
     if do_lower_case is None:
       do_lower_case = _hf_do_lower_case(folder, vocab_file)
     if output:
-      params_dir.save_params_dir(output, config, params, vocab_file,
-                         info={"source": os.path.abspath(folder), "format": "hf",
-                               "do_lower_case": bool(do_lower_case), "report": report.to_dict()})
+      mapping.save_imported(output, config, params, vocab_file, folder, "hf", do_lower_case, report)
   finally:
     if tmp_vocab:
       os.unlink(tmp_vocab)

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from flax import traverse_util
 
 from bert_jax.models.config import BertConfig
+from bert_jax.pretrained import params_dir
 
 FORMATS = ("google", "hf")
 LINEAR_KINDS = ("dense_kernel", "qkv_kernel", "out_kernel", "nsp_kernel")
@@ -230,6 +232,15 @@ class ConversionReport:
       lines.append(f"ignored {len(self.ignored)} known non-model variables: {shown}")
     lines += self.notes
     return "\n".join(lines)
+
+
+def save_imported(output: str, config: BertConfig, params, vocab_file: str, source: str, fmt: str,
+                  do_lower_case: bool, report: "ConversionReport") -> None:
+  """Writes an imported checkpoint as a params dir, its info naming the source, format and conversion report
+  (the one writer of import-tf, import-hf and import-uer)."""
+  params_dir.save_params_dir(output, config, params, vocab_file,
+                             info={"source": os.path.abspath(source), "format": fmt,
+                                   "do_lower_case": bool(do_lower_case), "report": report.to_dict()})
 
 
 def check_vocab_size(vocab_file: str, n_vocab: int, config: BertConfig, config_name: str,

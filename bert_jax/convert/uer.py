@@ -206,7 +206,5 @@ def import_uer(input_path: str, config_path: str, output: Optional[str] = None, 
   if do_lower_case is None:
     do_lower_case = params_dir.guess_do_lower_case(vocab_file, hint=os.path.basename(input_path))
   if output:
-    params_dir.save_params_dir(output, config, params, vocab_file,
-                               info={"source": os.path.abspath(input_path), "format": "uer",
-                                     "do_lower_case": bool(do_lower_case), "report": report.to_dict()})
+    mapping.save_imported(output, config, params, vocab_file, input_path, "uer", do_lower_case, report)
   return config, params, report
