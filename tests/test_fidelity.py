@@ -496,3 +496,7 @@ def test_tfrecord_framing_without_tensorflow_is_byte_identical(tmp_path):
     w.write(recs)
   assert out.read_bytes() == ref.read_bytes()
   assert [r.numpy() for r in tf.data.TFRecordDataset([str(out)])] == recs
+  # Both checksum paths: google-crc32c's C code (a requirement) and the numpy fallback.
+  assert tfrecord_io._C_CRC32C is not None, "google-crc32c (requirements.txt) is not installed"
+  np.testing.assert_array_equal(tfrecord_io.masked_crc32c_batch(recs, use_c=False),
+                                tfrecord_io.masked_crc32c_batch(recs, use_c=True))

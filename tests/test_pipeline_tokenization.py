@@ -217,6 +217,26 @@ def test_cached_batch_encode_equals_encode(small_vocab):
   assert tokenization.fast_batch_tokenizer(tok).encode_batch(texts) == [tok.encode(t) for t in texts]
 
 
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_vectorised_encode_arrays_equals_encode(tmp_path, do_lower_case):
+  """The bulk path of records and raw-text training (code points classified in numpy, CJK ideographs
+  looked up in a code point table) gives BERT's ids on edge cases: compatibility ideographs (NFD changes
+  them), full-width forms, accents, control characters, the whitespace BERT deletes, lone surrogates,
+  astral ideographs, out-of-vocab ideographs and empty lines."""
+  # U+8C48 is U+F900's NFD form: in the vocab, so a lookup of the undecomposed character would differ.
+  vocab = testing.write_vocab(str(tmp_path), extra=["北", "京", "\u8c48", "\U00020000", "##a", "##e", "c"])
+  tok = tokenization.FullTokenizer(vocab, do_lower_case=do_lower_case)
+  texts = ["Ａｂｃ 北京\u3000ｘ", "Café CAFÉ naïve Zu\u0308ri", "\uf900\uf901\U0002f800 北京", "北 x\x0by",
+           "tab\tsep\u00a0nbsp\u2003em\u2028ls", "a\x01b北\ufffd京\x00", "", "  ", "\ud800x北",
+           "\U00020000\U00020001ab", "鼠标 the cat sat, 1990s!", "ΣΑΣ Σ", "\x85next\x1cline"] * 3
+  bt = tokenization.fast_batch_tokenizer(tok)
+  got = bt.encode_arrays(texts)
+  assert [g.dtype for g in got] == [np.int32] * len(texts)
+  for text, ids in zip(texts, got):
+    assert ids.tolist() == tok.encode(text), text
+  assert [x.tolist() for x in bt.encode_arrays(texts[:5])] == bt.encode_batch(texts[:5])   # warm tables
+
+
 def test_build_vocab_cli_puts_special_tokens_first_and_makes_a_chinese_char_vocab(tmp_path):
   zh = tmp_path / "zh.txt"
   zh.write_text("我爱北京天安门。\n天安门上太阳升。\n\n伟大领袖毛主席，指引我们向前进。\n", encoding="utf-8")

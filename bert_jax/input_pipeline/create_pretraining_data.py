@@ -161,39 +161,46 @@ def _jieba_continuation(lines: Sequence[str], spans: Sequence[Sequence[tuple]], 
 
 def _chinese_wwm_vectorised(batch_tok, lines: Sequence[str], cut, cont_table: np.ndarray):
   """(ids, continuation) per line for Chinese whole-word masking, vectorised over all lines: a token
-  continues a word when it starts inside a jieba word (or is a "##" piece). jieba runs once per distinct
-  line; the token offsets come from `encode_joined` (cached per piece)."""
-  joined, ids, starts, bounds, _ = batch_tok.encode_joined(lines)
-  seen: Dict[str, List[int]] = {}
-  lengths: List[int] = []
-  for line in lines:
-    w = seen.get(line)
-    if w is None:
-      w = seen[line] = list(map(len, cut(line)))
-    lengths.extend(w)
-    lengths.append(1)                                  # the "\n" that joins the lines
-  word_len = np.asarray(lengths, np.int64)
-  if int(word_len.sum()) != len(joined) + 1:           # a segmenter that does not cover every character
+  continues a word when it starts inside a jieba word (or is a "##" piece). The distinct lines are joined
+  with "\n" and segmented in one call (jieba never joins characters across a newline); the token offsets
+  come from `encode_joined`."""
+  joined, ids, starts, bounds, text_starts = batch_tok.encode_joined(lines)
+  n = len(lines)
+  ends = np.append(text_starts[1:] - 1, len(joined)).tolist()
+  plain = [joined[a:b] for a, b in zip(text_starts.tolist(), ends)]   # odd lines are "" in `joined`
+  distinct = dict.fromkeys(plain)
+  if len(distinct) == n:
+    seg_text, line_start_in_seg = joined, text_starts
+  else:                                                # segment each distinct line once
+    index = {line: i for i, line in enumerate(distinct)}
+    seg_text = "\n".join(distinct)
+    seg_starts = np.concatenate([[0], np.cumsum([len(x) + 1 for x in distinct])[:-1]]).astype(np.int64)
+    line_start_in_seg = seg_starts[np.fromiter(map(index.__getitem__, plain), np.int64, n)]
+  word_len = np.fromiter(map(len, cut(seg_text)), np.int64)
+  if int(word_len.sum()) != len(seg_text):             # a segmenter that does not cover every character
     spans = batch_tok.encode_batch_with_offsets(lines)
     jc = _jieba_continuation(lines, spans[1], cut)
     arrs = [np.asarray(x, np.int32) for x in spans[0]]
     return arrs, [c | cont_table[a] for a, c in zip(arrs, jc)]
-  inside = np.ones(len(joined) + 2, dtype=bool)        # True: the character continues a word
-  inside[np.concatenate([[0], np.cumsum(word_len)[:-1]])] = False
-  cont = np.where(starts >= 0, inside[np.maximum(starts, 0)], False) | cont_table[ids]
-  if (starts < 0).any():                               # texts that took the exact path: per-text jieba
-    for i in np.unique(np.searchsorted(bounds, np.flatnonzero(starts < 0), side="right") - 1):
+  inside = np.ones(len(seg_text) + 1, dtype=bool)      # True: the character continues a word
+  inside[np.cumsum(word_len) - word_len] = False
+  ok = starts >= 0
+  line_of = np.clip(np.searchsorted(text_starts, starts, side="right") - 1, 0, max(n - 1, 0))
+  pos = line_start_in_seg[line_of] + (starts - text_starts[line_of]) if n else starts
+  cont = np.where(ok, inside[np.where(ok, pos, 0)], False) | cont_table[ids]
+  if not ok.all():                                     # texts that took the exact path: per-text jieba
+    for i in np.unique(np.searchsorted(bounds, np.flatnonzero(~ok), side="right") - 1):
       line = lines[i]
       toks, spans = batch_tok.tokenizer.tokenize_with_offsets(line)
       del toks
       cont[bounds[i]:bounds[i + 1]] = (_jieba_continuation([line], [spans], cut)[0]
                                        | cont_table[ids[bounds[i]:bounds[i + 1]]])
-  split = bounds[1:-1]
-  return np.split(ids, split), np.split(cont, split)
+  b = bounds.tolist()
+  return [ids[b[i]:b[i + 1]] for i in range(n)], [cont[b[i]:b[i + 1]] for i in range(n)]
 
 
 def tokenize_documents(documents: List[List[str]], tokenizer: tokenization.FullTokenizer,
-                       cfg: Config, progress: bool = False, chunk_lines: int = 20_000):
+                       cfg: Config, progress: bool = False, chunk_lines: int = 50_000):
   """Token ids per sentence per document (+ per-token continuation flags for whole-word masking)."""
   batch_tok = tokenization.fast_batch_tokenizer(tokenizer, cfg.tokenizer_backend)
   lines = [s for doc in documents for s in doc]
@@ -216,12 +223,13 @@ def tokenize_documents(documents: List[List[str]], tokenizer: tokenization.FullT
         conts.append(c | cont_table[arr])
         ids.append(arr)
     else:
-      chunk_ids = batch_tok.encode_batch(chunk)
-      for x in chunk_ids:
-        arr = np.asarray(x, dtype=np.int32)
-        ids.append(arr)
-        if conts is not None:
-          conts.append(cont_table[arr])
+      if hasattr(batch_tok, "encode_arrays"):
+        chunk_ids = batch_tok.encode_arrays(chunk)
+      else:
+        chunk_ids = [np.asarray(x, dtype=np.int32) for x in batch_tok.encode_batch(chunk)]
+      ids.extend(chunk_ids)
+      if conts is not None:
+        conts.extend(cont_table[arr] for arr in chunk_ids)
     if cfg.google_exact:
       # Lines with Cn/Co/Cs characters: Google's tokenizer keeps them (our fast paths drop them).
       base = len(ids) - len(chunk)

@@ -415,19 +415,10 @@ def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_
   documents = documents[process_index::process_count]
   if not documents:
     raise ValueError(f"no documents for host {process_index}/{process_count} in {files}")
-  if chinese_wwm:
-    from bert_jax.input_pipeline import create_pretraining_data as cpd  # pylint: disable=g-import-not-at-top
-    docs_ids, docs_cont, _ = cpd.tokenize_documents(
-        documents, tokenizer, cpd.Config(do_lower_case=do_lower_case, chinese_wwm=True,
-                                         google_exact=google_exact))
-  else:
-    batch_tok = tokenization.fast_batch_tokenizer(tokenizer)
-    lines = [s for d in documents for s in d]
-    ids = batch_tok.encode_batch(lines)
-    docs_ids, docs_cont, k = [], None, 0
-    for d in documents:
-      docs_ids.append(ids[k:k + len(d)])
-      k += len(d)
+  from bert_jax.input_pipeline import create_pretraining_data as cpd  # pylint: disable=g-import-not-at-top
+  docs_ids, docs_cont, _ = cpd.tokenize_documents(
+      documents, tokenizer, cpd.Config(do_lower_case=do_lower_case, chinese_wwm=chinese_wwm,
+                                       google_exact=google_exact))
   corpus = instances_lib.build_corpus(docs_ids, max_seq_length - 3, continuation=docs_cont,
                                       long_sentence_policy="keep" if google_exact else "split",
                                       unk_id=tokenizer.vocab[tokenization.UNK])

@@ -178,9 +178,28 @@ def _crc32c_table() -> np.ndarray:
 _CRC_TABLE = _crc32c_table()
 
 
-def masked_crc32c_batch(buffers: Sequence[bytes]) -> np.ndarray:
-  """TFRecord's masked CRC-32C of each buffer (uint32 [N]), computed for all buffers at once: one numpy
-  step per byte position (records of one batch have similar lengths), ~20x faster than per-byte Python."""
+def _google_crc32c():
+  try:
+    import google_crc32c  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return None
+  return google_crc32c.value if google_crc32c.implementation == "c" else None
+
+
+_C_CRC32C = _google_crc32c()
+
+
+def _mask_crc(crc: np.ndarray) -> np.ndarray:
+  return ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(0xA282EAD8)
+
+
+def masked_crc32c_batch(buffers: Sequence[bytes], use_c: bool = True) -> np.ndarray:
+  """TFRecord's masked CRC-32C of each buffer (uint32 [N]). With `google-crc32c` (a requirement; C code,
+  ~0.3 us per record) one call per buffer; else numpy over all buffers at once, one step per byte position
+  (~20 us per 1.5 kB record, ~20x faster than per-byte Python). Both give TensorFlow's bytes (tested)."""
+  if use_c and _C_CRC32C is not None:
+    crc = np.fromiter(map(_C_CRC32C, buffers), np.uint32, len(buffers))
+    return _mask_crc(crc)
   n = len(buffers)
   lens = np.fromiter(map(len, buffers), np.int64, n)
   if n == 0:
@@ -201,7 +220,7 @@ def masked_crc32c_batch(buffers: Sequence[bytes]) -> np.ndarray:
     c = crc[:active]
     crc[:active] = _CRC_TABLE[(c ^ mat[:active, j]) & np.uint32(0xFF)] ^ (c >> np.uint32(8))
   crc ^= np.uint32(0xFFFFFFFF)
-  masked = ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(0xA282EAD8)
+  masked = _mask_crc(crc)
   out = np.empty(n, np.uint32)
   out[order] = masked
   return out

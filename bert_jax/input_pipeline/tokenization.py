@@ -577,27 +577,45 @@ class _CachedBatchTokenizer:
     return ids_out, spans_out
 
 
+  def encode_arrays(self, texts: Sequence[str]) -> List[np.ndarray]:
+    """int32 token ids per text (the bulk path of offline records and raw-text training): `encode_joined`
+    over all texts, split per text. Identical ids to `encode_batch`."""
+    texts = list(texts)
+    if not texts:
+      return []
+    _, ids, _, bounds, _ = self.encode_joined(texts)
+    b = bounds.tolist()
+    return [ids[b[i]:b[i + 1]] for i in range(len(texts))]
+
   def encode_joined(self, texts: Sequence[str]):
-    """Vectorised ids and token start offsets for many texts at once (Chinese whole-word masking).
+    """Vectorised ids and token start offsets for many texts at once.
 
     The texts are joined with "\n" into one string (returned as `joined`). Returns (joined, ids int32
     [num_tokens], starts int64 [num_tokens]: each token's first character in `joined`, bounds int64
     [len(texts) + 1]: text i owns tokens bounds[i]:bounds[i + 1], text_starts int64 [len(texts)]).
-    Texts with characters that Python's regex treats as whitespace but BERT deletes take the exact
-    per-text path. Each distinct piece is tokenized once (cached with its relative token offsets).
+    The text is classified per code point in numpy: each CJK ideograph is a piece (looked up in a code point
+    table, no Python object per character), each run of other non-space characters is a piece (one regex
+    findall); every distinct piece is tokenized once. Texts with characters that Python's regex treats as
+    whitespace but BERT deletes take the exact per-text path.
     """
     texts = list(texts)
     odd = {i for i, t in enumerate(texts) if _SPLIT_DIFFERENCES.search(t)}
     plain = [("" if i in odd else t) for i, t in enumerate(texts)]
     joined = "\n".join(plain)
-    parts = _PIECE_SPLIT_RE.split(joined)                # gap, piece, gap, piece, ..., gap
-    pieces, gaps = parts[1::2], parts[0::2]
-    n = len(pieces)
-    plen = np.fromiter(map(len, pieces), np.int64, n)
-    glen = np.fromiter(map(len, gaps), np.int64, n + 1)
-    piece_start = np.cumsum(glen[:-1]) + np.concatenate([[0], np.cumsum(plen)[:-1]]).astype(np.int64)
     table = self._start_table
-    pid = np.fromiter(map(table.__getitem__, pieces), np.int64, n)
+    cps = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), np.uint32).astype(np.int64)
+    is_cjk = _cjk_mask(cps)
+    other = ~is_cjk & ~_space_mask(cps)
+    run_start = np.flatnonzero(other & ~np.concatenate([[False], other[:-1]]))
+    runs = _RUN_RE.findall(joined)
+    if len(runs) != run_start.size:     # cannot happen: the regex and the masks classify alike
+      raise AssertionError(f"piece split disagrees: {len(runs)} runs vs {run_start.size} run starts")
+    cjk_pos = np.flatnonzero(is_cjk)
+    cjk_pid = table.ids_of_code_points(cps[cjk_pos])
+    run_pid = np.fromiter(map(table.__getitem__, runs), np.int64, len(runs))
+    piece_start = np.concatenate([cjk_pos, run_start])
+    order = np.argsort(piece_start, kind="stable")
+    piece_start, pid = piece_start[order], np.concatenate([cjk_pid, run_pid])[order]
     flat_ids, flat_rel, piece_off, piece_n = table.arrays()
     ntok = piece_n[pid]
     total = int(ntok.sum())
@@ -613,7 +631,7 @@ class _CachedBatchTokenizer:
       tok = self.tokenizer
       for i in range(len(texts)):
         if i in odd:
-          p_toks, p_spans = tok.tokenize_with_offsets(texts[i])
+          p_toks, _ = tok.tokenize_with_offsets(texts[i])
           parts_ids.append(np.asarray(tok.convert_tokens_to_ids(p_toks), np.int32))
           parts_starts.append(np.full(len(p_toks), -1, np.int64))   # no position in `joined`
         else:
@@ -623,6 +641,33 @@ class _CachedBatchTokenizer:
       ids, starts = np.concatenate(parts_ids), np.concatenate(parts_starts)
       bounds = np.asarray(new_bounds, np.int64)
     return joined, ids, starts, bounds, text_starts
+
+
+# BERT's CJK ranges (`_is_chinese_char`) as [lo, hi] code point pairs; the compatibility blocks decompose
+# under NFD (U+F900 -> U+8C48), so their characters take the tokenizer rather than a vocab lookup.
+_CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
+               (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+_CJK_COMPAT = ((0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+# Runs of non-space, non-CJK characters: the other kind of piece.
+_RUN_RE = re.compile(f"[^\\s{_CJK_CLASS}]+")
+# Python's `\s` (str.isspace) below U+3001; there are none above.
+_SPACE_LUT = np.array([chr(c).isspace() for c in range(0x3001)], bool)
+
+
+def _cjk_mask(cps: np.ndarray) -> np.ndarray:
+  m = np.zeros(cps.shape, bool)
+  for lo, hi in _CJK_RANGES:
+    m |= (cps >= lo) & (cps <= hi)
+  return m
+
+
+def _space_mask(cps: np.ndarray) -> np.ndarray:
+  return _SPACE_LUT[np.minimum(cps, 0x3000)] & (cps <= 0x3000)
+
+
+def _is_plain_cjk(cp: int) -> bool:
+  return (any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
+          and not any(lo <= cp <= hi for lo, hi in _CJK_COMPAT))
 
 
 class _StartTable(dict):
@@ -637,9 +682,38 @@ class _StartTable(dict):
     self._off: List[int] = []
     self._n: List[int] = []
     self._arrays = None
+    self._cp_table = np.full(0x10000, -1, np.int64)     # code point -> piece index (CJK ideographs)
+
+  def ids_of_code_points(self, cps: np.ndarray) -> np.ndarray:
+    """Piece indices of single CJK ideographs given as code points (int64 array), through a code point
+    table: a numpy gather, new ideographs added once."""
+    if cps.size == 0:
+      return np.zeros(0, np.int64)
+    need = int(cps.max()) + 1
+    if self._cp_table.size < need:
+      grown = np.full(max(need, 0x10000), -1, np.int64)
+      grown[:self._cp_table.size] = self._cp_table
+      self._cp_table = grown
+    pid = self._cp_table[cps]
+    if (pid < 0).any():
+      for cp in np.unique(cps[pid < 0]).tolist():
+        self._cp_table[cp] = self[chr(cp)]
+      pid = self._cp_table[cps]
+    return pid
 
   def __missing__(self, piece: str) -> int:
     tok = self._tokenizer
+    if len(piece) == 1 and _is_plain_cjk(ord(piece)):
+      # A CJK ideograph outside the compatibility blocks: no case, no accents, no decomposition, never
+      # punctuation or control, one character <= max_input_chars_per_word: WordPiece gives it or [UNK].
+      vocab = tok.vocab
+      self._off.append(len(self._ids))
+      self._n.append(1)
+      self._ids.append(vocab[piece] if piece in vocab else vocab[UNK])
+      self._rel.append(0)
+      self._arrays = None
+      k = self[piece] = len(self._off) - 1
+      return k
     p_toks = tok.tokenize(piece)
     surface = [t[2:] if t.startswith("##") else t for t in p_toks]
     normal = piece.lower() if tok.do_lower_case else piece
