@@ -129,6 +129,9 @@ def get_config(arg=None):
   config.num_train_epochs = 2.0 if is_squad else 3.0   # paper: 3 epochs (GLUE), 2-3 (SQuAD)
   config.warmup_proportion = 0.1                   # share of training steps with linear warmup
   config.grad_accum_steps = 1                      # micro-batches per step (batch_size must divide)
+  config.compilation_cache_dir = "auto"           # persistent XLA cache: a relaunch loads the compiled
+                                                   # step (auto: ~/.cache/bert_jax/xla or
+                                                   # $BERT_JAX_COMPILATION_CACHE_DIR; "": off)
   config.nan_policy = "stop"                       # stop | skip: on a NaN/Inf loss or gradient
   config.max_consecutive_nonfinite = 10            # skip: error after this many skipped steps in a row
   # The optimizer subtree has the fields of configs/pretrain.py's; fine-tuning sets its own values.

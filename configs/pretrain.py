@@ -130,6 +130,9 @@ def get_config(arg=None):
   config.eval_steps = 100                          # batches per evaluation
   config.init_checkpoint = ""                      # pre-training work dir, converted checkpoint or zoo name
   config.peak_flops_per_device = 0.0               # FLOP/s for the MFU estimate (0 = table by device kind)
+  config.compilation_cache_dir = "auto"           # persistent XLA cache: a relaunch loads the compiled
+                                                   # step (auto: ~/.cache/bert_jax/xla or
+                                                   # $BERT_JAX_COMPILATION_CACHE_DIR; "": off)
   config.progress_bar = True                       # tqdm progress bar on process 0
 
   # Sharding: one mesh, named axes; -1 takes the remaining devices. Logical -> mesh axis rules.

@@ -12,6 +12,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+# No persistent XLA cache in tests (hermetic runs, nothing written to ~/.cache); test_startup turns it on.
+os.environ.setdefault("BERT_JAX_COMPILATION_CACHE_DIR", "")
 
 import pytest  # noqa: E402
 

@@ -186,6 +186,11 @@ def test_resume_after_sigint_and_after_a_kill_mid_save_gives_identical_params(co
   first = kill_when(run_dir, corpus, lambda d: bool(complete_steps(d)), signum=signal.SIGINT)
   ref = finish(ref_proc)
   assert ref.returncode == 0, ref.stderr[-3000:]
+  # Start-up is timed once; the train step compiled ahead of time matched the data's batches.
+  assert len(re.findall(r"start-up: imports and config [\d.]+ s; then at once: data [\d.]+ s \| state [\d.]+ s "
+                        r"\+ train-step compile [\d.]+ s; first step [\d.]+ s later; first step [\d.]+ s after "
+                        r"launch", ref.stderr)) == 1, ref.stderr[-3000:]
+  assert "compiling again" not in ref.stderr
   assert first.returncode == 130, (first.returncode, first.stderr[-3000:])
   killed_at = complete_steps(run_dir)[-1]
   assert killed_at < TOTAL_STEPS

@@ -51,7 +51,7 @@ from bert_jax.errors import Interrupted
 from bert_jax.input_pipeline import fileio, tokenization
 from bert_jax.pretrained import Pretrained, load_pretrained, params_dir
 from bert_jax.pretrained.load import BEST_DIR, check_vocab_matches, merge_params
-from bert_jax.training import optimizers, sharding
+from bert_jax.training import compile_cache, optimizers, sharding
 from bert_jax.training import train_step as ts
 from bert_jax.training import workdir as workdir_lib
 from bert_jax.training.checkpoints import config_to_dict
@@ -187,6 +187,7 @@ def run(config, workdir: str) -> dict:
   fileio.makedirs(workdir)
   lock = workdir_lib.WorkdirLock(workdir, kind="finetune").acquire()
   try:
+    compile_cache.enable(str(config.get("compilation_cache_dir", "auto")))
     return _run(config, workdir)
   finally:
     lock.release()

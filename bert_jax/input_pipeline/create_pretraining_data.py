@@ -23,16 +23,17 @@ next_sentence_labels; plus word_continuation with `--chinese_wwm` or `--do_whole
 continues the previous token's word, so dynamic re-masking keeps whole words; Google's reader ignores it).
 
 Pipeline (each step vectorised or in Rust; see `experiments/bench_input_pipeline.md` for speed):
-read (bad UTF-8 lines skipped and counted) -> tokenize in batches (Hugging Face `tokenizers`, identical ids
-to BERT's tokenizer) -> pairs with Google's rules (`instances.create_pairs`) -> numpy assembly + masking
-(`masking.Masker`) -> direct protobuf encoding -> TFRecord shards. A summary lists every skip.
+read (bad UTF-8 lines skipped and counted) -> tokenize all lines at once (code points classified in numpy,
+each distinct piece tokenized once by BERT's exact tokenizer) -> pairs with Google's rules
+(`instances.create_pairs`) -> numpy assembly + masking (`masking.Masker`) -> direct protobuf encoding ->
+TFRecord shards (checksums by google-crc32c). A summary lists every skip.
 
 Measured (experiments/bench_input_pipeline.md, one core, 4.5 MB of Chinese news, max_seq_length=128,
-dupe_factor=1): ~19,900 instances per core-second, ~20x Google's script (~1,000/s on the same text);
-English ~22,000/s. With --chinese_wwm the lines are tokenized with offsets in one vectorised pass and each
-distinct line is segmented once, by `rjieba` (jieba-rs: the same dictionary and boundaries, ~13x faster)
-when installed, else `jieba`: 0.55x the plain rate with rjieba, 0.17x with jieba (same-run ratios).
-No TensorFlow is imported for local output files, so the whole command starts in about a second.
+dupe_factor=1), against Google's script run on the same text and core: ~11x its instances per core-second,
+plain or with --chinese_wwm (the distinct lines joined and segmented in one call, by `rjieba` (jieba-rs: the
+same dictionary and boundaries) when installed, else `jieba`, ~2x Google). The whole command at
+dupe_factor=10: ~5 s wall (~7 s with --chinese_wwm) against ~118 s for Google's. No TensorFlow is imported
+for local output files.
 """
 
 from __future__ import annotations
