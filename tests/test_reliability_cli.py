@@ -284,6 +284,20 @@ def test_entry_points_print_one_error_line_and_exit_2(tmp_path, cmd, message):
   assert not os.path.exists(tmp_path / "work"), "validation runs before the work dir is created"
 
 
+@pytest.mark.parametrize("sub, flag, message", [
+    ("import-hf", "--input", "MISSING: no config.json (not a Hugging Face model folder)"),
+    ("export-hf", "--input", "'MISSING' is neither an existing directory nor a zoo model name; "
+                              "`python -m bert_jax.convert zoo` lists the names"),
+])
+def test_converter_missing_input_is_one_error_line_and_exit_2(tmp_path, sub, flag, message):
+  missing = str(tmp_path / "missing")
+  got = _run(["-m", "bert_jax.convert", sub, f"{flag}={missing}", f"--output={tmp_path / 'out'}"])
+  assert got.returncode == 2, got.stderr
+  assert got.stderr.splitlines() == ["error: " + message.replace("MISSING", missing)], got.stderr
+  verbose = _run(["-m", "bert_jax.convert", sub, f"{flag}={missing}", f"--output={tmp_path / 'out'}", "--verbose"])
+  assert verbose.returncode == 2 and "Traceback" in verbose.stderr
+
+
 def test_unknown_config_override_suggests_the_nearest_field():
   path = os.path.join(REPO, "configs", "pretrain.py")
   argv = ["train.py", f"--config={path}:size=tiny", "--config.data.vocab_fil=v.txt"]

@@ -131,8 +131,10 @@ def main(argv=None) -> int:
           json.dump(rows, f, indent=2)
           f.write("\n")
   except (ConversionError, FileNotFoundError, ValueError) as err:
-    print(f"error: {err}", file=sys.stderr)
-    return 1
+    # A missing or malformed input: one `error:` line and exit 2 via errors.run_plain_main (--verbose: the
+    # traceback), like every other entry point.
+    from bert_jax import errors  # pylint: disable=g-import-not-at-top
+    raise errors.UserError(str(err)) from err
   return 0
 
 
