@@ -5,6 +5,7 @@
     squad_dir = write_squad(tmp_dir, version_2_with_negative=False)   # train-v1.1.json, dev-v1.1.json
     ner_dir = write_conll(tmp_dir)                      # train.txt, dev.txt, test.txt (with -DOCSTART-)
     cls_dir = write_classification(tmp_dir)             # ChnSentiCorp style train/dev/test.tsv
+    text = write_word_documents(path, words, 40)        # pre-training text: a sentence per line, blank lines
 
 Every file follows the real release's layout (headers, column positions, a BOM on MRPC, MNLI's 12/16/10
 columns), so a reader that passes here reads the real data.
@@ -14,7 +15,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Iterable, Optional
+import random
+from typing import Iterable, Optional, Sequence
 
 VOCAB_TOKENS = (
     "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
@@ -39,6 +41,18 @@ def write_vocab(directory: str, extra: Iterable[str] = ()) -> str:
   with open(path, "w", encoding="utf-8") as f:
     f.write("\n".join(lines) + "\n")
   return path
+
+
+def write_word_documents(path, words: Sequence[str], num_documents: int, sentences=(3, 7), seed: int = 0) -> str:
+  """Raw pre-training text in Google's format: `num_documents` documents of random sentences ("w w w .")
+  drawn from `words`, one sentence per line, a blank line after each document."""
+  rng = random.Random(seed)
+  with open(path, "w", encoding="utf-8") as f:
+    for _ in range(num_documents):
+      for _ in range(rng.randint(*sentences)):
+        f.write(" ".join(rng.choice(words) for _ in range(rng.randint(4, 12))) + " .\n")
+      f.write("\n")
+  return str(path)
 
 
 def _write(path: str, lines, bom: bool = False):

@@ -2,11 +2,11 @@
 compilation cache is configured from `config.compilation_cache_dir`, and start-up helpers report errors."""
 
 import os
-import random
 
 import jax
 import numpy as np
 import pytest
+import task_fixtures as testing
 
 from bert_jax.input_pipeline import create_pretraining_data as cpd
 from bert_jax.training import compile_cache
@@ -18,12 +18,7 @@ from configs import pretrain as pretrain_configs
 def corpus(tmp_path_factory):
   d = tmp_path_factory.mktemp("startup")
   words = ["the", "a", "cat", "dog", "sat", "on", "mat", "hello", "world", "jax", "bert", "model", "data"]
-  rng = random.Random(0)
-  with open(d / "corpus.txt", "w", encoding="utf-8") as f:
-    for _ in range(30):
-      for _ in range(rng.randint(3, 6)):
-        f.write(" ".join(rng.choice(words) for _ in range(rng.randint(4, 12))) + " .\n")
-      f.write("\n")
+  testing.write_word_documents(d / "corpus.txt", words, 30, sentences=(3, 6))
   vocab = d / "vocab.txt"
   vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "."] + words) + "\n", encoding="utf-8")
   records = str(d / "train.tfrecord")

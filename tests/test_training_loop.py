@@ -3,7 +3,6 @@ and after SIGKILL mid-save, with metrics.jsonl truncated back to the restored st
 
 import json
 import os
-import random
 import re
 import signal
 import subprocess
@@ -13,6 +12,7 @@ import time
 import jax
 import numpy as np
 import pytest
+import task_fixtures as testing
 
 from bert_jax.errors import UserError
 from bert_jax.models import BertForPreTraining
@@ -118,12 +118,7 @@ def corpus(tmp_path_factory):
   d = tmp_path_factory.mktemp("corpus")
   words = ["the", "a", "cat", "dog", "sat", "on", "mat", "running", "plays", "played", "is", "was",
            "hello", "world", "jax", "bert", "model", "training", "data"]
-  rng = random.Random(0)
-  with open(d / "corpus.txt", "w", encoding="utf-8") as f:
-    for _ in range(40):
-      for _ in range(rng.randint(3, 7)):
-        f.write(" ".join(rng.choice(words) for _ in range(rng.randint(4, 12))) + " .\n")
-      f.write("\n")
+  testing.write_word_documents(d / "corpus.txt", words, 40)
   vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "run", "##ning", "play", "##s", "##ed",
            "train", "##ing"] + [w for w in words if w not in ("running", "plays", "played", "training")]
   (d / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
