@@ -29,8 +29,8 @@ each distinct piece tokenized once by BERT's exact tokenizer) -> pairs with Goog
 TFRecord shards (checksums by google-crc32c). A summary lists every skip.
 
 Measured (experiments/bench_input_pipeline.md, one core, 4.5 MB of Chinese news, max_seq_length=128,
-dupe_factor=1), against Google's script run on the same text and core: ~11x its instances per core-second,
-plain or with --chinese_wwm (the distinct lines joined and segmented in one call, by `rjieba` (jieba-rs: the
+dupe_factor=1), against Google's script run on the same text and core: ~19x its instances per core-second,
+~12x with --chinese_wwm (the distinct lines joined and segmented in one call, by `rjieba` (jieba-rs: the
 same dictionary and boundaries) when installed, else `jieba`, ~2x Google). The whole command at
 dupe_factor=10: ~5 s wall (~7 s with --chinese_wwm) against ~118 s for Google's. No TensorFlow is imported
 for local output files.

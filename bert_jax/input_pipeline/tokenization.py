@@ -511,8 +511,6 @@ _CJK_CLASS = ("\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df\U0002a700-\U0002b
 _PIECE_RE = re.compile(f"[{_CJK_CLASS}]|[^\\s{_CJK_CLASS}]+")
 # Python's `\s` (and str.split) also splits on these control characters, which BERT deletes instead
 # (joining their neighbours): lines containing them take the uncached path.
-# The same pieces with the text between them kept: split() returns gap, piece, gap, ..., gap.
-_PIECE_SPLIT_RE = re.compile(f"([{_CJK_CLASS}]|[^\\s{_CJK_CLASS}]+)")
 _SPLIT_DIFFERENCES = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
 
 
@@ -575,7 +573,6 @@ class _CachedBatchTokenizer:
       ids_out.append(ids)
       spans_out.append(spans)
     return ids_out, spans_out
-
 
   def encode_arrays(self, texts: Sequence[str]) -> List[np.ndarray]:
     """int32 token ids per text (the bulk path of offline records and raw-text training): `encode_joined`
