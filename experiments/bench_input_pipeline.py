@@ -65,7 +65,8 @@ print("instances", len(inst), "cpu", time.process_time() - c0)
 """
 
 
-def _one_core_env():
+def _child_env():
+  """The environment of the commands this benchmark runs: quiet TensorFlow, no GPU, one Rust thread."""
   return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", RAYON_NUM_THREADS="1")
 
 
@@ -74,7 +75,7 @@ def run_google(repo, text, vocab, out, dupe_factor):
   import subprocess  # pylint: disable=g-import-not-at-top
   t0 = time.perf_counter()
   r = subprocess.run([sys.executable, "-c", _GOOGLE_RUNNER, repo, text, vocab, out, str(dupe_factor)],
-                     capture_output=True, text=True, env=_one_core_env(), check=True)
+                     capture_output=True, text=True, env=_child_env(), check=True)
   wall = time.perf_counter() - t0
   words = r.stdout.split()
   return int(words[words.index("instances") + 1]), float(words[words.index("cpu") + 1]), wall
@@ -242,7 +243,7 @@ def startup(args, work, news, zh_vocab):
     subprocess.run([sys.executable, "-m", "bert_jax.input_pipeline.create_pretraining_data", f"--input_file={news}",
                     f"--vocab_file={zh_vocab}", f"--output_file={os.path.join(work, 'd10.tfrecord')}",
                     "--dupe_factor=10", "--progress=false", *flags], cwd=REPO, check=True, capture_output=True,
-                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""))
+                   env=_child_env())
     print(f"| create_pretraining_data --dupe_factor=10 {' '.join(flags)} | {time.perf_counter() - t0:.1f} | |",
           flush=True)
   if args.google_repo:
@@ -257,7 +258,7 @@ def startup(args, work, news, zh_vocab):
                         f"--workdir={wd}", f"--config.data.input_files={news}", f"--config.data.vocab_file={zh_vocab}",
                         "--config.num_train_steps=10", f"--config.compilation_cache_dir={cache}",
                         "--config.progress_bar=false"], cwd=REPO, capture_output=True, text=True,
-                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""))
+                       env=_child_env())
     m = re.search(r"start-up: (.*after launch)", r.stderr)
     line = m.group(1) if m else f"no start-up line (exit {r.returncode}): {r.stderr[-300:]}"
     print(f"| train.py size=tiny, raw text, compilation cache {label} | {time.perf_counter() - t0:.1f} | "

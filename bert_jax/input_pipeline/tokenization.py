@@ -704,13 +704,7 @@ class _StartTable(dict):
       # A CJK ideograph outside the compatibility blocks: no case, no accents, no decomposition, never
       # punctuation or control, one character <= max_input_chars_per_word: WordPiece gives it or [UNK].
       vocab = tok.vocab
-      self._off.append(len(self._ids))
-      self._n.append(1)
-      self._ids.append(vocab[piece] if piece in vocab else vocab[UNK])
-      self._rel.append(0)
-      self._arrays = None
-      k = self[piece] = len(self._off) - 1
-      return k
+      return self._add(piece, [vocab[piece] if piece in vocab else vocab[UNK]], [0])
     p_toks = tok.tokenize(piece)
     surface = [t[2:] if t.startswith("##") else t for t in p_toks]
     normal = piece.lower() if tok.do_lower_case else piece
@@ -720,9 +714,13 @@ class _StartTable(dict):
     else:
       p_toks, p_spans = tok.tokenize_with_offsets(piece)
       rel = [a for a, _ in p_spans]
+    return self._add(piece, tok.convert_tokens_to_ids(p_toks), rel)
+
+  def _add(self, piece: str, ids: List[int], rel: List[int]) -> int:
+    """Stores a new piece's token ids and start offsets; returns its index."""
     self._off.append(len(self._ids))
-    self._n.append(len(p_toks))
-    self._ids.extend(tok.convert_tokens_to_ids(p_toks))
+    self._n.append(len(ids))
+    self._ids.extend(ids)
     self._rel.extend(rel)
     self._arrays = None
     k = self[piece] = len(self._off) - 1

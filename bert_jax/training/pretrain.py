@@ -331,18 +331,16 @@ def expected_batch_spec(config, phase: Phase, batch_sharding) -> Dict[str, jax.S
                                   sharding=batch_sharding) for k, v in shapes.items()}
 
 
-def _precompile(train_step, abstract_state, state_shardings, batch_spec):
+def _precompile(train_step, abstract_state, state_shardings, batch_spec) -> None:
   """Compiles the train step for the abstract state and batch (fills jit's cache, so the first real call
   only runs). A failure only costs the head start: it is logged and the first call compiles as usual."""
   try:
     state = jax.tree.map(lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh), abstract_state,
                          state_shardings)
     train_step.lower(state, batch_spec).compile()
-    return True
   except Exception as e:  # noqa: BLE001
     log.info("ahead-of-time compile of the train step skipped (%s: %s); the first step compiles it",
              type(e).__name__, e)
-    return False
 
 
 def _open_data(config, phase: Phase, start_in_phase: int, vocab_file: str):
@@ -379,7 +377,8 @@ def _train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
   phases = resolve_phases(config)
   expected_step = ckpt.latest_step() or 0
   first_phase = _phase_at(phases, expected_step)
-  check_spec = first_phase is not None
+  # The batch the step is compiled for ahead of time; the first real batch is checked against it.
+  spec = expected_batch_spec(config, first_phase, batch_sharding) if first_phase is not None else None
   abstract, shardings = ts.abstract_train_state(config, model, mesh, tx)
   train_step = ts.make_train_step(config, model, tx, mesh, shardings)
 
@@ -388,9 +387,9 @@ def _train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
     st, _, _ = _initial_state(config, model, mesh, tx, ckpt, loaded)
     jax.block_until_ready(st)
     secs = {"state": time.time() - t0}
-    if first_phase is not None:
+    if spec is not None:
       t0 = time.time()
-      _precompile(train_step, abstract, shardings, expected_batch_spec(config, first_phase, batch_sharding))
+      _precompile(train_step, abstract, shardings, spec)
       secs["train-step compile"] = time.time() - t0
     try:
       import tensorboardX  # noqa: F401  (MetricWriter's import, ~2 s: off the data's critical path)
@@ -457,14 +456,13 @@ def _train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
         host_batch = pending if pending is not None else next(data)
         pending = None
         batch = to_global(host_batch, batch_sharding)
-        if check_spec:
+        if spec is not None:
           got = {k: (tuple(v.shape), v.dtype) for k, v in batch.items()}
-          want = {k: (tuple(v.shape), v.dtype) for k, v in
-                  expected_batch_spec(config, phase, batch_sharding).items()}
+          want = {k: (tuple(v.shape), v.dtype) for k, v in spec.items()}
           if got != want:
             log.warning("the train step was compiled ahead of time for batches %s but the data gives %s: "
                         "compiling again", want, got)
-          check_spec = False
+          spec = None
         state, metrics = train_step(state, batch)
         step += 1
         acc = ts.merge_metrics(acc, metrics)
