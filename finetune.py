@@ -19,7 +19,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from bert_jax import errors  # noqa: E402
+from bert_jax import cli, errors  # noqa: E402
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Fine-tuning config, e.g. configs/finetune.py:task=mrpc.",
@@ -32,15 +32,17 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
   if len(argv) > 1:
     raise errors.UserError(f"unexpected arguments: {argv[1:]} (flags are --name=value)")
+  # lazy: --help and flag errors answer before JAX loads
   import jax  # pylint: disable=g-import-not-at-top
   if FLAGS.distributed:
     jax.distributed.initialize()
-  from bert_jax.finetune import validation  # pylint: disable=g-import-not-at-top
+  from bert_jax.finetune import validation  # pylint: disable=g-import-not-at-top  # lazy: as jax above
   validation.validate_finetune_config(FLAGS.config)   # a bad config fails before TF and the loop's imports
   if FLAGS.config.tfds_name:
     # TFDS readers import TensorFlow; keep it off the accelerators JAX uses.
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     tf.config.set_visible_devices([], "GPU")
+  # lazy: the loop's imports (TensorFlow for the task readers) load only after the config is valid
   from bert_jax.finetune import loop  # pylint: disable=g-import-not-at-top
   logging.getLogger().setLevel(logging.INFO)
   logging.info("JAX devices: %s", jax.devices())
@@ -54,4 +56,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  errors.run_main(main)   # error: ... lines (exit 2) for user errors; --verbose, --strict
+  cli.run_main(main)   # error: ... lines (exit 2) for user errors; --verbose, --strict

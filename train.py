@@ -20,7 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from bert_jax import errors  # noqa: E402
+from bert_jax import cli, errors  # noqa: E402
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Pre-training config, e.g. configs/pretrain.py:size=base.",
@@ -34,6 +34,7 @@ def main(argv):
     raise errors.UserError(f"unexpected arguments: {argv[1:]} (flags are --name=value)")
   logging.getLogger().setLevel(logging.INFO)
   logging.getLogger("absl").setLevel(logging.WARNING)   # Orbax's per-file INFO lines
+  # lazy: --help and flag errors answer before JAX and TensorFlow load (seconds)
   from bert_jax.training import pretrain  # pylint: disable=g-import-not-at-top
   result = pretrain.train_and_evaluate(FLAGS.config, FLAGS.workdir)
   shown = {k: v for k, v in sorted(result.items()) if isinstance(v, (int, float)) and k != "time"}
@@ -42,4 +43,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  errors.run_main(main)   # error: ... lines (exit 2) for user errors; --verbose, --strict
+  cli.run_main(main)   # error: ... lines (exit 2) for user errors; --verbose, --strict

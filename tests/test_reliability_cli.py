@@ -13,12 +13,15 @@ import subprocess
 import sys
 
 import pytest
+from absl import flags
+from ml_collections import config_flags
 
-from bert_jax import errors
+from bert_jax import cli, errors, input_warnings
+from bert_jax.finetune import loop
 from bert_jax.finetune import validation as ft_validation
 from bert_jax.finetune.tasks import classification, common, ner, squad
 from bert_jax.input_pipeline import text_io
-from bert_jax.training import validation
+from bert_jax.training import pretrain, validation
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,11 +36,11 @@ def _config(name, arg):
 
 @pytest.fixture(autouse=True)
 def _no_strict_mode_left_behind():
-  errors.set_strict(False)
-  errors.clear_input_warnings()
+  input_warnings.set_strict(False)
+  input_warnings.clear_input_warnings()
   yield
-  errors.set_strict(False)
-  errors.clear_input_warnings()
+  input_warnings.set_strict(False)
+  input_warnings.clear_input_warnings()
 
 
 @pytest.fixture
@@ -174,8 +177,8 @@ def test_non_utf8_lines_are_counted_and_reported_naming_the_file(tmp_path):
   docs = text_io.read_documents([str(path)], stats)
   assert docs == [["good line", "another"], ["second doc"]]
   assert stats.bad_utf8_lines[str(path)] == 1
-  assert errors.input_warnings() == [f"{path}: skipped 1 of 6 lines that are not UTF-8 (first: line 2)"]
-  errors.set_strict(True)
+  assert input_warnings.input_warnings() == [f"{path}: skipped 1 of 6 lines that are not UTF-8 (first: line 2)"]
+  input_warnings.set_strict(True)
   with pytest.raises(errors.UserError, match=r"latin1.txt: skipped 1 of 6 lines .*\(--strict"):
     text_io.read_documents([str(path)])
 
@@ -189,8 +192,8 @@ def test_classification_rows_with_extra_columns_are_errors_or_counted_skips(tmp_
     classification.read_classification_file(str(path), fmt)
   es = classification.read_classification_file(str(path), fmt, on_error="skip")
   assert [e.text_a for e in es] == ["good", "fine"] and es.skipped.counts == {"extra columns": 1}
-  assert errors.input_warnings() == [f"{path}: skipped 1 row(s): 1 x extra columns (e.g. {path}:3)"]
-  errors.set_strict(True)
+  assert input_warnings.input_warnings() == [f"{path}: skipped 1 row(s): 1 x extra columns (e.g. {path}:3)"]
+  input_warnings.set_strict(True)
   with pytest.raises(errors.UserError, match="--strict"):
     classification.read_classification_file(str(path), fmt, on_error="skip")
   headerless = tmp_path / "dev.tsv"
@@ -221,12 +224,12 @@ def test_squad_v1_dev_questions_without_answers_are_a_counted_warning(tmp_path):
   path.write_text(json.dumps(data), encoding="utf-8")
   es = squad.read_squad(str(path), is_training=False, split="dev")
   assert len(es) == 2
-  assert errors.input_warnings() == [f"{path}: 1 of 2 questions have no answer (e.g. id q2); SQuAD v1.1 "
+  assert input_warnings.input_warnings() == [f"{path}: 1 of 2 questions have no answer (e.g. id q2); SQuAD v1.1 "
                                      "scores them 0 whatever is predicted (task=squad_v2 treats them as "
                                      "unanswerable)"]
   squad.read_squad(str(path), version_2_with_negative=True, is_training=False, split="dev")
-  assert len(errors.input_warnings()) == 1
-  errors.set_strict(True)
+  assert len(input_warnings.input_warnings()) == 1
+  input_warnings.set_strict(True)
   with pytest.raises(errors.UserError, match="1 of 2 questions have no answer"):
     squad.read_squad(str(path), is_training=False, split="dev")
 
@@ -237,14 +240,14 @@ def _run(args, timeout=120):
                         env=dict(os.environ, PYTHONPATH=REPO))
 
 
-_WRAPPER = ("import sys; from bert_jax import errors\n"
+_WRAPPER = ("import sys; from bert_jax import cli, errors, input_warnings\n"
             "def main(argv):\n"
-            "  errors.warn_input('corpus.txt: skipped 2 of 9 lines that are not UTF-8 (first: line 3)')\n"
+            "  input_warnings.warn_input('corpus.txt: skipped 2 of 9 lines that are not UTF-8 (first: line 3)')\n"
             "  kind = argv[1] if len(argv) > 1 else ''\n"
             "  if kind == 'user': raise errors.UserError('config.batch_size=12 is not divisible by 8')\n"
             "  if kind == 'internal': raise RuntimeError('a bug')\n"
             "  if kind == 'sigterm': raise errors.Interrupted(15, 60)\n"
-            "errors.run_main(main)\n")
+            "cli.run_main(main)\n")
 
 
 @pytest.mark.parametrize("args, code, stderr_has, stderr_lacks", [
@@ -300,16 +303,17 @@ def test_converter_missing_input_is_one_error_line_and_exit_2(tmp_path, sub, fla
 
 def test_unknown_config_override_suggests_the_nearest_field():
   path = os.path.join(REPO, "configs", "pretrain.py")
+  flag_values = flags.FlagValues()     # a config flag as train.py defines it, on its own FlagValues
+  config_flags.DEFINE_config_file("config", None, "config", flag_values=flag_values)
+  config_flag = {"config": flag_values["config"]}
   argv = ["train.py", f"--config={path}:size=tiny", "--config.data.vocab_fil=v.txt"]
-  assert errors._unknown_config_fields(argv, ["config"]) == (  # pylint: disable=protected-access
+  assert cli.unknown_config_field(argv, config_flag) == (
       f"--config.data.vocab_fil: {path} has no field 'data.vocab_fil'; did you mean "
       "--config.data.vocab_file or --config.data.eval_input_files or --config.model.vocab_size?")
-  assert errors._unknown_config_fields(argv[:2] + ["--config.data.vocab_file=v.txt"], ["config"]) is None
+  assert cli.unknown_config_field(argv[:2] + ["--config.data.vocab_file=v.txt"], config_flag) is None
 
 
 def test_the_loops_validate_before_creating_the_work_dir(files, tmp_path):
-  from bert_jax.finetune import loop
-  from bert_jax.training import pretrain
   with pytest.raises(errors.UserError, match=r"config.batch_size=12 is not divisible by 8"):
     pretrain.train_and_evaluate(pretrain_config(files, batch_size=12), str(tmp_path / "pretrain"))
   with pytest.raises(errors.UserError, match=r"config.max_seq_length=1024 exceeds"):

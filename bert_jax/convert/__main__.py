@@ -9,6 +9,15 @@ import argparse
 import json
 import sys
 
+from bert_jax import cli
+from bert_jax.convert import rank
+from bert_jax.convert.google_tf import import_tf_checkpoint
+from bert_jax.convert.hf import export_hf, import_hf
+from bert_jax.convert.mapping import ConversionError
+from bert_jax.convert.uer import import_uer
+from bert_jax.errors import UserError
+from bert_jax.pretrained import zoo
+
 
 def _bool(s: str) -> bool:
   if s.lower() in ("1", "true", "yes"):
@@ -72,7 +81,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
   args = build_parser().parse_args(argv)
   if args.command == "zoo":
-    from bert_jax.pretrained import zoo
     if args.name:
       if args.name not in zoo.REGISTRY:
         try:
@@ -92,35 +100,29 @@ def main(argv=None) -> int:
     print(zoo.format_table(entries))
     return 0
 
-  from bert_jax.convert.mapping import ConversionError
   try:
     if args.command == "import-tf":
-      from bert_jax.convert.google_tf import import_tf_checkpoint
       _, _, report = import_tf_checkpoint(args.checkpoint, args.output, config_file=args.config,
                                           vocab_file=args.vocab, do_lower_case=args.do_lower_case)
       print(report.summary())
       print(f"wrote {args.output}")
     elif args.command == "import-hf":
-      from bert_jax.convert.hf import import_hf
       ignore = [x for x in args.ignore.split(",") if x]
       _, _, report = import_hf(args.input, args.output, vocab_file=args.vocab, do_lower_case=args.do_lower_case,
                                ignore=ignore)
       print(report.summary())
       print(f"wrote {args.output}")
     elif args.command == "import-uer":
-      from bert_jax.convert.uer import import_uer
       _, _, report = import_uer(args.input, args.config, args.output, vocab_file=args.vocab,
                                 do_lower_case=args.do_lower_case)
       print(report.summary())
       print(f"wrote {args.output}")
     elif args.command == "export-hf":
-      from bert_jax.convert.hf import export_hf
       report = export_hf(args.input, args.output, heads=args.heads)
       print(f"wrote {report.loaded} tensors to {args.output}")
       for n in report.notes:
         print(n)
     elif args.command == "rank":
-      from bert_jax.convert import rank
       rows = rank.rank_checkpoints([c for c in args.checkpoints.split(",") if c], args.text,
                                    num_sequences=args.num_sequences, max_seq_length=args.max_seq_length,
                                    masked_lm_prob=args.masked_lm_prob, seed=args.seed,
@@ -131,13 +133,11 @@ def main(argv=None) -> int:
           json.dump(rows, f, indent=2)
           f.write("\n")
   except (ConversionError, FileNotFoundError, ValueError) as err:
-    # A missing or malformed input: one `error:` line and exit 2 via errors.run_plain_main (--verbose: the
+    # A missing or malformed input: one `error:` line and exit 2 via cli.run_plain_main (--verbose: the
     # traceback), like every other entry point.
-    from bert_jax import errors  # pylint: disable=g-import-not-at-top
-    raise errors.UserError(str(err)) from err
+    raise UserError(str(err)) from err
   return 0
 
 
 if __name__ == "__main__":
-  from bert_jax import errors  # pylint: disable=g-import-not-at-top
-  errors.run_plain_main(main)   # a UserError: one `error:` line, exit 2 (--verbose: traceback); --strict
+  cli.run_plain_main(main)   # a UserError: one `error:` line, exit 2 (--verbose: traceback); --strict

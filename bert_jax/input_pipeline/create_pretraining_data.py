@@ -48,6 +48,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from bert_jax import cli
 from bert_jax.input_pipeline import instances as instances_lib
 from bert_jax.input_pipeline import masking
 from bert_jax.input_pipeline import text_io
@@ -108,7 +109,7 @@ def _progress(iterable=None, total=None, desc="", enabled=True):
   if not enabled:
     return iterable if iterable is not None else _NullBar()
   try:
-    from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
+    from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top  # lazy: optional, progress bars only
   except ImportError:
     return iterable if iterable is not None else _NullBar()
   return tqdm(iterable, total=total, desc=desc, unit_scale=True, dynamic_ncols=True, file=sys.stderr)
@@ -127,12 +128,12 @@ def jieba_segmenter():
   same dictionary and algorithm, ~13x faster; identical words on the 36k lines of the news benchmark) when
   installed, else `jieba` (pure Python)."""
   try:
-    import rjieba  # pylint: disable=g-import-not-at-top
+    import rjieba  # pylint: disable=g-import-not-at-top  # lazy: optional, only for --chinese_wwm
     return "rjieba", rjieba.cut
   except ImportError:
     pass
   try:
-    import jieba  # pylint: disable=g-import-not-at-top
+    import jieba  # pylint: disable=g-import-not-at-top  # lazy: optional, only for --chinese_wwm
   except ImportError as e:
     raise ImportError("--chinese_wwm needs jieba (pip install jieba; rjieba is a faster drop-in)") from e
   jieba.setLogLevel(60)
@@ -381,5 +382,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  from bert_jax import errors  # pylint: disable=g-import-not-at-top
-  errors.run_plain_main(main)   # a UserError: one `error:` line, exit 2 (--verbose: traceback); --strict
+  cli.run_plain_main(main)   # a UserError: one `error:` line, exit 2 (--verbose: traceback); --strict

@@ -3,8 +3,8 @@
 Format: one sentence per line, a blank line between documents (google-research/bert `sample_text.txt`).
 Lines that are not UTF-8 are skipped and counted (with the file name); empty files are counted; a glob that
 matches nothing raises, naming the glob. Both kinds of skip are also reported as input warnings
-(`bert_jax.errors.warn_input`: a `warning:` line naming the file and the count, printed again when the entry
-point exits; with `--strict` a UserError instead).
+(`bert_jax.input_warnings.warn_input`: a `warning:` line naming the file and the count, printed again when
+the entry point exits; with `--strict` a UserError instead).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import collections
 import dataclasses
 from typing import List, Sequence, Union
 
-from bert_jax import errors
+from bert_jax.input_warnings import warn_input
 from bert_jax.input_pipeline import fileio
 
 
@@ -66,7 +66,7 @@ def read_documents(files: Sequence[str], stats: ReadStats = None) -> List[List[s
 
   A blank line ends a document; each file also ends one. Lines with invalid UTF-8 are skipped and counted
   in `stats.bad_utf8_lines[file]`; files with no text are listed in `stats.empty_files`; each such file is
-  reported through `errors.warn_input` (a UserError under strict mode).
+  reported through `warn_input` (a UserError under strict mode).
   """
   stats = stats if stats is not None else ReadStats()
   documents: List[List[str]] = []
@@ -76,7 +76,7 @@ def read_documents(files: Sequence[str], stats: ReadStats = None) -> List[List[s
       raw = f.read()
     if not raw.strip():
       stats.empty_files.append(path)
-      errors.warn_input(f"{path}: empty file, skipped")
+      warn_input(f"{path}: empty file, skipped")
       continue
     try:
       lines = raw.decode("utf-8").split("\n")  # only "\n" ends a line, as in BERT's reader
@@ -89,7 +89,7 @@ def read_documents(files: Sequence[str], stats: ReadStats = None) -> List[List[s
         except UnicodeDecodeError:
           stats.bad_utf8_lines[path] += 1
           first_bad = first_bad or number
-      errors.warn_input(f"{path}: skipped {stats.bad_utf8_lines[path]:,} of {len(raw_lines):,} lines that are "
+      warn_input(f"{path}: skipped {stats.bad_utf8_lines[path]:,} of {len(raw_lines):,} lines that are "
                         f"not UTF-8 (first: line {first_bad})")
     current: List[str] = []
     for line in lines:

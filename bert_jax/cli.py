@@ -1,0 +1,195 @@
+"""How the entry points show a user's mistake: one `error:` line and exit 2, input warnings again at exit.
+
+    if __name__ == "__main__":          # an absl entry point (train.py, finetune.py)
+      cli.run_main(main)                # absl's app.run(main) with the behaviour below
+    # argparse entry points (python -m bert_jax.convert, ...create_pretraining_data): cli.run_plain_main(main)
+
+Exit codes: 0 done; 2 a `UserError` or a bad flag / config override (one `error: ...` line, the traceback
+only under `--verbose`); 1 an internal error (with its traceback); 128 + signum an `Interrupted` run (130
+SIGINT, 143 SIGTERM). `--strict` makes input warnings errors (`bert_jax.input_warnings`).
+
+`run_main` also turns flag-parsing failures into one `error:` line: an unknown `--config.FIELD` (with "did
+you mean"), a value of the wrong type, a config file that fails to load.
+
+This module imports from bert_jax only the leaves `errors` and `input_warnings`, so an entry point at any
+layer may use it.
+"""
+
+import difflib
+import re
+import sys
+import traceback
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
+
+from absl import app
+from absl import flags
+from ml_collections.config_flags.config_flags import is_config_flag
+
+from bert_jax import input_warnings
+from bert_jax.errors import Interrupted, UserError
+
+
+def _print_error(message: str) -> None:
+  sys.stderr.flush()
+  print(f"error: {message}", file=sys.stderr, flush=True)
+
+
+def _root_cause(e: BaseException) -> BaseException:
+  while e.__cause__ is not None or (e.__context__ is not None and not e.__suppress_context__):
+    e = e.__cause__ if e.__cause__ is not None else e.__context__
+  return e
+
+
+def _flatten_keys(config, prefix: str = "") -> List[str]:
+  """Dotted names of every field of a ConfigDict (sub-dicts and their fields)."""
+  out = []
+  for key in config.keys():
+    name = prefix + key
+    out.append(name)
+    value = config[key]
+    if hasattr(value, "keys") and hasattr(value, "get"):
+      out.extend(_flatten_keys(value, name + "."))
+  return out
+
+
+def _config_keys(flag: flags.Flag, spec: str) -> Optional[List[str]]:
+  """The dotted field names of the config that `--NAME=spec` loads, loaded by the flag's own parser (as
+  ml_collections loaded it while parsing); None when it does not load."""
+  try:
+    return _flatten_keys(flag.parser.parse(spec))
+  except Exception:  # noqa: BLE001 - only used to phrase a hint; the parse error itself is reported
+    return None
+
+
+def unknown_config_field(argv: Sequence[str], config_flags_by_name: Mapping[str, flags.Flag]) -> Optional[str]:
+  """'--config.no_such_field: configs/pretrain.py has no field ...; did you mean ...?' for the first
+  `--NAME.FIELD=...` of argv that the config loaded by `--NAME=...` lacks; None when all exist.
+
+  `config_flags_by_name` maps each config flag's name to its absl Flag (an ml_collections config file flag).
+  """
+  specs = {}
+  for a in argv:
+    for name in config_flags_by_name:
+      if a.startswith(f"--{name}="):
+        specs[name] = a.split("=", 1)[1]
+  keys_by_name: Dict[str, Optional[List[str]]] = {}   # each config file is loaded at most once
+  for a in argv:
+    for name, spec in specs.items():
+      if not a.startswith(f"--{name}."):
+        continue
+      field = a[len(name) + 3:].split("=", 1)[0]
+      if name not in keys_by_name:
+        keys_by_name[name] = _config_keys(config_flags_by_name[name], spec)
+      keys = keys_by_name[name]
+      if keys is None:
+        return None
+      if field in keys:
+        continue
+      path = spec.partition(":")[0]
+      close = difflib.get_close_matches(field, keys, n=3, cutoff=0.6)
+      parent = field.rpartition(".")[0]
+      if close:
+        hint = "did you mean " + " or ".join(f"--{name}.{c}" for c in close) + "?"
+      else:
+        siblings = [k[len(parent) + 1:] if parent else k for k in keys
+                    if k.startswith(parent + ".") and "." not in k[len(parent) + 1:]] if parent else \
+                   [k for k in keys if "." not in k]
+        hint = f"its fields{' under ' + parent if parent else ''} are: {', '.join(siblings)}"
+      return f"--{name}.{field}: {path} has no field {field!r}; {hint}"
+  return None
+
+
+def _flag_error_message(e: BaseException, argv: Sequence[str],
+                        config_flags_by_name: Mapping[str, flags.Flag]) -> str:
+  unknown = unknown_config_field(argv, config_flags_by_name)
+  if unknown:
+    return unknown
+  top = str(e).strip()
+  flag = re.match(r"^flag (--\S+): ", top)          # absl: "flag --config.batch_size=abc: <reason>"
+  prefix = flag.group(1) + ": " if flag else ""
+  root = _root_cause(e)
+  text = str(root.args[0]) if isinstance(root, KeyError) and len(root.args) == 1 else str(root)
+  lines = [l.strip() for l in text.strip().splitlines() if l.strip()]
+  if lines and lines[0].startswith("Traceback"):    # a config file's own exception, with its traceback
+    lines = lines[-1:]
+  text = " ".join(lines) if lines else type(root).__name__
+  if "must have a value other than None" in text:   # a required flag is missing
+    return re.sub(r"^.*Flag (--\S+) must have a value other than None.*$", r"\1 is required", text)
+  return prefix + text
+
+
+def run_main(main: Callable[[List[str]], object], argv: Optional[Sequence[str]] = None) -> None:
+  """absl's `app.run(main)` for an entry point, with this package's error output.
+
+  Adds the flags --verbose (a user error's traceback too) and --strict (input warnings are errors).
+  Exit codes: 0 done; 2 a UserError or a bad flag / config override (one `error: ...` line); 1 an
+  internal error (with its traceback); 128 + signum an `Interrupted` run (130 SIGINT, 143 SIGTERM).
+  """
+  FLAGS = flags.FLAGS  # pylint: disable=invalid-name
+  if "verbose" not in FLAGS:
+    flags.DEFINE_bool("verbose", False, "Show the traceback of a user error too (one `error:` line without).")
+  if "strict" not in FLAGS:
+    flags.DEFINE_bool("strict", False, "Input warnings (skipped non-UTF-8 lines, skipped rows, SQuAD v1.1 "
+                      "questions without answers) are errors.")
+  argv = list(sys.argv if argv is None else argv)
+  verbose_in_argv = any(a in ("--verbose", "--verbose=true", "--verbose=True", "--verbose=1") for a in argv)
+  # Taken before parsing: parsing defines one more flag per --config.FIELD override.
+  config_flags_by_name = {name: FLAGS[name] for name in FLAGS if is_config_flag(FLAGS[name])}
+
+  def parse(args):
+    try:
+      rest = FLAGS(args)
+    except SystemExit:   # --help
+      raise
+    except Exception as e:  # noqa: BLE001 - any failure while parsing is a bad flag or config
+      if verbose_in_argv:
+        traceback.print_exc()
+      _print_error(_flag_error_message(e, args, config_flags_by_name))
+      sys.exit(UserError.exit_code)
+    for name in config_flags_by_name:     # a config file that failed to load raises only when read
+      try:
+        value = FLAGS[name].value
+        if value is not None:
+          value.keys()             # ml_collections' _ErrorConfig raises its load error here
+      except Exception as e:  # noqa: BLE001
+        if verbose_in_argv:
+          traceback.print_exc()
+        reason = [l.strip() for l in str(e).splitlines() if l.strip()][-1:] or [type(e).__name__]
+        _print_error(f"--{name}={FLAGS[name].serialize().split('=', 1)[-1]}: {reason[0]}")
+        sys.exit(UserError.exit_code)
+    return rest
+
+  def wrapped(args):
+    input_warnings.set_strict(FLAGS.strict)
+    return _call(main, args, FLAGS.verbose)
+
+  app.run(wrapped, argv=argv, flags_parser=parse)
+
+
+def run_plain_main(main: Callable[[List[str]], Optional[int]], argv: Optional[Sequence[str]] = None) -> None:
+  """`sys.exit(main(argv))` for an argparse entry point (python -m bert_jax.convert, create_pretraining_data)
+  with the same error output and exit codes as `run_main`; --verbose and --strict are taken out of argv
+  before `main` parses the rest."""
+  argv = list(sys.argv[1:] if argv is None else argv)
+  verbose = "--verbose" in argv
+  input_warnings.set_strict("--strict" in argv)
+  argv = [a for a in argv if a not in ("--verbose", "--strict")]
+  sys.exit(_call(main, argv, verbose) or 0)
+
+
+def _call(main, argv, verbose: bool):
+  """main(argv); a UserError -> one `error:` line, exit 2; Interrupted -> one line, exit 128 + signum;
+  the input warnings repeated at the end."""
+  try:
+    return main(argv)
+  except UserError as e:
+    if verbose:
+      traceback.print_exc()
+    _print_error(str(e))
+    sys.exit(e.exit_code)
+  except Interrupted as e:
+    print(f"interrupted: {e}", file=sys.stderr, flush=True)
+    sys.exit(e.exit_code)
+  finally:
+    for message in input_warnings.input_warnings():
+      print(f"warning: {message}", file=sys.stderr, flush=True)
