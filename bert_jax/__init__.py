@@ -8,10 +8,9 @@ Subpackages (one concern each; imports go down this list only, evaluation is a l
   finetune/        task readers + registry, task heads and losses, the fine-tuning loop, the predictor
   evaluation/      GLUE, SQuAD and NER scorers (imports nothing from bert_jax)
   convert/         Google TF and Hugging Face checkpoints in and out, model-fit ranking
+
+Top-level modules every layer may import: errors.py (UserError, Interrupted), input_warnings.py
+(warn_input, --strict), cli.py (the entry points' `error:` lines and exit codes).
 """
 
 __version__ = "0.1.0"
-
-from bert_jax import _deprecated
-
-_deprecated.install()   # old module paths (training.finetune_*, input_pipeline.tasks, convert.io/zoo) for one release

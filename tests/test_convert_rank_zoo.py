@@ -13,7 +13,7 @@ from bert_jax.pretrained import load_pretrained, params_dir
 from bert_jax.convert import rank
 from bert_jax.pretrained import zoo
 from bert_jax.convert.__main__ import main as convert_main
-from bert_jax.convert.mapping import init_params
+from bert_jax.convert.mapping import expected_shapes, init_params
 from bert_jax.input_pipeline.tokenization import FullTokenizer
 from bert_jax.models import BertConfig, BertForPreTraining
 
@@ -150,7 +150,6 @@ def test_zoo_registry_covers_the_public_families_with_correct_sizes():
 
 
 def test_zoo_params_formula_matches_the_model():
-  from bert_jax.convert.mapping import expected_shapes
   entry = zoo.REGISTRY["bert_uncased_L-4_H-256_A-4"]
   cfg = BertConfig(vocab_size=entry.vocab_size, hidden_size=entry.hidden, num_hidden_layers=entry.layers,
                    num_attention_heads=entry.heads, intermediate_size=entry.intermediate)
@@ -200,18 +199,6 @@ def test_converted_dir_is_read_by_the_one_loader_with_its_casing(tmp_path, tiny_
   same = jax.tree.map(lambda a, b: bool(np.array_equal(np.asarray(a), np.asarray(b))), params, dict(got.params))
   assert all(jax.tree.leaves(same))
   assert got.do_lower_case is False
-
-
-def test_old_module_paths_still_import_with_a_deprecation_warning():
-  import importlib
-  import sys
-  from bert_jax.finetune import predict
-  for old in ("bert_jax.convert.io", "bert_jax.training.finetune_predict", "bert_jax.input_pipeline.tasks.ner"):
-    sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match="deprecated"):
-      importlib.import_module(old)
-  from bert_jax.training.finetune_predict import Predictor   # noqa: E402  (the README's old path)
-  assert Predictor is predict.Predictor
 
 
 def test_a_pretraining_workdir_is_not_mistaken_for_a_params_dir(tmp_path):
