@@ -12,7 +12,7 @@ SIGINT, 143 SIGTERM). `--strict` makes input warnings errors (`bert_jax.input_wa
 you mean"), a value of the wrong type, a config file that fails to load.
 
 This module imports from bert_jax only the leaves `errors` and `input_warnings`, so an entry point at any
-layer may use it.
+layer may use it, and ml_collections only inside `run_main`, so importing it needs only absl.
 """
 
 import difflib
@@ -23,7 +23,6 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from absl import app
 from absl import flags
-from ml_collections.config_flags.config_flags import is_config_flag
 
 from bert_jax import input_warnings
 from bert_jax.errors import Interrupted, UserError
@@ -118,6 +117,36 @@ def _flag_error_message(e: BaseException, argv: Sequence[str],
   return prefix + text
 
 
+def config_flags_of(flag_values: flags.FlagValues) -> Dict[str, flags.Flag]:
+  """{name: Flag} of the ml_collections config-file flags defined in `flag_values`."""
+  return {name: flag_values[name] for name in flag_values if is_config_flag(flag_values[name])}
+
+
+def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str],
+                config_flags_by_name: Optional[Mapping[str, flags.Flag]] = None) -> List[str]:
+  """flag_values(argv) (the arguments left); a bad flag, an unknown `--config.FIELD` (with "did you mean")
+  or a config file that fails to load raises UserError with the message `run_main` prints. Entry points with
+  their own FlagValues (python -m bert_jax.input_pipeline.inspect) parse through this too.
+  `config_flags_by_name`: the config flags before parsing (default: taken now, before it)."""
+  if config_flags_by_name is None:
+    config_flags_by_name = config_flags_of(flag_values)
+  try:
+    rest = flag_values(list(argv))
+  except SystemExit:   # --help
+    raise
+  except Exception as e:  # noqa: BLE001 - any failure while parsing is a bad flag or config
+    raise UserError(_flag_error_message(e, argv, config_flags_by_name)) from e
+  for name in config_flags_by_name:     # a config file that failed to load raises only when read
+    try:
+      value = flag_values[name].value
+      if value is not None:
+        value.keys()             # ml_collections' _ErrorConfig raises its load error here
+    except Exception as e:  # noqa: BLE001
+      reason = [l.strip() for l in str(e).splitlines() if l.strip()][-1:] or [type(e).__name__]
+      raise UserError(f"--{name}={flag_values[name].serialize().split('=', 1)[-1]}: {reason[0]}") from e
+  return rest
+
+
 def run_main(main: Callable[[List[str]], object], argv: Optional[Sequence[str]] = None) -> None:
   """absl's `app.run(main)` for an entry point, with this package's error output.
 
@@ -125,6 +154,9 @@ def run_main(main: Callable[[List[str]], object], argv: Optional[Sequence[str]] 
   Exit codes: 0 done; 2 a UserError or a bad flag / config override (one `error: ...` line); 1 an
   internal error (with its traceback); 128 + signum an `Interrupted` run (130 SIGINT, 143 SIGTERM).
   """
+  # lazy: ml_collections is not installed where only JAX is, and create_pretraining_data (which the training
+  # input pipeline imports) uses only run_plain_main
+  from ml_collections.config_flags.config_flags import is_config_flag  # pylint: disable=g-import-not-at-top
   FLAGS = flags.FLAGS  # pylint: disable=invalid-name
   if "verbose" not in FLAGS:
     flags.DEFINE_bool("verbose", False, "Show the traceback of a user error too (one `error:` line without).")
@@ -134,30 +166,16 @@ def run_main(main: Callable[[List[str]], object], argv: Optional[Sequence[str]] 
   argv = list(sys.argv if argv is None else argv)
   verbose_in_argv = any(a in ("--verbose", "--verbose=true", "--verbose=True", "--verbose=1") for a in argv)
   # Taken before parsing: parsing defines one more flag per --config.FIELD override.
-  config_flags_by_name = {name: FLAGS[name] for name in FLAGS if is_config_flag(FLAGS[name])}
+  config_flags_by_name = config_flags_of(FLAGS)
 
   def parse(args):
     try:
-      rest = FLAGS(args)
-    except SystemExit:   # --help
-      raise
-    except Exception as e:  # noqa: BLE001 - any failure while parsing is a bad flag or config
+      return parse_flags(FLAGS, args, config_flags_by_name)
+    except UserError as e:
       if verbose_in_argv:
         traceback.print_exc()
-      _print_error(_flag_error_message(e, args, config_flags_by_name))
+      _print_error(str(e))
       sys.exit(UserError.exit_code)
-    for name in config_flags_by_name:     # a config file that failed to load raises only when read
-      try:
-        value = FLAGS[name].value
-        if value is not None:
-          value.keys()             # ml_collections' _ErrorConfig raises its load error here
-      except Exception as e:  # noqa: BLE001
-        if verbose_in_argv:
-          traceback.print_exc()
-        reason = [l.strip() for l in str(e).splitlines() if l.strip()][-1:] or [type(e).__name__]
-        _print_error(f"--{name}={FLAGS[name].serialize().split('=', 1)[-1]}: {reason[0]}")
-        sys.exit(UserError.exit_code)
-    return rest
 
   def wrapped(args):
     input_warnings.set_strict(FLAGS.strict)
