@@ -25,7 +25,6 @@ API
       step(state, batch) -> (state, metric sums): jit with in/out shardings and donate_argnums=0, traced under
       the mesh + logical rules (so the model's activation constraints apply). `loss_fn` defaults to
       pretraining_loss(model, config.targets). `step.lower(state, batch)` gives the jax Lowered.
-  make_grads_step(...)                                the same forward/backward without an update
   make_eval_step(config, model, mesh, state_shardings, *, loss_fn=None) -> StepFn: eval(params, batch) -> sums
   merge_metrics(a, b), normalize(metrics_sums) -> dict of floats (host side, at logging steps only)
 
@@ -315,21 +314,6 @@ def _step_parts(config, model, loss_fn, mesh, state_shardings):
 
 def _dropout_key(state):
   return jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
-
-
-def make_grads_step(config, model: nn.Module, mesh, state_shardings, *, loss_fn: Optional[LossFn] = None,
-                    deterministic: bool = False) -> StepFn:
-  """grads(state, batch) -> (loss, metric sums, grads) without an update: the same computation as the
-  train step (for tests and gradient inspection)."""
-  rules, grads_fn = _step_parts(config, model, loss_fn, mesh, state_shardings)
-
-  def step(state, batch):
-    return grads_fn(state.params, dict(batch), None if deterministic else _dropout_key(state))
-
-  repl = sharding.replicated(mesh)
-  jitted = jax.jit(step, in_shardings=(state_shardings, sharding.batch_sharding(mesh, rules)),
-                   out_shardings=(repl, repl, state_shardings.params))
-  return StepFn(jitted, mesh, rules)
 
 
 def make_train_step(config, model: nn.Module, tx, mesh, state_shardings, *, loss_fn: Optional[LossFn] = None,
