@@ -20,6 +20,7 @@ import os
 from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
+import orbax.checkpoint as ocp
 from flax import traverse_util
 
 from bert_jax.errors import UserError
@@ -57,7 +58,6 @@ def is_workdir(directory: str) -> bool:
 def load_workdir_params(workdir: str, step: Optional[int] = None):
   """Params (host numpy, un-scanned) of a pre-training work dir's checkpoint `step` (default: the newest that
   reads; an unreadable newer one is logged and skipped, never moved: this reader does not own the work dir)."""
-  import orbax.checkpoint as ocp
   ckpt_dir = os.path.join(os.path.abspath(workdir), CHECKPOINT_SUBDIR)
   if step is not None:
     return params_dir.host_params(params_dir.restore_orbax_params(

@@ -34,6 +34,7 @@ from typing import Optional
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from bert_jax.errors import UserError
 from bert_jax.input_pipeline import fileio
@@ -53,7 +54,6 @@ COMPUTE_FIELDS = ("dtype", "param_dtype", "attention_impl", "scan_layers", "rema
 def barrier(name: str) -> None:
   """All processes wait here (multihost_utils.sync_global_devices); a no-op in a single process."""
   if jax.process_count() > 1:
-    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
     multihost_utils.sync_global_devices(name)
 
 
@@ -61,7 +61,6 @@ def _all_agree(ok: bool) -> bool:
   """Process 0's `ok`, broadcast to every process."""
   if jax.process_count() == 1:
     return ok
-  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
   return bool(multihost_utils.broadcast_one_to_all(np.int32(1 if ok else 0)))
 
 
