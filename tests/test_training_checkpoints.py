@@ -11,21 +11,33 @@ from bert_jax.models import BertForPreTraining
 from bert_jax.pretrained import load_pretrained, params_dir
 from bert_jax.training import checkpoints, optimizers, sharding
 from bert_jax.training import train_step as ts
-from test_training_sharding import TINY, make_batch, run_config
+from test_training_sharding import TINY, run_config
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-  """A TrainState after 2 steps on a 2x2x2 mesh (8 devices), checkpointed at step 2."""
+  """A TrainState laid out on a 2x2x2 mesh (8 devices), checkpointed at step 2.
+
+  Every leaf holds distinct random values (floats normal, integers 0..999; the step is 2), so a restore that
+  mixed up shards, layers or optimizer slots shows. No train step is compiled: 8-way sharded, the 2 steps this
+  fixture used to take cost 48 s per xdist worker; tests/test_training_sharding.py checks the step itself."""
   directory = str(tmp_path_factory.mktemp("ckpt") / "checkpoints")
   cfg = run_config()
   model = BertForPreTraining(TINY)
   tx, _ = optimizers.optimizer_from_run_config(cfg)
   mesh = sharding.make_mesh((2, 2, 2))
-  state, shardings = ts.create_train_state(cfg, model, mesh, tx)
-  step = ts.make_train_step(cfg, model, tx, mesh, shardings)
-  for i in range(2):
-    state, _ = step(state, make_batch(seed=i))
+  abstract, _ = ts.abstract_train_state(cfg, model, mesh, tx)
+  rng = np.random.default_rng(0)
+
+  def fill(a):
+    if np.issubdtype(a.dtype, np.floating):
+      return jax.device_put(rng.standard_normal(a.shape).astype(a.dtype), a.sharding)
+    return jax.device_put(rng.integers(0, 1000, a.shape).astype(a.dtype), a.sharding)
+
+  state = jax.tree.map(fill, abstract)
+  state = state.replace(step=jax.device_put(np.int32(2), abstract.step.sharding))
+  kernel = state.params["bert"]["encoder"]["layer_0"]["ffn"]["intermediate"]["kernel"]
+  assert len(kernel.sharding.device_set) == 8 and not kernel.sharding.is_fully_replicated
   ckpt = checkpoints.Checkpointer(directory)
   ckpt.save(2, state, {"scan_layers": False, "data": {"step": 2}})
   ckpt.close()
