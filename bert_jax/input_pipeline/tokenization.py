@@ -83,11 +83,25 @@ def is_punctuation(char: str) -> bool:
   return unicodedata.category(char).startswith("P")
 
 
+# BERT's CJK ideograph ranges (google-research/bert `_is_chinese_char`) as [lo, hi] code point pairs: the one
+# definition behind `is_chinese_char`, the regex classes and the numpy mask of the fast encoders below.
+# The compatibility blocks decompose under NFD (U+F900 -> U+8C48); the others are their own NFD.
+_CJK_COMPAT = ((0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+_CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
+               (0x2B820, 0x2CEAF)) + _CJK_COMPAT
+_CJK_LOWEST = min(lo for lo, _ in _CJK_RANGES)   # U+3400: Latin, Cyrillic, ... answer without the loop
+# The ranges as the body of a regex character class ("[...]").
+_CJK_CLASS = "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES)
+
+
 def is_chinese_char(cp: int) -> bool:
   """True for a code point in the CJK Unified Ideographs blocks (not Hangul, Hiragana or Katakana)."""
-  return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
-          or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF
-          or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
+  if cp < _CJK_LOWEST:
+    return False
+  for lo, hi in _CJK_RANGES:
+    if lo <= cp <= hi:
+      return True
+  return False
 
 
 def convert_to_unicode(text, source: str = "<text>") -> str:
@@ -503,8 +517,6 @@ class _PythonBatchTokenizer:
     return ids, spans
 
 
-_CJK_CLASS = ("\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df\U0002a700-\U0002b73f"
-              "\U0002b740-\U0002b81f\U0002b820-\U0002ceaf\uf900-\ufaff\U0002f800-\U0002fa1f")
 # A CJK ideograph, or a run of anything else up to whitespace / the next ideograph. BERT's tokenization of
 # a line is the concatenation of its tokenization of these pieces (ideographs are always split off and
 # lower-casing is per whitespace-separated word), so each distinct piece is tokenized once and cached.
@@ -640,11 +652,6 @@ class _CachedBatchTokenizer:
     return joined, ids, starts, bounds, text_starts
 
 
-# BERT's CJK ranges (`_is_chinese_char`) as [lo, hi] code point pairs; the compatibility blocks decompose
-# under NFD (U+F900 -> U+8C48), so their characters take the tokenizer rather than a vocab lookup.
-_CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
-               (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
-_CJK_COMPAT = ((0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
 # Runs of non-space, non-CJK characters: the other kind of piece.
 _RUN_RE = re.compile(f"[^\\s{_CJK_CLASS}]+")
 # Python's `\s` (str.isspace) below U+3001; there are none above.
@@ -663,8 +670,9 @@ def _space_mask(cps: np.ndarray) -> np.ndarray:
 
 
 def _is_plain_cjk(cp: int) -> bool:
-  return (any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
-          and not any(lo <= cp <= hi for lo, hi in _CJK_COMPAT))
+  """A CJK ideograph outside the compatibility blocks (those decompose under NFD, so their characters take
+  the tokenizer rather than a vocab lookup)."""
+  return is_chinese_char(cp) and not any(lo <= cp <= hi for lo, hi in _CJK_COMPAT)
 
 
 class _StartTable(dict):
@@ -738,6 +746,7 @@ class _RustBatchTokenizer:
   """Hugging Face `tokenizers` (Rust) WordPiece configured exactly like BERT's tokenizer."""
 
   def __init__(self, tokenizer: FullTokenizer):
+    # lazy: Hugging Face `tokenizers` is optional, needed only for backend="tokenizers"
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers  # pylint: disable=g-import-not-at-top
     self.tokenizer = tokenizer
     self.backend = "tokenizers"
