@@ -15,7 +15,7 @@ from bert_jax.models.config import BertConfig
 
 
 def available() -> bool:
-  try:
+  try:   # lazy: torch and transformers are optional and heavy (the baseline only)
     import torch  # noqa: F401
     import transformers  # noqa: F401
   except ImportError:
@@ -25,8 +25,8 @@ def available() -> bool:
 
 def run(cfg: BertConfig, batch: dict, dtype: str, steps: int, warmup: int, compile: bool = False) -> dict:
   """Times `steps` training steps of HF BertForPreTraining on `batch` (numpy, Google feature names)."""
-  import torch
-  import transformers
+  import torch  # lazy: optional and heavy, see available()
+  import transformers  # lazy: as torch
 
   device = "cuda" if torch.cuda.is_available() else "cpu"
   hf_cfg = transformers.BertConfig(

@@ -23,9 +23,12 @@ import json
 import os
 import re
 import shutil
+import tempfile
 from typing import Dict, Optional, Sequence
 
+import ml_dtypes
 import numpy as np
+from safetensors.numpy import load_file, save_file
 
 from bert_jax.convert import mapping
 from bert_jax.pretrained import params_dir
@@ -50,13 +53,11 @@ _ACT_TO_HF = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_tanh": "gelu_new",
 
 # ---- reading ---------------------------------------------------------------------------------------------
 def _read_safetensors(path: str) -> Dict[str, np.ndarray]:
-  from safetensors.numpy import load_file
   try:
     return load_file(path)
   except TypeError:
     # NumPy has no bfloat16: safetensors' NumPy API refuses such files. Read the (simple) format directly:
     # 8-byte little-endian header length, a JSON header {name: {dtype, shape, data_offsets}}, then the data.
-    import ml_dtypes
     dtypes = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
               "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": bool}
     with open(path, "rb") as f:
@@ -76,7 +77,7 @@ def _read_safetensors(path: str) -> Dict[str, np.ndarray]:
 
 def _read_torch_bin(path: str) -> Dict[str, np.ndarray]:
   try:
-    import torch
+    import torch  # lazy: optional and heavy, only for pytorch_model.bin folders
   except ImportError as e:
     raise ImportError(f"{path} is a PyTorch pickle and torch is not installed; install torch, or convert the "
                       "folder to model.safetensors first") from e
@@ -190,7 +191,6 @@ def import_hf(folder: str, output: Optional[str] = None, vocab_file: Optional[st
       tok_json = os.path.join(folder, "tokenizer.json")
       if not os.path.exists(tok_json):
         raise FileNotFoundError(f"{folder}: no vocab.txt or tokenizer.json; pass --vocab=PATH")
-      import tempfile
       tmp_vocab = tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False).name
       _write_vocab_from_tokenizer_json(tok_json, tmp_vocab)
       vocab_file = tmp_vocab
@@ -247,8 +247,6 @@ def hf_config_dict(config: BertConfig, architecture: str, pad_token_id: int = 0)
 def export_hf(input_dir: str, output: str, heads: str = "pretraining") -> mapping.ConversionReport:
   """Our checkpoint (converted / fine-tuning / pre-training directory, or zoo name) -> a Hugging Face folder
   (config.json, model.safetensors, vocab.txt, tokenizer_config.json)."""
-  from safetensors.numpy import save_file
-
   if heads not in HEADS:
     raise ValueError(f"heads={heads!r}; expected one of {tuple(HEADS)}")
   groups, architecture, prefix = HEADS[heads]

@@ -24,9 +24,13 @@ import functools
 import os
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+import flax
+import flax.linen as nn
+import jax
 import numpy as np
 from flax import traverse_util
 
+from bert_jax.models import BertForPreTraining, dummy_inputs
 from bert_jax.models.config import BertConfig
 from bert_jax.pretrained import params_dir
 
@@ -151,17 +155,11 @@ def expected_shapes(config: BertConfig) -> Dict[Tuple[str, ...], Tuple[Tuple[int
 
 @functools.lru_cache(maxsize=16)
 def _expected_shapes(config: BertConfig):
-  import flax
-  import flax.linen as nn
-  import jax
-
-  from bert_jax.models import BertForPreTraining, dummy_inputs
-
   cfg = config.replace(scan_layers=False)
   model = BertForPreTraining(cfg, targets=("mlm", "nsp"))
   shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), *dummy_inputs(cfg)))
   params = nn.unbox(flax.core.unfreeze(shapes["params"]))
-  flat = flax.traverse_util.flatten_dict(params)
+  flat = traverse_util.flatten_dict(params)
   return {k: (tuple(v.shape), np.dtype(v.dtype)) for k, v in flat.items()}
 
 
@@ -301,9 +299,8 @@ def assign_params(source: Mapping[str, np.ndarray], fmt: str, config: BertConfig
     raise ConversionError(f"{report.source}: {len(mismatched)} shape mismatch(es) between the checkpoint and "
                           f"the model config:\n  " + "\n  ".join(mismatched))
   if fresh:
-    import flax
     fresh_paths = [e.ours for e in table if e.group in fresh]
-    init = flax.traverse_util.flatten_dict(init_params(config, seed, paths=fresh_paths))
+    init = traverse_util.flatten_dict(init_params(config, seed, paths=fresh_paths))
     for path in fresh_paths:
       flat[path] = init[path]
     report.fresh_groups = fresh
@@ -314,9 +311,8 @@ def assign_params(source: Mapping[str, np.ndarray], fmt: str, config: BertConfig
 def export_arrays(params: Mapping, fmt: str, config: BertConfig,
                   groups: Iterable[str] = REQUIRED_GROUPS + OPTIONAL_GROUPS) -> Dict[str, np.ndarray]:
   """Our params tree -> {name in format `fmt`: array}, for the given groups; every shape asserted."""
-  import flax
   table, shapes = checked_table(config)
-  flat = flax.traverse_util.flatten_dict(dict(params))
+  flat = traverse_util.flatten_dict(dict(params))
   groups = tuple(groups)
   out: Dict[str, np.ndarray] = {}
   problems = []

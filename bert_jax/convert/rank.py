@@ -27,8 +27,12 @@ import math
 import os
 from typing import Dict, List, Sequence
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
+from bert_jax.input_pipeline.tokenization import FullTokenizer, basic_tokenize
+from bert_jax.models import BertForPreTraining
 from bert_jax.pretrained import params_dir
 from bert_jax.pretrained.load import load_pretrained
 
@@ -46,8 +50,6 @@ class Candidate:
 
 
 def load_candidate(name_or_path: str, search_dirs: Sequence[str] = ()) -> Candidate:
-  from bert_jax.input_pipeline.tokenization import FullTokenizer
-
   ckpt = load_pretrained(name_or_path, search_dirs)
   config, params, vocab_file, directory = ckpt.config, ckpt.params, ckpt.require_vocab(), ckpt.directory
   if "mlm" not in params or "bert" not in params:
@@ -85,8 +87,6 @@ class Window:
 def sample_windows(lines: List[str], tokenizers: Sequence, num_sequences: int, max_seq_length: int,
                    masked_lm_prob: float, seed: int) -> List[Window]:
   """The shared evaluation sample (see the module docstring)."""
-  from bert_jax.input_pipeline.tokenization import basic_tokenize
-
   rng = np.random.default_rng(seed)
   budget = max_seq_length - 2
   starts = rng.permutation(len(lines))[:num_sequences] if num_sequences < len(lines) else \
@@ -162,11 +162,6 @@ def _encode(cand_index: int, cand: Candidate, windows: List[Window], max_seq_len
 @functools.lru_cache(maxsize=8)
 def _nll_fn(config):
   """Jitted (params, ids, mask, positions, labels) -> (nll [B, P], correct [B, P]); one compile per config."""
-  import jax
-  import jax.numpy as jnp
-
-  from bert_jax.models import BertForPreTraining
-
   model = BertForPreTraining(config, targets=("mlm",))
 
   @jax.jit

@@ -33,6 +33,7 @@ def _iter_lines(files: Sequence[str], stats: text_io.ReadStats) -> Iterable[str]
 
 def _train_with_tokenizers(lines: List[str], vocab_size: int, do_lower_case: bool,
                            min_frequency: int) -> List[str]:
+  # lazy: Hugging Face `tokenizers` is optional (the pure-Python trainer otherwise; ImportError selects it)
   from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers  # pylint: disable=g-import-not-at-top
   tok = Tokenizer(models.WordPiece(unk_token=tokenization.UNK))
   tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,

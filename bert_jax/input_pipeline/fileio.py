@@ -36,7 +36,7 @@ def is_remote(path: str) -> bool:
 
 def _gfile():
   try:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top  # lazy: TensorFlow only for gs:// paths
   except ImportError as e:
     raise ImportError("paths with a URL scheme (gs://...) are read through tf.io.gfile: install "
                       "tensorflow") from e

@@ -30,6 +30,8 @@ from typing import Dict, Optional, Sequence
 
 import numpy as np
 
+from bert_jax.input_pipeline import tokenization
+
 
 @dataclasses.dataclass(frozen=True)
 class MaskingConfig:
@@ -46,7 +48,6 @@ class MaskingConfig:
 
   @classmethod
   def from_vocab(cls, vocab, **kwargs) -> "MaskingConfig":
-    from bert_jax.input_pipeline import tokenization  # pylint: disable=g-import-not-at-top
     missing = [t for t in tokenization.SPECIAL_TOKENS if t not in vocab]
     if missing:
       raise ValueError(f"vocab lacks {missing}")

@@ -22,6 +22,8 @@ from typing import Dict, Iterable, List, Sequence
 
 import numpy as np
 
+from bert_jax.input_pipeline import fileio
+
 INT_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
                 "next_sentence_labels")
 FLOAT_FEATURES = ("masked_lm_weights",)
@@ -152,7 +154,7 @@ def google_example_arrays(batch: Dict[str, np.ndarray], include_continuation: bo
 
 def parse_spec(max_seq_length: int, max_predictions_per_seq: int, with_continuation: bool = False):
   """`tf.io.parse_example` spec for Google's schema (plus our optional word_continuation)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top  # lazy: TensorFlow only for tf.data readers
   spec = {
       "input_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
       "input_mask": tf.io.FixedLenFeature([max_seq_length], tf.int64),
@@ -180,7 +182,7 @@ _CRC_TABLE = _crc32c_table()
 
 def _google_crc32c():
   try:
-    import google_crc32c  # pylint: disable=g-import-not-at-top
+    import google_crc32c  # pylint: disable=g-import-not-at-top  # optional C CRC-32C; numpy table otherwise
   except ImportError:
     return None
   return google_crc32c.value if google_crc32c.implementation == "c" else None
@@ -281,7 +283,6 @@ class ShardedWriter:
   Local files are written without TensorFlow; remote ones (gs://...) through tf.io.TFRecordWriter."""
 
   def __init__(self, output_files: Sequence[str]):
-    from bert_jax.input_pipeline import fileio  # pylint: disable=g-import-not-at-top
     if not output_files:
       raise ValueError("no output files")
     for f in output_files:
@@ -290,7 +291,7 @@ class ShardedWriter:
     self._writers = []
     for f in self.output_files:
       if fileio.is_remote(f):
-        import tensorflow as tf  # pylint: disable=g-import-not-at-top
+        import tensorflow as tf  # pylint: disable=g-import-not-at-top  # lazy: TensorFlow only for gs:// paths
         self._writers.append(tf.io.TFRecordWriter(f))
       else:
         self._writers.append(_LocalRecordWriter(f))

@@ -171,7 +171,8 @@ def cudnn_dropout_attention(q: Array, k: Array, v: Array, input_mask: Array, dro
   Calls JAX's cuDNN module directly (`jax.nn.dot_product_attention` does not expose dropout). Right
   padding is passed as q/kv sequence lengths (mask type PADDING); `seed` is static (see layer_seed).
   """
-  from jax._src.cudnn import fused_attention_stablehlo as cudnn_fa   # private API: pinned by tests
+  # lazy: a private JAX module (pinned by tests) that only the cudnn_dropout path, on a GPU, needs
+  from jax._src.cudnn import fused_attention_stablehlo as cudnn_fa
   lengths = _lengths(input_mask)
   mask_type = cudnn_fa.MaskType.PADDING_CAUSAL if causal else cudnn_fa.MaskType.PADDING
   return cudnn_fa.dot_product_attention(q, k, v, q_seqlen=lengths, kv_seqlen=lengths,
@@ -183,7 +184,7 @@ def pallas_flash_attention(q: Array, k: Array, v: Array, input_mask: Array, caus
   """Pallas TPU flash attention (jax.experimental.pallas.ops.tpu); padding as segment ids (1 real, 0 pad),
   so real queries see exactly the real keys. Length must be a multiple of 128 (the kernel's block). On a
   CPU it runs only inside `jax.experimental.pallas.tpu.force_tpu_interpret_mode()` (the numerics tests)."""
-  from jax.experimental.pallas.ops.tpu import flash_attention as tpu_fa
+  from jax.experimental.pallas.ops.tpu import flash_attention as tpu_fa  # lazy: Pallas, only this TPU path
   t = q.shape[1]
   block = min(_PALLAS_BLOCK, t)
   sizes = tpu_fa.BlockSizes(block_q=block, block_k_major=block, block_k=block, block_b=1,

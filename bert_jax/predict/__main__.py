@@ -13,9 +13,15 @@ Mistakes in the flags or inputs print one `error: ...` line and exit with status
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
+
+import numpy as np
+
+from bert_jax import predict as lib
+from bert_jax.errors import UserError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,8 +66,6 @@ def _jsonl(rows) -> bytes:
 
 
 def run(args) -> int:
-  import bert_jax.predict as lib  # pylint: disable=g-import-not-at-top
-  from bert_jax.errors import UserError  # pylint: disable=g-import-not-at-top
   if args.command == "fill-mask":
     texts = list(args.text) + (lib.read_lines(args.input) if args.input else [])
     if not texts:
@@ -78,7 +82,6 @@ def run(args) -> int:
                                                           for c in m["candidates"]))
     return 0
   if args.command == "features":
-    import numpy as np  # pylint: disable=g-import-not-at-top
     ext = os.path.splitext(args.output)[1].lower()
     if ext not in (".npy", ".jsonl"):
       raise UserError(f"--output={args.output}: expected a .npy or .jsonl file name")
@@ -88,7 +91,6 @@ def run(args) -> int:
     fx = lib.FeatureExtractor(args.model, args.pooling, args.batch_size, args.max_seq_length)
     vecs = fx.encode(texts)
     if ext == ".npy":
-      import io  # pylint: disable=g-import-not-at-top
       buf = io.BytesIO()
       np.save(buf, vecs)
       _write_atomic(args.output, buf.getvalue())
@@ -118,7 +120,6 @@ def run(args) -> int:
 
 def main(argv=None) -> int:
   args = build_parser().parse_args(argv)
-  from bert_jax.errors import UserError  # pylint: disable=g-import-not-at-top
   try:
     return run(args)
   except UserError as err:

@@ -17,8 +17,8 @@ The converters (import-tf, import-hf) write it, export-hf / rank / fine-tuning r
 
 Every file is written to a temporary name, fsynced and renamed (bert_jax.input_pipeline.fileio, the one
 path layer; gs:// directories work too), so a reader never sees half a file, and a directory being
-replaced keeps its old params until the new ones are whole. No TensorFlow for local paths; Orbax is
-imported only for the `params/` form.
+replaced keeps its old params until the new ones are whole. No TensorFlow for local paths; Orbax is used
+only for the `params/` form.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import Optional, Tuple
 import flax
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
 
 from bert_jax.input_pipeline import fileio
 from bert_jax.models import BertConfig, scan_params, unscan_params
@@ -125,7 +126,6 @@ def save_params_dir(directory: str, config: BertConfig, params, vocab_file: Opti
 
 def _save_orbax_params(path: str, params) -> None:
   """Orbax save into a sibling temp dir, then swap it in: the old params/ stays until the new one is whole."""
-  import orbax.checkpoint as ocp  # only this form needs Orbax
   tmp, old = f"{path}.tmp{os.getpid()}", f"{path}.old{os.getpid()}"
   for p in (tmp, old):
     fileio.rmtree(p)
@@ -183,7 +183,6 @@ def load_params_dir(directory: str) -> Tuple[BertConfig, dict, Optional[str]]:
 def restore_orbax_params(path: str, subtree: Optional[str] = None):
   """An Orbax pytree checkpoint (or its `subtree`, e.g. "params" of a TrainState) as host numpy arrays,
   whatever mesh it was written from; nothing else of the checkpoint is read."""
-  import orbax.checkpoint as ocp
   with ocp.PyTreeCheckpointer() as ckptr:
     meta = ckptr.metadata(path)
   tree = getattr(meta, "item_metadata", meta)

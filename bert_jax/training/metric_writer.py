@@ -54,7 +54,7 @@ class _FileioEventWriters:
 
 
 def _route_tensorboard_through_fileio(workdir: str) -> None:
-  from tensorboardX import record_writer  # pylint: disable=g-import-not-at-top
+  from tensorboardX import record_writer  # pylint: disable=g-import-not-at-top  # lazy: as in MetricWriter
   record_writer.register_writer_factory(workdir.split("://", 1)[0], _FileioEventWriters())
 
 
@@ -70,7 +70,8 @@ class MetricWriter:
     if self.enabled:
       fileio.makedirs(workdir)
       try:
-        from tensorboardX import SummaryWriter
+        # lazy: tensorboardX is optional (JSON lines without it) and takes ~2 s to import
+        from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
         if fileio.is_remote(workdir):
           _route_tensorboard_through_fileio(workdir)
         self._tb = SummaryWriter(fileio.join(workdir, "tensorboard"))

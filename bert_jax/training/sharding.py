@@ -26,6 +26,7 @@ from typing import Any, Optional, Sequence
 import flax.linen as nn
 import jax
 import numpy as np
+from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from bert_jax.models import axes
@@ -60,7 +61,6 @@ def make_mesh(shape: Sequence[int] = (-1, 1, 1), axis_names: Sequence[str] = DEF
     raise ValueError(f"mesh shape {tuple(shape)} and axis names {axis_names} differ in length")
   shape = resolve_mesh_shape(shape, len(devices))
   try:
-    from jax.experimental import mesh_utils
     if jax.process_count() > 1 and devices[0].platform != "tpu":
       # Multi-host GPU/CPU: keep each host's devices contiguous along the leading (data) axis.
       device_array = np.asarray(sorted(devices, key=lambda d: (d.process_index, d.id))).reshape(shape)
