@@ -24,7 +24,8 @@ import jax
 from bert_jax.models import BertConfig
 
 # Dense peak FLOP/s per device (per chip), from vendor data sheets; keys are lower-case substrings of
-# jax's device_kind. CPU: 170 GFLOP/s fp32 measured on the 2-core CI machine (shared/FACTS.md).
+# jax's device_kind. CPU: about 170 GFLOP/s, the fp32 matmul peak measured on the 2-core CI machine
+# (2 threads); CPUs have no data sheet figure, so an MFU on a CPU is relative to that machine.
 PEAK_FLOPS = {
     "bfloat16": {
         "tpu v4": 275e12, "tpu v5 lite": 197e12, "tpu v5e": 197e12, "tpu v5p": 459e12, "tpu v5": 459e12,
