@@ -12,7 +12,7 @@ SIGINT, 143 SIGTERM). `--strict` makes input warnings errors (`bert_jax.input_wa
 you mean"), a value of the wrong type, a config file that fails to load.
 
 This module imports from bert_jax only the leaves `errors` and `input_warnings`, so an entry point at any
-layer may use it, and ml_collections only inside `run_main`, so importing it needs only absl.
+layer may use it, and ml_collections only inside `config_flags_of`, so importing it needs only absl.
 """
 
 import difflib
@@ -119,6 +119,9 @@ def _flag_error_message(e: BaseException, argv: Sequence[str],
 
 def config_flags_of(flag_values: flags.FlagValues) -> Dict[str, flags.Flag]:
   """{name: Flag} of the ml_collections config-file flags defined in `flag_values`."""
+  # lazy: ml_collections is not installed where only JAX is, and create_pretraining_data (which the training
+  # input pipeline imports) uses only run_plain_main
+  from ml_collections.config_flags.config_flags import is_config_flag  # pylint: disable=g-import-not-at-top
   return {name: flag_values[name] for name in flag_values if is_config_flag(flag_values[name])}
 
 
@@ -154,9 +157,6 @@ def run_main(main: Callable[[List[str]], object], argv: Optional[Sequence[str]] 
   Exit codes: 0 done; 2 a UserError or a bad flag / config override (one `error: ...` line); 1 an
   internal error (with its traceback); 128 + signum an `Interrupted` run (130 SIGINT, 143 SIGTERM).
   """
-  # lazy: ml_collections is not installed where only JAX is, and create_pretraining_data (which the training
-  # input pipeline imports) uses only run_plain_main
-  from ml_collections.config_flags.config_flags import is_config_flag  # pylint: disable=g-import-not-at-top
   FLAGS = flags.FLAGS  # pylint: disable=invalid-name
   if "verbose" not in FLAGS:
     flags.DEFINE_bool("verbose", False, "Show the traceback of a user error too (one `error:` line without).")

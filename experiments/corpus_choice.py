@@ -81,7 +81,7 @@ def save_initial_weights(directory: str, vocab_file: str, model: runs.ModelSpec,
   from bert_jax.training import sharding
   from bert_jax.training import train_step as ts
   config = runs.pretrain_config("", vocab_file, model, spec)
-  cfg = ts.build_model_config(config, params_dir.count_vocab_lines(vocab_file))
+  cfg = ts.model_config(config.model, params_dir.count_vocab_lines(vocab_file))
   bert = BertForPreTraining(cfg, targets=tuple(config.targets))
   mesh = sharding.make_mesh(tuple(config.mesh.shape), tuple(config.mesh.axes))
   params, _ = ts.init_params(config, bert, mesh)   # the same draw as the pre-training runs' step 0

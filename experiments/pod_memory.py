@@ -67,7 +67,7 @@ def batch_shapes(config, global_batch: int, seq_len: int, preds: int, mesh):
 def compiled_memory(config, mesh_shape, per_chip_batch: int, seq_len: int, preds: int):
   """Per-device bytes of the compiled train step: (total, breakdown dict, compile seconds)."""
   mesh = sharding.make_mesh(mesh_shape, tuple(config.mesh.axes))
-  model = BertForPreTraining(ts.build_model_config(config), targets=tuple(config.targets))
+  model = BertForPreTraining(ts.model_config(config.model, config.model.vocab_size), targets=tuple(config.targets))
   tx, _ = optimizers.optimizer_from_run_config(config)
   abstract, shardings = ts.abstract_train_state(config, model, mesh, tx)
   step = ts.make_train_step(config, model, tx, mesh, shardings)

@@ -174,9 +174,11 @@ def test_every_preset_choice_has_a_leave_one_out_ablation_arm():
   assert changed - {"warmup_steps", "data.max_predictions_per_seq"} <= varied
 
 
-def test_packing_with_nsp_target_is_a_user_error(tiny_vocab):
-  from bert_jax.training import pretrain
+def test_packing_with_nsp_target_is_a_user_error(tmp_path, tiny_vocab):
+  from bert_jax.training.plan import resolve_pretrain
   c = _budget_config()
   c.targets = ("mlm", "nsp")
-  with pytest.raises(UserError, match="targets"):
-    pretrain.make_dataset(c, "corpus.txt", pretrain.Phase(0, 0, 10, 16, 3), str(tiny_vocab), is_training=True)
+  (tmp_path / "corpus.txt").write_text("the cat sat .\n\nthe dog sat .\n", encoding="utf-8")
+  c.data.input_files, c.data.vocab_file = str(tmp_path / "corpus.txt"), str(tiny_vocab)
+  with pytest.raises(UserError, match="pack_sequences=true makes rows without sentence pairs.*targets"):
+    resolve_pretrain(c, None)

@@ -16,6 +16,7 @@ from bert_jax.input_pipeline import instances as instances_lib  # noqa: E402
 from bert_jax.input_pipeline import masking  # noqa: E402
 from bert_jax.input_pipeline import pretrain_dataset  # noqa: E402
 from bert_jax.input_pipeline import tokenization  # noqa: E402
+from bert_jax.training.plan import resolve_pretrain  # noqa: E402
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = [f"w{i}" for i in range(60)]
@@ -68,17 +69,16 @@ def _config(input_files, vocab_file, **data):
 
 # ---- masking mode -------------------------------------------------------------------------------------
 def test_trained_batches_equal_the_stored_masks_by_default(records, vocab_file, caplog):
-  """The batches the training loop feeds train_step (training/pretrain.make_dataset, default config) are
+  """The batches the training loop feeds train_step (training/pretrain.open_data, default config) are
   the records' own input_ids / positions / ids / weights: static masking is the default for records."""
   from bert_jax.training import pretrain
   out, _, stored = records
   by_ids = {tuple(r["input_ids"]): r for r in stored}
   assert len(by_ids) > len(stored) * 0.9
   for shuffle_buffer in (0, 10_000):
-    config = _config(out, vocab_file, shuffle_buffer=shuffle_buffer)
-    phase = pretrain.resolve_phases(config)[0]
+    plan = resolve_pretrain(_config(out, vocab_file, shuffle_buffer=shuffle_buffer), None)
     with caplog.at_level("INFO"):
-      data = pretrain.make_dataset(config, out, phase, vocab_file, is_training=True)
+      data = pretrain.open_data(plan, plan.phases[0])
     assert data.state()["masking"] == "static"
     rows = [{k: v[i] for k, v in b.items()} for b in (next(data) for _ in range(6)) for i in range(8)]
     if shuffle_buffer == 0:   # file order
@@ -430,7 +430,8 @@ def test_inspect_raw_text_marks_predictions_and_counts_them(tmp_path, vocab_file
   config.batch_size = 32
   import io
   buf = io.StringIO()
-  result = inspect_lib.inspect_batches(config, num_batches=4, show=3, output=str(tmp_path / "o.jsonl"),
+  plan = resolve_pretrain(config, None)
+  result = inspect_lib.inspect_batches(plan, num_batches=4, show=3, output=str(tmp_path / "o.jsonl"),
                                        out=buf)
   text = buf.getvalue()
   assert "{M:" in text and "  A: [CLS]" in text and "  B: " in text
@@ -445,8 +446,7 @@ def test_inspect_raw_text_marks_predictions_and_counts_them(tmp_path, vocab_file
         assert r["input_ids"][pos] in (MASK_ID, lab) or r["input_ids"][pos] >= 5
   # The inspector reads what training reads.
   from bert_jax.training import pretrain
-  phase = pretrain.resolve_phases(config)[0]
-  train_batch = next(pretrain.make_dataset(config, corpus, phase, vocab_file, is_training=True))
+  train_batch = next(pretrain.open_data(plan, plan.phases[0]))
   first = rows[:32]
   np.testing.assert_array_equal(train_batch["input_ids"], [r["input_ids"] for r in first])
   np.testing.assert_array_equal(train_batch["masked_lm_positions"], [r["masked_lm_positions"] for r in first])

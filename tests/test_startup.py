@@ -11,6 +11,7 @@ import task_fixtures as testing
 from bert_jax.input_pipeline import create_pretraining_data as cpd
 from bert_jax.training import compile_cache
 from bert_jax.training import pretrain
+from bert_jax.training.plan import resolve_pretrain
 from configs import pretrain as pretrain_configs
 
 
@@ -39,9 +40,10 @@ def test_expected_batch_spec_equals_the_real_first_batch(corpus, case):
   config.data.input_files = records if case.startswith("records") else text
   if case == "records_dynamic":
     config.data.masking = "dynamic"
-  (phase,) = pretrain.resolve_phases(config)
-  batch = next(pretrain.make_dataset(config, config.data.input_files, phase, vocab, is_training=True))
-  want = pretrain.expected_batch_spec(config, phase, None)
+  plan = resolve_pretrain(config, None)
+  (phase,) = plan.phases
+  batch = next(pretrain.open_data(plan, phase))
+  want = pretrain.expected_batch_spec(plan, phase, None)
   assert {k: (tuple(v.shape), np.dtype(v.dtype)) for k, v in batch.items()} == \
       {k: (tuple(v.shape), np.dtype(v.dtype)) for k, v in want.items()}
 
@@ -76,11 +78,11 @@ def test_enable_points_jax_at_the_directory_and_never_fails_a_run(tmp_path):
 
 
 def test_background_start_up_work_returns_its_value_or_raises_in_the_caller():
-  assert pretrain._Background(lambda: 41 + 1, "t").result() == 42
+  assert pretrain._in_background(lambda x: x + 1, 41).result() == 42
 
   def fail():
     raise FileNotFoundError("vocab.txt")
 
-  job = pretrain._Background(fail, "t")
+  job = pretrain._in_background(fail)
   with pytest.raises(FileNotFoundError, match="vocab.txt"):
     job.result()

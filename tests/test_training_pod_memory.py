@@ -34,7 +34,7 @@ def test_pod_memory_compiles_the_lamb_preset_step_and_fits_a_batch():
   (b0, m0), (b1, m1) = r["points"]
   assert 0 < m0 < m1 and r["bytes_per_sequence"] > 0
   # The compiled step's resident state is the sharded TrainState: about 1/4 of it per device (fsdp = 4).
-  model = BertForPreTraining(ts.build_model_config(config), targets=tuple(config.targets))
+  model = BertForPreTraining(ts.model_config(config.model, config.model.vocab_size), targets=tuple(config.targets))
   tx, _ = optimizers.optimizer_from_run_config(config)
   abstract, _ = ts.abstract_train_state(config, model, sharding.make_mesh(mesh_shape), tx)
   state_bytes = sum(np.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(abstract))

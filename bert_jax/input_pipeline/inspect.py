@@ -4,9 +4,14 @@ r"""Look at the batches a pre-training config feeds the model: decoded examples 
         --config.data.input_files=corpus.txt --config.data.vocab_file=vocab.txt \
         --num_batches=2 [--show=4] [--output=batches.jsonl] [--config.data.shuffle_buffer=0]
 
-The batches come from the same reader, with the same settings, as `train.py`'s (phase 0 of the config,
-one host): raw text or TFRecords, `data.masking` (auto/static/dynamic), `data.google_exact`, whole-word
-options. With `--config.data.shuffle_buffer=0` nothing is shuffled: examples come in file order.
+The config is resolved into the run plan as `train.py` resolves it (`bert_jax.training.plan`: a bad or
+unknown field is one `error: ...` line, exit 2), and the batches come from the plan's data (`plan.data`),
+opened as the training loop opens them (phase 0, one host): raw text or TFRecords, `data.masking`
+(auto/static/dynamic), `data.google_exact`, whole-word options. With `--config.data.shuffle_buffer=0`
+nothing is shuffled: examples come in file order.
+
+This module is a command-line entry point: besides the input pipeline it imports the plan from
+`bert_jax.training` (tests/test_architecture.py lists it with the other entry points).
 
 Printed per example: segment A and B as WordPiece tokens, each prediction marked where it stands:
   {M:orig}      replaced by [MASK] (orig = the label, masked_lm_ids)
@@ -25,47 +30,29 @@ features of Google's records) plus batch, index and tokens (the decoded input_id
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from typing import Dict, List, Optional
 
 import numpy as np
+from absl import flags
+from ml_collections import config_flags
 
-from bert_jax.input_pipeline import tokenization
+from bert_jax import cli
+from bert_jax.errors import UserError
+from bert_jax.input_pipeline import pretrain_dataset, tokenization
+from bert_jax.training.plan import PretrainPlan, resolve_pretrain
 
 FIELDS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
           "masked_lm_weights", "next_sentence_labels")
 
 
-def phase0_lengths(config) -> tuple:
-  """(max_seq_length, max_predictions_per_seq) of the config's first phase, as train.py uses them."""
-  phases = tuple(config.data.phases or ())
-  if phases:
-    return int(phases[0][1]), int(phases[0][2])
-  return int(config.data.max_seq_length), int(config.data.max_predictions_per_seq)
-
-
-def make_dataset(config, *, process_index: int = 0, process_count: int = 1, is_training: bool = True):
-  """The training reader for `config` (phase 0, seed = config.seed), as training/pretrain.make_dataset
-  builds it; per-host batch = config.batch_size / process_count."""
-  from bert_jax.errors import UserError  # pylint: disable=g-import-not-at-top
-  from bert_jax.input_pipeline import pretrain_dataset  # pylint: disable=g-import-not-at-top  (TensorFlow)
-  d = config.data
-  if not str(d.input_files).strip():
-    raise UserError("data.input_files is empty: pass --config.data.input_files=GLOB")
-  if not d.vocab_file:
-    raise UserError("data.vocab_file is empty: pass --config.data.vocab_file=vocab.txt (needed to decode)")
-  pair_mode = "sop" if "sop" in tuple(config.targets) else d.pair_mode
-  t, p = phase0_lengths(config)
-  return pretrain_dataset.make_pretraining_dataset(
-      d.input_files, batch_size=int(config.batch_size) // process_count, max_seq_length=t,
-      max_predictions_per_seq=p, vocab_file=d.vocab_file, is_training=is_training, seed=int(config.seed),
-      masking=str(d.get("masking", "auto")), google_exact=bool(d.get("google_exact", False)),
-      do_lower_case=bool(d.do_lower_case), whole_word_mask=bool(d.do_whole_word_mask),
-      chinese_whole_word_mask=bool(d.chinese_whole_word_mask), masked_lm_prob=float(d.masked_lm_prob),
-      short_seq_prob=float(d.short_seq_prob), pair_mode=pair_mode,
-      pack_sequences=bool(d.get("pack_sequences", False)), process_index=process_index,
-      process_count=process_count, shuffle_buffer=int(d.shuffle_buffer))
+def open_batches(plan: PretrainPlan) -> pretrain_dataset.PretrainingIterator:
+  """The training batches of the plan's first phase (seed plan.seed), as the training loop opens them."""
+  phase = plan.phases[0]
+  return pretrain_dataset.open_dataset(plan.data, phase.max_seq_length, phase.max_predictions_per_seq,
+                                       phase_index=phase.index)
 
 
 class Vocab:
@@ -185,14 +172,14 @@ def write_jsonl_atomic(path: str, records: List[Dict]) -> None:
   os.replace(tmp, path)
 
 
-def inspect_batches(config, num_batches: int, show: int = 2, output: Optional[str] = None,
+def inspect_batches(plan: PretrainPlan, num_batches: int, show: int = 2, output: Optional[str] = None,
                     out=None) -> Dict[str, float]:
   """Prints `show` decoded examples and the statistics of each of `num_batches` batches, then the totals;
   writes every example to `output` (JSONL) when given. Returns the total shares."""
   out = sys.stdout if out is None else out
-  vocab = Vocab(config.data.vocab_file)
-  data = make_dataset(config)
-  pair_task = "sop" if "sop" in tuple(config.targets) else "nsp"
+  vocab = Vocab(plan.vocab_file)
+  data = open_batches(plan)
+  pair_task = plan.data.pair_mode
   total, records = None, []
   for b in range(num_batches):
     try:
@@ -222,11 +209,6 @@ def inspect_batches(config, num_batches: int, show: int = 2, output: Optional[st
 def main(argv=None) -> int:
   """Command line (see the module docstring); flags live in their own FlagValues, so it can run in-process."""
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  import logging  # pylint: disable=g-import-not-at-top
-  from absl import flags  # pylint: disable=g-import-not-at-top
-  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
-  from bert_jax.errors import UserError  # pylint: disable=g-import-not-at-top
-
   argv = list(sys.argv if argv is None else ["inspect"] + list(argv))
   fv = flags.FlagValues()
   config_flags.DEFINE_config_file("config", None, "Pre-training config, e.g. configs/pretrain.py:size=tiny.",
@@ -236,19 +218,15 @@ def main(argv=None) -> int:
   flags.DEFINE_string("output", None, "Write every example as one JSON object per line to this file.",
                       flag_values=fv)
   try:
-    rest = fv(argv)
+    rest = cli.parse_flags(fv, argv)     # a bad flag or unknown --config.FIELD: UserError, as train.py says it
     if len(rest) > 1:
-      raise flags.Error(f"unexpected arguments: {rest[1:]}")
+      raise UserError(f"unexpected arguments: {rest[1:]}")
     if fv.config is None:
-      raise flags.Error("--config is required, e.g. --config=configs/pretrain.py:size=tiny,runlocal")
+      raise UserError("--config is required, e.g. --config=configs/pretrain.py:size=tiny,runlocal")
     if fv.num_batches < 1:
-      raise flags.Error(f"--num_batches={fv.num_batches}; expected >= 1")
-  except flags.Error as e:
-    print(f"error: {e}", file=sys.stderr)
-    return UserError.exit_code
-  logging.basicConfig(level=logging.INFO, format="%(message)s")
-  try:
-    inspect_batches(fv.config, fv.num_batches, fv.show, fv.output)
+      raise UserError(f"--num_batches={fv.num_batches}; expected >= 1")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    inspect_batches(resolve_pretrain(fv.config, None), fv.num_batches, fv.show, fv.output)
   except UserError as e:
     print(f"error: {e}", file=sys.stderr)
     return UserError.exit_code

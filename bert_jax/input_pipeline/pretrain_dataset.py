@@ -51,15 +51,17 @@ pairs and masks each epoch.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
+import jax
 import numpy as np
-import tensorflow as tf
 
 from bert_jax.errors import UserError
+from bert_jax.input_pipeline import create_pretraining_data as cpd
 from bert_jax.input_pipeline import fileio
 from bert_jax.input_pipeline import instances as instances_lib
 from bert_jax.input_pipeline import masking as masking_lib
@@ -76,6 +78,19 @@ MASKING_MODES = ("auto", "static", "dynamic")
 
 log = logging.getLogger(__name__)
 _LOGGED = set()
+
+
+class _TensorFlow:
+  """`tf`, imported at its first use: TensorFlow takes ~6 CPU-s to import, which the training loop spends on
+  its data thread while another thread compiles the step; the plan and `inspect` import this module first."""
+
+  def __getattr__(self, name):
+    import tensorflow  # lazy: see the class docstring
+    globals()["tf"] = tensorflow
+    return getattr(tensorflow, name)
+
+
+tf = _TensorFlow()
 
 
 def _log_once(msg: str) -> None:
@@ -204,7 +219,6 @@ def load_state(path: str) -> Dict:
 
 def _default_process(process_index, process_count):
   if process_index is None or process_count is None:
-    import jax  # pylint: disable=g-import-not-at-top
     process_index = jax.process_index() if process_index is None else process_index
     process_count = jax.process_count() if process_count is None else process_count
   if not 0 <= process_index < process_count:
@@ -283,6 +297,47 @@ def _record_stream(files: List[str], is_training: bool, seed: int, process_index
 def _count_records(epoch_records) -> int:
   return int(epoch_records(tf.constant(0, tf.int64)).reduce(tf.constant(0, tf.int64),
                                                               lambda n, _: n + 1).numpy())
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainData:
+  """A pre-training run's data arguments, resolved from config.data by training.plan.resolve_pretrain; the
+  training loop and `inspect` open batches only from this (`open_dataset`)."""
+  input_files: str                  # comma-separated globs: raw text or TFRecords
+  eval_input_files: str             # "" = no evaluation
+  vocab_file: str
+  per_host_batch_size: int          # global batch / process count
+  masking: str                      # auto | static | dynamic
+  google_exact: bool
+  do_lower_case: bool
+  whole_word_mask: bool
+  chinese_whole_word_mask: bool
+  masked_lm_prob: float
+  short_seq_prob: float
+  pair_mode: str                    # nsp | sop (sop when the targets hold sop)
+  pack_sequences: bool
+  shuffle_buffer: int
+  seed: int
+
+
+EVAL_SEED_OFFSET = 7919   # evaluation draws its pairs and masks apart from training's, the same each time
+
+
+def open_dataset(data: PretrainData, max_seq_length: int, max_predictions_per_seq: int, *, phase_index: int = 0,
+                 evaluation: bool = False, start_step: int = 0, process_index: Optional[int] = None,
+                 process_count: Optional[int] = None) -> "PretrainingIterator":
+  """This host's batches of one phase: training (`data.input_files`, shuffled, repeated, resumable at
+  `start_step`) or evaluation (`data.eval_input_files`, in order, repeated so a loop takes exactly the batches
+  it wants). The seed of phase i is data.seed + 1000 i, so each phase pairs and masks afresh."""
+  return make_pretraining_dataset(
+      data.eval_input_files if evaluation else data.input_files, batch_size=data.per_host_batch_size,
+      max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq, vocab_file=data.vocab_file,
+      is_training=not evaluation, seed=data.seed + 1000 * phase_index + (EVAL_SEED_OFFSET if evaluation else 0),
+      masking=data.masking, google_exact=data.google_exact, do_lower_case=data.do_lower_case,
+      whole_word_mask=data.whole_word_mask, chinese_whole_word_mask=data.chinese_whole_word_mask,
+      masked_lm_prob=data.masked_lm_prob, short_seq_prob=data.short_seq_prob, pair_mode=data.pair_mode,
+      pack_sequences=data.pack_sequences, process_index=process_index, process_count=process_count,
+      num_epochs=1 << 20 if evaluation else None, shuffle_buffer=data.shuffle_buffer, start_step=start_step)
 
 
 def make_pretraining_dataset(
@@ -415,7 +470,6 @@ def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_
   documents = documents[process_index::process_count]
   if not documents:
     raise ValueError(f"no documents for host {process_index}/{process_count} in {files}")
-  from bert_jax.input_pipeline import create_pretraining_data as cpd  # pylint: disable=g-import-not-at-top
   docs_ids, docs_cont, _ = cpd.tokenize_documents(
       documents, tokenizer, cpd.Config(do_lower_case=do_lower_case, chinese_wwm=chinese_wwm,
                                        google_exact=google_exact))

@@ -24,6 +24,15 @@ LAYER_NORM_TYPES = ("post", "pre")
 ATTENTION_IMPLS = ("auto", "einsum", "xla", "cudnn", "cudnn_dropout", "pallas_flash")   # models/attention.py
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "minimal")
 
+# How a run computes, not what it computes: a run's config sets these over a loaded checkpoint's architecture
+# (training.train_step.model_config), and a resumed run may change them.
+RUNTIME_FIELDS = ("dtype", "param_dtype", "attention_impl", "scan_layers", "remat_policy", "hidden_dropout_prob",
+                  "attention_probs_dropout_prob")
+# The architecture fields a run config may set over the size table (random init only).
+ARCHITECTURE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "encoder",
+                       "layer_norm_type", "max_position_embeddings", "hidden_act", "type_vocab_size",
+                       "initializer_range", "layer_norm_eps")
+
 # Keys of Google's bert_config.json (also a subset of Hugging Face's config.json).
 _GOOGLE_KEYS = (
     "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",

@@ -96,24 +96,36 @@ def read_config(name_or_dir: str, search_dirs: Sequence[str] = ()) -> BertConfig
   return params_dir.read_model_config(_resolve(name_or_dir, search_dirs)).replace(scan_layers=False)
 
 
-def load_pretrained(name_or_dir: str, search_dirs: Sequence[str] = ()) -> Pretrained:
-  """See the module docstring."""
+def describe_pretrained(name_or_dir: str, search_dirs: Sequence[str] = ()) -> Pretrained:
+  """What `load_pretrained` returns without reading the params (`params` is None): the architecture, the vocab,
+  the casing and the info files. The run plans resolve a checkpoint with this; the loops load it."""
   directory = _resolve(name_or_dir, search_dirs)
   if params_dir.is_params_dir(directory):
-    config, params, vocab = params_dir.load_params_dir(directory)
+    config = params_dir.read_model_config(directory)
+    vocab = params_dir.vocab_path(directory)
     info = params_dir.read_info(directory)
     ft_info = params_dir.read_json(os.path.join(directory, params_dir.FINETUNE_INFO_NAME))
     lower = info.get("do_lower_case", ft_info.get("do_lower_case"))
   elif is_workdir(directory):
-    config = params_dir.read_model_config(directory).replace(scan_layers=False)
-    params = load_workdir_params(directory)
+    config = params_dir.read_model_config(directory)
     vocab, info, ft_info = params_dir.vocab_path(directory), {}, {}
     lower = params_dir.read_json(os.path.join(directory, "config.json")).get("data", {}).get("do_lower_case")
   else:
     raise FileNotFoundError(
         f"{name_or_dir!r} is neither a params directory (model_config.json + params.msgpack or params/), a "
         "fine-tuning work dir (best_checkpoint/) nor a pre-training work dir (checkpoints/)")
-  return Pretrained(config, params, vocab, None if lower is None else bool(lower), directory, info, ft_info)
+  return Pretrained(config.replace(scan_layers=False), None, vocab, None if lower is None else bool(lower),
+                    directory, info, ft_info)
+
+
+def load_pretrained(name_or_dir: str, search_dirs: Sequence[str] = ()) -> Pretrained:
+  """See the module docstring."""
+  described = describe_pretrained(name_or_dir, search_dirs)
+  if is_workdir(described.directory) and not params_dir.is_params_dir(described.directory):
+    params = load_workdir_params(described.directory)
+  else:
+    _, params, _ = params_dir.load_params_dir(described.directory)
+  return dataclasses.replace(described, params=params)
 
 
 class VocabMismatchError(UserError, ValueError):

@@ -10,8 +10,8 @@ API
                                                     number is folded in at every step
   LossFn(denominators, forward)                     what a step optimises (see below)
   pretraining_loss(model, targets) -> LossFn        MLM / NSP / SOP / LM sums (models.losses)
-  build_model_config(config, vocab_size=None) -> BertConfig     from config.model.* (size table + overrides)
-  build_model(config, vocab_size=None) -> BertForPreTraining    with config.targets
+  model_config(config.model, vocab_size, loaded=None) -> BertConfig   the size table + config.model's fields,
+                                                    or a loaded architecture, with the run's runtime fields
   init_params(config, model, mesh) -> (params, param_shardings)    random params on the mesh, no optimizer
   create_train_state(config, model, mesh, tx=None, *, params=None, rng=None)
       -> (state, state_shardings)      params created directly on the mesh: eval_shape(init) -> logical
@@ -77,16 +77,12 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from bert_jax.errors import UserError
 from bert_jax.models import BertConfig, BertForPreTraining, dummy_inputs, losses
+from bert_jax.models.config import ARCHITECTURE_FIELDS, RUNTIME_FIELDS
 from bert_jax.pretrained.params_dir import match_layout
 from bert_jax.training import optimizers, sharding
 
 NO_NONFINITE = np.int32(2**31 - 1)
 logger = logging.getLogger(__name__)
-# Model fields a run config may set under config.model (besides size / vocab_size).
-_MODEL_FIELDS = ("encoder", "layer_norm_type", "hidden_dropout_prob", "attention_probs_dropout_prob",
-                 "max_position_embeddings", "dtype", "param_dtype", "attention_impl", "scan_layers",
-                 "remat_policy", "hidden_act", "type_vocab_size", "initializer_range", "hidden_size",
-                 "num_hidden_layers", "num_attention_heads", "intermediate_size", "layer_norm_eps")
 
 
 @flax.struct.dataclass
@@ -110,20 +106,23 @@ def compute_dtype(name: str) -> str:
   return name
 
 
-def build_model_config(config, vocab_size: Optional[int] = None) -> BertConfig:
-  """BertConfig from config.model: the size table entry, then every model field the config sets."""
-  m = config.model
-  vocab = vocab_size if vocab_size is not None else int(m.vocab_size)
-  if vocab is None or vocab <= 0:
-    raise ValueError("model.vocab_size is -1 and no vocab file was read; pass the vocab size")
-  overrides = {k: m[k] for k in _MODEL_FIELDS if k in m and m[k] is not None}
-  if "dtype" in overrides:
-    overrides["dtype"] = compute_dtype(overrides["dtype"])
-  return BertConfig.from_size(m.size, vocab_size=int(vocab), **overrides)
-
-
-def build_model(config, vocab_size: Optional[int] = None) -> BertForPreTraining:
-  return BertForPreTraining(build_model_config(config, vocab_size), targets=tuple(config.targets))
+def model_config(model_fields, vocab_size: int, loaded: Optional[BertConfig] = None) -> BertConfig:
+  """The run's BertConfig, the one place both loops get it: `loaded` (a checkpoint's architecture) or the size
+  table `model_fields.size` with the architecture fields `model_fields` sets (-1: keep the table's), then this
+  run's runtime fields (`RUNTIME_FIELDS`: dtype, dropout, attention path, scan, remat) from `model_fields`, a
+  config's `model` subtree (pre-training and fine-tuning configs both have one)."""
+  present = {k: model_fields[k] for k in RUNTIME_FIELDS + ARCHITECTURE_FIELDS
+             if k in model_fields and model_fields[k] is not None and model_fields[k] != -1}
+  runtime = {k: v for k, v in present.items() if k in RUNTIME_FIELDS}
+  if "dtype" in runtime:
+    runtime["dtype"] = compute_dtype(runtime["dtype"])
+  if loaded is not None:
+    return loaded.replace(**runtime)
+  arch = {k: v for k, v in present.items() if k in ARCHITECTURE_FIELDS}
+  if "hidden_size" in arch:   # BERT's rule for a custom width: 64-wide heads, FFN = 4H
+    arch.setdefault("num_attention_heads", max(1, int(arch["hidden_size"]) // 64))
+    arch.setdefault("intermediate_size", 4 * int(arch["hidden_size"]))
+  return BertConfig.from_size(model_fields.size, vocab_size=int(vocab_size), **arch, **runtime)
 
 
 def _rules(config):

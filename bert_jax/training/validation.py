@@ -1,25 +1,18 @@
-"""Checks a pre-training config before any model or data work: `validate_pretrain_config(config, workdir)`.
+"""The field and file checks the run plans are made of (`training.plan.resolve_pretrain`,
+`finetune.plan.resolve_finetune`). Each raises `bert_jax.errors.UserError` naming the field (as
+`config.a.b=value`) and what was expected, so the entry points print one `error: ...` line:
 
-One place per config kind (this module for configs/pretrain.py, `bert_jax.finetune.validation` for
-configs/finetune.py). Each mistake raises `bert_jax.errors.UserError` naming the field (as
-`config.a.b=value`) and what was expected, so the entry points print one `error: ...` line (exit 2) a few
-seconds after launch instead of a traceback from inside jit, Orbax or a tf.data PyFunc:
+  check_range / check_choice        a config field's range or choice (skipped when the config lacks the field)
+  check_optimizer_fields            config.optimizer's ranges
+  check_vocab                       an existing, UTF-8 vocab holding the special tokens; its size
+  check_input_files                 comma-separated globs that match non-empty files
+  count_documents_upto              documents of raw text (blank-line separated), counted up to a limit
+  check_batch_divisible             batch_size vs data shards x grad_accum_steps and the process count;
+                                    the resolved mesh shape
+  checkpoint_dir                    an init_checkpoint (path or converted zoo name) load_pretrained reads
+  has_checkpoint                    a work dir that a run resumes
 
-  - ranges and choices of every field that exists (a field another change removed is skipped);
-  - the model fields, through the same `BertConfig` / targets / optimizer constructors the run uses;
-  - `batch_size` a multiple of the data shards (from `mesh.shape`, the axis rules and the device count)
-    x `grad_accum_steps`, and of the process count;
-  - `max_seq_length` (and every phase's) <= `model.max_position_embeddings`; >= 1 prediction per sequence
-    when `mlm` is a target;
-  - the vocab file (the work dir's on resume, else `data.vocab_file`, else the init checkpoint's) exists,
-    is UTF-8 and holds [PAD] [UNK] [CLS] [SEP] [MASK];
-  - every input glob matches a non-empty file; raw text for NSP pairs has at least 2 documents per host
-    (read only until that many are found);
-  - `init_checkpoint` names an existing checkpoint directory or a converted zoo model.
-
-Warnings (logged, the run goes on): `warmup_steps >= num_train_steps` (the peak learning rate is never
-reached). The shared helpers (`check_range`, `check_choice`, `check_vocab`, `check_input_files`,
-`check_batch_divisible`, `check_init_checkpoint`) serve the fine-tuning validator too.
+`warn(message)` logs a config warning (the run goes on).
 """
 
 from __future__ import annotations
@@ -27,14 +20,17 @@ from __future__ import annotations
 import logging
 import math
 import os
-from typing import Iterable, List, Optional, Sequence
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 from bert_jax.errors import UserError
 from bert_jax.input_pipeline import fileio, text_io, tokenization
+from bert_jax.pretrained import load, params_dir, zoo
+from bert_jax.pretrained.load import CHECKPOINT_SUBDIR
+from bert_jax.training import sharding
 
 _log = logging.getLogger(__name__)
 
-PRETRAIN_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 _TEXT_SUFFIXES = (".txt", ".text")    # raw text, as pretrain_dataset's input_format="auto"
 
 
@@ -90,7 +86,7 @@ def check_choice(config, path: str, choices: Iterable) -> None:
 
 
 # ---- files ----------------------------------------------------------------------------------------------
-def check_vocab(vocab_file: str, field: str, required: Sequence[str] = PRETRAIN_SPECIAL_TOKENS) -> int:
+def check_vocab(vocab_file: str, field: str, required: Sequence[str] = SPECIAL_TOKENS) -> int:
   """Number of lines of an existing, UTF-8, non-empty vocab holding `required`; UserError naming `field`."""
   if not vocab_file:
     raise UserError(f"{field} is empty: pass the WordPiece vocab (one token per line)")
@@ -121,7 +117,7 @@ def check_input_files(patterns: str, field: str) -> List[str]:
 
 def _size(path: str) -> int:
   if fileio.is_remote(path):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # lazy: TensorFlow only for gs:// and other remote paths
     return int(tf.io.gfile.stat(path).length)
   return os.path.getsize(path)
 
@@ -131,10 +127,10 @@ def is_raw_text(files: Sequence[str]) -> bool:
 
 
 def check_batch_divisible(batch_size: int, grad_accum_steps: int, mesh_shape, mesh_axes, rules,
-                          num_devices: int, process_count: int, field: str = "config.batch_size") -> int:
-  """The number of data shards; UserError unless batch_size is a multiple of shards x grad_accum_steps
-  and of the process count, or when mesh_shape does not fit the devices."""
-  from bert_jax.training import sharding  # pylint: disable=g-import-not-at-top
+                          num_devices: int, process_count: int,
+                          field: str = "config.batch_size") -> Tuple[Tuple[int, ...], int]:
+  """(the mesh shape with -1 resolved, the number of data shards); UserError unless batch_size is a multiple
+  of shards x grad_accum_steps and of the process count, or when mesh_shape does not fit the devices."""
   try:
     shape = sharding.resolve_mesh_shape(tuple(mesh_shape), num_devices)
   except ValueError as e:
@@ -161,12 +157,11 @@ def check_batch_divisible(batch_size: int, grad_accum_steps: int, mesh_shape, me
   if batch_size % process_count:
     raise UserError(f"{field}={batch_size} is not a multiple of the {process_count} processes (each host "
                     "reads batch_size / process_count rows)")
-  return shards
+  return shape, shards
 
 
 def checkpoint_dir(name_or_dir: str, field: str = "config.init_checkpoint") -> str:
   """The directory of an init checkpoint (a path or a converted zoo name) that load_pretrained can read."""
-  from bert_jax.pretrained import load, params_dir, zoo  # pylint: disable=g-import-not-at-top
   try:
     directory = os.path.abspath(zoo.resolve(os.path.expanduser(name_or_dir)))
   except FileNotFoundError as e:   # zoo.ZooError: names the name, where it looked and how to convert
@@ -179,19 +174,6 @@ def checkpoint_dir(name_or_dir: str, field: str = "config.init_checkpoint") -> s
   raise UserError(f"{field}={name_or_dir!r} is neither a params directory (model_config.json + "
                   "params.msgpack or params/), a fine-tuning work dir (best_checkpoint/) nor a pre-training "
                   "work dir (checkpoints/)")
-
-
-def checkpoint_vocab(directory: str) -> Optional[str]:
-  from bert_jax.pretrained import params_dir  # pylint: disable=g-import-not-at-top
-  return params_dir.vocab_path(directory)
-
-
-def checkpoint_max_positions(directory: str) -> Optional[int]:
-  from bert_jax.pretrained import params_dir  # pylint: disable=g-import-not-at-top
-  try:
-    return int(params_dir.read_model_config(directory).max_position_embeddings)
-  except (FileNotFoundError, ValueError):
-    return None
 
 
 def count_documents_upto(files: Sequence[str], limit: int) -> int:
@@ -222,67 +204,19 @@ def warn(message: str) -> None:
   _log.warning("%s", message)
 
 
-# ---- pre-training ---------------------------------------------------------------------------------------
-def _resuming(workdir: Optional[str]) -> bool:
-  """A work dir with a checkpoint (local or gs://): the run resumes with the work dir's vocab."""
+def has_checkpoint(workdir: Optional[str]) -> bool:
+  """A work dir with a checkpoint (local or gs://): a run on it resumes, with the work dir's vocab."""
   if not workdir:
     return False
-  d = fileio.join(workdir, "checkpoints")
+  d = fileio.join(workdir, CHECKPOINT_SUBDIR)
   return fileio.isdir(d) and any(n.rstrip("/").isdigit() for n in fileio.listdir(d))
 
 
-def _check_model(config, vocab_size: int):
-  """The BertConfig, targets and optimizer the run will build, built here so their own checks run now."""
-  from bert_jax.models import validate_targets  # pylint: disable=g-import-not-at-top
-  from bert_jax.training import optimizers  # pylint: disable=g-import-not-at-top
-  from bert_jax.training import train_step as ts  # pylint: disable=g-import-not-at-top
-  try:
-    validate_targets(tuple(config.targets))
-  except ValueError as e:
-    raise UserError(f"config.targets={tuple(config.targets)!r}: {e}") from e
-  try:
-    model_config = ts.build_model_config(config, vocab_size)
-  except ValueError as e:
-    raise UserError(f"config.model: {e}") from e
-  try:
-    optimizers.optimizer_from_run_config(config)
-  except ValueError as e:
-    raise UserError(f"config.optimizer: {e}") from e
-  return model_config
-
-
-def validate_pretrain_config(config, workdir: Optional[str] = None, *, num_devices: Optional[int] = None,
-                             process_count: Optional[int] = None) -> None:
-  """Raises UserError for the first mistake in a configs/pretrain.py config (see the module docstring).
-
-  num_devices / process_count default to jax.device_count() / jax.process_count(); call this after
-  jax.distributed.initialize on multi-host runs.
-  """
-  targets = tuple(config.targets)
-  d = config.data
-  # Ranges and choices.
-  check_range(config, "batch_size", lo=1, integer=True)
-  check_range(config, "grad_accum_steps", lo=1, integer=True)
-  check_range(config, "num_train_steps", lo=1, integer=True)
-  check_range(config, "warmup_steps", lo=0, integer=True)
-  check_range(config, "checkpoint_every_steps", lo=0, integer=True)
-  check_range(config, "keep_checkpoints", lo=1, integer=True)
-  check_range(config, "log_every_steps", lo=1, integer=True)
-  check_range(config, "eval_every_steps", lo=0, integer=True)
-  check_range(config, "eval_steps", lo=1, integer=True)
-  check_range(config, "max_consecutive_nonfinite", lo=1, integer=True)
-  check_range(config, "peak_flops_per_device", lo=0)
-  check_choice(config, "nan_policy", ("stop", "skip"))
-  check_range(config, "model.vocab_size", lo=1, allow=(-1,), integer=True)
-  check_range(config, "model.max_position_embeddings", lo=1, integer=True)
-  check_range(config, "model.hidden_dropout_prob", lo=0, hi=1, hi_open=True)
-  check_range(config, "model.attention_probs_dropout_prob", lo=0, hi=1, hi_open=True)
-  check_range(config, "data.max_seq_length", lo=5, integer=True)   # [CLS] A [SEP] B [SEP]
-  check_range(config, "data.masked_lm_prob", lo=0, hi=1, lo_open=True)
-  check_range(config, "data.short_seq_prob", lo=0, hi=1)
-  check_range(config, "data.shuffle_buffer", lo=0, integer=True)
-  check_choice(config, "data.pair_mode", ("nsp", "sop"))
-  check_range(config, "optimizer.learning_rate", lo=0, lo_open=True)
+def check_optimizer_fields(config, auto_learning_rate: bool = False) -> None:
+  """Ranges of config.optimizer (pre-training and fine-tuning share its shape; its choices are checked by
+  building it, training.plan.optimizer_settings);
+  `auto_learning_rate`: -1 means "by model size" (fine-tuning)."""
+  check_range(config, "optimizer.learning_rate", lo=0, lo_open=True, allow=(-1.0, -1) if auto_learning_rate else ())
   check_range(config, "optimizer.end_learning_rate", lo=0)
   check_range(config, "optimizer.weight_decay", lo=0)
   check_range(config, "optimizer.b1", lo=0, hi=1, hi_open=True)
@@ -290,95 +224,3 @@ def validate_pretrain_config(config, workdir: Optional[str] = None, *, num_devic
   check_range(config, "optimizer.eps", lo=0, lo_open=True)
   check_range(config, "optimizer.clip_norm", lo=0)
   check_range(config, "optimizer.power", lo=0, lo_open=True)
-
-  # Sequence lengths and predictions, per phase.
-  max_positions = int(config.model.max_position_embeddings)
-  phases = tuple(d.phases or ())
-  lengths = [("config.data.max_seq_length", int(d.max_seq_length), int(d.max_predictions_per_seq))]
-  if phases:
-    fractions = []
-    for i, phase in enumerate(phases):
-      if not isinstance(phase, (tuple, list)) or len(phase) != 3:
-        raise UserError(f"config.data.phases[{i}]={phase!r}; expected (fraction of steps, max_seq_length, "
-                        "max_predictions_per_seq)")
-      fractions.append(float(phase[0]))
-      lengths.append((f"config.data.phases[{i}] length", int(phase[1]), int(phase[2])))
-    if any(f <= 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
-      raise UserError(f"config.data.phases={phases}: the fractions {fractions} must be positive and sum to 1")
-    lengths = lengths[1:]   # the phases replace data.max_seq_length
-  init_dir = None
-  resume = _resuming(workdir)
-  if config.init_checkpoint and not resume:
-    init_dir = checkpoint_dir(config.init_checkpoint)
-    max_positions = checkpoint_max_positions(init_dir) or max_positions
-  for name, length, predictions in lengths:
-    if length > max_positions:
-      raise UserError(f"{name}={length} exceeds model.max_position_embeddings={max_positions}: the "
-                      "position embeddings have no row for the later tokens; shorten the sequences or raise "
-                      "--config.model.max_position_embeddings (random init only)")
-    if length < 5:
-      raise UserError(f"{name}={length}; expected >= 5 ([CLS] A [SEP] B [SEP])")
-    if "mlm" in targets:
-      what = "config.data.max_predictions_per_seq" if name == "config.data.max_seq_length" else \
-             name.replace(" length", " max_predictions_per_seq")
-      if predictions < 1:
-        raise UserError(f"{what}={predictions} with the 'mlm' target: no token would be predicted "
-                        "(mlm_loss stays 0); expected >= 1, e.g. 20 for length 128 (15%)")
-      if predictions > length:
-        raise UserError(f"{what}={predictions} exceeds the sequence length {length}")
-
-  pack = bool(d.get("pack_sequences", False))
-  if pack and set(targets) & {"nsp", "sop"}:
-    raise UserError(f"config.data.pack_sequences=true makes rows without sentence pairs: set "
-                    f"--config.targets='(\"mlm\",)' (got targets={targets})")
-
-  if int(config.warmup_steps) >= int(config.num_train_steps):
-    peak, steps, warmup = float(config.optimizer.learning_rate), int(config.num_train_steps), int(config.warmup_steps)
-    if str(config.optimizer.get("schedule", "linear")) == "google":   # Google's warmup is not clamped
-      effect = (f"the learning rate never reaches its peak {peak:g} (Google's linear warmup stops at "
-                f"{peak * steps / max(1, warmup):.3g})")
-    else:   # make_schedule clamps the warmup to the run
-      effect = (f"the whole run is warmup: the learning rate reaches its peak {peak:g} only at the last step "
-                "and never decays")
-    warn(f"config.warmup_steps={warmup} >= config.num_train_steps={steps}: {effect}; lower "
-         "--config.warmup_steps (BERT: 1% of the steps)")
-
-  # Vocab: the work dir's on resume, else data.vocab_file, else the init checkpoint's.
-  vocab_file, field = d.vocab_file, "config.data.vocab_file"
-  if resume and fileio.exists(fileio.join(workdir, "vocab.txt")):
-    vocab_file, field = fileio.join(workdir, "vocab.txt"), f"the work dir's vocab ({workdir})"
-  elif not vocab_file and init_dir is not None:
-    vocab_file = checkpoint_vocab(init_dir) or ""
-    field = f"config.init_checkpoint={config.init_checkpoint!r}'s vocab.txt"
-  if not vocab_file:
-    raise UserError("config.data.vocab_file is empty: pass --config.data.vocab_file=vocab.txt (the WordPiece "
-                    "vocab; python -m bert_jax.input_pipeline.build_vocab makes one)")
-  vocab_lines = check_vocab(vocab_file, field)
-  vocab_size = int(config.model.vocab_size) if int(config.model.vocab_size) > 0 else vocab_lines
-  _check_model(config, vocab_size)
-
-  # Devices: data shards x grad_accum_steps must divide the batch.
-  if num_devices is None or process_count is None:
-    import jax  # pylint: disable=g-import-not-at-top
-    num_devices = jax.device_count() if num_devices is None else num_devices
-    process_count = jax.process_count() if process_count is None else process_count
-  from bert_jax.training import sharding  # pylint: disable=g-import-not-at-top
-  check_batch_divisible(int(config.batch_size), int(config.grad_accum_steps), config.mesh.shape,
-                        config.mesh.axes, sharding.normalize_rules(config.logical_axis_rules), num_devices,
-                        process_count)
-
-  # Input files; raw text for NSP needs two documents per host.
-  for key in ("input_files", "eval_input_files"):
-    if key == "eval_input_files" and not str(d.eval_input_files).strip():
-      continue
-    files = check_input_files(d[key], f"config.data.{key}")
-    if is_raw_text(files) and not pack:
-      pair_mode = "sop" if "sop" in targets else d.pair_mode
-      need = (2 if pair_mode == "nsp" else 1) * process_count
-      found = count_documents_upto(files, need)
-      if found < need:
-        why = ("next-sentence pairs take the random next sentence from another document" if pair_mode == "nsp"
-               else "each process reads its own documents")
-        raise UserError(f"config.data.{key}={d[key]!r}: {found} document(s), need at least {need} "
-                        f"({why}{f', x {process_count} processes' if process_count > 1 else ''}); separate "
-                        "documents with a blank line, or use --config.data.pair_mode=sop")

@@ -38,6 +38,7 @@ from jax.experimental import multihost_utils
 
 from bert_jax.errors import UserError
 from bert_jax.input_pipeline import fileio
+from bert_jax.models.config import RUNTIME_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +47,7 @@ HEARTBEAT_SECONDS = 30.0      # how often the holder refreshes the lock
 STALE_SECONDS = 300.0         # another host's lock without a heartbeat for 5 min (10 missed beats) is stale
 
 # Compute settings a resumed run may change; every other BertConfig field is the architecture.
-COMPUTE_FIELDS = ("dtype", "param_dtype", "attention_impl", "scan_layers", "remat_policy", "hidden_dropout_prob",
-                  "attention_probs_dropout_prob", "initializer_range")
+COMPUTE_FIELDS = RUNTIME_FIELDS + ("initializer_range",)
 
 
 # ---- multi-host ------------------------------------------------------------------------------------------

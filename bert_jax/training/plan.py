@@ -1,0 +1,391 @@
+"""A pre-training config resolved once into what the run will do: `resolve_pretrain(config, workdir)`.
+
+    plan = resolve_pretrain(config, workdir)     # UserError for the first mistake, before any model or data work
+    print(plan.describe())                       # the short table train.py logs at start-up
+    plan.save()                                  # workdir/plan.json
+    pretrain.run_plan(plan)                      # the loop only runs it
+
+Resolving is validating: each rule below is written once, here, and raises `bert_jax.errors.UserError` naming
+the field (as `config.a.b=value`) and what was expected, so an entry point prints one `error: ...` line a few
+seconds after launch instead of a traceback from inside jit, Orbax or tf.data. What the plan settles:
+
+  - the vocab: the work dir's on resume, else `data.vocab_file`, else the init checkpoint's; it exists, is
+    UTF-8 and holds [PAD] [UNK] [CLS] [SEP] [MASK]; an init checkpoint's embedding rows equal its size;
+  - the model: the work dir's architecture on resume (a resume that asks for another one is refused), else
+    `init_checkpoint`'s, else the size table with `config.model`'s overrides; then this run's runtime fields
+    (dtype, dropout, attention path, scan, remat) in one function, `train_step.model_config`;
+  - the phases (`data.phases`, fractions positive and summing to 1) with each phase's lengths checked against
+    the position embeddings and the prediction count;
+  - the data arguments (`pretrain_dataset.PretrainData`), which `inspect` and the loop both open;
+  - the mesh shape, the data shards and `batch_size` divisible by shards x `grad_accum_steps` and by the
+    process count;
+  - the optimizer settings (the optimizer is built once here, so its own checks run now);
+  - the input files (every glob matches a non-empty file; raw text for NSP pairs has >= 2 documents per host).
+
+A plan is a frozen dataclass. It also carries the step settings the state/step factory reads (`seed`,
+`targets`, `grad_accum_steps`, `nan_policy`, `logical_axis_rules`, `optimizer`, `num_train_steps`,
+`warmup_steps`), so `train_step.create_train_state(plan, ...)` takes it as its run config. The generic field
+and file checks live in `training/validation.py`, shared with the fine-tuning plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+import jax
+
+from bert_jax.errors import UserError
+from bert_jax.input_pipeline import fileio
+from bert_jax.input_pipeline.pretrain_dataset import PretrainData
+from bert_jax.models import BertConfig, validate_targets
+from bert_jax.pretrained import params_dir
+from bert_jax.pretrained.load import CHECKPOINT_SUBDIR, check_vocab_matches, read_config
+from bert_jax.training import optimizers, sharding
+from bert_jax.training.checkpoints import config_to_dict
+from bert_jax.training import train_step as ts
+from bert_jax.training import validation as v
+from bert_jax.training import workdir as workdir_lib
+
+log = logging.getLogger(__name__)
+
+PLAN_NAME = "plan.json"
+
+
+def build_model_config(model_fields, vocab_size: int, loaded: Optional[BertConfig] = None,
+                       field: str = "config.model") -> BertConfig:
+  """train_step.model_config with its errors as a UserError naming `field`."""
+  try:
+    return ts.model_config(model_fields, vocab_size, loaded)
+  except (ValueError, TypeError) as e:
+    raise UserError(f"{field}: {e}") from e
+
+
+# ---- the plan ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Phase:
+  """A run segment with one sequence length: steps [start, end)."""
+  index: int
+  start: int
+  end: int
+  max_seq_length: int
+  max_predictions_per_seq: int
+
+  def __str__(self):
+    return (f"phase {self.index}: steps [{self.start}, {self.end}), length {self.max_seq_length}, "
+            f"{self.max_predictions_per_seq} predictions")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerSettings:
+  """config.optimizer, resolved (optimizers.make_optimizer reads these fields)."""
+  name: str
+  learning_rate: float
+  schedule: str
+  power: float
+  end_learning_rate: float
+  weight_decay: float
+  b1: float
+  b2: float
+  eps: float
+  clip_norm: float
+  bias_correction: bool
+
+  @classmethod
+  def from_config(cls, opt, **changes) -> "OptimizerSettings":
+    fields = {f.name: opt[f.name] for f in dataclasses.fields(cls) if f.name in opt}
+    fields.setdefault("schedule", "linear")
+    fields.setdefault("power", 1.0)
+    fields.setdefault("end_learning_rate", 0.0)
+    fields.setdefault("bias_correction", True)
+    fields.update(changes)
+    return cls(**fields)
+
+
+def optimizer_settings(opt, num_train_steps: int, warmup_steps: int, **changes) -> OptimizerSettings:
+  """config.optimizer (+ `changes`) as settings, checked by building the optimizer once (its own rules:
+  name, schedule, Google's schedule's fixed end and power) as a UserError naming config.optimizer."""
+  settings = OptimizerSettings.from_config(opt, **changes)
+  try:
+    optimizers.make_optimizer(settings, num_train_steps, warmup_steps)
+  except ValueError as e:
+    raise UserError(f"config.optimizer: {e}") from e
+  return settings
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainPlan:
+  """What a pre-training run does (see the module docstring)."""
+  workdir: str
+  resume: bool                       # the work dir holds a checkpoint: continue it
+  vocab_file: str
+  do_lower_case: bool
+  model: BertConfig
+  targets: Tuple[str, ...]
+  init_checkpoint: Optional[str]     # directory whose params start a new run (None on resume / from scratch)
+  phases: Tuple[Phase, ...]
+  data: PretrainData
+  batch_size: int                    # global; each host reads batch_size / process_count rows
+  mesh_shape: Tuple[int, ...]
+  mesh_axes: Tuple[str, ...]
+  logical_axis_rules: Tuple
+  batch_shards: int
+  process_count: int
+  optimizer: OptimizerSettings
+  seed: int
+  grad_accum_steps: int
+  num_train_steps: int
+  warmup_steps: int
+  nan_policy: str
+  max_consecutive_nonfinite: int
+  log_every_steps: int
+  checkpoint_every_steps: int
+  keep_checkpoints: int
+  eval_every_steps: int
+  eval_steps: int
+  peak_flops_per_device: float
+  progress_bar: bool
+  compilation_cache_dir: str
+  config: Dict[str, Any]             # the run config as asked (config.json)
+
+  def phase_at(self, step: int) -> Optional[Phase]:
+    return next((p for p in self.phases if p.start <= step < p.end), None)
+
+  def to_dict(self) -> dict:
+    out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "config"}
+    out.update(model=self.model.to_dict(), data=dataclasses.asdict(self.data),
+               optimizer=dataclasses.asdict(self.optimizer), phases=[dataclasses.asdict(p) for p in self.phases])
+    return json.loads(json.dumps(out, default=list))
+
+  def describe(self) -> str:
+    """The plan as a short table (logged at start-up)."""
+    m = self.model
+    start = ("resume from " + fileio.join(self.workdir, CHECKPOINT_SUBDIR) if self.resume else
+             f"init_checkpoint {self.init_checkpoint}" if self.init_checkpoint else f"from scratch (seed {self.seed})")
+    rows = [
+        ("start", start),
+        ("model", f"L{m.num_hidden_layers}/H{m.hidden_size}/A{m.num_attention_heads}, vocab {m.vocab_size}, "
+                  f"{m.encoder} {m.layer_norm_type}-LN, {m.dtype}, attention {m.attention_impl}"
+                  f"{', scan' if m.scan_layers else ''}{'' if m.remat_policy == 'none' else ', remat ' + m.remat_policy}"),
+        ("targets", ", ".join(self.targets)),
+        ("vocab", f"{self.vocab_file} ({'lower-cased' if self.do_lower_case else 'cased'})"),
+        ("data", f"{self.data.input_files}; masking {self.data.masking}, pairs {self.data.pair_mode}"
+                 f"{', packed' if self.data.pack_sequences else ''}"
+                 f"{', eval ' + self.data.eval_input_files if self.data.eval_input_files else ''}"),
+    ]
+    rows += [("", str(p)) for p in self.phases]
+    o = self.optimizer
+    rows += [
+        ("batch", f"{self.batch_size} = {self.batch_shards} data shard(s) x {self.batch_size // self.batch_shards}"
+                  f"{f', {self.grad_accum_steps} micro-batches' if self.grad_accum_steps > 1 else ''}; "
+                  f"{self.process_count} process(es)"),
+        ("mesh", " x ".join(f"{a}={s}" for a, s in zip(self.mesh_axes, self.mesh_shape))),
+        ("optimizer", f"{o.name} lr {o.learning_rate:g} ({o.schedule}), warmup {self.warmup_steps} of "
+                      f"{self.num_train_steps} steps, weight decay {o.weight_decay:g}"),
+        ("checkpoints", f"every {self.checkpoint_every_steps} steps, keep {self.keep_checkpoints}; log every "
+                        f"{self.log_every_steps}" + (f"; eval {self.eval_steps} batches every "
+                                                     f"{self.eval_every_steps}" if self.data.eval_input_files else "")),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"  {k:<{width}}  {val}" for k, val in rows)
+
+  def save(self) -> None:
+    """workdir/plan.json (process 0; temp + fsync + rename)."""
+    if self.workdir and jax.process_index() == 0:
+      params_dir.write_json_atomic(fileio.join(self.workdir, PLAN_NAME), self.to_dict())
+
+
+# ---- resolution --------------------------------------------------------------------------------------------
+def _check_fields(config) -> None:
+  """Ranges and choices of every field of configs/pretrain.py (a field another change removed is skipped)."""
+  for path in ("batch_size", "grad_accum_steps", "num_train_steps", "keep_checkpoints", "log_every_steps",
+               "eval_steps", "max_consecutive_nonfinite", "model.max_position_embeddings"):
+    v.check_range(config, path, lo=1, integer=True)
+  for path in ("warmup_steps", "checkpoint_every_steps", "eval_every_steps", "data.shuffle_buffer"):
+    v.check_range(config, path, lo=0, integer=True)
+  v.check_range(config, "peak_flops_per_device", lo=0)
+  v.check_choice(config, "nan_policy", ("stop", "skip"))
+  v.check_range(config, "model.vocab_size", lo=1, allow=(-1,), integer=True)
+  v.check_range(config, "model.hidden_dropout_prob", lo=0, hi=1, hi_open=True)
+  v.check_range(config, "model.attention_probs_dropout_prob", lo=0, hi=1, hi_open=True)
+  v.check_range(config, "data.max_seq_length", lo=5, integer=True)   # [CLS] A [SEP] B [SEP]
+  v.check_range(config, "data.masked_lm_prob", lo=0, hi=1, lo_open=True)
+  v.check_range(config, "data.short_seq_prob", lo=0, hi=1)
+  v.check_choice(config, "data.pair_mode", ("nsp", "sop"))
+  v.check_optimizer_fields(config)
+
+
+def resolve_phases(config) -> Tuple[Phase, ...]:
+  """config.data.phases ((fraction, max_seq_length, max_predictions), ...) -> Phases over num_train_steps;
+  empty = one phase with data.max_seq_length."""
+  total, d = int(config.num_train_steps), config.data
+  spec = tuple(d.phases or ())
+  if not spec:
+    return (Phase(0, 0, total, int(d.max_seq_length), int(d.max_predictions_per_seq)),)
+  for i, phase in enumerate(spec):
+    if not isinstance(phase, (tuple, list)) or len(phase) != 3:
+      raise UserError(f"config.data.phases[{i}]={phase!r}; expected (fraction of steps, max_seq_length, "
+                      "max_predictions_per_seq)")
+  fractions = [float(p[0]) for p in spec]
+  if any(f <= 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
+    raise UserError(f"config.data.phases={spec}: the fractions {fractions} must be positive and sum to 1")
+  phases, start, acc = [], 0, 0.0
+  for i, (frac, length, preds) in enumerate(spec):
+    acc += float(frac)
+    end = total if i == len(spec) - 1 else int(round(acc * total))
+    phases.append(Phase(i, start, end, int(length), int(preds)))
+    start = end
+  return tuple(p for p in phases if p.end > p.start)
+
+
+def _check_lengths(config, phases: Sequence[Phase], targets, max_positions: int) -> None:
+  """Each phase's length fits the position embeddings and holds >= 1 prediction when `mlm` is a target."""
+  for p in phases:
+    if config.data.phases:
+      name, what = f"config.data.phases[{p.index}] length", f"config.data.phases[{p.index}] max_predictions_per_seq"
+    else:
+      name, what = "config.data.max_seq_length", "config.data.max_predictions_per_seq"
+    length, predictions = p.max_seq_length, p.max_predictions_per_seq
+    if length > max_positions:
+      raise UserError(f"{name}={length} exceeds model.max_position_embeddings={max_positions}: the "
+                      "position embeddings have no row for the later tokens; shorten the sequences or raise "
+                      "--config.model.max_position_embeddings (random init only)")
+    if length < 5:
+      raise UserError(f"{name}={length}; expected >= 5 ([CLS] A [SEP] B [SEP])")
+    if "mlm" in targets:
+      if predictions < 1:
+        raise UserError(f"{what}={predictions} with the 'mlm' target: no token would be predicted "
+                        "(mlm_loss stays 0); expected >= 1, e.g. 20 for length 128 (15%)")
+      if predictions > length:
+        raise UserError(f"{what}={predictions} exceeds the sequence length {length}")
+
+
+def _warn_warmup(config) -> None:
+  if int(config.warmup_steps) < int(config.num_train_steps):
+    return
+  peak, steps, warmup = float(config.optimizer.learning_rate), int(config.num_train_steps), int(config.warmup_steps)
+  if str(config.optimizer.get("schedule", "linear")) == "google":   # Google's warmup is not clamped
+    effect = (f"the learning rate never reaches its peak {peak:g} (Google's linear warmup stops at "
+              f"{peak * steps / max(1, warmup):.3g})")
+  else:   # make_schedule clamps the warmup to the run
+    effect = ("the whole run is warmup: the learning rate reaches its peak "
+              f"{peak:g} only at the last step and never decays")
+  v.warn(f"config.warmup_steps={warmup} >= config.num_train_steps={steps}: {effect}; lower "
+         "--config.warmup_steps (BERT: 1% of the steps)")
+
+
+def _resolve_vocab(config, workdir: str, resume: bool, init_dir: Optional[str]) -> Tuple[str, int]:
+  """(vocab file, its size): the work dir's on resume, else data.vocab_file, else the init checkpoint's."""
+  vocab_file, field = config.data.vocab_file, "config.data.vocab_file"
+  workdir_vocab = fileio.join(workdir, params_dir.VOCAB_NAME)
+  if resume and fileio.exists(workdir_vocab):
+    vocab_file, field = workdir_vocab, f"the work dir's vocab ({workdir})"
+  elif not vocab_file and init_dir is not None:
+    vocab_file = params_dir.vocab_path(init_dir) or ""
+    field = f"config.init_checkpoint={config.init_checkpoint!r}'s vocab.txt"
+  if not vocab_file:
+    raise UserError("config.data.vocab_file is empty: pass --config.data.vocab_file=vocab.txt (the WordPiece "
+                    "vocab; python -m bert_jax.input_pipeline.build_vocab makes one)")
+  return vocab_file, v.check_vocab(vocab_file, field)
+
+
+def _resolve_model(config, workdir: str, resume: bool, init_dir: Optional[str], vocab_file: str,
+                   vocab_lines: int) -> BertConfig:
+  """Start-up order: the work dir's architecture on resume (a resume asking for another is refused), else
+  init_checkpoint's (whose embedding rows must equal the vocab's size), else the size table."""
+  vocab_size = int(config.model.vocab_size) if int(config.model.vocab_size) > 0 else vocab_lines
+  saved_path = fileio.join(workdir, params_dir.CONFIG_NAME)
+  if resume and fileio.exists(saved_path):
+    saved = params_dir.read_model_config(workdir)
+    wanted, source = build_model_config(config.model, vocab_size), f"model.size={config.model.size}"
+    if config.init_checkpoint:
+      try:
+        wanted, source = read_config(config.init_checkpoint), f"init_checkpoint={config.init_checkpoint}"
+      except FileNotFoundError as e:
+        wanted = None
+        log.warning("resuming: cannot read init_checkpoint's model config to compare (%s)", e)
+    if wanted is not None:
+      workdir_lib.check_resume_model_config(workdir, saved.to_dict(), wanted.to_dict(), source)
+    return build_model_config(config.model, vocab_size, saved)
+  if init_dir is not None:
+    loaded = params_dir.read_model_config(init_dir).replace(scan_layers=False)
+    check_vocab_matches(loaded.vocab_size, init_dir, vocab_file)   # ids must mean the same in both
+    return build_model_config(config.model, vocab_size, loaded)
+  return build_model_config(config.model, vocab_size)
+
+
+def _resolve_data(config, targets, vocab_file: str, process_count: int) -> PretrainData:
+  d = config.data
+  pack = bool(d.get("pack_sequences", False))
+  if pack and set(targets) & {"nsp", "sop"}:
+    raise UserError(f"config.data.pack_sequences=true makes rows without sentence pairs: set "
+                    f"--config.targets='(\"mlm\",)' (got targets={tuple(targets)})")
+  pair_mode = "sop" if "sop" in targets else d.pair_mode
+  for key in ("input_files", "eval_input_files"):
+    if key == "eval_input_files" and not str(d.eval_input_files).strip():
+      continue
+    files = v.check_input_files(d[key], f"config.data.{key}")
+    if pack or not v.is_raw_text(files):   # packed rows and records need no pairs from documents
+      continue
+    need = (2 if pair_mode == "nsp" else 1) * process_count
+    found = v.count_documents_upto(files, need)
+    if found < need:
+      why = ("next-sentence pairs take the random next sentence from another document" if pair_mode == "nsp"
+             else "each process reads its own documents")
+      raise UserError(f"config.data.{key}={d[key]!r}: {found} document(s), need at least {need} "
+                      f"({why}{f', x {process_count} processes' if process_count > 1 else ''}); separate "
+                      "documents with a blank line, or use --config.data.pair_mode=sop")
+  return PretrainData(
+      input_files=str(d.input_files), eval_input_files=str(d.eval_input_files), vocab_file=vocab_file,
+      per_host_batch_size=int(config.batch_size) // process_count, masking=str(d.get("masking", "auto")),
+      google_exact=bool(d.get("google_exact", False)), do_lower_case=bool(d.do_lower_case),
+      whole_word_mask=bool(d.do_whole_word_mask), chinese_whole_word_mask=bool(d.chinese_whole_word_mask),
+      masked_lm_prob=float(d.masked_lm_prob), short_seq_prob=float(d.short_seq_prob), pair_mode=pair_mode,
+      pack_sequences=pack, shuffle_buffer=int(d.shuffle_buffer), seed=int(config.seed))
+
+
+def resolve_pretrain(config, workdir: Optional[str], *, num_devices: Optional[int] = None,
+                     process_count: Optional[int] = None) -> PretrainPlan:
+  """The plan of a configs/pretrain.py config; UserError for the first mistake (module docstring).
+
+  num_devices / process_count default to jax.device_count() / jax.process_count(): resolve after
+  jax.distributed.initialize on multi-host runs. workdir None: a plan with no work dir (`inspect`).
+  """
+  num_devices = jax.device_count() if num_devices is None else int(num_devices)
+  process_count = jax.process_count() if process_count is None else int(process_count)
+  workdir = fileio.abspath(workdir) if workdir else ""
+  targets = tuple(config.targets)
+  try:
+    validate_targets(targets)
+  except ValueError as e:
+    raise UserError(f"config.targets={targets!r}: {e}") from e
+  _check_fields(config)
+  phases = resolve_phases(config)
+  resume = v.has_checkpoint(workdir)
+  init_dir = v.checkpoint_dir(config.init_checkpoint) if config.init_checkpoint and not resume else None
+  vocab_file, vocab_lines = _resolve_vocab(config, workdir, resume, init_dir)
+  model = _resolve_model(config, workdir, resume, init_dir, vocab_file, vocab_lines)
+  _check_lengths(config, phases, targets, model.max_position_embeddings)
+  _warn_warmup(config)
+  optimizer = optimizer_settings(config.optimizer, int(config.num_train_steps), int(config.warmup_steps))
+  rules = sharding.normalize_rules(config.logical_axis_rules)
+  mesh_shape, shards = v.check_batch_divisible(int(config.batch_size), int(config.grad_accum_steps),
+                                               config.mesh.shape, config.mesh.axes, rules, num_devices,
+                                               process_count)
+  data = _resolve_data(config, targets, vocab_file, process_count)
+  return PretrainPlan(
+      workdir=workdir, resume=resume, vocab_file=vocab_file, do_lower_case=bool(config.data.do_lower_case),
+      model=model, targets=targets, init_checkpoint=init_dir, phases=phases, data=data,
+      batch_size=int(config.batch_size), mesh_shape=mesh_shape, mesh_axes=tuple(config.mesh.axes),
+      logical_axis_rules=rules, batch_shards=shards, process_count=process_count, optimizer=optimizer,
+      seed=int(config.seed), grad_accum_steps=int(config.grad_accum_steps),
+      num_train_steps=int(config.num_train_steps), warmup_steps=int(config.warmup_steps),
+      nan_policy=str(config.nan_policy), max_consecutive_nonfinite=int(config.max_consecutive_nonfinite),
+      log_every_steps=int(config.log_every_steps), checkpoint_every_steps=int(config.checkpoint_every_steps),
+      keep_checkpoints=int(config.keep_checkpoints), eval_every_steps=int(config.eval_every_steps),
+      eval_steps=int(config.eval_steps), peak_flops_per_device=float(config.peak_flops_per_device),
+      progress_bar=bool(config.progress_bar),
+      compilation_cache_dir=str(config.get("compilation_cache_dir", "auto")),
+      config=config_to_dict(config))
