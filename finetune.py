@@ -36,17 +36,17 @@ def main(argv):
   import jax  # pylint: disable=g-import-not-at-top
   if FLAGS.distributed:
     jax.distributed.initialize()
-  from bert_jax.finetune import validation  # pylint: disable=g-import-not-at-top  # lazy: as jax above
-  validation.validate_finetune_config(FLAGS.config)   # a bad config fails before TF and the loop's imports
-  if FLAGS.config.tfds_name:
-    # TFDS readers import TensorFlow; keep it off the accelerators JAX uses.
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    tf.config.set_visible_devices([], "GPU")
-  # lazy: the loop's imports (TensorFlow for the task readers) load only after the config is valid
+  # lazy: the plan's and the loop's imports load after the flags parse
   from bert_jax.finetune import loop  # pylint: disable=g-import-not-at-top
+  from bert_jax.finetune.plan import resolve_finetune  # pylint: disable=g-import-not-at-top
   logging.getLogger().setLevel(logging.INFO)
   logging.info("JAX devices: %s", jax.devices())
-  results = loop.run(FLAGS.config, FLAGS.workdir)
+  plan = resolve_finetune(FLAGS.config, FLAGS.workdir)   # a bad config fails before weights or data are read
+  if plan.data.tfds_name:
+    # TFDS readers import TensorFlow; keep it off the accelerators JAX uses.
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top  # lazy: only for TFDS tasks
+    tf.config.set_visible_devices([], "GPU")
+  results = loop.run_plan(plan)
   main_metric = results["main_metric"]
   for split, metrics in results.items():
     if isinstance(metrics, dict) and main_metric in metrics:

@@ -18,10 +18,11 @@ from ml_collections import config_flags
 
 from bert_jax import cli, errors, input_warnings
 from bert_jax.finetune import loop
-from bert_jax.finetune import validation as ft_validation
+from bert_jax.finetune.plan import resolve_finetune
 from bert_jax.finetune.tasks import classification, common, ner, squad
 from bert_jax.input_pipeline import text_io
 from bert_jax.training import pretrain, validation
+from bert_jax.training.plan import resolve_pretrain
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -92,30 +93,30 @@ def test_pretrain_validation_names_the_field(files, tmp_path, overrides, message
            "MISSING": files / "missing.txt", "NO_MASK": files / "no_mask_vocab.txt"}
   overrides = {k: str(paths[v]) if isinstance(v, str) and v in paths else v for k, v in overrides.items()}
   with pytest.raises(errors.UserError, match=message):
-    validation.validate_pretrain_config(pretrain_config(files, **overrides), str(tmp_path / "work"),
+    resolve_pretrain(pretrain_config(files, **overrides), str(tmp_path / "work"),
                                         num_devices=8, process_count=1)
 
 
 def test_pretrain_validation_accepts_the_documented_tiny_run_and_sop_on_one_document(files, tmp_path):
-  validation.validate_pretrain_config(pretrain_config(files), str(tmp_path / "w"), num_devices=8,
+  resolve_pretrain(pretrain_config(files), str(tmp_path / "w"), num_devices=8,
                                       process_count=1)
   one = pretrain_config(files, **{"data.input_files": str(files / "one_doc.txt"), "targets": ("mlm", "sop")})
-  validation.validate_pretrain_config(one, str(tmp_path / "w"), num_devices=8, process_count=1)
+  resolve_pretrain(one, str(tmp_path / "w"), num_devices=8, process_count=1)
   with pytest.raises(errors.UserError, match=r"need at least 4 .* x 2 processes"):
-    validation.validate_pretrain_config(pretrain_config(files), str(tmp_path / "w"), num_devices=8,
+    resolve_pretrain(pretrain_config(files), str(tmp_path / "w"), num_devices=8,
                                         process_count=2)
 
 
 def test_warmup_longer_than_the_run_is_a_warning_naming_both(files, tmp_path, caplog):
   c = pretrain_config(files, num_train_steps=1000, warmup_steps=10_000)
   with caplog.at_level(logging.WARNING):
-    validation.validate_pretrain_config(c, str(tmp_path / "w"), num_devices=8, process_count=1)
+    resolve_pretrain(c, str(tmp_path / "w"), num_devices=8, process_count=1)
   assert "config.warmup_steps=10000 >= config.num_train_steps=1000" in caplog.text
   assert "the whole run is warmup" in caplog.text      # the default schedule clamps the warmup to the run
   caplog.clear()
   c.optimizer.schedule = "google"                       # Google's does not: lr <= 1e-3 * 1000 / 10000
   with caplog.at_level(logging.WARNING):
-    validation.validate_pretrain_config(c, str(tmp_path / "w"), num_devices=8, process_count=1)
+    resolve_pretrain(c, str(tmp_path / "w"), num_devices=8, process_count=1)
   assert "never reaches its peak 0.001 (Google's linear warmup stops at 0.0001)" in caplog.text
 
 
@@ -159,14 +160,14 @@ def test_finetune_validation_names_the_field(files, overrides, message):
   overrides = {k: str(paths[v]) if isinstance(v, str) and v in paths else v for k, v in overrides.items()}
   config = finetune_config(files, **overrides)
   with pytest.raises(errors.UserError, match=message):
-    ft_validation.validate_finetune_config(config, num_devices=8, process_count=1)
+    resolve_finetune(config, str(files / "work"), num_devices=8, process_count=1)
 
 
 def test_finetune_validation_accepts_a_glue_layout_with_a_task_subfolder(files):
   (files / "glue" / "MRPC").mkdir(parents=True)
   (files / "glue" / "MRPC" / "train.tsv").write_text("x\n", encoding="utf-8")
   config = finetune_config(files, config_task="mrpc", data_dir=str(files / "glue"))
-  ft_validation.validate_finetune_config(config, num_devices=8, process_count=1)
+  resolve_finetune(config, str(files / "work"), num_devices=8, process_count=1)
 
 
 # ---- bad input: counted, reported, errors under strict ------------------------------------------------
