@@ -31,7 +31,6 @@ import gc
 import json
 import sys
 import time
-import types
 from typing import Callable, List, Tuple
 
 import jax
@@ -41,6 +40,7 @@ from bert_jax.bench import hf_baseline
 from bert_jax.bench.flops import measure_matmul_peak
 from bert_jax.models import BertConfig, BertForPreTraining, attention
 from bert_jax.training import flops, optimizers, sharding
+from bert_jax.training.plan import OptimizerSettings, StepSettings
 from bert_jax.training.train_step import abstract_train_state, create_train_state, make_train_step
 
 BERT_ATTENTION_DROPOUT = 0.1
@@ -68,14 +68,14 @@ def synthetic_batch(cfg: BertConfig, batch_size: int, seq_len: int, num_predicti
   }
 
 
-def bench_run_config(optimizer: str) -> types.SimpleNamespace:
-  """The benchmarked training settings, all explicit (this machine may lack ml_collections): BERT's AdamW
-  or LAMB at lr 1e-4, 100 warmup steps, clipping 1.0, weight decay 0.01, MLM + NSP."""
-  opt = types.SimpleNamespace(name=optimizer, learning_rate=1e-4, schedule="linear", power=1.0,
-                              end_learning_rate=0.0, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6,
-                              clip_norm=1.0, bias_correction=True)
-  return types.SimpleNamespace(seed=0, targets=("mlm", "nsp"), grad_accum_steps=1, nan_policy="stop",
-                               logical_axis_rules=None, num_train_steps=10_000, warmup_steps=100, optimizer=opt)
+def bench_run_config(optimizer: str) -> StepSettings:
+  """The step part of a run plan, all explicit (this machine may lack ml_collections): BERT's AdamW or LAMB
+  at lr 1e-4, 100 warmup steps, clipping 1.0, weight decay 0.01, MLM + NSP."""
+  opt = OptimizerSettings(name=optimizer, learning_rate=1e-4, schedule="linear", power=1.0, end_learning_rate=0.0,
+                          weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6, clip_norm=1.0, bias_correction=True)
+  return StepSettings(seed=0, targets=("mlm", "nsp"), grad_accum_steps=1, nan_policy="stop",
+                      logical_axis_rules=sharding.normalize_rules(None), num_train_steps=10_000, warmup_steps=100,
+                      optimizer=opt)
 
 
 def attention_paths(spec: str, platform: str) -> List[str]:

@@ -104,6 +104,20 @@ class OptimizerSettings:
     return cls(**fields)
 
 
+@dataclasses.dataclass(frozen=True)
+class StepSettings:
+  """The part of a run the state/step factory reads (train_step's `config` argument). PretrainPlan and
+  FinetunePlan carry these fields too; `python -m bert_jax.bench` times the real step from this part alone."""
+  seed: int
+  targets: Tuple[str, ...]
+  grad_accum_steps: int
+  nan_policy: str
+  logical_axis_rules: Tuple
+  num_train_steps: int
+  warmup_steps: int
+  optimizer: OptimizerSettings
+
+
 def optimizer_settings(opt, num_train_steps: int, warmup_steps: int, **changes) -> OptimizerSettings:
   """config.optimizer (+ `changes`) as settings, checked by building the optimizer once (its own rules:
   name, schedule, Google's schedule's fixed end and power) as a UserError naming config.optimizer."""

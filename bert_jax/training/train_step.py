@@ -53,7 +53,7 @@ row), and `all_finite(params)` guards every checkpoint.
 
 Minimal use without ml_collections (every field explicit, as bert_jax.bench.__main__.bench_run_config does;
 logical_axis_rules=None means axes.DEFAULT_RULES):
-  cfg = bench_run_config("adamw")   # SimpleNamespace(seed, targets, grad_accum_steps, nan_policy, ...)
+  cfg = bench_run_config("adamw")   # training.plan.StepSettings(seed, targets, grad_accum_steps, nan_policy, ...)
   model = BertForPreTraining(BertConfig.from_size("base", vocab_size=30522, dtype="bfloat16"))
   mesh = sharding.make_mesh((-1, 1, 1))
   tx, _ = optimizers.optimizer_from_run_config(cfg)
