@@ -254,10 +254,12 @@ def run_budget_pretraining(workdir: str, input_files: str, vocab_file: str, mode
   """Pre-trains into a fresh `workdir` with `budget_pretrain_config`; returns the last metrics + seconds."""
   import shutil
   from bert_jax.training import pretrain
+  from bert_jax.training.plan import resolve_pretrain
   if os.path.isdir(workdir):
     shutil.rmtree(workdir)
   t0 = time.time()
-  result = pretrain.train_and_evaluate(budget_pretrain_config(input_files, vocab_file, model, spec), workdir)
+  plan = resolve_pretrain(budget_pretrain_config(input_files, vocab_file, model, spec), workdir)
+  result = pretrain.run_plan(plan)
   result["seconds"] = round(time.time() - t0, 1)
   return result
 

@@ -172,11 +172,11 @@ def run_pretraining(workdir: str, input_files: str, vocab_file: str, model: Mode
                     fresh: bool = True) -> dict:
   """Pre-trains into `workdir` (the work dir is then an init_checkpoint); returns the last metrics + time."""
   from bert_jax.training import pretrain
+  from bert_jax.training.plan import resolve_pretrain
   if fresh and os.path.isdir(workdir):
     shutil.rmtree(workdir)
-  config = pretrain_config(input_files, vocab_file, model, spec)
   t0 = time.time()
-  result = pretrain.train_and_evaluate(config, workdir)
+  result = pretrain.run_plan(resolve_pretrain(pretrain_config(input_files, vocab_file, model, spec), workdir))
   result["seconds"] = round(time.time() - t0, 1)
   return result
 
@@ -185,12 +185,13 @@ def run_finetuning(workdir: str, data_dir: str, model: ModelSpec, spec: Finetune
                    vocab_file: str = "", fresh: bool = True) -> dict:
   """Fine-tunes (from `init_checkpoint`, else random init with `vocab_file`); returns eval_results.json."""
   from bert_jax.finetune import loop
+  from bert_jax.finetune.plan import resolve_finetune
   if fresh and os.path.isdir(workdir):
     shutil.rmtree(workdir)
   steps_per_epoch = -(-count_rows(data_dir, spec.task) // spec.batch_size)
   config = finetune_config(data_dir, model, spec, init_checkpoint, vocab_file, steps_per_epoch)
   t0 = time.time()
-  result = loop.run(config, workdir)
+  result = loop.run_plan(resolve_finetune(config, workdir))
   result["seconds"] = round(time.time() - t0, 1)
   return result
 
