@@ -1,7 +1,10 @@
-"""The pre-training loop: `train_and_evaluate(config, workdir)`.
+"""The pre-training loop: `run_plan(plan)`; `train_and_evaluate(config, workdir)` resolves the plan first.
+
+    plan = resolve_pretrain(config, workdir)    # training/plan.py: validated, printed, saved as plan.json
+    run_plan(plan)                              # set-up, the phases' steps, evaluation; nothing re-checked
 
 Start-up order (explicit): resume from `workdir/checkpoints` (params, optimizer state, step, RNG, data
-position) -> else `config.init_checkpoint` (params only: a pre-training work dir, a converted params dir or
+position) -> else `plan.init_checkpoint` (params only: a pre-training work dir, a converted params dir or
 a zoo name) -> else from scratch.
 
 Per step: each host reads its own shard of the data (bert_jax.input_pipeline.pretrain_dataset, per-host
@@ -17,6 +20,7 @@ Outputs in the work dir (see checkpoints.py for the checkpoint layout):
                       eval_nsp_loss, eval_nsp_accuracy (eval_* keys also go to TensorBoard)
   tensorboard/        TensorBoard events (tensorboardX; no TensorFlow needed), train/ and eval/ scalars
   plots/loss_curve.png  MLM loss / accuracy curves, written at the end (matplotlib)
+  plan.json           the plan the run follows (what the config resolved to)
 
 NaN/Inf: nan_policy="stop" raises train_step.NonFiniteError (a UserError and a FloatingPointError) naming
 the first bad step at the next host sync (logging or checkpoint step); "skip" leaves params and optimizer
@@ -27,8 +31,8 @@ state untouched for that step, counts it in `nonfinite_count`, and stops with th
 The work directory (bert_jax.training.workdir): the run holds DIR/workdir.lock (a second run on it stops at
 once naming the holder); the newest checkpoint that restores is used (a damaged newer one is moved aside,
 see checkpoints.restore_latest_readable); metrics rows after the restored step and torn lines are dropped
-(metric_writer.truncate_after); a resumed run must ask for the work dir's architecture (model_config.json);
-an init_checkpoint must match data.vocab_file's size.
+(metric_writer.truncate_after). The plan has already refused a resume that asks for another architecture
+than model_config.json and an init_checkpoint of another vocab size.
 
 Signals: SIGINT (Ctrl-C) and SIGTERM (single process), or the JAX preemption sync point (multi-host), save a
 checkpoint at the current step, wait for it and raise bert_jax.errors.Interrupted(signum, step) (the entry
