@@ -303,9 +303,7 @@ def _make_grads_fn(loss_fn: LossFn, accum, mesh, b_spec, grad_shardings, shards)
 
 def _step_parts(config, model, loss_fn, mesh, state_shardings):
   rules = _rules(config)
-  accum = int(config.grad_accum_steps)
-  if accum < 1:
-    raise ValueError(f"grad_accum_steps={accum}; expected >= 1")
+  accum = int(config.grad_accum_steps)     # >= 1: the plans check it (config.grad_accum_steps)
   grads_fn = _make_grads_fn(_default_loss(config, model, loss_fn), accum, mesh, sharding.batch_spec(rules),
                             state_shardings.params, sharding.batch_shards(mesh, rules))
   return rules, grads_fn
@@ -318,9 +316,7 @@ def _dropout_key(state):
 def make_train_step(config, model: nn.Module, tx, mesh, state_shardings, *, loss_fn: Optional[LossFn] = None,
                     donate: bool = True) -> StepFn:
   """The sharded train step (see module docstring)."""
-  nan_policy = config.nan_policy
-  if nan_policy not in ("stop", "skip"):
-    raise ValueError(f"nan_policy={nan_policy!r}; expected stop or skip")
+  nan_policy = config.nan_policy            # stop | skip: the plans check it (config.nan_policy)
   rules, grads_fn = _step_parts(config, model, loss_fn, mesh, state_shardings)
   repl = sharding.replicated(mesh)
 
