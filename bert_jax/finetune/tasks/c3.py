@@ -6,7 +6,8 @@ context sentences are joined into one passage. Test files have no "answer".
 
 data_dir holds either `train.json` / `dev.json` / `test.json` (CLUE's release), or C3's own pairs
 `d-train.json` + `m-train.json` (dialogue + mixed-genre), `d-dev.json` + `m-dev.json`, `d-test.json` +
-`m-test.json`, merged per split in that order. Examples are tasks/multiple_choice.py's.
+`m-test.json`, merged per split in that order. Examples are tasks/multiple_choice.py's; C3Task is the
+multiple-choice task reading these files.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import os
 
 from bert_jax.finetune.tasks import common
-from bert_jax.finetune.tasks.multiple_choice import MultipleChoiceExample, check_example
+from bert_jax.finetune.tasks.multiple_choice import MultipleChoiceExample, MultipleChoiceTask, check_example
 
 
 def split_files(data_dir: str, split: str):
@@ -82,3 +83,11 @@ def read_split(data_dir: str, split: str, on_error: str = "raise") -> common.Exa
   for p in files:
     read_c3_file(p, split, on_error, examples, report)
   return common.finish(examples, source, split, report)
+
+
+class C3Task(MultipleChoiceTask):
+  """task=c3: multiple choice over C3's JSON files."""
+  name = "c3"
+
+  def _read_split(self, data_dir, split, on_error):
+    return read_split(data_dir, split, on_error)

@@ -18,6 +18,9 @@ row). Examples:
     labels = infer_label_list(es)                                  # sorted labels seen in train
 
 Chinese needs nothing special: the BERT tokenizer splits CJK ideographs into single characters.
+
+Task kinds: SequenceTask (a pooled sentence vector -> dense: softmax cross-entropy, or MSE for regression),
+the base of GLUE (glue.GlueTask) and of ClassificationTask, the generic files above (task=classification).
 """
 
 from __future__ import annotations
@@ -28,10 +31,15 @@ import math
 import os
 from typing import Dict, List, Optional, Sequence, Union
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
+from bert_jax.evaluation import glue as glue_eval
 from bert_jax.finetune.tasks import common
+from bert_jax.finetune.tasks.base import Task, labelled_weights, require_training_labels, softmax_sums
 from bert_jax.input_pipeline import tokenization
+from bert_jax.models import heads
 
 Column = Union[int, str]
 
@@ -266,3 +274,153 @@ def write_predictions_tsv(path: str, example_set, predictions: Sequence, label_l
         p = label_list[int(p)]
       f.write(f"{e.index}\t{p}\n")
   return path
+
+
+# --------------------------------------------------------------------------------------------------------
+# Config columns (shared with task=multilabel, which reads the same files).
+# --------------------------------------------------------------------------------------------------------
+def _column(v) -> Optional[Column]:
+  """A column from the config: "3" -> 3 (index), "review" -> name, "" -> None."""
+  v = str(v).strip() if v is not None else ""
+  if not v:
+    return None
+  return int(v) if v.lstrip("-").isdigit() else v
+
+
+def format_from_config(config) -> dict:
+  """ClassificationFormat fields (text_a, text_b, label, header, file_format) of config.classification."""
+  c = config.classification
+  fmt = c.file_format.strip() or None
+  delim = c.delimiter
+  if delim:
+    by_delim = {"\t": "tsv", "\\t": "tsv", "tab": "tsv", ",": "csv", "comma": "csv"}
+    if delim not in by_delim:
+      raise ValueError(f"classification.delimiter={delim!r}: the readers handle tab (tsv) and comma (csv); "
+                       "convert other files to one of them or to jsonl")
+    if fmt is not None and fmt != by_delim[delim]:
+      raise ValueError(f"classification.delimiter={delim!r} contradicts file_format={fmt!r}")
+    fmt = by_delim[delim]
+  return dict(text_a=_column(c.text_a), text_b=_column(c.text_b), label=_column(c.label),
+              header=common.bool_or_none(c.header, "classification.header"), file_format=fmt)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Task kinds.
+# --------------------------------------------------------------------------------------------------------
+class SequenceTask(Task):
+  """One label (or score) per sentence or pair, from the pooled sentence vector."""
+  head = "sequence_classification"
+  uses_pooling = True
+
+  def featurize(self, example_set, tokenizer, max_seq_length, is_training=False):
+    self._require_labels()
+    return convert_examples_to_features(example_set, tokenizer, max_seq_length, self.label_list,
+                                        self.is_regression)
+
+  def check_training_features(self, example_set, features):
+    if not self.is_regression:   # regression rows without a score (NaN) weigh 0 instead
+      require_training_labels(example_set, features)
+
+  def build_head(self, bert_cfg, dropout_rate=None):
+    return heads.BertForSequenceClassification(bert_cfg, self.num_labels, dropout_rate=dropout_rate,
+                                               pooling=self.pooling)
+
+  def loss_weights(self, batch):
+    if self.is_regression:
+      return batch["example_weight"].astype(jnp.float32) * jnp.isfinite(batch["label_ids"].astype(jnp.float32))
+    return labelled_weights(batch)
+
+  def loss_sums(self, outputs, batch):
+    w = self.loss_weights(batch)
+    if self.is_regression:   # MSE; unlabelled (NaN) rows weigh 0, and 0 stands in so NaN cannot leak
+      labels = batch["label_ids"].astype(jnp.float32)
+      err = outputs["logits"][:, 0] - jnp.where(jnp.isfinite(labels), labels, 0.0)
+      return {"task_loss_sum": jnp.sum(jnp.square(err) * w), "task_weight_sum": jnp.sum(w)}
+    return softmax_sums(outputs["logits"], batch["label_ids"], w)
+
+  def predict(self, example_set, features, outputs):
+    logits = np.asarray(outputs["logits"])
+    if logits.shape[0] != len(example_set):
+      raise ValueError(f"{logits.shape[0]} logits rows for {len(example_set)} examples")
+    if self.is_regression:
+      return logits.reshape(len(example_set), -1)[:, 0].astype(np.float64)
+    return np.argmax(logits, axis=-1).astype(np.int32)
+
+  def _gold(self, example_set):
+    if any(e.label is None for e in example_set):
+      return None
+    if self.is_regression:
+      return np.array([float(e.label) for e in example_set])
+    m = {l: i for i, l in enumerate(self.label_list)}
+    return np.array([m[e.label] for e in example_set], dtype=np.int32)
+
+  def text_examples(self, texts, text_pairs=None):
+    return [ClassificationExample(guid=f"input:{i}", text_a=t, text_b=None if text_pairs is None else text_pairs[i])
+            for i, t in enumerate(texts)]
+
+  def readable_predictions(self, examples, features, outputs):
+    logits = outputs["logits"]
+    if self.is_regression:
+      return [{"score": float(x)} for x in logits[:, 0]]
+    probs = np.asarray(jax.nn.softmax(jnp.asarray(logits), axis=-1))
+    labels = self.label_list
+    return [{"label": labels[int(np.argmax(p))], "probabilities": {l: float(q) for l, q in zip(labels, p)}}
+            for p in probs]
+
+
+class ClassificationTask(SequenceTask):
+  """Generic single-sentence / pair classification (or regression) from TSV/CSV/JSONL files."""
+  name = "classification"
+
+  def __init__(self, label_list: Optional[Sequence[str]] = None, text_a="text_a", text_b=None, label="label",
+               header: Optional[bool] = None, file_format: Optional[str] = None, is_regression: bool = False,
+               on_error: str = "raise", name: str = "classification"):
+    super().__init__(on_error)
+    self.name = name
+    self.format = ClassificationFormat(text_a=text_a, text_b=text_b, label=label, header=header,
+                                       file_format=file_format, is_regression=is_regression)
+    self.is_regression = is_regression
+    self.label_list = list(label_list) if label_list is not None else None
+    self.kind = "regression" if is_regression else "classification"
+    self.main_metric = "corr" if is_regression else "accuracy"
+
+  @classmethod
+  def from_config(cls, name, config, label_list=None):
+    return cls.create(name, on_error=config.on_error, label_list=label_list,
+                      is_regression=bool(config.classification.is_regression), **format_from_config(config))
+
+  @classmethod
+  def from_info(cls, name, info):
+    return cls.create(name, label_list=info["label_list"], is_regression=info["kind"] == "regression")
+
+  def prepare(self, data_dir=None, use_tfds=False, **read_kwargs):
+    if self.label_list is None and not self.is_regression:
+      if data_dir is None:
+        raise ValueError("data_dir is required to infer the label list")
+      train = read_classification_split(data_dir, "train", self.format, None, self.on_error)
+      self.label_list = infer_label_list(train)
+    return self
+
+  def read(self, split, data_dir=None, *, use_tfds=False, tfds_data_dir=None, download=False, on_error=None):
+    if use_tfds:
+      raise ValueError("the generic classification task reads files only (set use_tfds=False)")
+    if data_dir is None:
+      raise ValueError("data_dir is required")
+    return read_classification_split(data_dir, split, self.format, self.label_list, on_error or self.on_error)
+
+  def evaluate(self, example_set, predictions, split=None):
+    gold = self._gold(example_set)
+    if gold is None:
+      return {}
+    if self.is_regression:
+      return glue_eval.compute_metrics("stsb", predictions, gold)
+    out = {"accuracy": glue_eval.accuracy(predictions, gold)}
+    if len(self.label_list) == 2:
+      out["f1"] = glue_eval.f1_binary(predictions, gold, pos_label=1)
+    out["mcc"] = glue_eval.matthews_corrcoef(predictions, gold)
+    return out
+
+  def write_predictions(self, output_dir, split, example_set, predictions):
+    path = os.path.join(output_dir, f"{self.name}_{split}_predictions.tsv")
+    labels = None if self.is_regression else self.label_list
+    return [write_predictions_tsv(path, example_set, list(predictions), labels)]

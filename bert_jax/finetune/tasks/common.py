@@ -7,8 +7,8 @@ Conventions for every task's features (a dict of numpy arrays, one row per model
   example_index                        int32 [N]  row of the ExampleSet the feature came from
 plus the task's labels (see each task module). Bad input is reported with file and line number:
 `on_error="raise"` raises TaskDataError (a UserError), `on_error="skip"` counts the row in
-`ExampleSet.skipped` and reports the counts as an input warning (`bert_jax.errors.warn_input`; `--strict`
-makes it an error).
+`ExampleSet.skipped` and reports the counts as an input warning (`bert_jax.input_warnings.warn_input`;
+`--strict` makes it an error).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from bert_jax import errors
+from bert_jax.input_warnings import warn_input
 
 IGNORE_INDEX = -100  # label id of positions that carry no loss (sub-tokens, [CLS], [SEP], padding)
 
@@ -117,12 +118,12 @@ class ExampleSet:
 
 
 def finish(examples: list, source: str, split: str, report: SkipReport) -> ExampleSet:
-  """The ExampleSet; skipped rows (on_error="skip") are reported as an input warning (`errors.warn_input`:
+  """The ExampleSet; skipped rows (on_error="skip") are reported as an input warning (`warn_input`:
   a UserError under --strict)."""
   es = ExampleSet(examples, source, split, report)
   if report.total:
     _log.info("%s", report.summary())
-    errors.warn_input(report.one_line())
+    warn_input(report.one_line())
   return es
 
 
@@ -250,12 +251,26 @@ def as_text(v, source: str = "<tfds>") -> str:
   return str(v)
 
 
+def bool_or_none(v, what: str):
+  """A tri-state config value: True / False, or None for "auto" / "" (decided from the data)."""
+  if isinstance(v, bool) or v is None:
+    return v
+  s = str(v).strip().lower()
+  if s in ("auto", ""):
+    return None
+  if s in ("true", "1", "yes"):
+    return True
+  if s in ("false", "0", "no"):
+    return False
+  raise ValueError(f"{what}={v!r}; expected auto, true or false")
+
+
 def load_tfds(name: str, split: str, data_dir: Optional[str], download: bool = False):
   """(iterator of numpy examples, DatasetInfo) of a TFDS split; TensorFlow/TFDS are imported here only.
 
   download=False (default) never touches the network: the dataset must already be prepared in `data_dir`.
   """
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  import tensorflow_datasets as tfds  # lazy: TFDS pulls in TensorFlow, needed only for TFDS splits
   try:
     ds, info = tfds.load(name, split=split, data_dir=data_dir, with_info=True, download=download,
                          shuffle_files=False)

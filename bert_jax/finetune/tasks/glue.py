@@ -22,6 +22,10 @@ Column layouts of the GLUE release (0-based; Google's run_classifier processors 
   AX     diagnostic/diagnostic.tsv (or AX/test.tsv): index, sentence1 1, sentence2 2 (no labels)
 Labels are checked against the task's label set; a bad row raises TaskDataError("<file>:<line>: ...") or,
 with on_error="skip", is counted in ExampleSet.skipped. Quotes are literal (QUOTE_NONE) as in Google's code.
+
+GlueTask is the task kind of all ten names: GLUE's metrics per task, its fixed label order and its
+leaderboard files. GLUE's AX diagnostic is predicted by the MNLI model: it is MNLI's third test split "ax"
+(<glue root>/diagnostic/diagnostic.tsv or TFDS glue/ax -> AX.tsv); get_task("ax") reads the same file alone.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from typing import Dict, List, Optional, Tuple
 
 from bert_jax.evaluation import glue as glue_metrics
 from bert_jax.finetune.tasks import common
-from bert_jax.finetune.tasks.classification import ClassificationExample
+from bert_jax.finetune.tasks.classification import ClassificationExample, SequenceTask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,3 +232,73 @@ def read_glue_tfds(task: str, split: str, data_dir: Optional[str] = None, downlo
     examples.append(ClassificationExample(guid=f"{source}:{n}", text_a=text_a, text_b=text_b, label=label,
                                           index=idx))
   return common.finish(examples, source, split, report)
+
+
+class GlueTask(SequenceTask):
+  """A GLUE task (classification, or regression for STS-B)."""
+
+  def __init__(self, name: str, on_error: str = "raise"):
+    super().__init__(on_error)
+    self.spec = get_spec(name)
+    self.name = self.spec.name
+    self.label_list = self.spec.label_list
+    self.is_regression = self.spec.is_regression
+    self.kind = "regression" if self.is_regression else "classification"
+    self.main_metric = glue_metrics.MAIN_METRIC[self.name]
+    self.tfds_name = tfds_name(self.name)
+    if self.name == "mnli":
+      self.eval_splits = ("dev_matched", "dev_mismatched")
+      # GLUE's AX diagnostic is predicted by the MNLI model: split "ax" reads <glue root>/diagnostic.
+      self.test_splits = ("test_matched", "test_mismatched", "ax")
+    if self.name == "ax":
+      self.train_split = None
+      self.eval_splits = ()
+
+  @classmethod
+  def create(cls, name, **kwargs):
+    return cls(name, **kwargs)
+
+  def _source(self, split):
+    """(GLUE task, split) actually read: MNLI's "ax" split is the AX task's test split."""
+    if self.name == "mnli" and split == "ax":
+      return "ax", "test"
+    return self.name, split
+
+  def read(self, split, data_dir=None, *, use_tfds=False, tfds_data_dir=None, download=False, on_error=None):
+    on_error = on_error or self.on_error
+    name, split = self._source(split)
+    if use_tfds:
+      return read_glue_tfds(name, split, tfds_data_dir or data_dir, download, on_error)
+    if data_dir is None:
+      raise ValueError("data_dir is required to read GLUE files")
+    return read_glue(name, split, data_dir, on_error)
+
+  def _metric_task(self, split):
+    if self.name == "mnli" and split == "ax":
+      return "ax"
+    if self.name == "mnli":
+      return "mnli_mismatched" if split and "mismatched" in split else "mnli_matched"
+    return self.name
+
+  def evaluate(self, example_set, predictions, split=None):
+    gold = self._gold(example_set)
+    if gold is None:
+      return {}
+    return glue_metrics.compute_metrics(self._metric_task(split or example_set.split), predictions, gold)
+
+  def write_predictions(self, output_dir, split, example_set, predictions):
+    if split != "ax":
+      split = canonical_split(self.spec, split)
+    indices = [e.index for e in example_set]
+    if split.startswith("test") or split == "ax":
+      return [glue_metrics.write_glue_submission(output_dir, self._metric_task(split), predictions, indices,
+                                                 self.label_list)]
+    rows = glue_metrics.format_predictions(self._metric_task(split), predictions, self.label_list)
+    path = os.path.join(output_dir, f"{self.name}_{split}_predictions.tsv")
+    os.makedirs(output_dir, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+      f.write("index\tprediction\tlabel\n")
+      for e, p in zip(example_set, rows):
+        label = "" if e.label is None else (f"{e.label:.3f}" if self.is_regression else e.label)
+        f.write(f"{e.index}\t{p}\t{label}\n")
+    return [path]

@@ -12,6 +12,10 @@ Features (`convert_examples_to_features`), one row per example:
   input_ids, input_mask, segment_ids  int32 [N, T]   as classification
   label_ids      int32 [N, K]  multi-hot over label_list; all -1 for an unlabelled (test) row
   example_index  int32 [N]
+
+MultilabelTask is the task kind: independent sigmoids over label_list (heads.BertForSequenceClassification with
+K outputs), the mean binary cross-entropy as the loss, a label predicted when its probability >= threshold;
+micro / macro F1 and exact match.
 """
 
 from __future__ import annotations
@@ -20,9 +24,13 @@ import dataclasses
 import os
 from typing import Dict, List, Optional, Sequence
 
+import jax.numpy as jnp
 import numpy as np
 
+from bert_jax.evaluation import multilabel as multilabel_eval
 from bert_jax.finetune.tasks import classification, common
+from bert_jax.finetune.tasks.base import Task
+from bert_jax.models import heads
 
 
 @dataclasses.dataclass
@@ -132,3 +140,110 @@ def write_predictions(path: str, examples, predicted: np.ndarray, probabilities:
       probs = " ".join(f"{l}:{p:.4f}" for l, p in zip(label_list, pr))
       f.write(f"{e.index}\t{labs}\t{probs}\n")
   return path
+
+
+class MultilabelTask(Task):
+  """Independent sigmoids over label_list, BCE loss; a label is predicted when its probability >= threshold.
+  Metrics: micro / macro F1 and exact match (main: micro_f1)."""
+  name = "multilabel"
+  kind = "multilabel"
+  head = "sequence_classification"
+  main_metric = "micro_f1"
+  uses_pooling = True
+
+  def __init__(self, label_list: Optional[Sequence[str]] = None, text_a="text_a", text_b=None, label="label",
+               header: Optional[bool] = None, file_format: Optional[str] = None, separator: str = "|",
+               threshold: float = 0.5, on_error: str = "raise"):
+    super().__init__(on_error)
+    if not 0.0 < float(threshold) < 1.0:
+      raise ValueError(f"multilabel_threshold={threshold}; expected a probability in (0, 1)")
+    if not separator:
+      raise ValueError("multilabel_separator is empty")
+    self.format = classification.ClassificationFormat(text_a=text_a, text_b=text_b, label=label, header=header,
+                                                      file_format=file_format)
+    self.separator, self.threshold = separator, float(threshold)
+    self.label_list = list(label_list) if label_list is not None else None
+
+  @classmethod
+  def from_config(cls, name, config, label_list=None):
+    return cls.create(name, on_error=config.on_error, label_list=label_list,
+                      separator=config.multilabel_separator, threshold=float(config.multilabel_threshold),
+                      **classification.format_from_config(config))
+
+  @classmethod
+  def from_info(cls, name, info):
+    return cls.create(name, label_list=info["label_list"], threshold=float(info.get("multilabel_threshold", 0.5)),
+                      separator=info.get("multilabel_separator", "|"))
+
+  def head_options(self):
+    return {"pooling": self.pooling, "multilabel_threshold": self.threshold,
+            "multilabel_separator": self.separator}
+
+  def prepare(self, data_dir=None, use_tfds=False, **read_kwargs):
+    if self.label_list is None:
+      if data_dir is None:
+        raise ValueError("data_dir is required to infer the label list")
+      self.label_list = infer_label_list(self.read("train", data_dir))
+    return self
+
+  def read(self, split, data_dir=None, *, use_tfds=False, tfds_data_dir=None, download=False, on_error=None):
+    if use_tfds:
+      raise ValueError("the multilabel task reads files only")
+    if data_dir is None:
+      raise ValueError("data_dir is required")
+    return read_split(data_dir, split, self.format, self.separator, self.label_list, on_error or self.on_error)
+
+  def featurize(self, example_set, tokenizer, max_seq_length, is_training=False):
+    self._require_labels()
+    return convert_examples_to_features(example_set, tokenizer, max_seq_length, self.label_list)
+
+  def build_head(self, bert_cfg, dropout_rate=None):
+    return heads.BertForSequenceClassification(bert_cfg, self.num_labels, dropout_rate=dropout_rate,
+                                               pooling=self.pooling)
+
+  def loss_weights(self, batch):
+    # label_ids [B, K] multi-hot; an unlabelled row is all -1, so its first column tells.
+    return batch["example_weight"].astype(jnp.float32) * (batch["label_ids"][:, 0] >= 0)
+
+  def loss_sums(self, outputs, batch):
+    # Mean binary cross-entropy over the labels of an example; "correct" = exact match at probability 0.5.
+    w = self.loss_weights(batch)
+    y = jnp.maximum(batch["label_ids"], 0).astype(jnp.float32)
+    z = outputs["logits"]
+    bce = jnp.maximum(z, 0) - z * y + jnp.log1p(jnp.exp(-jnp.abs(z)))
+    exact = jnp.all((z > 0) == (y > 0.5), axis=-1).astype(jnp.float32)
+    return {"task_loss_sum": jnp.sum(jnp.mean(bce, axis=-1) * w), "task_weight_sum": jnp.sum(w),
+            "task_correct_sum": jnp.sum(exact * w)}
+
+  def predict(self, example_set, features, outputs):
+    """Label probabilities [N, K] float64 (sigmoids); a label is predicted where >= threshold."""
+    return 1.0 / (1.0 + np.exp(-np.asarray(outputs["logits"], np.float64)))
+
+  def decide(self, probabilities) -> np.ndarray:
+    """[N, K] int32 multi-hot of the labels at or above the threshold."""
+    return (np.asarray(probabilities) >= self.threshold).astype(np.int32)
+
+  def evaluate(self, example_set, predictions, split=None):
+    if any(e.labels is None for e in example_set):
+      return {}
+    m = {l: i for i, l in enumerate(self.label_list)}
+    gold = np.zeros((len(example_set), len(self.label_list)), np.int32)
+    for i, e in enumerate(example_set):
+      for l in e.labels:
+        gold[i, m[l]] = 1
+    return multilabel_eval.multilabel_metrics(self.decide(predictions), gold)
+
+  def write_predictions(self, output_dir, split, example_set, predictions):
+    path = os.path.join(output_dir, f"{self.name}_{split}_predictions.tsv")
+    return [write_predictions(path, example_set, self.decide(predictions), predictions, self.label_list,
+                              self.separator)]
+
+  def text_examples(self, texts, text_pairs=None):
+    return [MultilabelExample(guid=f"input:{i}", text_a=t, text_b=None if text_pairs is None else text_pairs[i])
+            for i, t in enumerate(texts)]
+
+  def readable_predictions(self, examples, features, outputs):
+    probs = self.predict(examples, features, outputs)
+    labels = self.label_list
+    return [{"labels": [l for l, on in zip(labels, row) if on], "probabilities": dict(zip(labels, map(float, p)))}
+            for row, p in zip(self.decide(probs), probs)]

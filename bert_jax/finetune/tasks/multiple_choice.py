@@ -11,6 +11,9 @@ Features (`convert_examples_to_features`), C = the most choices of any example o
   choice_mask    int32 [N, C]  1 for real choices, 0 for padding (those rows are all zeros; the head masks them)
   label_ids      int32 [N]     index of the right choice, -1 when unlabelled
   example_index  int32 [N]
+
+MultipleChoiceTask is the task kind (task=multiple_choice; c3.C3Task reads C3's JSON): one shared score per
+choice (heads.BertForMultipleChoice), a softmax over the choices of a question, accuracy.
 """
 
 from __future__ import annotations
@@ -22,8 +25,11 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from bert_jax.evaluation import glue as glue_eval
 from bert_jax.finetune.tasks import common
+from bert_jax.finetune.tasks.base import Task, labelled_weights, require_training_labels, softmax_sums
 from bert_jax.input_pipeline import tokenization
+from bert_jax.models import heads
 
 
 @dataclasses.dataclass
@@ -148,3 +154,87 @@ def write_predictions(path: str, examples: Sequence[MultipleChoiceExample], pred
         row["gold"] = int(e.label)
       f.write(json.dumps(row, ensure_ascii=False) + "\n")
   return path
+
+
+class MultipleChoiceTask(Task):
+  """Softmax over the choices of each question; accuracy. Reads the JSONL files above."""
+  name = "multiple_choice"
+  kind = "classification"
+  head = "multiple_choice"
+  main_metric = "accuracy"
+  extra_input_keys = ("choice_mask",)
+  uses_pooling = True
+  takes_choices = True
+
+  def __init__(self, on_error: str = "raise"):
+    super().__init__(on_error)
+    self.label_list = None   # choices differ per example
+
+  @property
+  def num_labels(self) -> int:
+    return 1     # one shared score per choice
+
+  def _read_split(self, data_dir, split, on_error):
+    return read_split(data_dir, split, on_error)
+
+  def read(self, split, data_dir=None, *, use_tfds=False, tfds_data_dir=None, download=False, on_error=None):
+    if use_tfds:
+      raise ValueError(f"task {self.name} reads local files only")
+    if data_dir is None:
+      raise ValueError("data_dir is required")
+    return self._read_split(data_dir, split, on_error or self.on_error)
+
+  def featurize(self, example_set, tokenizer, max_seq_length, is_training=False):
+    return convert_examples_to_features(example_set, tokenizer, max_seq_length)
+
+  def check_training_features(self, example_set, features):
+    require_training_labels(example_set, features)
+
+  def build_head(self, bert_cfg, dropout_rate=None):
+    return heads.BertForMultipleChoice(bert_cfg, dropout_rate=dropout_rate, pooling=self.pooling)
+
+  def loss_weights(self, batch):
+    return labelled_weights(batch)
+
+  def loss_sums(self, outputs, batch):
+    return softmax_sums(outputs["logits"], batch["label_ids"], self.loss_weights(batch))
+
+  def predict(self, example_set, features, outputs):
+    """Choice probabilities [N, C] float64 (padded choices 0); the answer is their argmax."""
+    logits = np.asarray(outputs["logits"], np.float64)
+    if logits.shape[0] != len(example_set):
+      raise ValueError(f"{logits.shape[0]} logits rows for {len(example_set)} examples")
+    z = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return z / z.sum(axis=-1, keepdims=True)
+
+  def evaluate(self, example_set, predictions, split=None):
+    if any(e.label is None for e in example_set):
+      return {}
+    gold = np.array([e.label for e in example_set], np.int32)
+    return {"accuracy": glue_eval.accuracy(np.argmax(predictions, axis=-1), gold)}
+
+  def write_predictions(self, output_dir, split, example_set, predictions):
+    path = os.path.join(output_dir, f"{self.name}_{split}_predictions.jsonl")
+    return [write_predictions(path, example_set, np.argmax(predictions, axis=-1), predictions)]
+
+  def text_examples(self, texts, text_pairs=None):
+    raise ValueError(f"task {self.name} takes questions with choices: use predict_choices([{{'context', "
+                     "'question', 'choices'}, ...])")
+
+  def choice_examples(self, questions):
+    examples = []
+    for i, q in enumerate(questions):
+      choices = list(q.get("choices") or [])
+      if len(choices) < 2:
+        raise ValueError(f"question {i} has {len(choices)} choice(s); at least 2 are needed")
+      examples.append(MultipleChoiceExample(guid=f"input:{i}", context=str(q.get("context", "")),
+                                            question=str(q.get("question", "")), choices=[str(c) for c in choices]))
+    return examples
+
+  def readable_predictions(self, examples, features, outputs):
+    probs = self.predict(examples, features, outputs)
+    out = []
+    for ex, p in zip(examples, probs):
+      k = int(np.argmax(p))
+      out.append({"label": k, "answer": ex.choices[k], "probabilities": [float(x) for x in p[:len(ex.choices)]]})
+    return out

@@ -24,6 +24,10 @@ Features, one row per window ([CLS] sub-tokens [SEP]):
   example_index int32 [N]
 A sentence longer than max_seq_length - 2 sub-tokens is split at word boundaries into consecutive windows
 (each word is predicted exactly once); a single word with more sub-tokens than fit is truncated.
+
+NerTask is the task kind: a tag per word's first sub-token (heads.BertForTokenClassification, softmax
+cross-entropy per labelled token) or, with crf=True, a linear-chain CRF over the words with the scheme's
+transition constraints (heads.BertForTokenClassificationCRF, sentence NLL); entity-level F1.
 """
 
 from __future__ import annotations
@@ -32,9 +36,15 @@ import dataclasses
 import os
 from typing import Dict, Iterable, List, Optional, Sequence
 
+import jax.numpy as jnp
 import numpy as np
 
+from bert_jax.evaluation import ner as ner_eval
 from bert_jax.finetune.tasks import common
+from bert_jax.finetune.tasks.base import Task, softmax_sums
+from bert_jax.input_pipeline import tokenization
+from bert_jax.models import crf as crf_lib
+from bert_jax.models import heads
 
 DOCSTART = "-DOCSTART-"
 CONLL2003_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
@@ -255,8 +265,158 @@ def predictions_to_tags(examples: Sequence[NerExample], features: Dict[str, np.n
 
 def write_predictions(path: str, examples: Sequence[NerExample], pred_tags: Sequence[Sequence[str]]) -> str:
   """CoNLL output `word gold pred` (or `word pred` for unlabelled sentences)."""
-  from bert_jax.evaluation import ner as ner_eval  # pylint: disable=g-import-not-at-top
   labelled = all(ex.labels is not None for ex in examples)
   golds = [ex.labels for ex in examples] if labelled else None
   return ner_eval.write_conll(path, [ex.words for ex in examples], golds, pred_tags)
 
+
+
+# --------------------------------------------------------------------------------------------------------
+# Raw text.
+# --------------------------------------------------------------------------------------------------------
+def split_words(text: str) -> List[str]:
+  """NER input words: whitespace-separated, with every CJK character a word of its own (as the Chinese
+  CoNLL files are character-level)."""
+  return tokenization.split_isolating(text, lambda ch: tokenization.is_chinese_char(ord(ch)))
+
+
+def entity_text(words: Sequence[str]) -> str:
+  """An entity's surface text from its words: CJK characters joined directly ("北", "京" -> "北京"), any other
+  words with spaces ("New", "York" -> "New York")."""
+  cjk = all(len(w) == 1 and tokenization.is_chinese_char(ord(w)) for w in words)
+  return ("" if cjk else " ").join(words)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Task kind.
+# --------------------------------------------------------------------------------------------------------
+class NerTask(Task):
+  """Tagging (CoNLL files or TFDS conll2003); see the module docstring."""
+  name = "ner"
+  kind = "ner"
+  head = "token_classification"
+  main_metric = "f1"
+  tfds_name = "conll2003"
+
+  def __init__(self, label_list: Optional[Sequence[str]] = None, mode: str = "conlleval", scheme: str = "BIO",
+               on_error: str = "raise", crf: bool = False):
+    super().__init__(on_error)
+    self.label_list = list(label_list) if label_list is not None else None
+    self.mode, self.scheme = mode, scheme
+    self.crf = bool(crf)
+    # The CRF runs over the words' first sub-tokens, which the features mark in word_mask.
+    self.extra_input_keys = ("word_mask", "window_continues", "window_continued") if self.crf else ()
+
+  @classmethod
+  def from_config(cls, name, config, label_list=None):
+    return cls.create(name, on_error=config.on_error, label_list=label_list, scheme=config.ner_scheme,
+                      mode=config.ner_mode, crf=bool(config.get("crf", False)))
+
+  @classmethod
+  def from_info(cls, name, info):
+    return cls.create(name, label_list=info["label_list"], scheme=info.get("ner_scheme", "BIO"),
+                      mode=info.get("ner_mode", "conlleval"), crf=bool(info.get("crf", False)))
+
+  def head_options(self):
+    return {"crf": self.crf}
+
+  def prepare(self, data_dir=None, use_tfds=False, tfds_data_dir=None, download=False, **_):
+    if self.label_list is not None:
+      return self
+    if use_tfds:
+      # TFDS conll2003 carries its tag names.
+      self.label_list = list(CONLL2003_LABELS)
+      return self
+    if data_dir is None:
+      raise ValueError("data_dir is required to infer the NER label list")
+    labels_file = os.path.join(data_dir, "labels.txt")
+    if os.path.exists(labels_file):  # an explicit label file fixes the order (and ids) of the tags
+      self.label_list = read_label_file(labels_file)
+      return self
+    sets = [read_conll_split(data_dir, "train", None, self.on_error)]
+    try:
+      sets.append(read_conll_split(data_dir, "dev", None, self.on_error))
+    except FileNotFoundError:
+      pass
+    self.label_list = infer_label_list(sets)
+    return self
+
+  def read(self, split, data_dir=None, *, use_tfds=False, tfds_data_dir=None, download=False, on_error=None):
+    if use_tfds:
+      return read_conll2003_tfds(split, tfds_data_dir or data_dir, download, on_error or self.on_error)
+    if data_dir is None:
+      raise ValueError("data_dir is required to read CoNLL files")
+    return read_conll_split(data_dir, split, self.label_list, on_error or self.on_error)
+
+  def featurize(self, example_set, tokenizer, max_seq_length, is_training=False):
+    self._require_labels()
+    feats = convert_examples_to_features(example_set, tokenizer, max_seq_length, self.label_list)
+    feats["word_mask"] = (feats["word_ids"] >= 0).astype(np.int32)   # [N, T]: first sub-token of each word
+    # [N]: the row is a window after (continues) / before (is continued by) another of the same sentence; the
+    # CRF lifts its start / end constraints there (a window may begin or end inside an entity).
+    ex = feats["example_index"]
+    same_next = np.zeros(len(ex), bool)
+    same_next[:-1] = ex[:-1] == ex[1:]
+    feats["window_continued"] = same_next.astype(np.int32)
+    feats["window_continues"] = np.concatenate([[False], same_next[:-1]]).astype(np.int32)
+    return feats
+
+  def build_head(self, bert_cfg, dropout_rate=None):
+    if self.crf:
+      return heads.BertForTokenClassificationCRF(bert_cfg, tuple(self.label_list), self.scheme,
+                                                 dropout_rate=dropout_rate)
+    return heads.BertForTokenClassification(bert_cfg, self.num_labels, dropout_rate=dropout_rate)
+
+  def loss_weights(self, batch):
+    """[B, T]: the labelled tokens (a word's first sub-token) of the real rows."""
+    w = batch["example_weight"].astype(jnp.float32)
+    return (batch["label_ids"] != common.IGNORE_INDEX).astype(jnp.float32) * w[:, None]
+
+  def loss_sums(self, outputs, batch):
+    w = self.loss_weights(batch)
+    if "crf_transitions" in outputs:
+      # CRF: the sentence NLL summed, over the same denominator as the softmax head (labelled words), so the
+      # loss reads per word. Accuracy from the Viterbi path when decoded (eval), else from the emissions.
+      labels = batch["label_ids"]
+      label_mask = labels != common.IGNORE_INDEX
+      ll = crf_lib.crf_log_likelihood(outputs["logits"], labels, label_mask, outputs["crf_transitions"],
+                                      outputs["crf_start"], outputs["crf_end"])
+      pred = outputs["crf_tags"] if "crf_tags" in outputs else jnp.argmax(outputs["logits"], -1)
+      correct = (pred == labels).astype(jnp.float32)
+      return {"task_loss_sum": -jnp.sum(ll * batch["example_weight"].astype(jnp.float32)),
+              "task_weight_sum": jnp.sum(w), "task_correct_sum": jnp.sum(correct * w)}
+    return softmax_sums(outputs["logits"], batch["label_ids"], w)
+
+  def predict(self, example_set, features, outputs):
+    if "crf_tags" in outputs:   # the CRF head's Viterbi path
+      return predictions_to_tags(example_set, features, np.asarray(outputs["crf_tags"]), self.label_list)
+    logits = np.asarray(outputs["logits"])
+    return predictions_to_tags(example_set, features, np.argmax(logits, axis=-1), self.label_list)
+
+  def evaluate(self, example_set, predictions, split=None):
+    if any(ex.labels is None for ex in example_set):
+      return {}
+    return ner_eval.evaluate([ex.labels for ex in example_set], predictions, self.mode, self.scheme)
+
+  def write_predictions(self, output_dir, split, example_set, predictions):
+    return [write_predictions(os.path.join(output_dir, f"{split}_predictions.txt"), example_set, predictions)]
+
+  def text_examples(self, texts, text_pairs=None):
+    """A text is split into words by split_words; a list of strings is taken as the words."""
+    examples = []
+    for i, t in enumerate(texts):
+      words = split_words(t) if isinstance(t, str) else list(t)
+      if not words:
+        raise ValueError(f"text {i} has no words")
+      examples.append(NerExample(guid=f"input:{i}", words=words, labels=None))
+    return examples
+
+  def readable_predictions(self, examples, features, outputs):
+    tags = self.predict(examples, features, outputs)
+    out = []
+    for ex, tg in zip(examples, tags):
+      ents = []
+      for type_, b, e in ner_eval.get_entities(tg, self.mode, self.scheme):
+        ents.append({"type": type_, "start": b, "end": e, "text": entity_text(ex.words[b:e + 1])})
+      out.append({"words": ex.words, "tags": tg, "entities": ents})
+    return out

@@ -25,7 +25,11 @@ This handles accents, Chinese (one token per character, CMRC2018) and answers in
 compared as single spaces); a mismatch is an error naming file and question id, or with on_error="skip"
 a counted skip (Google's run_squad skips and logs them). Only training reads check answers; evaluation keeps
 all questions and scores against every gold answer text; v1.1 evaluation questions without any answer (scored
-0 whatever is predicted) are counted in an input warning (`errors.warn_input`; an error under --strict).
+0 whatever is predicted) are counted in an input warning (`input_warnings.warn_input`; an error under
+--strict).
+
+SquadTask is the task kind: a start / end logit per token (heads.BertForQuestionAnswering), the mean of the
+two cross-entropies as the loss, Google's n-best post-processing and the official scripts' metrics.
 """
 
 from __future__ import annotations
@@ -35,10 +39,15 @@ import json
 import os
 from typing import Dict, List, Optional, Sequence
 
+import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import errors
+from bert_jax.input_warnings import warn_input
+from bert_jax.evaluation import squad as squad_eval
+from bert_jax.evaluation import squad_postprocess
 from bert_jax.finetune.tasks import common
+from bert_jax.finetune.tasks.base import Task
+from bert_jax.models import heads, losses
 
 
 @dataclasses.dataclass
@@ -150,7 +159,7 @@ def _warn_unanswered(examples: Sequence[SquadExample], source: str, version_2_wi
     return
   ids = [e.qas_id for e in examples if not e.answers]
   if ids:
-    errors.warn_input(f"{source}: {len(ids)} of {len(examples)} questions have no answer (e.g. id "
+    warn_input(f"{source}: {len(ids)} of {len(examples)} questions have no answer (e.g. id "
                       f"{', '.join(ids[:3])}); SQuAD v1.1 scores them 0 whatever is predicted (task=squad_v2 "
                       "treats them as unanswerable)")
 
@@ -319,3 +328,109 @@ def write_json(path: str, obj) -> str:
   with open(path, "w", encoding="utf-8") as f:
     json.dump(obj, f, ensure_ascii=False, indent=2)
   return path
+
+
+class SquadTask(Task):
+  """SQuAD v1.1 (`squad_v1`) or v2.0 with unanswerable questions (`squad_v2`); language="zh" scores like
+  CMRC2018."""
+  kind = "squad"
+  head = "question_answering"
+  label_keys = ("start_positions", "end_positions")
+  test_splits = ()
+  # Evaluation windows carry no answer positions (only training reads locate the answers): no eval loss.
+  eval_loss = False
+
+  def __init__(self, version_2_with_negative: bool, doc_stride: int = 128, max_query_length: int = 64,
+               n_best_size: int = 20, max_answer_length: int = 30, null_score_diff_threshold: float = 0.0,
+               language: str = "auto", on_error: Optional[str] = None):
+    super().__init__(on_error)
+    self.version_2_with_negative = version_2_with_negative
+    self.name = "squad_v2" if version_2_with_negative else "squad_v1"
+    self.tfds_name = "squad/v2.0" if version_2_with_negative else "squad/v1.1"
+    self.main_metric = "f1"
+    self.doc_stride, self.max_query_length = doc_stride, max_query_length
+    self.n_best_size, self.max_answer_length = n_best_size, max_answer_length
+    self.null_score_diff_threshold = null_score_diff_threshold
+    self.language = language
+
+  @classmethod
+  def create(cls, name, **kwargs):
+    return cls(version_2_with_negative=name == "squad_v2", **kwargs)
+
+  @classmethod
+  def from_config(cls, name, config, label_list=None):
+    # The version follows config.version_2_with_negative (set from the config's task name).
+    task = cls.create("squad_v2" if config.version_2_with_negative else "squad_v1", on_error=config.on_error,
+                      doc_stride=int(config.doc_stride), max_query_length=int(config.max_query_length),
+                      n_best_size=int(config.n_best_size), max_answer_length=int(config.max_answer_length),
+                      null_score_diff_threshold=float(config.null_score_diff_threshold),
+                      language=config.squad_language)
+    if label_list is not None:
+      task.use_label_list(label_list)
+    return task
+
+  @classmethod
+  def from_info(cls, name, info):
+    return cls.create(name, doc_stride=int(info.get("doc_stride", 128)),
+                      max_query_length=int(info.get("max_query_length", 64)),
+                      n_best_size=int(info.get("n_best_size", 20)),
+                      max_answer_length=int(info.get("max_answer_length", 30)),
+                      null_score_diff_threshold=float(info.get("null_score_diff_threshold", 0.0)))
+
+  def read(self, split, data_dir=None, *, use_tfds=False, tfds_data_dir=None, download=False, on_error=None):
+    on_error = on_error or self.on_error
+    if use_tfds:
+      return read_squad_tfds(split, self.version_2_with_negative, tfds_data_dir or data_dir, download, on_error)
+    if data_dir is None:
+      raise ValueError("data_dir is required to read SQuAD files")
+    return read_squad_split(data_dir, split, self.version_2_with_negative, on_error)
+
+  def featurize(self, example_set, tokenizer, max_seq_length, is_training=False):
+    return convert_examples_to_features(example_set, tokenizer, max_seq_length, self.doc_stride,
+                                        self.max_query_length, is_training=is_training)
+
+  def build_head(self, bert_cfg, dropout_rate=None):
+    return heads.BertForQuestionAnswering(bert_cfg)
+
+  def loss_sums(self, outputs, batch):
+    # Google's run_squad: mean of the start and end cross-entropies over the window's positions.
+    w = self.loss_weights(batch)
+    nll = 0.5 * (losses.cross_entropy(outputs["start_logits"], batch["start_positions"])
+                 + losses.cross_entropy(outputs["end_logits"], batch["end_positions"]))
+    return {"task_loss_sum": jnp.sum(nll * w), "task_weight_sum": jnp.sum(w)}
+
+  def predict(self, example_set, features, outputs):
+    return squad_postprocess.postprocess_predictions(
+        example_set, features, outputs["start_logits"], outputs["end_logits"], n_best_size=self.n_best_size,
+        max_answer_length=self.max_answer_length, version_2_with_negative=self.version_2_with_negative,
+        null_score_diff_threshold=self.null_score_diff_threshold)
+
+  def evaluate(self, example_set, predictions, split=None):
+    gold = gold_answers(example_set)
+    if self.version_2_with_negative:
+      return squad_eval.evaluate_v2(gold, predictions.predictions, predictions.null_odds,
+                                    na_prob_thresh=self.null_score_diff_threshold, language=self.language)
+    return squad_eval.evaluate_v1(gold, predictions.predictions, language=self.language)
+
+  def write_predictions(self, output_dir, split, example_set, predictions):
+    prefix = "" if split in ("dev", "validation") else f"{split}_"
+    return list(squad_postprocess.write_prediction_files(output_dir, predictions, prefix).values())
+
+  def text_examples(self, texts, text_pairs=None):
+    """texts are the questions, text_pairs their contexts."""
+    if text_pairs is None:
+      raise ValueError("SQuAD prediction needs text_pairs=contexts (one per question)")
+    return [SquadExample(qas_id=str(i), question_text=q, context_text=c)
+            for i, (q, c) in enumerate(zip(texts, text_pairs))]
+
+  def readable_predictions(self, examples, features, outputs):
+    res = self.predict(examples, features, outputs)
+    out = []
+    for ex in examples:
+      nbest = res.nbest.get(ex.qas_id, [])
+      d = {"answer": res.predictions[ex.qas_id], "probability": float(nbest[0]["probability"]) if nbest else 0.0,
+           "nbest": nbest}
+      if ex.qas_id in res.null_odds:
+        d["null_odds"] = float(res.null_odds[ex.qas_id])
+      out.append(d)
+    return out
