@@ -3,7 +3,10 @@
 import importlib.util
 import os
 import re
+import subprocess
+import sys
 
+import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,10 +17,10 @@ from bert_jax.finetune import data as ft
 from bert_jax.finetune import loop as finetune_loop
 from bert_jax.finetune import model as fm
 from bert_jax.finetune.tasks import TaskDataError
-from bert_jax.models import BertConfig, BertForPreTraining, dummy_inputs
+from bert_jax.models import BertConfig, BertForPreTraining, dummy_inputs, scan_params
 from bert_jax.pretrained import load_pretrained, params_dir
 from bert_jax.pretrained.load import merge_params
-from bert_jax.training import sharding
+from bert_jax.training import checkpoints, sharding
 from bert_jax.training import train_step as ts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -98,27 +101,27 @@ def test_batches_pad_the_last_batch_with_zero_weight_and_cover_every_row_once():
   assert batches[-1]["example_weight"].tolist() == [1, 1, 1, 0]
 
 
-def task_loss(kind, outputs, batch):
+def task_loss(task, outputs, batch):
   """(mean loss, sums) of one batch through the fine-tuning LossFn the train step uses."""
-  loss_fn = fm.task_loss(None, kind)
-  sums = fm.task_sums(kind, outputs, batch)
+  loss_fn = fm.task_loss(None, task)
+  sums = task.loss_sums(outputs, batch)
   return sums["task_loss_sum"] / loss_fn.denominators(batch)["weight"], sums
 
 
 def test_losses_ignore_padding_rows_and_subtokens():
   logits = jnp.array([[2.0, 0.0], [0.0, 3.0], [5.0, -5.0]])
   batch = {"label_ids": jnp.array([0, 0, 1]), "example_weight": jnp.array([1.0, 1.0, 0.0])}
-  loss, sums = task_loss("classification", {"logits": logits}, batch)
+  loss, sums = task_loss(ft.get_task("sst2"), {"logits": logits}, batch)
   logp = jax.nn.log_softmax(logits)
   np.testing.assert_allclose(loss, -(logp[0, 0] + logp[1, 0]) / 2, rtol=1e-6)
   assert float(sums["task_correct_sum"]) == 1.0 and float(sums["task_weight_sum"]) == 2.0
   # Regression is MSE; NaN (unlabelled) rows carry no loss.
-  loss, _ = task_loss("regression", {"logits": jnp.array([[1.0], [3.0], [7.0]])},
+  loss, _ = task_loss(ft.get_task("stsb"), {"logits": jnp.array([[1.0], [3.0], [7.0]])},
                          {"label_ids": jnp.array([2.0, 1.0, np.nan]), "example_weight": jnp.ones(3)})
   np.testing.assert_allclose(loss, (1.0 + 4.0) / 2, rtol=1e-6)
   # NER: -100 positions (sub-tokens, [CLS], padding) carry no loss.
   tok_logits = jnp.zeros((1, 4, 3)).at[0, 1, 2].set(4.0)
-  loss, sums = task_loss("ner", {"logits": tok_logits},
+  loss, sums = task_loss(ft.get_task("ner", label_list=["O", "B-X", "I-X"]), {"logits": tok_logits},
                             {"label_ids": jnp.array([[-100, 2, -100, -100]]), "example_weight": jnp.ones(1)})
   np.testing.assert_allclose(loss, -jax.nn.log_softmax(tok_logits[0, 1])[2], rtol=1e-6)
   assert float(sums["task_weight_sum"]) == 1.0
@@ -130,7 +133,7 @@ def _write_pretrained_dir(tmp_path, vocab_file, vocab_size):
   model = BertForPreTraining(cfg)
   params = jax.jit(lambda r: model.init(r, *dummy_inputs(cfg), deterministic=True)["params"])(
       jax.random.key(7))
-  params = jax.tree.map(np.asarray, __import__("flax").linen.unbox(params))
+  params = jax.tree.map(np.asarray, flax.linen.unbox(params))
   d = str(tmp_path / "pretrained")
   params_dir.save_params_dir(d, cfg, params, vocab_file, info={"do_lower_case": True, "source": "test"})
   return d, params
@@ -194,8 +197,6 @@ def test_tfds_name_must_fit_the_task(tmp_path):
 
 
 def test_init_from_a_pretraining_workdir_reads_its_latest_checkpoint(tmp_path):
-  from bert_jax.models import scan_params
-  from bert_jax.training import checkpoints
   vocab = testing.write_vocab(str(tmp_path))
   n = params_dir.count_vocab_lines(vocab)
   _, pre = _write_pretrained_dir(tmp_path, vocab, n)
@@ -217,8 +218,6 @@ def test_init_from_a_pretraining_workdir_reads_its_latest_checkpoint(tmp_path):
 def test_old_learning_rate_and_weight_decay_flags_set_the_optimizer_subtree():
   """--config.learning_rate / --config.weight_decay (the pre-0.2 fields) still work on the command line and
   land in config.optimizer, the subtree fine-tuning shares with pre-training."""
-  import subprocess
-  import sys
   script = ("from absl import app, flags\nfrom ml_collections import config_flags\n"
             "config_flags.DEFINE_config_file('config')\n"
             "def main(_):\n  o = flags.FLAGS.config.optimizer\n  print('RESULT', o.learning_rate, o.weight_decay)\n"

@@ -5,6 +5,8 @@ import importlib.util
 import json
 import os
 
+import flax
+import jax
 import numpy as np
 import pytest
 
@@ -84,12 +86,11 @@ def test_classify_a_fine_tuned_workdir(tmp_path):
   cfg = params_dir.read_model_config(d)
   task = get_task("classification", label_list=["neg", "pos"])
   model = fm.build_model(task, cfg)
-  import jax
   params = jax.jit(lambda r: model.init(r, np.zeros((1, 8), np.int32), np.ones((1, 8), np.int32))["params"])(
       jax.random.key(0))
   work = tmp_path / "ft"
   best = str(work / "best_checkpoint")
-  params_dir.save_params_dir(best, cfg, jax.tree.map(np.asarray, __import__("flax").linen.unbox(params)), vocab)
+  params_dir.save_params_dir(best, cfg, jax.tree.map(np.asarray, flax.linen.unbox(params)), vocab)
   params_dir.write_json_atomic(os.path.join(best, params_dir.FINETUNE_INFO_NAME),
                                {"task": "classification", "kind": "classification", "label_list": ["neg", "pos"],
                                 "max_seq_length": 16, "do_lower_case": True, "pooling": "cls"})

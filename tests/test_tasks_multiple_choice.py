@@ -11,9 +11,9 @@ import pytest
 import task_fixtures as testing
 from bert_jax.evaluation.multilabel import multilabel_metrics
 from bert_jax.finetune import loop as finetune_loop
-from bert_jax.finetune import model as fm
 from bert_jax.finetune.predict import Predictor
 from bert_jax.finetune.tasks import TaskDataError, get_task
+from bert_jax.finetune.tasks.ner import NerExample
 from bert_jax.input_pipeline.tokenization import FullTokenizer
 from bert_jax.models import heads
 
@@ -115,7 +115,7 @@ def test_multilabel_reader_features_loss_and_metrics(tmp_path, tok):
   # Sums: mean BCE per example, exact match at probability 0.5.
   logits = jnp.array([[5.0, 5.0], [5.0, -5.0], [-5.0, 5.0]])
   batch = {"label_ids": jnp.asarray(f["label_ids"]), "example_weight": jnp.ones(3)}
-  s = fm.task_sums("multilabel", {"logits": logits}, batch)
+  s = task.loss_sums({"logits": logits}, batch)
   assert float(s["task_weight_sum"]) == 3 and float(s["task_correct_sum"]) == 2
   probs = task.predict(es, f, {"logits": np.asarray(logits)})
   m = task.evaluate(es, probs)
@@ -167,7 +167,6 @@ def test_ner_with_the_crf_head_writes_conll_output_and_predicts_valid_bio(tmp_pa
 
 
 def test_ner_features_mark_first_sub_tokens_and_continuation_windows(tok):
-  from bert_jax.finetune.tasks.ner import NerExample
   task = get_task("ner", label_list=["O", "B-LOC", "I-LOC"], crf=True)
   assert task.extra_input_keys == ("word_mask", "window_continues", "window_continued")
   ex = [NerExample("a", list("我住在北京上海"), ["O", "O", "O", "B-LOC", "I-LOC", "B-LOC", "I-LOC"]),

@@ -2,6 +2,7 @@
 (TFDS is imported by the task readers only when a TFDS split is read).
 
     task = make_task(config)                       # a bert_jax.finetune.tasks Task, label list filled in
+    keys = task.device_keys                        # model inputs + the head's extra inputs + labels
     data = load_split(task, config, "dev", tokenizer)   # SplitData(examples, features) or None if absent
     for batch in iterate_batches(data.features, keys, batch_size, rng=None):   # padded, with example_weight
       ...
@@ -20,14 +21,12 @@ from typing import Dict, Iterator, Optional, Sequence
 import numpy as np
 
 from bert_jax.errors import UserError
-from bert_jax.finetune.tasks import get_task
-from bert_jax.finetune.tasks.common import ExampleSet
+from bert_jax.finetune.tasks import get_task, task_class  # noqa: F401  (get_task: part of this module's API)
+from bert_jax.finetune.tasks.common import ExampleSet, bool_or_none  # noqa: F401  (bool_or_none: the loop's)
+from bert_jax.finetune.tasks.registry import canonical_name
 
 _log = logging.getLogger(__name__)
 
-# Keys of the features that go to the device; everything else (spans, word ids) stays on the host.
-LABEL_KEYS = {"classification": ("label_ids",), "regression": ("label_ids",), "ner": ("label_ids",),
-              "squad": ("start_positions", "end_positions"), "multilabel": ("label_ids",)}
 POOLINGS = ("cls", "first", "mean", "max", "last")   # = models.heads.POOLINGS (config.pooling)
 
 
@@ -37,83 +36,25 @@ def split_list(s) -> list:
   return [x.strip() for x in str(s or "").split(",") if x.strip()]
 
 
-def _column(v):
-  """A classification column from the config: "3" -> 3 (index), "review" -> name, "" -> None."""
-  v = str(v).strip() if v is not None else ""
-  if not v:
-    return None
-  return int(v) if v.lstrip("-").isdigit() else v
-
-
-def bool_or_none(v, what: str):
-  if isinstance(v, bool) or v is None:
-    return v
-  s = str(v).strip().lower()
-  if s in ("auto", ""):
-    return None
-  if s in ("true", "1", "yes"):
-    return True
-  if s in ("false", "0", "no"):
-    return False
-  raise ValueError(f"{what}={v!r}; expected auto, true or false")
-
-
 def use_tfds(config) -> bool:
   return bool(config.tfds_name.strip())
 
 
 def make_task(config, label_list: Optional[Sequence[str]] = None):
-  """The registry Task of `config.task`, with the config's options; label lists inferred from train.
-  `label_list` (e.g. a fine-tuned checkpoint's) is used when config.label_list is empty."""
+  """The registry Task of `config.task`, built from the config by its kind (Task.from_config); label lists
+  inferred from train. `label_list` (e.g. a fine-tuned checkpoint's) is used when config.label_list is empty."""
   name = config.task
-  on_error = config.on_error
   label_list = split_list(config.label_list) or (list(label_list) if label_list else None)
-  kwargs = {"on_error": on_error}
-  if name.startswith("squad"):
-    kwargs.update(doc_stride=int(config.doc_stride), max_query_length=int(config.max_query_length),
-                  n_best_size=int(config.n_best_size), max_answer_length=int(config.max_answer_length),
-                  null_score_diff_threshold=float(config.null_score_diff_threshold),
-                  language=config.squad_language)
-    name = "squad_v2" if config.version_2_with_negative else "squad_v1"
-  elif name == "ner":
-    kwargs.update(label_list=label_list, scheme=config.ner_scheme,
-                  mode=config.ner_mode, crf=bool(config.get("crf", False)))
-  elif name in ("classification", "multilabel"):
-    c = config.classification
-    fmt = c.file_format.strip() or None
-    delim = c.delimiter
-    if delim:
-      by_delim = {"\t": "tsv", "\\t": "tsv", "tab": "tsv", ",": "csv", "comma": "csv"}
-      if delim not in by_delim:
-        raise ValueError(f"classification.delimiter={delim!r}: the readers handle tab (tsv) and comma (csv); "
-                         "convert other files to one of them or to jsonl")
-      if fmt is not None and fmt != by_delim[delim]:
-        raise ValueError(f"classification.delimiter={delim!r} contradicts file_format={fmt!r}")
-      fmt = by_delim[delim]
-    kwargs.update(label_list=label_list, text_a=_column(c.text_a), text_b=_column(c.text_b),
-                  label=_column(c.label), header=bool_or_none(c.header, "classification.header"),
-                  file_format=fmt)
-    if name == "multilabel":
-      kwargs.update(separator=config.multilabel_separator, threshold=float(config.multilabel_threshold))
-    else:
-      kwargs.update(is_regression=bool(c.is_regression))
-  task = get_task(name, **kwargs)
+  task = task_class(name).from_config(canonical_name(name), config, label_list)
   pooling = str(config.get("pooling", "cls"))
   if pooling not in POOLINGS:
     raise UserError(f"config.pooling={pooling!r}; expected one of {', '.join(POOLINGS)}")
-  if pooling != "cls" and task.head not in ("sequence_classification", "multiple_choice"):
+  if pooling != "cls" and not task.uses_pooling:
     raise UserError(f"config.pooling={pooling!r} applies to sentence-level tasks; task {name!r} has a "
                     f"{task.head} head (leave pooling=cls)")
   task.pooling = pooling
-  if config.get("crf", False) and name != "ner":
+  if config.get("crf", False) and not getattr(task, "crf", False):
     raise UserError(f"config.crf=true applies to task=ner only (task={name!r})")
-  if label_list is not None and name not in ("ner", "classification", "multilabel"):
-    if task.is_regression or task.label_list is None:
-      raise ValueError(f"label_list is set but task {name!r} has no labels")
-    if sorted(label_list) != sorted(task.label_list):
-      raise ValueError(f"label_list {label_list} differs from {name}'s labels {task.label_list}; the GLUE "
-                       "label order is fixed by the leaderboard")
-    task.label_list = label_list
   if task.train_split is None:
     raise ValueError(f"task {name!r} has no training data (the AX diagnostic is predicted by an mnli run)")
   data_dir = config.data_dir or None
@@ -129,20 +70,10 @@ def _tfds_kwargs(config) -> dict:
   return {"tfds_data_dir": d}
 
 
-def expected_tfds_name(task) -> Optional[str]:
-  if task.kind == "squad":
-    return "squad/v2.0" if task.version_2_with_negative else "squad/v1.1"
-  if task.name == "ner":
-    return "conll2003"
-  if task.name in ("classification", "multilabel", "c3", "multiple_choice"):
-    return None
-  return f"glue/{task.name}"
-
-
 def check_tfds_name(task, config):
   if not use_tfds(config):
     return
-  want = expected_tfds_name(task)
+  want = task.tfds_name
   got = str(config.tfds_name).strip()
   if want is None:
     raise ValueError(f"task {task.name!r} reads local files only; clear tfds_name ({got!r})")
@@ -187,14 +118,14 @@ def load_split(task, config, split: str, tokenizer, is_training: bool = False,
   if len(es) == 0:
     raise ValueError(f"{es.source}: split {split!r} has no examples")
   feats = task.featurize(es, tokenizer, int(config.max_seq_length), is_training=is_training)
-  if is_training and task.kind == "classification" and np.any(feats["label_ids"] < 0):
-    bad = int(np.flatnonzero(feats["label_ids"] < 0)[0])
-    raise ValueError(f"{es.source}: training example {es[bad].guid} has no label")
+  if is_training:
+    task.check_training_features(es, feats)
   return SplitData(split, es, feats)
 
 
 def device_keys(task) -> tuple:
-  return tuple(task.model_input_keys) + tuple(task.extra_input_keys) + LABEL_KEYS[task.kind]
+  """Shim for finetune/loop.py: task.device_keys."""
+  return task.device_keys
 
 
 def iterate_batches(features: Dict[str, np.ndarray], keys: Sequence[str], batch_size: int,

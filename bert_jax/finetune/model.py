@@ -6,21 +6,25 @@ No TensorFlow. State creation and the train step are training.train_step's, with
     model = build_model(task, bert_cfg, classifier_dropout)
     params, p_shard = ts.init_params(config, model, mesh)        # random, created on the mesh
     state, shardings = ts.create_train_state(config, model, mesh, tx, params=merged)
-    step = ts.make_train_step(config, model, tx, mesh, shardings, loss_fn=task_loss(model, task.kind))
-    predict = make_predict_step(model, task.kind, mesh, rules, p_shard)   # (params, batch) -> outputs, sums
+    step = ts.make_train_step(config, model, tx, mesh, shardings, loss_fn=task_loss(model, task))
+    predict = make_predict_step(model, task, mesh, rules, p_shard)   # (params, batch) -> outputs, sums
+
+The head, the loss weights and sums are the task's own (tasks/base.py): nothing here depends on the kind.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+import weakref
+from typing import Dict, Optional, Union
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 
-from bert_jax.finetune.tasks import IGNORE_INDEX
-from bert_jax.models import BertConfig, crf, heads, losses
+from bert_jax.finetune.tasks import Task
+from bert_jax.models import BertConfig
 from bert_jax.models.config import SIZES
 from bert_jax.pretrained import Pretrained
 from bert_jax.training import sharding
@@ -76,28 +80,23 @@ def build_bert_config(config, vocab_size: int, init: Optional[Pretrained] = None
                               max_position_embeddings=int(m.max_position_embeddings), **arch, **runtime)
 
 
-def build_model(task, bert_cfg: BertConfig, classifier_dropout: float = -1.0) -> nn.Module:
-  """The head of `task.head`; the task carries the head options (`pooling` for sentence-level heads, `crf`
-  and `scheme` for tagging; data.make_task sets them from the config, Predictor from finetune_info.json)."""
+def build_model(task: Task, bert_cfg: BertConfig, classifier_dropout: float = -1.0) -> nn.Module:
+  """The task's head on the encoder; the task carries the head options (`pooling` for sentence-level heads,
+  `crf` and `scheme` for tagging; data.make_task sets them from the config, Predictor from
+  finetune_info.json). classifier_dropout < 0: the encoder's hidden dropout."""
   rate = None if classifier_dropout is None or classifier_dropout < 0 else float(classifier_dropout)
-  pooling = getattr(task, "pooling", "cls")
-  if task.head == "sequence_classification":
-    return heads.BertForSequenceClassification(bert_cfg, task.num_labels, dropout_rate=rate, pooling=pooling)
-  if task.head == "multiple_choice":
-    return heads.BertForMultipleChoice(bert_cfg, dropout_rate=rate, pooling=pooling)
-  if task.head == "token_classification":
-    if getattr(task, "crf", False):
-      return heads.BertForTokenClassificationCRF(bert_cfg, tuple(task.label_list), task.scheme, dropout_rate=rate)
-    return heads.BertForTokenClassification(bert_cfg, task.num_labels, dropout_rate=rate)
-  if task.head == "question_answering":
-    return heads.BertForQuestionAnswering(bert_cfg)
-  raise ValueError(f"unknown head {task.head!r}")
+  model = task.build_head(bert_cfg, rate)
+  for key in [k for k, (ref, _) in _MODEL_TASKS.items() if ref() is None]:
+    del _MODEL_TASKS[key]
+  _MODEL_TASKS[id(model)] = (weakref.ref(model), task)
+  return model
 
 
 # --------------------------------------------------------------------------------------------------------
 # Task losses and the prediction step.
 # --------------------------------------------------------------------------------------------------------
-def _apply(model, params, batch, rng):
+def apply_model(model, params, batch, rng=None) -> dict:
+  """The head's outputs on a batch (model inputs + the head's extra inputs); dropout on when `rng` is given."""
   extra = {k: batch[k] for k in getattr(model, "extra_input_keys", ())}
   return model.apply({"params": params}, batch["input_ids"], batch["input_mask"], batch["segment_ids"],
                      deterministic=rng is None, rngs=None if rng is None else {"dropout": rng}, **extra)
@@ -107,83 +106,54 @@ def _apply(model, params, batch, rng):
 _NON_ROW_OUTPUTS = ("pooled_output", "crf_transitions", "crf_start", "crf_end")
 
 
-def _task_weights(kind: str, batch):
-  """Loss weight of each labelled unit: examples ([B]) or, for NER, tokens ([B, T]); padded rows weigh 0."""
-  w = batch["example_weight"].astype(jnp.float32)
-  if kind == "classification":
-    return w * (batch["label_ids"] >= 0)
-  if kind == "multilabel":   # label_ids [B, K] multi-hot, -1 rows unlabelled
-    return w * (batch["label_ids"][:, 0] >= 0)
-  if kind == "regression":
-    return w * jnp.isfinite(batch["label_ids"].astype(jnp.float32))
-  if kind == "ner":
-    return (batch["label_ids"] != IGNORE_INDEX).astype(jnp.float32) * w[:, None]
-  if kind == "squad":
-    return w
-  raise ValueError(f"unknown task kind {kind!r}")
+def row_outputs(outputs: dict) -> dict:
+  """The per-example outputs of a head (what task.predict reads), without pooled vectors and CRF scores."""
+  return {k: v for k, v in outputs.items() if k not in _NON_ROW_OUTPUTS}
 
 
-def task_sums(kind: str, outputs, batch) -> dict:
-  """{task_loss_sum, task_weight_sum[, task_correct_sum]} of a batch, weighted so padded rows count for
-  nothing (models.losses.normalize_metrics turns them into task_loss / task_accuracy)."""
-  w = _task_weights(kind, batch)
-  if kind == "ner" and "crf_transitions" in outputs:
-    # CRF: the sentence NLL summed, over the same denominator as the softmax head (labelled words), so the
-    # loss reads per word. Accuracy from the Viterbi path when decoded (eval), else from the emissions.
-    labels = batch["label_ids"]
-    label_mask = labels != IGNORE_INDEX
-    ll = crf.crf_log_likelihood(outputs["logits"], labels, label_mask, outputs["crf_transitions"],
-                                outputs["crf_start"], outputs["crf_end"])
-    pred = outputs["crf_tags"] if "crf_tags" in outputs else jnp.argmax(outputs["logits"], -1)
-    correct = (pred == labels).astype(jnp.float32)
-    return {"task_loss_sum": -jnp.sum(ll * batch["example_weight"].astype(jnp.float32)),
-            "task_weight_sum": jnp.sum(w), "task_correct_sum": jnp.sum(correct * w)}
-  if kind == "multilabel":
-    # Mean binary cross-entropy over the labels of an example; "correct" = exact match at probability 0.5.
-    y = jnp.maximum(batch["label_ids"], 0).astype(jnp.float32)
-    z = outputs["logits"]
-    bce = jnp.maximum(z, 0) - z * y + jnp.log1p(jnp.exp(-jnp.abs(z)))
-    exact = jnp.all((z > 0) == (y > 0.5), axis=-1).astype(jnp.float32)
-    return {"task_loss_sum": jnp.sum(jnp.mean(bce, axis=-1) * w), "task_weight_sum": jnp.sum(w),
-            "task_correct_sum": jnp.sum(exact * w)}
-  if kind in ("classification", "ner"):
-    labels = batch["label_ids"]
-    nll = losses.cross_entropy(outputs["logits"], jnp.maximum(labels, 0))
-    correct = (jnp.argmax(outputs["logits"], -1) == labels).astype(jnp.float32)
-    return {"task_loss_sum": jnp.sum(nll * w), "task_weight_sum": jnp.sum(w),
-            "task_correct_sum": jnp.sum(correct * w)}
-  if kind == "regression":
-    labels = batch["label_ids"].astype(jnp.float32)
-    err = outputs["logits"][:, 0] - jnp.where(jnp.isfinite(labels), labels, 0.0)
-    return {"task_loss_sum": jnp.sum(jnp.square(err) * w), "task_weight_sum": jnp.sum(w)}
-  # SQuAD (Google's run_squad): mean of the start and end cross-entropies over the window's positions.
-  nll = 0.5 * (losses.cross_entropy(outputs["start_logits"], batch["start_positions"])
-               + losses.cross_entropy(outputs["end_logits"], batch["end_positions"]))
-  return {"task_loss_sum": jnp.sum(nll * w), "task_weight_sum": jnp.sum(w)}
+# Shim while finetune/loop.py still passes `task.kind` (a string) or None to task_loss / make_predict_step:
+# the task object given to build_model for that model stands in. Remove once every caller passes the task.
+_MODEL_TASKS: Dict[int, tuple] = {}
 
 
-def task_loss(model, kind: str) -> LossFn:
+def _resolve_task(model, task: Union[Task, str, None]) -> Optional[Task]:
+  if task is None or isinstance(task, Task):
+    return task
+  ref, built = _MODEL_TASKS.get(id(model), (None, None))
+  if ref is None or ref() is not model or built.kind != task:
+    raise ValueError(f"task kind {task!r} given for a model that build_model did not build for such a task; "
+                     "pass the task object")
+  return built
+
+
+def task_loss(model, task: Task) -> LossFn:
   """The fine-tuning objective for training.train_step's step factory: the weighted mean task loss of the
   full batch (its weight sum is the global denominator, so gradient accumulation is exact)."""
+  task = _resolve_task(model, task)
 
   def denominators(batch):
-    return {"weight": jnp.maximum(jnp.sum(_task_weights(kind, batch)), 1e-6)}
+    return {"weight": jnp.maximum(jnp.sum(task.loss_weights(batch)), 1e-6)}
 
   def forward(params, batch, rng, denoms):
-    sums = task_sums(kind, _apply(model, params, batch, rng), batch)
+    sums = task.loss_sums(apply_model(model, params, batch, rng), batch)
     return sums["task_loss_sum"] / denoms["weight"], sums
 
   return LossFn(denominators, forward)
 
 
-def make_predict_step(model, kind: Optional[str], mesh, rules, p_shard) -> StepFn:
-  """predict(params, batch) -> {"outputs": the head's outputs (logits / start_logits, end_logits), float32,
-  "sums": task sums as in training (only with `kind`; the batch then carries the label keys)}; replicated."""
+def make_predict_step(model, task: Optional[Task], mesh, rules, p_shard) -> StepFn:
+  """predict(params, batch) -> {"outputs": the head's per-example outputs (logits / start_logits, end_logits),
+  float32, "sums": the task's loss sums as in training when task.eval_loss (the batch then carries the label
+  keys: task.eval_keys), else {}}; replicated."""
+  if task is None:   # shim: loop.py passes None for a task without an eval loss
+    with_loss = False
+  else:
+    task = _resolve_task(model, task)
+    with_loss = task.eval_loss
 
   def predict_step(params, batch):
-    full = _apply(model, params, batch, None)
-    out = {k: v for k, v in full.items() if k not in _NON_ROW_OUTPUTS}
-    return {"outputs": out, "sums": task_sums(kind, full, batch) if kind is not None else {}}
+    full = apply_model(model, params, batch)
+    return {"outputs": row_outputs(full), "sums": task.loss_sums(full, batch) if with_loss else {}}
 
   jitted = jax.jit(predict_step, in_shardings=(p_shard, sharding.batch_sharding(mesh, rules)),
                    out_shardings=sharding.replicated(mesh))
@@ -194,7 +164,6 @@ def to_host(tree):
   """Device arrays -> host numpy. Multi-host: gathers the global value (replicated or sharded) on every host."""
   if jax.process_count() == 1:
     return jax.device_get(tree)
-  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
   return multihost_utils.process_allgather(tree, tiled=True)
 
 

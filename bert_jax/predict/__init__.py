@@ -15,13 +15,16 @@ batches (one compile), with a progress bar when there is more than one batch.
 
 from __future__ import annotations
 
+import json
 from typing import Dict, List, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from tqdm.auto import tqdm
 
 from bert_jax.errors import UserError
+from bert_jax.finetune.predict import Predictor
 from bert_jax.input_pipeline import tokenization
 from bert_jax.models.bert import BertForPreTraining, BertModel
 from bert_jax.models.heads import POOLINGS, pool
@@ -51,7 +54,6 @@ def make_tokenizer(pre: Pretrained) -> tokenization.FullTokenizer:
 
 
 def _progress(total: int, desc: str):
-  from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
   return tqdm(total=total, desc=desc, disable=total <= 1, mininterval=1.0, dynamic_ncols=True)
 
 
@@ -209,8 +211,6 @@ def read_lines(path: str) -> List[str]:
 def classify(model: str, texts: Sequence[str], text_pairs: Optional[Sequence[str]] = None,
              batch_size: int = 32) -> List[Dict]:
   """Predictions of a fine-tuning work dir (any task; multiple-choice tasks take JSON question lines)."""
-  import json  # pylint: disable=g-import-not-at-top
-  from bert_jax.finetune.predict import Predictor  # pylint: disable=g-import-not-at-top
   pre = load_model(model)
   if not pre.finetune_info:
     raise UserError(f"--model={model!r} ({pre.directory}) is not a fine-tuned checkpoint (no finetune_info.json); "
@@ -220,7 +220,7 @@ def classify(model: str, texts: Sequence[str], text_pairs: Optional[Sequence[str
   bar = _progress(-(-len(texts) // batch_size), "classify")
   for start in range(0, len(texts), batch_size):
     chunk = list(texts[start:start + batch_size])
-    if p.task.head == "multiple_choice":
+    if p.task.takes_choices:
       questions = []
       for i, line in enumerate(chunk):
         try:
