@@ -179,8 +179,10 @@ def test_remat_gives_same_gradients():
   def loss_fn(p, m):
     return losses.pretraining_loss(_apply(m, p, b), b, ("mlm", "nsp"))[0]
 
-  g1 = jax.grad(loss_fn)(params, model)
-  g2 = jax.grad(loss_fn)(params, BertForPreTraining(cfg.replace(remat_policy="full")))
+  # Under jit, where remat acts (and 2 compiles instead of hundreds of op-by-op ones: 25 s -> 11 s on 2 cores).
+  grad = jax.jit(jax.grad(loss_fn), static_argnums=1)
+  g1 = grad(params, model)
+  g2 = grad(params, BertForPreTraining(cfg.replace(remat_policy="full")))
   jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, atol=1e-6), g1, g2)
 
 
