@@ -123,11 +123,6 @@ def load_split(task, config, split: str, tokenizer, is_training: bool = False,
   return SplitData(split, es, feats)
 
 
-def device_keys(task) -> tuple:
-  """Shim for finetune/loop.py: task.device_keys."""
-  return task.device_keys
-
-
 def iterate_batches(features: Dict[str, np.ndarray], keys: Sequence[str], batch_size: int,
                     rng: Optional[np.random.Generator] = None) -> Iterator[Dict[str, np.ndarray]]:
   """Full batches of `keys` (+ example_weight); shuffled when `rng` is given; the last one padded."""

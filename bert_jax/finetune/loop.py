@@ -190,7 +190,7 @@ def train_loop(plan: FinetunePlan, model, mesh, params, train: ft.SplitData, sch
   state, shardings = ts.create_train_state(plan, model, mesh, tx, params=params)
   del params
   train_step = ts.make_train_step(plan, model, tx, mesh, shardings, loss_fn=fm.task_loss(model, plan.task))
-  keys, rng = ft.device_keys(plan.task), np.random.default_rng(plan.seed)
+  keys, rng = plan.task.device_keys, np.random.default_rng(plan.seed)
   signals = workdir_lib.StopSignals()
   guard = ts.NonFiniteGuard(plan.nan_policy, plan.max_consecutive_nonfinite, what=plan.task.name)
   bar = tqdm(total=total, desc=f"fine-tune {plan.task.name}", disable=jax.process_index() != 0, mininterval=2.0,

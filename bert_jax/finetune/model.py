@@ -1,12 +1,11 @@
-"""Fine-tuning model side: the encoder config, the task head, the task losses and the prediction step.
+"""Fine-tuning model side: the task head on the encoder, the task losses and the prediction step.
 No TensorFlow. State creation and the train step are training.train_step's, with `task_loss` as the loss:
 
-    pre = load_pretrained(init_checkpoint)                       # bert_jax.pretrained (zoo name or dir)
-    bert_cfg = build_bert_config(config, vocab_size, pre)
-    model = build_model(task, bert_cfg, classifier_dropout)
-    params, p_shard = ts.init_params(config, model, mesh)        # random, created on the mesh
-    state, shardings = ts.create_train_state(config, model, mesh, tx, params=merged)
-    step = ts.make_train_step(config, model, tx, mesh, shardings, loss_fn=task_loss(model, task))
+    plan = resolve_finetune(config, workdir)                     # finetune/plan.py: plan.model, plan.task
+    model = build_model(plan.task, plan.model, plan.classifier_dropout)
+    params, p_shard = ts.init_params(plan, model, mesh)          # random, created on the mesh
+    state, shardings = ts.create_train_state(plan, model, mesh, tx, params=merged)
+    step = ts.make_train_step(plan, model, tx, mesh, shardings, loss_fn=task_loss(model, task))
     predict = make_predict_step(model, task, mesh, rules, p_shard)   # (params, batch) -> outputs, sums
 
 The head, the loss weights and sums are the task's own (tasks/base.py): nothing here depends on the kind.
@@ -14,8 +13,7 @@ The head, the loss weights and sums are the task's own (tasks/base.py): nothing 
 
 from __future__ import annotations
 
-import weakref
-from typing import Dict, Optional, Union
+from typing import Dict
 
 import flax.linen as nn
 import jax
@@ -26,9 +24,8 @@ from jax.experimental import multihost_utils
 from bert_jax.finetune.tasks import Task
 from bert_jax.models import BertConfig
 from bert_jax.models.config import SIZES
-from bert_jax.pretrained import Pretrained
 from bert_jax.training import sharding
-from bert_jax.training.train_step import LossFn, StepFn, compute_dtype
+from bert_jax.training.train_step import LossFn, StepFn
 
 # Peak fine-tuning learning rate by model size. BERT paper (base/large): best of 5e-5, 4e-5, 3e-5, 2e-5.
 # Google's 24 small BERTs were tuned over 3e-4, 1e-4, 5e-5, 3e-5; the small ones land at the high end.
@@ -56,40 +53,12 @@ def default_learning_rate(cfg: BertConfig) -> float:
   return DEFAULT_LEARNING_RATES[size_name(cfg)]
 
 
-def build_bert_config(config, vocab_size: int, init: Optional[Pretrained] = None) -> BertConfig:
-  """The encoder config: the checkpoint's architecture (or the size table) + the run's runtime fields."""
-  m = config.model
-  runtime = dict(hidden_dropout_prob=float(m.hidden_dropout_prob),
-                 attention_probs_dropout_prob=float(m.attention_probs_dropout_prob),
-                 dtype=compute_dtype(m.dtype), attention_impl=m.attention_impl, scan_layers=bool(m.scan_layers),
-                 remat_policy=m.remat_policy)
-  if init is not None:
-    ckpt_vocab = init.config.vocab_size
-    if vocab_size != ckpt_vocab:
-      raise ValueError(f"vocab size mismatch: the vocab file has {vocab_size} tokens but the checkpoint "
-                       f"{init.directory} was trained with vocab_size={ckpt_vocab}; use the checkpoint's own "
-                       "vocab.txt (leave vocab_file empty)")
-    return init.config.replace(**runtime)
-  arch = {k: int(m[k]) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
-                                 "intermediate_size") if int(m[k]) > 0}
-  if "hidden_size" in arch and "num_attention_heads" not in arch:
-    arch["num_attention_heads"] = max(1, arch["hidden_size"] // 64)
-  if "hidden_size" in arch and "intermediate_size" not in arch:
-    arch["intermediate_size"] = 4 * arch["hidden_size"]
-  return BertConfig.from_size(m.size, vocab_size=int(vocab_size),
-                              max_position_embeddings=int(m.max_position_embeddings), **arch, **runtime)
-
-
 def build_model(task: Task, bert_cfg: BertConfig, classifier_dropout: float = -1.0) -> nn.Module:
   """The task's head on the encoder; the task carries the head options (`pooling` for sentence-level heads,
   `crf` and `scheme` for tagging; data.make_task sets them from the config, Predictor from
   finetune_info.json). classifier_dropout < 0: the encoder's hidden dropout."""
   rate = None if classifier_dropout is None or classifier_dropout < 0 else float(classifier_dropout)
-  model = task.build_head(bert_cfg, rate)
-  for key in [k for k, (ref, _) in _MODEL_TASKS.items() if ref() is None]:
-    del _MODEL_TASKS[key]
-  _MODEL_TASKS[id(model)] = (weakref.ref(model), task)
-  return model
+  return task.build_head(bert_cfg, rate)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -111,26 +80,9 @@ def row_outputs(outputs: dict) -> dict:
   return {k: v for k, v in outputs.items() if k not in _NON_ROW_OUTPUTS}
 
 
-# Shim while finetune/loop.py still passes `task.kind` (a string) or None to task_loss / make_predict_step:
-# the task object given to build_model for that model stands in. Remove once every caller passes the task.
-_MODEL_TASKS: Dict[int, tuple] = {}
-
-
-def _resolve_task(model, task: Union[Task, str, None]) -> Optional[Task]:
-  if task is None or isinstance(task, Task):
-    return task
-  ref, built = _MODEL_TASKS.get(id(model), (None, None))
-  if ref is None or ref() is not model or built.kind != task:
-    raise ValueError(f"task kind {task!r} given for a model that build_model did not build for such a task; "
-                     "pass the task object")
-  return built
-
-
 def task_loss(model, task: Task) -> LossFn:
   """The fine-tuning objective for training.train_step's step factory: the weighted mean task loss of the
   full batch (its weight sum is the global denominator, so gradient accumulation is exact)."""
-  task = _resolve_task(model, task)
-
   def denominators(batch):
     return {"weight": jnp.maximum(jnp.sum(task.loss_weights(batch)), 1e-6)}
 
@@ -141,15 +93,11 @@ def task_loss(model, task: Task) -> LossFn:
   return LossFn(denominators, forward)
 
 
-def make_predict_step(model, task: Optional[Task], mesh, rules, p_shard) -> StepFn:
+def make_predict_step(model, task: Task, mesh, rules, p_shard) -> StepFn:
   """predict(params, batch) -> {"outputs": the head's per-example outputs (logits / start_logits, end_logits),
   float32, "sums": the task's loss sums as in training when task.eval_loss (the batch then carries the label
   keys: task.eval_keys), else {}}; replicated."""
-  if task is None:   # shim: loop.py passes None for a task without an eval loss
-    with_loss = False
-  else:
-    task = _resolve_task(model, task)
-    with_loss = task.eval_loss
+  with_loss = task.eval_loss
 
   def predict_step(params, batch):
     full = apply_model(model, params, batch)

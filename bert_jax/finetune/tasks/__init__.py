@@ -16,7 +16,7 @@ readers.
 
 from bert_jax.finetune.tasks.base import Task
 from bert_jax.finetune.tasks.common import ExampleSet, IGNORE_INDEX, SkipReport, TaskDataError
-from bert_jax.finetune.tasks.registry import TASK_NAMES, TASKS, get_task, task_class, task_names
+from bert_jax.finetune.tasks.registry import TASKS, get_task, task_class, task_names
 
-__all__ = ["ExampleSet", "IGNORE_INDEX", "SkipReport", "TaskDataError", "TASK_NAMES", "TASKS", "Task", "get_task",
+__all__ = ["ExampleSet", "IGNORE_INDEX", "SkipReport", "TaskDataError", "TASKS", "Task", "get_task",
            "task_class", "task_names"]

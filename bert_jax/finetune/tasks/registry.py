@@ -17,7 +17,6 @@ What a task object does (read, featurize, head, loss, predict, evaluate, write) 
 
 from __future__ import annotations
 
-import collections.abc
 from typing import Dict, Tuple, Type, Union
 
 from bert_jax.finetune.tasks.base import Task
@@ -75,20 +74,3 @@ def get_task(name: str, **kwargs) -> Task:
   c3 / multiple_choice: on_error."""
   key = canonical_name(name)
   return task_class(name).create(key, **kwargs)
-
-
-class _LiveTaskNames(collections.abc.Sequence):
-  """task_names() as a tuple-like constant that follows TASKS, for code that still imports TASK_NAMES (a kind
-  registered after import is then a valid config.task too). New code calls task_names()."""
-
-  def __getitem__(self, i):
-    return task_names()[i]
-
-  def __len__(self):
-    return len(task_names())
-
-  def __repr__(self):
-    return repr(task_names())
-
-
-TASK_NAMES = _LiveTaskNames()
