@@ -3,7 +3,7 @@
 
     task = make_task(config)                       # a bert_jax.finetune.tasks Task, label list filled in
     keys = task.device_keys                        # model inputs + the head's extra inputs + labels
-    data = load_split(task, config, "dev", tokenizer)   # SplitData(examples, features) or None if absent
+    data = load_split(task, plan.data, "dev", tokenizer)   # SplitData(examples, features) or None if absent
     for batch in iterate_batches(data.features, keys, batch_size, rng=None):   # padded, with example_weight
       ...
 
@@ -92,12 +92,13 @@ class SplitData:
     return int(self.features["input_ids"].shape[0])
 
 
-def read_split(task, config, split: str) -> Optional[ExampleSet]:
-  """The ExampleSet of a split, or None when its file / TFDS split does not exist."""
-  data_dir = config.data_dir or None
+def read_split(task, source, split: str) -> Optional[ExampleSet]:
+  """The ExampleSet of a split, or None when its file / TFDS split does not exist. `source`: where the splits
+  are (a FinetunePlan's `data`, or a config: data_dir, tfds_name, tfds_data_dir)."""
+  data_dir = source.data_dir or None
   try:
-    if use_tfds(config):
-      return task.read(split, data_dir, use_tfds=True, tfds_data_dir=_tfds_kwargs(config)["tfds_data_dir"])
+    if use_tfds(source):
+      return task.read(split, data_dir, use_tfds=True, tfds_data_dir=_tfds_kwargs(source)["tfds_data_dir"])
     return task.read(split, data_dir)
   except FileNotFoundError as e:
     _log.info("split %s not found (%s)", split, e)
@@ -109,15 +110,15 @@ def read_split(task, config, split: str) -> Optional[ExampleSet]:
     raise
 
 
-def load_split(task, config, split: str, tokenizer, is_training: bool = False,
+def load_split(task, source, split: str, tokenizer, is_training: bool = False,
                examples: Optional[ExampleSet] = None) -> Optional[SplitData]:
-  """Reads and featurises one split; None when the split is absent."""
-  es = examples if examples is not None else read_split(task, config, split)
+  """Reads and featurises one split (`source` as read_split's, with max_seq_length); None when it is absent."""
+  es = examples if examples is not None else read_split(task, source, split)
   if es is None:
     return None
   if len(es) == 0:
     raise ValueError(f"{es.source}: split {split!r} has no examples")
-  feats = task.featurize(es, tokenizer, int(config.max_seq_length), is_training=is_training)
+  feats = task.featurize(es, tokenizer, int(source.max_seq_length), is_training=is_training)
   if is_training:
     task.check_training_features(es, feats)
   return SplitData(split, es, feats)
