@@ -82,10 +82,15 @@ _LOGGED = set()
 
 class _TensorFlow:
   """`tf`, imported at its first use: TensorFlow takes ~6 CPU-s to import, which the training loop spends on
-  its data thread while another thread compiles the step; the plan and `inspect` import this module first."""
+  its data thread while another thread compiles the step; the plan and `inspect` import this module first.
+  tf.data runs on the host: TensorFlow is kept off the GPUs that JAX uses."""
 
   def __getattr__(self, name):
     import tensorflow  # lazy: see the class docstring
+    try:
+      tensorflow.config.set_visible_devices([], "GPU")
+    except Exception:  # noqa: BLE001 - already initialised, or no GPU build
+      pass
     globals()["tf"] = tensorflow
     return getattr(tensorflow, name)
 

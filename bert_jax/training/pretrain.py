@@ -111,19 +111,9 @@ def run_plan(plan: PretrainPlan) -> Dict[str, Any]:
 
 # ---- data -------------------------------------------------------------------------------------------------
 def open_data(plan: PretrainPlan, phase: Phase, *, start_step: int = 0, evaluation: bool = False):
-  """This host's batches of `phase` (plan.data, as `inspect` opens them), with TensorFlow kept off the GPUs."""
-  _hide_accelerators_from_tf()
+  """This host's batches of `phase` (plan.data, as `inspect` opens them)."""
   return pretrain_dataset.open_dataset(plan.data, phase.max_seq_length, phase.max_predictions_per_seq,
                                        phase_index=phase.index, evaluation=evaluation, start_step=start_step)
-
-
-def _hide_accelerators_from_tf():
-  """tf.data runs on the host; keep TensorFlow off the GPUs that JAX uses."""
-  try:
-    import tensorflow as tf  # lazy: TensorFlow is the input pipeline's, imported there first
-    tf.config.set_visible_devices([], "GPU")
-  except Exception:  # noqa: BLE001 - already initialised, or no GPU build
-    pass
 
 
 def to_global(batch: Dict[str, np.ndarray], batch_sharding) -> Dict[str, jax.Array]:
