@@ -155,10 +155,6 @@ def _start_state(plan, clock, ckpt, model, mesh, tx, train_step, abstract, batch
   (jit's cache is filled, so the first real call only runs). A failed compile only costs the head start."""
   with clock.stage("state"):
     state = jax.block_until_ready(_initial_state(plan, model, mesh, tx, ckpt))
-    try:
-      import tensorboardX  # noqa: F401  lazy: MetricWriter's import (~2 s), here off the data's critical path
-    except ImportError:
-      pass
   if batch_spec is not None:
     with clock.stage("train-step compile"):
       try:
@@ -166,6 +162,10 @@ def _start_state(plan, clock, ckpt, model, mesh, tx, train_step, abstract, batch
       except Exception as e:  # noqa: BLE001
         log.info("ahead-of-time compile of the train step skipped (%s: %s); the first step compiles it",
                  type(e).__name__, e)
+  try:   # after the compile (off the GIL), which then overlaps the data thread's TensorFlow import
+    import tensorboardX  # noqa: F401  lazy: MetricWriter's import (~2 s), here off the data's critical path
+  except ImportError:
+    pass
   return state
 
 
