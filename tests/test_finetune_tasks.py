@@ -88,6 +88,9 @@ def test_sst2_from_a_pretrained_checkpoint_loads_the_encoder(fixtures, tmp_path)
   check_run_files(out, "accuracy")
 
 
+# slow: the fast tier keeps one end-to-end run per head kind (SST-2 classification, SQuAD v2 spans, CoNLL
+# tags, the Chinese classifier that must learn); the other GLUE layouts' runs are CI's (-m slow), ~10 s each.
+@pytest.mark.slow
 def test_mrpc_sentence_pairs(fixtures, tmp_path):
   out = str(tmp_path / "run")
   results = finetune_loop.run(make_config("mrpc", fixtures["glue"], fixtures["vocab"]), out)
@@ -100,6 +103,7 @@ def test_mrpc_sentence_pairs(fixtures, tmp_path):
   check_run_files(out, "acc_and_f1")
 
 
+@pytest.mark.slow
 def test_stsb_regression_with_mse(fixtures, tmp_path):
   out = str(tmp_path / "run")
   results = finetune_loop.run(make_config("stsb", fixtures["glue"], fixtures["vocab"], num_train_epochs=2.0), out)
@@ -113,6 +117,7 @@ def test_stsb_regression_with_mse(fixtures, tmp_path):
   assert train[0]["loss"] > 0.1
 
 
+@pytest.mark.slow
 def test_mnli_evaluates_matched_and_mismatched_and_writes_the_submission(fixtures, tmp_path):
   out = str(tmp_path / "run")
   results = finetune_loop.run(make_config("mnli", fixtures["glue"], fixtures["vocab"]), out)
@@ -124,7 +129,8 @@ def test_mnli_evaluates_matched_and_mismatched_and_writes_the_submission(fixture
     assert len(rows) == 9 and {r[1] for r in rows[1:]} <= {"entailment", "neutral", "contradiction"}, name
 
 
-@pytest.mark.parametrize("version_2", [False, True], ids=["squad_v1", "squad_v2"])
+@pytest.mark.parametrize("version_2", [pytest.param(False, marks=pytest.mark.slow), True],
+                         ids=["squad_v1", "squad_v2"])   # v1: CI only; v2 (spans and null odds) in the fast tier
 def test_squad_predictions_are_exact_context_substrings(fixtures, tmp_path, version_2):
   data = testing.write_squad(str(tmp_path / "squad"), version_2_with_negative=version_2)
   task = "squad_v2" if version_2 else "squad_v1"
