@@ -5,7 +5,7 @@ r"""Pre-trains a BERT-family model (any size, CPU to TPU pod slice); resumes aut
   python train.py --config=configs/pretrain.py:size=base,preset=bert_paper --workdir=gs://bucket/bert_base \
       --config.data.input_files='gs://bucket/data/train-*.tfrecord' --config.data.vocab_file=vocab.txt
 
-The work directory ends up self-describing (config.json, model_config.json, vocab.txt, checkpoints/,
+The work directory ends up self-describing (plan.json, config.json, model_config.json, vocab.txt, checkpoints/,
 metrics.jsonl, eval_metrics.jsonl, tensorboard/, plots/): pass it as `init_checkpoint` to finetune.py.
 Multi-host: see launch/ (TPU VM pod slices are detected automatically; GPU clusters set
 --config.distributed.enable=true and the coordinator flags). Every config field is documented in

@@ -2,6 +2,7 @@
 params-directory format shared with the converters. No TensorFlow.
 
 Work directory of a pre-training run (self-describing: `init_checkpoint=DIR` is all fine-tuning needs):
+  DIR/plan.json              what the config resolved to (training/plan.py)
   DIR/config.json            the run config (configs/pretrain.py after overrides)
   DIR/model_config.json      BertConfig.to_dict() (a superset of Google's bert_config.json keys)
   DIR/vocab.txt              the WordPiece vocab, copied in
