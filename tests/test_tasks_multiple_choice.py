@@ -146,6 +146,9 @@ def test_c3_end_to_end_with_mean_pooling_masks_padded_choices(tmp_path):
   assert got[0]["answer"] in ("很好", "不好") and len(got[0]["probabilities"]) == 2
 
 
+# slow (full tier): a whole fine-tuning run; the CRF itself (forward algorithm, Viterbi, constraints against
+# brute force) is tests/test_crf.py's, in the fast tier.
+@pytest.mark.slow
 def test_ner_with_the_crf_head_writes_conll_output_and_predicts_valid_bio(tmp_path):
   data = testing.write_conll(str(tmp_path / "ner"))
   vocab = testing.write_vocab(str(tmp_path / "v"))
