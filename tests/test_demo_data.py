@@ -344,6 +344,7 @@ def test_split_sentences():
 
 # ------------------------------------------------------------------------------------------ determinism
 
+@pytest.mark.slow   # a second whole build, through the command line
 def test_same_seed_gives_identical_files(built, second_build):
   out, _ = built
   other, proc = second_build

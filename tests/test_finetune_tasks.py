@@ -89,7 +89,8 @@ def test_sst2_from_a_pretrained_checkpoint_loads_the_encoder(fixtures, tmp_path)
 
 
 # slow: the fast tier keeps one end-to-end run per head kind (SST-2 classification, SQuAD v2 spans, CoNLL
-# tags, the Chinese classifier that must learn); the other GLUE layouts' runs are CI's (-m slow), ~10 s each.
+# tags; multiple choice in test_tasks_multiple_choice); the other GLUE layouts' runs and the Chinese classifier
+# that must learn are CI's (-m slow), ~10 s each.
 @pytest.mark.slow
 def test_mrpc_sentence_pairs(fixtures, tmp_path):
   out = str(tmp_path / "run")
@@ -212,6 +213,9 @@ def chinese_run(fixtures, tmp_path_factory):
   return data, out, finetune_loop.run(c, out)
 
 
+# slow (full tier): up to 14 epochs until the model finds the cue; the fast tier's proof of learning is
+# test_training_loop's overfitting run.
+@pytest.mark.slow
 def test_chinese_classification_learns_and_predicts(chinese_run):
   _, out, results = chinese_run
   assert results["dev"]["accuracy"] >= 0.9, results["dev"]   # chance is 0.5
@@ -228,6 +232,7 @@ def test_chinese_classification_learns_and_predicts(chinese_run):
   assert abs(sum(got[0]["probabilities"].values()) - 1.0) < 1e-5
 
 
+@pytest.mark.slow
 def test_eval_only_from_a_fine_tuned_workdir_reproduces_dev_accuracy(chinese_run, tmp_path):
   data, first, trained = chinese_run
   c = make_config("classification", data, "", init_checkpoint=first, do_train=False)

@@ -70,8 +70,9 @@ def assert_trees_close(a, b, rtol=2e-5, atol=2e-6):
     np.testing.assert_allclose(x, y, rtol=rtol, atol=atol, err_msg=jax.tree_util.keystr(path))
 
 
-# (2, 2, 2) splits over all three axes at once; the pure tensor-parallel layout runs in CI's full tier.
-@pytest.mark.parametrize("shape", [(8, 1, 1), (2, 2, 2), pytest.param((1, 1, 8), marks=pytest.mark.slow)])
+# (2, 2, 2) splits over all three axes at once; the pure data- and tensor-parallel layouts run in CI's full tier.
+@pytest.mark.parametrize("shape", [pytest.param((8, 1, 1), marks=pytest.mark.slow), (2, 2, 2),
+                                   pytest.param((1, 1, 8), marks=pytest.mark.slow)])
 def test_mesh_layouts_match_single_device_loss_and_grads(reference, shape):
   assert len(jax.devices()) == 8
   mesh = sharding.make_mesh(shape)
