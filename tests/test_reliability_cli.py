@@ -120,6 +120,20 @@ def test_warmup_longer_than_the_run_is_a_warning_naming_both(files, tmp_path, ca
   assert "never reaches its peak 0.001 (Google's linear warmup stops at 0.0001)" in caplog.text
 
 
+def test_an_unreadable_init_checkpoint_config_is_a_user_error_in_both_plans(files, tmp_path):
+  bad_config = r"config.init_checkpoint=.*ckpt.: no readable model config in .*ckpt \(Expecting property name"
+  ckpt = tmp_path / "ckpt"
+  ckpt.mkdir()
+  (ckpt / "model_config.json").write_text("{not json", encoding="utf-8")
+  (ckpt / "params.msgpack").write_bytes(b"\x80")
+  with pytest.raises(errors.UserError, match=bad_config):
+    resolve_pretrain(pretrain_config(files, init_checkpoint=str(ckpt)), str(tmp_path / "w"), num_devices=8,
+                     process_count=1)
+  with pytest.raises(errors.UserError, match=bad_config):
+    resolve_finetune(finetune_config(files, init_checkpoint=str(ckpt)), str(tmp_path / "f"), num_devices=8,
+                     process_count=1)
+
+
 def test_document_count_is_capped_at_the_limit_and_counts_the_last_unterminated_one(tmp_path):
   big = tmp_path / "big.txt"
   big.write_text("a b\n\nc d\n\n" + "x\n" * 100_000, encoding="utf-8")

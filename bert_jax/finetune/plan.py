@@ -217,7 +217,12 @@ def _resolve_data(config) -> FinetuneData:
 
 def _resolve_checkpoint(config) -> Optional[Pretrained]:
   if config.init_checkpoint:
-    return describe_pretrained(v.checkpoint_dir(config.init_checkpoint))
+    directory = v.checkpoint_dir(config.init_checkpoint)
+    try:
+      return describe_pretrained(directory)
+    except (FileNotFoundError, ValueError, TypeError) as e:   # an unreadable model_config.json
+      raise UserError(f"config.init_checkpoint={config.init_checkpoint!r}: no readable model config in "
+                      f"{directory} ({e})") from e
   if not config.do_train or config.get("load_head", False):
     raise UserError("config.do_train=false (or config.load_head=true) evaluates a fine-tuned model: pass "
                     "--config.init_checkpoint=DIR")

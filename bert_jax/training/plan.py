@@ -305,6 +305,14 @@ def _resolve_vocab(config, workdir: str, resume: bool, init_dir: Optional[str]) 
   return vocab_file, v.check_vocab(vocab_file, field)
 
 
+def read_model_config(directory: str, field: str) -> BertConfig:
+  """A checkpoint directory's architecture (scan_layers off); an unreadable one is a UserError naming `field`."""
+  try:
+    return params_dir.read_model_config(directory).replace(scan_layers=False)
+  except (FileNotFoundError, ValueError, TypeError) as e:
+    raise UserError(f"{field}: no readable model config in {directory} ({e})") from e
+
+
 def _resolve_model(config, workdir: str, resume: bool, init_dir: Optional[str], vocab_file: str,
                    vocab_lines: int) -> BertConfig:
   """Start-up order: the work dir's architecture on resume (a resume asking for another is refused), else
@@ -312,7 +320,7 @@ def _resolve_model(config, workdir: str, resume: bool, init_dir: Optional[str], 
   vocab_size = int(config.model.vocab_size) if int(config.model.vocab_size) > 0 else vocab_lines
   saved_path = fileio.join(workdir, params_dir.CONFIG_NAME)
   if resume and fileio.exists(saved_path):
-    saved = params_dir.read_model_config(workdir)
+    saved = read_model_config(workdir, f"the work dir's {params_dir.CONFIG_NAME} ({workdir})")
     wanted, source = build_model_config(config.model, vocab_size), f"model.size={config.model.size}"
     if config.init_checkpoint:
       try:
@@ -324,7 +332,7 @@ def _resolve_model(config, workdir: str, resume: bool, init_dir: Optional[str], 
       workdir_lib.check_resume_model_config(workdir, saved.to_dict(), wanted.to_dict(), source)
     return build_model_config(config.model, vocab_size, saved)
   if init_dir is not None:
-    loaded = params_dir.read_model_config(init_dir).replace(scan_layers=False)
+    loaded = read_model_config(init_dir, f"config.init_checkpoint={config.init_checkpoint!r}")
     check_vocab_matches(loaded.vocab_size, init_dir, vocab_file)   # ids must mean the same in both
     return build_model_config(config.model, vocab_size, loaded)
   return build_model_config(config.model, vocab_size)
