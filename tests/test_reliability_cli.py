@@ -166,6 +166,8 @@ def finetune_config(files, config_task="classification", **overrides):
     ({"batch_size": 12}, r"config.batch_size=12 is not divisible by 8 data shard"),
     ({"on_error": "ignore"}, r"config.on_error='ignore'; expected one of 'raise', 'skip'"),
     ({"num_train_epochs": 0.0}, r"config.num_train_epochs=0.0; expected > 0"),
+    ({"task": "squad_v1", "max_seq_length": 26}, r"config.max_seq_length=26 leaves no room for the context after "
+                                                 r"config.max_query_length=24 question tokens"),
 ])
 def test_finetune_validation_names_the_field(files, overrides, message):
   (files / "no_train").mkdir()

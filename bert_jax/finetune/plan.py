@@ -18,7 +18,7 @@ naming the field and what was expected:
     casing);
   - the model: the checkpoint's architecture (else the size table with `config.model`'s fields) with this
     run's runtime fields, by `train_step.model_config` as in pre-training; `max_seq_length` fits its position
-    embeddings and leaves room for SQuAD's question;
+    embeddings and the task's inputs (Task.check_max_seq_length: SQuAD's question and context);
   - `batch_size` a multiple of the data shards x `grad_accum_steps` (and of the process count); the learning
     rate (-1: by model size);
   - the task object with its options and label list (read from the training data where the task infers it).
@@ -259,9 +259,6 @@ def _check_length(config, model: BertConfig, init: Optional[Pretrained]) -> None
   if length > max_positions:
     raise UserError(f"config.max_seq_length={length} exceeds {source}={max_positions}: the position "
                     "embeddings have no row for the later tokens")
-  if str(config.task).startswith("squad") and int(config.max_query_length) + 3 >= length:
-    raise UserError(f"config.max_seq_length={length} leaves no room for the context after "
-                    f"config.max_query_length={int(config.max_query_length)} question tokens + 3 specials")
 
 
 def _finetune_info(config, task: Task, do_lower_case: bool) -> Dict[str, Any]:
@@ -304,6 +301,7 @@ def resolve_finetune(config, workdir: str, *, num_devices: Optional[int] = None,
     task = ft.make_task(config, label_list=head_labels)
   except ValueError as e:   # a config that contradicts the task (labels, TFDS name, delimiter)
     raise UserError(f"config.task={config.task!r}: {e}") from e
+  task.check_max_seq_length(int(config.max_seq_length))    # e.g. SQuAD: room for the question and the context
   log.info("task %s: %s", task.name, task)
   eval_batch = int(config.eval_batch_size)
   return FinetunePlan(

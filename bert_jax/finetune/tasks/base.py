@@ -109,6 +109,10 @@ class Task:
                        "GLUE label order is fixed by the leaderboard")
     self.label_list = list(label_list)
 
+  def check_max_seq_length(self, max_seq_length: int) -> None:
+    """Raises UserError when `max_seq_length` cannot hold this task's inputs (the plan calls it); most kinds
+    fit any length the model takes."""
+
   def head_options(self) -> dict:
     """What finetune_info.json must record to rebuild this task's head (Predictor)."""
     return {"pooling": self.pooling}

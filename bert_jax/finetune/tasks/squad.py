@@ -42,11 +42,12 @@ from typing import Dict, List, Optional, Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.input_warnings import warn_input
+from bert_jax.errors import UserError
 from bert_jax.evaluation import squad as squad_eval
 from bert_jax.evaluation import squad_postprocess
 from bert_jax.finetune.tasks import common
 from bert_jax.finetune.tasks.base import Task
+from bert_jax.input_warnings import warn_input
 from bert_jax.models import heads, losses
 
 
@@ -376,6 +377,11 @@ class SquadTask(Task):
                       n_best_size=int(info.get("n_best_size", 20)),
                       max_answer_length=int(info.get("max_answer_length", 30)),
                       null_score_diff_threshold=float(info.get("null_score_diff_threshold", 0.0)))
+
+  def check_max_seq_length(self, max_seq_length: int) -> None:
+    if self.max_query_length + 3 >= max_seq_length:
+      raise UserError(f"config.max_seq_length={max_seq_length} leaves no room for the context after "
+                      f"config.max_query_length={self.max_query_length} question tokens + 3 specials")
 
   def read(self, split, data_dir=None, *, use_tfds=False, tfds_data_dir=None, download=False, on_error=None):
     on_error = on_error or self.on_error
