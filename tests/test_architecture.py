@@ -25,10 +25,6 @@ ALLOWED = {
 # they cannot close a cycle: the exception types, input warnings and --strict, the entry points' error output
 # (used by `python -m bert_jax.convert` and create_pretraining_data too).
 LEAVES = ("bert_jax.errors", "bert_jax.input_warnings", "bert_jax.cli")
-# Command-line entry points that live beside the code they drive but sit above every layer (the README's top row):
-# they may import any layer, and no module imports them. The batch inspector opens the input pipeline's data
-# from the run plan, which training resolves.
-ENTRY_POINTS = {"bert_jax.input_pipeline.inspect": {"training"}}
 
 
 def modules():
@@ -113,7 +109,7 @@ def test_no_import_cycle_between_modules_or_subpackages():
   sub = {}
   for m, ts in edges.items():
     for t in ts:
-      if subpackage(m) != subpackage(t) and m not in ENTRY_POINTS:
+      if subpackage(m) != subpackage(t):
         sub.setdefault(subpackage(m), set()).add(subpackage(t))
   assert find_cycle(sub) is None, find_cycle(sub)
 
@@ -122,15 +118,8 @@ def test_no_import_cycle_between_modules_or_subpackages():
 def test_imports_go_down_the_layers(package):
   edges = import_edges()
   bad = sorted(f"{m} -> {t}" for m, ts in edges.items() if subpackage(m) == package for t in ts
-               if subpackage(t) != package and subpackage(t) not in ALLOWED[package] and t not in LEAVES
-               and subpackage(t) not in ENTRY_POINTS.get(m, ()))
+               if subpackage(t) != package and subpackage(t) not in ALLOWED[package] and t not in LEAVES)
   assert not bad, f"{package} may import only {sorted(ALLOWED[package])}: {bad}"
-
-
-def test_entry_points_are_imported_by_no_module():
-  edges = import_edges()
-  assert set(ENTRY_POINTS) <= set(edges)
-  assert not sorted(f"{m} -> {t}" for m, ts in edges.items() for t in ts if t in ENTRY_POINTS)
 
 
 def test_leaf_modules_import_only_the_leaves_before_them():

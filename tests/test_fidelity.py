@@ -430,8 +430,7 @@ def test_inspect_raw_text_marks_predictions_and_counts_them(tmp_path, vocab_file
   config.batch_size = 32
   import io
   buf = io.StringIO()
-  plan = resolve_pretrain(config, None)
-  result = inspect_lib.inspect_batches(plan, num_batches=4, show=3, output=str(tmp_path / "o.jsonl"),
+  result = inspect_lib.inspect_batches(inspect_lib.resolve(config), num_batches=4, show=3, output=str(tmp_path / "o.jsonl"),
                                        out=buf)
   text = buf.getvalue()
   assert "{M:" in text and "  A: [CLS]" in text and "  B: " in text
@@ -446,6 +445,7 @@ def test_inspect_raw_text_marks_predictions_and_counts_them(tmp_path, vocab_file
         assert r["input_ids"][pos] in (MASK_ID, lab) or r["input_ids"][pos] >= 5
   # The inspector reads what training reads.
   from bert_jax.training import pretrain
+  plan = resolve_pretrain(config, None)
   train_batch = next(pretrain.open_data(plan, plan.phases[0]))
   first = rows[:32]
   np.testing.assert_array_equal(train_batch["input_ids"], [r["input_ids"] for r in first])

@@ -20,8 +20,8 @@ from bert_jax import cli, errors, input_warnings
 from bert_jax.finetune import loop
 from bert_jax.finetune.plan import resolve_finetune
 from bert_jax.finetune.tasks import classification, common, ner, squad
-from bert_jax.input_pipeline import text_io
-from bert_jax.training import pretrain, validation
+from bert_jax.input_pipeline import checks, text_io
+from bert_jax.training import pretrain
 from bert_jax.training.plan import resolve_pretrain
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -137,8 +137,8 @@ def test_an_unreadable_init_checkpoint_config_is_a_user_error_in_both_plans(file
 def test_document_count_is_capped_at_the_limit_and_counts_the_last_unterminated_one(tmp_path):
   big = tmp_path / "big.txt"
   big.write_text("a b\n\nc d\n\n" + "x\n" * 100_000, encoding="utf-8")
-  assert validation.count_documents_upto([str(big)], 2) == 2
-  assert validation.count_documents_upto([str(big)], 5) == 3
+  assert checks.count_documents_upto([str(big)], 2) == 2
+  assert checks.count_documents_upto([str(big)], 5) == 3
 
 
 # ---- fine-tuning validation -----------------------------------------------------------------------------

@@ -5,7 +5,7 @@
     loop.run_plan(plan)                          # the loop only runs it
 
 The fine-tuning counterpart of `bert_jax.training.plan` (whose field and file checks, in
-`training/validation.py`, it uses). Each rule is written once, here, and raises `bert_jax.errors.UserError`
+`input_pipeline/checks.py` and `training/validation.py`, it uses). Each rule is written once, here, and raises `bert_jax.errors.UserError`
 naming the field and what was expected:
 
   - the task is known (with "did you mean"); choice fields and ranges of every field that exists;
@@ -40,6 +40,7 @@ from bert_jax.errors import UserError
 from bert_jax.finetune import data as ft
 from bert_jax.finetune import model as fm
 from bert_jax.finetune.tasks import Task, task_names
+from bert_jax.input_pipeline import checks
 from bert_jax.models.config import SIZES, BertConfig
 from bert_jax.pretrained import Pretrained, describe_pretrained, params_dir
 from bert_jax.pretrained.load import check_vocab_matches
@@ -150,38 +151,38 @@ def _check_task_name(config) -> None:
 
 def _check_fields(config) -> None:
   """Choices and ranges (fields another change removed are skipped)."""
-  v.check_choice(config, "on_error", ("raise", "skip"))
-  v.check_choice(config, "ner_scheme", ("BIO", "BIOES"))
-  v.check_choice(config, "ner_mode", ("conlleval", "strict"))
-  v.check_choice(config, "squad_language", ("auto", "en", "zh"))
+  checks.check_choice(config, "on_error", ("raise", "skip"))
+  checks.check_choice(config, "ner_scheme", ("BIO", "BIOES"))
+  checks.check_choice(config, "ner_mode", ("conlleval", "strict"))
+  checks.check_choice(config, "squad_language", ("auto", "en", "zh"))
   for path in ("do_lower_case", "classification.header"):
-    if v.has(config, path):
+    if checks.has(config, path):
       try:
-        ft.bool_or_none(v.get_field(config, path), "config." + path)
+        ft.bool_or_none(checks.get_field(config, path), "config." + path)
       except ValueError as e:
         raise UserError(str(e)) from e
-  v.check_choice(config, "classification.file_format", ("", "tsv", "csv", "jsonl"))
-  v.check_choice(config, "nan_policy", ("stop", "skip"))
-  v.check_choice(config, "model.size", tuple(SIZES))
+  checks.check_choice(config, "classification.file_format", ("", "tsv", "csv", "jsonl"))
+  checks.check_choice(config, "nan_policy", ("stop", "skip"))
+  checks.check_choice(config, "model.size", tuple(SIZES))
   for path in ("batch_size", "eval_batch_size", "grad_accum_steps", "log_every_steps", "doc_stride",
                "max_query_length", "n_best_size", "max_answer_length", "max_consecutive_nonfinite",
                "model.max_position_embeddings"):
-    v.check_range(config, path, lo=1, integer=True)
+    checks.check_range(config, path, lo=1, integer=True)
   for path in ("eval_every_steps", "early_stopping_patience"):
-    v.check_range(config, path, lo=0, integer=True)
-  v.check_range(config, "max_seq_length", lo=3, integer=True)    # [CLS] a [SEP]
-  v.check_range(config, "max_train_steps", lo=1, allow=(-1,), integer=True)
-  v.check_range(config, "warmup_proportion", lo=0, hi=1)
-  v.check_range(config, "multilabel_threshold", lo=0, hi=1)
-  v.check_range(config, "model.hidden_dropout_prob", lo=0, hi=1, hi_open=True)
-  v.check_range(config, "model.attention_probs_dropout_prob", lo=0, hi=1, hi_open=True)
-  v.check_range(config, "model.classifier_dropout", lo=0, hi=1, hi_open=True, allow=(-1.0, -1))
+    checks.check_range(config, path, lo=0, integer=True)
+  checks.check_range(config, "max_seq_length", lo=3, integer=True)    # [CLS] a [SEP]
+  checks.check_range(config, "max_train_steps", lo=1, allow=(-1,), integer=True)
+  checks.check_range(config, "warmup_proportion", lo=0, hi=1)
+  checks.check_range(config, "multilabel_threshold", lo=0, hi=1)
+  checks.check_range(config, "model.hidden_dropout_prob", lo=0, hi=1, hi_open=True)
+  checks.check_range(config, "model.attention_probs_dropout_prob", lo=0, hi=1, hi_open=True)
+  checks.check_range(config, "model.classifier_dropout", lo=0, hi=1, hi_open=True, allow=(-1.0, -1))
   for path in ("model.hidden_size", "model.num_hidden_layers", "model.num_attention_heads",
                "model.intermediate_size"):
-    v.check_range(config, path, lo=1, allow=(-1,), integer=True)
+    checks.check_range(config, path, lo=1, allow=(-1,), integer=True)
   v.check_optimizer_fields(config, auto_learning_rate=True)
   if config.do_train:
-    v.check_range(config, "num_train_epochs", lo=0, lo_open=True)
+    checks.check_range(config, "num_train_epochs", lo=0, lo_open=True)
 
 
 def _train_file_exists(data_dir: str) -> bool:
@@ -242,7 +243,7 @@ def _resolve_vocab(config, init: Optional[Pretrained]) -> Tuple[str, bool]:
   if not vocab_file:
     raise UserError("no vocab: pass --config.vocab_file=vocab.txt (random init) or --config.init_checkpoint "
                     "(which carries vocab.txt)")
-  v.check_vocab(vocab_file, field)
+  checks.check_vocab(vocab_file, field)
   if init is not None:
     check_vocab_matches(init.config.vocab_size, init.directory, vocab_file)   # ids must mean the same
   lower = ft.bool_or_none(config.do_lower_case, "do_lower_case")

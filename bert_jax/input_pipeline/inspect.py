@@ -4,14 +4,12 @@ r"""Look at the batches a pre-training config feeds the model: decoded examples 
         --config.data.input_files=corpus.txt --config.data.vocab_file=vocab.txt \
         --num_batches=2 [--show=4] [--output=batches.jsonl] [--config.data.shuffle_buffer=0]
 
-The config is resolved into the run plan as `train.py` resolves it (`bert_jax.training.plan`: a bad or
-unknown field is one `error: ...` line, exit 2), and the batches come from the plan's data (`plan.data`),
+The config is resolved into the data plan that `train.py`'s run plan is built from
+(`bert_jax.input_pipeline.data_plan`, with the vocab in `data.vocab_file`): a bad or unknown field is one
+`error: ...` line, exit 2, as with `train.py`. The batches come from that plan's data (`PretrainData`),
 opened as the training loop opens them (phase 0, one host): raw text or TFRecords, `data.masking`
 (auto/static/dynamic), `data.google_exact`, whole-word options. With `--config.data.shuffle_buffer=0`
 nothing is shuffled: examples come in file order.
-
-This module is a command-line entry point: besides the input pipeline it imports the plan from
-`bert_jax.training` (tests/test_architecture.py lists it with the other entry points).
 
 Printed per example: segment A and B as WordPiece tokens, each prediction marked where it stands:
   {M:orig}      replaced by [MASK] (orig = the label, masked_lm_ids)
@@ -41,15 +39,24 @@ from ml_collections import config_flags
 
 from bert_jax import cli
 from bert_jax.errors import UserError
-from bert_jax.input_pipeline import pretrain_dataset, tokenization
-from bert_jax.training.plan import PretrainPlan, resolve_pretrain
+from bert_jax.input_pipeline import checks, pretrain_dataset, tokenization
+from bert_jax.input_pipeline.data_plan import DataPlan, resolve_data_plan
 
 FIELDS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
           "masked_lm_weights", "next_sentence_labels")
 
 
-def open_batches(plan: PretrainPlan) -> pretrain_dataset.PretrainingIterator:
-  """The training batches of the plan's first phase (seed plan.seed), as the training loop opens them."""
+def resolve(config) -> DataPlan:
+  """The data plan of a pre-training config as one host reads it, with the vocab in data.vocab_file."""
+  vocab_file = config.data.vocab_file
+  if not vocab_file:
+    raise UserError("config.data.vocab_file is empty: pass --config.data.vocab_file=vocab.txt (needed to decode)")
+  checks.check_vocab(vocab_file, "config.data.vocab_file")
+  return resolve_data_plan(config, vocab_file, process_count=1)
+
+
+def open_batches(plan: DataPlan) -> pretrain_dataset.PretrainingIterator:
+  """The training batches of the plan's first phase (seed data.seed), as the training loop opens them."""
   phase = plan.phases[0]
   return pretrain_dataset.open_dataset(plan.data, phase.max_seq_length, phase.max_predictions_per_seq,
                                        phase_index=phase.index)
@@ -172,12 +179,12 @@ def write_jsonl_atomic(path: str, records: List[Dict]) -> None:
   os.replace(tmp, path)
 
 
-def inspect_batches(plan: PretrainPlan, num_batches: int, show: int = 2, output: Optional[str] = None,
+def inspect_batches(plan: DataPlan, num_batches: int, show: int = 2, output: Optional[str] = None,
                     out=None) -> Dict[str, float]:
   """Prints `show` decoded examples and the statistics of each of `num_batches` batches, then the totals;
   writes every example to `output` (JSONL) when given. Returns the total shares."""
   out = sys.stdout if out is None else out
-  vocab = Vocab(plan.vocab_file)
+  vocab = Vocab(plan.data.vocab_file)
   data = open_batches(plan)
   pair_task = plan.data.pair_mode
   total, records = None, []
@@ -226,7 +233,7 @@ def main(argv=None) -> int:
     if fv.num_batches < 1:
       raise UserError(f"--num_batches={fv.num_batches}; expected >= 1")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    inspect_batches(resolve_pretrain(fv.config, None), fv.num_batches, fv.show, fv.output)
+    inspect_batches(resolve(fv.config), fv.num_batches, fv.show, fv.output)
   except UserError as e:
     print(f"error: {e}", file=sys.stderr)
     return UserError.exit_code

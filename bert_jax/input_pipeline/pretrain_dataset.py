@@ -51,7 +51,6 @@ pairs and masks each epoch.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import random
@@ -63,6 +62,7 @@ import numpy as np
 from bert_jax.errors import UserError
 from bert_jax.input_pipeline import create_pretraining_data as cpd
 from bert_jax.input_pipeline import fileio
+from bert_jax.input_pipeline.data_plan import PretrainData
 from bert_jax.input_pipeline import instances as instances_lib
 from bert_jax.input_pipeline import masking as masking_lib
 from bert_jax.input_pipeline import packing
@@ -302,27 +302,6 @@ def _record_stream(files: List[str], is_training: bool, seed: int, process_index
 def _count_records(epoch_records) -> int:
   return int(epoch_records(tf.constant(0, tf.int64)).reduce(tf.constant(0, tf.int64),
                                                               lambda n, _: n + 1).numpy())
-
-
-@dataclasses.dataclass(frozen=True)
-class PretrainData:
-  """A pre-training run's data arguments, resolved from config.data by training.plan.resolve_pretrain; the
-  training loop and `inspect` open batches only from this (`open_dataset`)."""
-  input_files: str                  # comma-separated globs: raw text or TFRecords
-  eval_input_files: str             # "" = no evaluation
-  vocab_file: str
-  per_host_batch_size: int          # global batch / process count
-  masking: str                      # auto | static | dynamic
-  google_exact: bool
-  do_lower_case: bool
-  whole_word_mask: bool
-  chinese_whole_word_mask: bool
-  masked_lm_prob: float
-  short_seq_prob: float
-  pair_mode: str                    # nsp | sop (sop when the targets hold sop)
-  pack_sequences: bool
-  shuffle_buffer: int
-  seed: int
 
 
 EVAL_SEED_OFFSET = 7919   # evaluation draws its pairs and masks apart from training's, the same each time

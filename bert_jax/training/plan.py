@@ -14,18 +14,17 @@ seconds after launch instead of a traceback from inside jit, Orbax or tf.data. W
   - the model: the work dir's architecture on resume (a resume that asks for another one is refused), else
     `init_checkpoint`'s, else the size table with `config.model`'s overrides; then this run's runtime fields
     (dtype, dropout, attention path, scan, remat) in one function, `train_step.model_config`;
-  - the phases (`data.phases`, fractions positive and summing to 1) with each phase's lengths checked against
-    the position embeddings and the prediction count;
-  - the data arguments (`pretrain_dataset.PretrainData`), which `inspect` and the loop both open;
+  - the phases and the data arguments (`input_pipeline.data_plan.resolve_data_plan`, the data rules; the same
+    `PretrainData` that `inspect` opens), with each phase's length checked against the position embeddings;
   - the mesh shape, the data shards and `batch_size` divisible by shards x `grad_accum_steps` and by the
     process count;
   - the optimizer settings (the optimizer is built once here, so its own checks run now);
-  - the input files (every glob matches a non-empty file; raw text for NSP pairs has >= 2 documents per host).
 
 A plan is a frozen dataclass. It also carries the step settings the state/step factory reads (`seed`,
 `targets`, `grad_accum_steps`, `nan_policy`, `logical_axis_rules`, `optimizer`, `num_train_steps`,
 `warmup_steps`), so `train_step.create_train_state(plan, ...)` takes it as its run config. The generic field
-and file checks live in `training/validation.py`, shared with the fine-tuning plan.
+and file checks are `input_pipeline/checks.py`, the device and checkpoint ones `training/validation.py`, shared
+with the fine-tuning plan.
 """
 
 from __future__ import annotations
@@ -33,13 +32,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import jax
 
 from bert_jax.errors import UserError
 from bert_jax.input_pipeline import fileio
-from bert_jax.input_pipeline.pretrain_dataset import PretrainData
+from bert_jax.input_pipeline import checks
+from bert_jax.input_pipeline.data_plan import Phase, PretrainData, phase_fields, resolve_data_plan
 from bert_jax.models import BertConfig, validate_targets
 from bert_jax.pretrained import params_dir
 from bert_jax.pretrained.load import CHECKPOINT_SUBDIR, check_vocab_matches, read_config
@@ -64,20 +64,6 @@ def build_model_config(model_fields, vocab_size: int, loaded: Optional[BertConfi
 
 
 # ---- the plan ----------------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class Phase:
-  """A run segment with one sequence length: steps [start, end)."""
-  index: int
-  start: int
-  end: int
-  max_seq_length: int
-  max_predictions_per_seq: int
-
-  def __str__(self):
-    return (f"phase {self.index}: steps [{self.start}, {self.end}), length {self.max_seq_length}, "
-            f"{self.max_predictions_per_seq} predictions")
-
-
 @dataclasses.dataclass(frozen=True)
 class OptimizerSettings:
   """config.optimizer, resolved (optimizers.make_optimizer reads these fields)."""
@@ -213,67 +199,29 @@ class PretrainPlan:
 
 # ---- resolution --------------------------------------------------------------------------------------------
 def _check_fields(config) -> None:
-  """Ranges and choices of every field of configs/pretrain.py (a field another change removed is skipped)."""
-  for path in ("batch_size", "grad_accum_steps", "num_train_steps", "keep_checkpoints", "log_every_steps",
-               "eval_steps", "max_consecutive_nonfinite", "model.max_position_embeddings"):
-    v.check_range(config, path, lo=1, integer=True)
-  for path in ("warmup_steps", "checkpoint_every_steps", "eval_every_steps", "data.shuffle_buffer"):
-    v.check_range(config, path, lo=0, integer=True)
-  v.check_range(config, "peak_flops_per_device", lo=0)
-  v.check_choice(config, "nan_policy", ("stop", "skip"))
-  v.check_range(config, "model.vocab_size", lo=1, allow=(-1,), integer=True)
-  v.check_range(config, "model.hidden_dropout_prob", lo=0, hi=1, hi_open=True)
-  v.check_range(config, "model.attention_probs_dropout_prob", lo=0, hi=1, hi_open=True)
-  v.check_range(config, "data.max_seq_length", lo=5, integer=True)   # [CLS] A [SEP] B [SEP]
-  v.check_range(config, "data.masked_lm_prob", lo=0, hi=1, lo_open=True)
-  v.check_range(config, "data.short_seq_prob", lo=0, hi=1)
-  v.check_choice(config, "data.pair_mode", ("nsp", "sop"))
+  """Ranges and choices of the model, optimizer and loop fields of configs/pretrain.py (the data fields are the
+  data plan's; a field another change removed is skipped)."""
+  for path in ("grad_accum_steps", "num_train_steps", "keep_checkpoints", "log_every_steps", "eval_steps",
+               "max_consecutive_nonfinite", "model.max_position_embeddings"):
+    checks.check_range(config, path, lo=1, integer=True)
+  for path in ("warmup_steps", "checkpoint_every_steps", "eval_every_steps"):
+    checks.check_range(config, path, lo=0, integer=True)
+  checks.check_range(config, "peak_flops_per_device", lo=0)
+  checks.check_choice(config, "nan_policy", ("stop", "skip"))
+  checks.check_range(config, "model.vocab_size", lo=1, allow=(-1,), integer=True)
+  checks.check_range(config, "model.hidden_dropout_prob", lo=0, hi=1, hi_open=True)
+  checks.check_range(config, "model.attention_probs_dropout_prob", lo=0, hi=1, hi_open=True)
   v.check_optimizer_fields(config)
 
 
-def resolve_phases(config) -> Tuple[Phase, ...]:
-  """config.data.phases ((fraction, max_seq_length, max_predictions), ...) -> Phases over num_train_steps;
-  empty = one phase with data.max_seq_length."""
-  total, d = int(config.num_train_steps), config.data
-  spec = tuple(d.phases or ())
-  if not spec:
-    return (Phase(0, 0, total, int(d.max_seq_length), int(d.max_predictions_per_seq)),)
-  for i, phase in enumerate(spec):
-    if not isinstance(phase, (tuple, list)) or len(phase) != 3:
-      raise UserError(f"config.data.phases[{i}]={phase!r}; expected (fraction of steps, max_seq_length, "
-                      "max_predictions_per_seq)")
-  fractions = [float(p[0]) for p in spec]
-  if any(f <= 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
-    raise UserError(f"config.data.phases={spec}: the fractions {fractions} must be positive and sum to 1")
-  phases, start, acc = [], 0, 0.0
-  for i, (frac, length, preds) in enumerate(spec):
-    acc += float(frac)
-    end = total if i == len(spec) - 1 else int(round(acc * total))
-    phases.append(Phase(i, start, end, int(length), int(preds)))
-    start = end
-  return tuple(p for p in phases if p.end > p.start)
-
-
-def _check_lengths(config, phases: Sequence[Phase], targets, max_positions: int) -> None:
-  """Each phase's length fits the position embeddings and holds >= 1 prediction when `mlm` is a target."""
+def _check_positions(config, phases, max_positions: int) -> None:
+  """Each phase's length fits the model's position embeddings."""
   for p in phases:
-    if config.data.phases:
-      name, what = f"config.data.phases[{p.index}] length", f"config.data.phases[{p.index}] max_predictions_per_seq"
-    else:
-      name, what = "config.data.max_seq_length", "config.data.max_predictions_per_seq"
-    length, predictions = p.max_seq_length, p.max_predictions_per_seq
-    if length > max_positions:
-      raise UserError(f"{name}={length} exceeds model.max_position_embeddings={max_positions}: the "
+    name, _ = phase_fields(config, p)
+    if p.max_seq_length > max_positions:
+      raise UserError(f"{name}={p.max_seq_length} exceeds model.max_position_embeddings={max_positions}: the "
                       "position embeddings have no row for the later tokens; shorten the sequences or raise "
                       "--config.model.max_position_embeddings (random init only)")
-    if length < 5:
-      raise UserError(f"{name}={length}; expected >= 5 ([CLS] A [SEP] B [SEP])")
-    if "mlm" in targets:
-      if predictions < 1:
-        raise UserError(f"{what}={predictions} with the 'mlm' target: no token would be predicted "
-                        "(mlm_loss stays 0); expected >= 1, e.g. 20 for length 128 (15%)")
-      if predictions > length:
-        raise UserError(f"{what}={predictions} exceeds the sequence length {length}")
 
 
 def _warn_warmup(config) -> None:
@@ -286,7 +234,7 @@ def _warn_warmup(config) -> None:
   else:   # make_schedule clamps the warmup to the run
     effect = ("the whole run is warmup: the learning rate reaches its peak "
               f"{peak:g} only at the last step and never decays")
-  v.warn(f"config.warmup_steps={warmup} >= config.num_train_steps={steps}: {effect}; lower "
+  checks.warn(f"config.warmup_steps={warmup} >= config.num_train_steps={steps}: {effect}; lower "
          "--config.warmup_steps (BERT: 1% of the steps)")
 
 
@@ -302,7 +250,7 @@ def _resolve_vocab(config, workdir: str, resume: bool, init_dir: Optional[str]) 
   if not vocab_file:
     raise UserError("config.data.vocab_file is empty: pass --config.data.vocab_file=vocab.txt (the WordPiece "
                     "vocab; python -m bert_jax.input_pipeline.build_vocab makes one)")
-  return vocab_file, v.check_vocab(vocab_file, field)
+  return vocab_file, checks.check_vocab(vocab_file, field)
 
 
 def read_model_config(directory: str, field: str) -> BertConfig:
@@ -338,36 +286,6 @@ def _resolve_model(config, workdir: str, resume: bool, init_dir: Optional[str], 
   return build_model_config(config.model, vocab_size)
 
 
-def _resolve_data(config, targets, vocab_file: str, process_count: int) -> PretrainData:
-  d = config.data
-  pack = bool(d.get("pack_sequences", False))
-  if pack and set(targets) & {"nsp", "sop"}:
-    raise UserError(f"config.data.pack_sequences=true makes rows without sentence pairs: set "
-                    f"--config.targets='(\"mlm\",)' (got targets={tuple(targets)})")
-  pair_mode = "sop" if "sop" in targets else d.pair_mode
-  for key in ("input_files", "eval_input_files"):
-    if key == "eval_input_files" and not str(d.eval_input_files).strip():
-      continue
-    files = v.check_input_files(d[key], f"config.data.{key}")
-    if pack or not v.is_raw_text(files):   # packed rows and records need no pairs from documents
-      continue
-    need = (2 if pair_mode == "nsp" else 1) * process_count
-    found = v.count_documents_upto(files, need)
-    if found < need:
-      why = ("next-sentence pairs take the random next sentence from another document" if pair_mode == "nsp"
-             else "each process reads its own documents")
-      raise UserError(f"config.data.{key}={d[key]!r}: {found} document(s), need at least {need} "
-                      f"({why}{f', x {process_count} processes' if process_count > 1 else ''}); separate "
-                      "documents with a blank line, or use --config.data.pair_mode=sop")
-  return PretrainData(
-      input_files=str(d.input_files), eval_input_files=str(d.eval_input_files), vocab_file=vocab_file,
-      per_host_batch_size=int(config.batch_size) // process_count, masking=str(d.get("masking", "auto")),
-      google_exact=bool(d.get("google_exact", False)), do_lower_case=bool(d.do_lower_case),
-      whole_word_mask=bool(d.do_whole_word_mask), chinese_whole_word_mask=bool(d.chinese_whole_word_mask),
-      masked_lm_prob=float(d.masked_lm_prob), short_seq_prob=float(d.short_seq_prob), pair_mode=pair_mode,
-      pack_sequences=pack, shuffle_buffer=int(d.shuffle_buffer), seed=int(config.seed))
-
-
 def resolve_pretrain(config, workdir: Optional[str], *, num_devices: Optional[int] = None,
                      process_count: Optional[int] = None) -> PretrainPlan:
   """The plan of a configs/pretrain.py config; UserError for the first mistake (module docstring).
@@ -384,22 +302,21 @@ def resolve_pretrain(config, workdir: Optional[str], *, num_devices: Optional[in
   except ValueError as e:
     raise UserError(f"config.targets={targets!r}: {e}") from e
   _check_fields(config)
-  phases = resolve_phases(config)
   resume = v.has_checkpoint(workdir)
   init_dir = v.checkpoint_dir(config.init_checkpoint) if config.init_checkpoint and not resume else None
   vocab_file, vocab_lines = _resolve_vocab(config, workdir, resume, init_dir)
   model = _resolve_model(config, workdir, resume, init_dir, vocab_file, vocab_lines)
-  _check_lengths(config, phases, targets, model.max_position_embeddings)
   _warn_warmup(config)
   optimizer = optimizer_settings(config.optimizer, int(config.num_train_steps), int(config.warmup_steps))
   rules = sharding.normalize_rules(config.logical_axis_rules)
   mesh_shape, shards = v.check_batch_divisible(int(config.batch_size), int(config.grad_accum_steps),
                                                config.mesh.shape, config.mesh.axes, rules, num_devices,
                                                process_count)
-  data = _resolve_data(config, targets, vocab_file, process_count)
+  data_plan = resolve_data_plan(config, vocab_file, process_count)
+  _check_positions(config, data_plan.phases, model.max_position_embeddings)
   return PretrainPlan(
       workdir=workdir, resume=resume, vocab_file=vocab_file, do_lower_case=bool(config.data.do_lower_case),
-      model=model, targets=targets, init_checkpoint=init_dir, phases=phases, data=data,
+      model=model, targets=targets, init_checkpoint=init_dir, phases=data_plan.phases, data=data_plan.data,
       batch_size=int(config.batch_size), mesh_shape=mesh_shape, mesh_axes=tuple(config.mesh.axes),
       logical_axis_rules=rules, batch_shards=shards, process_count=process_count, optimizer=optimizer,
       seed=int(config.seed), grad_accum_steps=int(config.grad_accum_steps),

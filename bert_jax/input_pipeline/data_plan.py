@@ -1,0 +1,159 @@
+"""The data part of a pre-training run plan: `resolve_data_plan(config, vocab_file, process_count)`.
+
+    data_plan = resolve_data_plan(config, vocab_file, process_count)   # UserError for the first data mistake
+    data_plan.phases                 # (Phase(index, start, end, max_seq_length, max_predictions_per_seq), ...)
+    data_plan.data                   # PretrainData: what pretrain_dataset.open_dataset reads
+
+`training.plan.resolve_pretrain` builds its plan's phases and data with this (after choosing the vocab:
+the work dir's, the config's or the init checkpoint's), and `python -m bert_jax.input_pipeline.inspect`
+shows the batches of the same `data` the training loop opens. Each data rule is written here once:
+
+  - ranges and choices of the data fields (lengths, masking rate, pair mode, shuffle buffer, batch size);
+  - `data.phases`: fractions positive and summing to 1; each phase (or data.max_seq_length) >= 5 tokens
+    ([CLS] A [SEP] B [SEP]) and, with the `mlm` target, 1 <= predictions <= length (the position embeddings
+    are the model's business: training.plan checks the lengths against them);
+  - packed rows (data.pack_sequences) only with targets=("mlm",);
+  - every input glob matches a non-empty file; raw text for NSP pairs has at least 2 documents per host (1
+    for SOP), read only until that many are found.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Tuple
+
+from bert_jax.errors import UserError
+from bert_jax.input_pipeline import checks
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+  """A run segment with one sequence length: steps [start, end)."""
+  index: int
+  start: int
+  end: int
+  max_seq_length: int
+  max_predictions_per_seq: int
+
+  def __str__(self):
+    return (f"phase {self.index}: steps [{self.start}, {self.end}), length {self.max_seq_length}, "
+            f"{self.max_predictions_per_seq} predictions")
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainData:
+  """A pre-training run's data arguments; the training loop and `inspect` open batches only from this
+  (`pretrain_dataset.open_dataset`)."""
+  input_files: str                  # comma-separated globs: raw text or TFRecords
+  eval_input_files: str             # "" = no evaluation
+  vocab_file: str
+  per_host_batch_size: int          # global batch / process count
+  masking: str                      # auto | static | dynamic
+  google_exact: bool
+  do_lower_case: bool
+  whole_word_mask: bool
+  chinese_whole_word_mask: bool
+  masked_lm_prob: float
+  short_seq_prob: float
+  pair_mode: str                    # nsp | sop (sop when the targets hold sop)
+  pack_sequences: bool
+  shuffle_buffer: int
+  seed: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DataPlan:
+  phases: Tuple[Phase, ...]
+  data: PretrainData
+
+
+def phase_fields(config, phase: Phase) -> Tuple[str, str]:
+  """The config fields that set `phase`'s length and prediction count (for error messages)."""
+  if config.data.phases:
+    return (f"config.data.phases[{phase.index}] length",
+            f"config.data.phases[{phase.index}] max_predictions_per_seq")
+  return "config.data.max_seq_length", "config.data.max_predictions_per_seq"
+
+
+def resolve_phases(config) -> Tuple[Phase, ...]:
+  """config.data.phases ((fraction, max_seq_length, max_predictions), ...) -> Phases over num_train_steps;
+  empty = one phase with data.max_seq_length. Each phase's lengths are checked (module docstring)."""
+  total, d = int(config.num_train_steps), config.data
+  spec = tuple(d.phases or ())
+  if not spec:
+    phases = (Phase(0, 0, total, int(d.max_seq_length), int(d.max_predictions_per_seq)),)
+  else:
+    for i, phase in enumerate(spec):
+      if not isinstance(phase, (tuple, list)) or len(phase) != 3:
+        raise UserError(f"config.data.phases[{i}]={phase!r}; expected (fraction of steps, max_seq_length, "
+                        "max_predictions_per_seq)")
+    fractions = [float(p[0]) for p in spec]
+    if any(f <= 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
+      raise UserError(f"config.data.phases={spec}: the fractions {fractions} must be positive and sum to 1")
+    phases, start, acc = [], 0, 0.0
+    for i, (frac, length, preds) in enumerate(spec):
+      acc += float(frac)
+      end = total if i == len(spec) - 1 else int(round(acc * total))
+      phases.append(Phase(i, start, end, int(length), int(preds)))
+      start = end
+    phases = tuple(p for p in phases if p.end > p.start)
+  for p in phases:
+    name, what = phase_fields(config, p)
+    if p.max_seq_length < 5:
+      raise UserError(f"{name}={p.max_seq_length}; expected >= 5 ([CLS] A [SEP] B [SEP])")
+    if "mlm" in tuple(config.targets):
+      if p.max_predictions_per_seq < 1:
+        raise UserError(f"{what}={p.max_predictions_per_seq} with the 'mlm' target: no token would be predicted "
+                        "(mlm_loss stays 0); expected >= 1, e.g. 20 for length 128 (15%)")
+      if p.max_predictions_per_seq > p.max_seq_length:
+        raise UserError(f"{what}={p.max_predictions_per_seq} exceeds the sequence length {p.max_seq_length}")
+  return phases
+
+
+def _check_fields(config) -> None:
+  checks.check_range(config, "batch_size", lo=1, integer=True)
+  checks.check_range(config, "num_train_steps", lo=1, integer=True)
+  checks.check_range(config, "data.shuffle_buffer", lo=0, integer=True)
+  checks.check_range(config, "data.max_seq_length", lo=5, integer=True)   # [CLS] A [SEP] B [SEP]
+  checks.check_range(config, "data.masked_lm_prob", lo=0, hi=1, lo_open=True)
+  checks.check_range(config, "data.short_seq_prob", lo=0, hi=1)
+  checks.check_choice(config, "data.pair_mode", ("nsp", "sop"))
+
+
+def _check_input_files(config, pair_mode: str, pack: bool, process_count: int) -> None:
+  d = config.data
+  for key in ("input_files", "eval_input_files"):
+    if key == "eval_input_files" and not str(d.eval_input_files).strip():
+      continue
+    files = checks.check_input_files(d[key], f"config.data.{key}")
+    if pack or not checks.is_raw_text(files):   # packed rows and records need no pairs from documents
+      continue
+    need = (2 if pair_mode == "nsp" else 1) * process_count
+    found = checks.count_documents_upto(files, need)
+    if found < need:
+      why = ("next-sentence pairs take the random next sentence from another document" if pair_mode == "nsp"
+             else "each process reads its own documents")
+      raise UserError(f"config.data.{key}={d[key]!r}: {found} document(s), need at least {need} "
+                      f"({why}{f', x {process_count} processes' if process_count > 1 else ''}); separate "
+                      "documents with a blank line, or use --config.data.pair_mode=sop")
+
+
+def resolve_data_plan(config, vocab_file: str, process_count: int) -> DataPlan:
+  """The phases and data arguments of a configs/pretrain.py config, read with `vocab_file` (already checked)
+  by `process_count` hosts; UserError for the first data mistake (module docstring)."""
+  _check_fields(config)
+  phases = resolve_phases(config)
+  d, targets = config.data, tuple(config.targets)
+  pack = bool(d.get("pack_sequences", False))
+  if pack and set(targets) & {"nsp", "sop"}:
+    raise UserError(f"config.data.pack_sequences=true makes rows without sentence pairs: set "
+                    f"--config.targets='(\"mlm\",)' (got targets={targets})")
+  pair_mode = "sop" if "sop" in targets else d.pair_mode
+  _check_input_files(config, pair_mode, pack, process_count)
+  return DataPlan(phases, PretrainData(
+      input_files=str(d.input_files), eval_input_files=str(d.eval_input_files), vocab_file=vocab_file,
+      per_host_batch_size=int(config.batch_size) // process_count, masking=str(d.get("masking", "auto")),
+      google_exact=bool(d.get("google_exact", False)), do_lower_case=bool(d.do_lower_case),
+      whole_word_mask=bool(d.do_whole_word_mask), chinese_whole_word_mask=bool(d.chinese_whole_word_mask),
+      masked_lm_prob=float(d.masked_lm_prob), short_seq_prob=float(d.short_seq_prob), pair_mode=pair_mode,
+      pack_sequences=pack, shuffle_buffer=int(d.shuffle_buffer), seed=int(config.seed)))
