@@ -4,9 +4,9 @@
     print(plan.describe())                       # the short table finetune.py logs at start-up
     loop.run_plan(plan)                          # the loop only runs it
 
-The fine-tuning counterpart of `bert_jax.training.plan` (whose field and file checks, in
-`input_pipeline/checks.py` and `training/validation.py`, it uses). Each rule is written once, here, and raises `bert_jax.errors.UserError`
-naming the field and what was expected:
+The fine-tuning counterpart of `bert_jax.training.plan`, made of the same checks (`input_pipeline/checks.py`,
+`training/validation.py`). Each rule is written once, here, and raises `bert_jax.errors.UserError` naming
+the field and what was expected:
 
   - the task is known (with "did you mean"); choice fields and ranges of every field that exists;
   - a data source: `data_dir` is an existing directory with a training file (train.*, in it or a task
