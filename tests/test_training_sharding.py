@@ -93,6 +93,7 @@ def test_params_are_actually_sharded_on_the_mesh():
   assert mu.sharding.spec == q.sharding.spec      # optimizer moments follow their params
 
 
+@pytest.mark.slow   # full tier: two more compiled steps (~10 s); the mesh equivalence above stays in the fast one
 def test_gradient_accumulation_equals_full_batch():
   mesh = sharding.make_mesh((2, 2, 2))
   # Accumulation is layer-agnostic (one layer halves compile time); no dropout, whose bits differ per micro-batch.
