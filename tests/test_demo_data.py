@@ -24,6 +24,9 @@ from data import snownlp_news  # noqa: E402
 from data import snownlp_sentiment  # noqa: E402
 from data import text_utils  # noqa: E402
 
+# The demo's data builders (data/, not bert_jax/): CI's full tier, beside the demo that uses them.
+pytestmark = pytest.mark.slow
+
 SPLITS = ("train", "dev", "test")
 SEED = 12345
 
@@ -344,7 +347,6 @@ def test_split_sentences():
 
 # ------------------------------------------------------------------------------------------ determinism
 
-@pytest.mark.slow   # a second whole build, through the command line
 def test_same_seed_gives_identical_files(built, second_build):
   out, _ = built
   other, proc = second_build
