@@ -22,7 +22,7 @@ import numpy as np
 
 from bert_jax.errors import UserError
 from bert_jax.finetune.tasks import get_task, task_class  # noqa: F401  (get_task: part of this module's API)
-from bert_jax.finetune.tasks.common import ExampleSet, bool_or_none  # noqa: F401  (bool_or_none: the loop's)
+from bert_jax.finetune.tasks.common import ExampleSet
 from bert_jax.finetune.tasks.registry import canonical_name
 
 _log = logging.getLogger(__name__)

@@ -58,11 +58,11 @@ from bert_jax.training import compile_cache, optimizers, sharding
 from bert_jax.training import train_step as ts
 from bert_jax.training import workdir as workdir_lib
 from bert_jax.training.metric_writer import MetricWriter
+from bert_jax.training.plan import PLAN_NAME
 
 _log = logging.getLogger(__name__)
 
 INFO_NAME = params_dir.FINETUNE_INFO_NAME
-PLAN_NAME = "plan.json"
 
 
 # ---- entry -------------------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from bert_jax.errors import UserError
 from bert_jax.finetune import data as ft
 from bert_jax.finetune import model as fm
 from bert_jax.finetune.tasks import Task, task_names
+from bert_jax.finetune.tasks.common import bool_or_none
 from bert_jax.input_pipeline import checks
 from bert_jax.models.config import SIZES, BertConfig
 from bert_jax.pretrained import Pretrained, describe_pretrained, params_dir
@@ -158,7 +159,7 @@ def _check_fields(config) -> None:
   for path in ("do_lower_case", "classification.header"):
     if checks.has(config, path):
       try:
-        ft.bool_or_none(checks.get_field(config, path), "config." + path)
+        bool_or_none(checks.get_field(config, path), "config." + path)
       except ValueError as e:
         raise UserError(str(e)) from e
   checks.check_choice(config, "classification.file_format", ("", "tsv", "csv", "jsonl"))
@@ -246,7 +247,7 @@ def _resolve_vocab(config, init: Optional[Pretrained]) -> Tuple[str, bool]:
   checks.check_vocab(vocab_file, field)
   if init is not None:
     check_vocab_matches(init.config.vocab_size, init.directory, vocab_file)   # ids must mean the same
-  lower = ft.bool_or_none(config.do_lower_case, "do_lower_case")
+  lower = bool_or_none(config.do_lower_case, "do_lower_case")
   if lower is None:
     lower = init.do_lower_case if init is not None and init.do_lower_case is not None else \
         params_dir.guess_do_lower_case(vocab_file, hint=init.directory if init is not None else "")
