@@ -70,7 +70,14 @@ def get_config(arg=None):
                                                    # (bert_jax/models/attention.py; auto picks by platform)
   config.model.scan_layers = False                 # nn.scan over layers (fast compiles for deep models)
   config.model.remat_policy = "none"               # none | full | dots | dots_no_batch | minimal
-  config.targets = ("mlm", "nsp")                  # any of mlm, nsp, sop, lm (lm alone)
+  config.targets = ("mlm", "nsp")                  # any of mlm, nsp, sop, lm (lm alone), electra (alone)
+  # ELECTRA (targets=("electra",), models/electra.py): a generator MLM fills the masked positions with
+  # sampled tokens and the model (the discriminator) tells replaced from original on every real token.
+  config.electra = ml_collections.ConfigDict()
+  config.electra.generator_hidden_fraction = 0.25  # generator width / discriminator width (paper: 1/4 - 1/2)
+  config.electra.generator_num_layers = -1         # generator depth; -1 = the discriminator's (the paper's)
+  config.electra.disc_weight = 50.0                # lambda: loss = generator MLM + lambda x discriminator BCE
+  config.electra.temperature = 1.0                 # generator softmax temperature when sampling replacements
 
   # Data.
   config.data = ml_collections.ConfigDict()

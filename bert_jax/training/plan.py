@@ -40,7 +40,7 @@ from bert_jax.errors import UserError
 from bert_jax.input_pipeline import fileio
 from bert_jax.input_pipeline import checks
 from bert_jax.input_pipeline.data_plan import Phase, PretrainData, phase_fields, resolve_data_plan
-from bert_jax.models import BertConfig, validate_targets
+from bert_jax.models import BertConfig, ElectraSettings, validate_targets
 from bert_jax.pretrained import params_dir
 from bert_jax.pretrained.load import CHECKPOINT_SUBDIR, check_vocab_matches, read_config
 from bert_jax.training import optimizers, sharding
@@ -124,6 +124,7 @@ class PretrainPlan:
   do_lower_case: bool
   model: BertConfig
   targets: Tuple[str, ...]
+  electra: Optional[ElectraSettings]  # generator size, lambda, temperature (targets=("electra",) only)
   init_checkpoint: Optional[str]     # directory whose params start a new run (None on resume / from scratch)
   phases: Tuple[Phase, ...]
   data: PretrainData
@@ -155,6 +156,7 @@ class PretrainPlan:
 
   def to_dict(self) -> dict:
     out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "config"}
+    out["electra"] = dataclasses.asdict(self.electra) if self.electra else None
     out.update(model=self.model.to_dict(), data=dataclasses.asdict(self.data),
                optimizer=dataclasses.asdict(self.optimizer), phases=[dataclasses.asdict(p) for p in self.phases])
     return json.loads(json.dumps(out, default=list))
@@ -169,7 +171,9 @@ class PretrainPlan:
         ("model", f"L{m.num_hidden_layers}/H{m.hidden_size}/A{m.num_attention_heads}, vocab {m.vocab_size}, "
                   f"{m.encoder} {m.layer_norm_type}-LN, {m.dtype}, attention {m.attention_impl}"
                   f"{', scan' if m.scan_layers else ''}{'' if m.remat_policy == 'none' else ', remat ' + m.remat_policy}"),
-        ("targets", ", ".join(self.targets)),
+        ("targets", ", ".join(self.targets) + (
+            f" (generator H x {self.electra.generator_hidden_fraction:g}, lambda {self.electra.disc_weight:g}, "
+            f"temperature {self.electra.temperature:g})" if self.electra else "")),
         ("vocab", f"{self.vocab_file} ({'lower-cased' if self.do_lower_case else 'cased'})"),
         ("data", f"{self.data.input_files}; masking {self.data.masking}, pairs {self.data.pair_mode}"
                  f"{', packed' if self.data.pack_sequences else ''}"
@@ -212,6 +216,19 @@ def _check_fields(config) -> None:
   checks.check_range(config, "model.hidden_dropout_prob", lo=0, hi=1, hi_open=True)
   checks.check_range(config, "model.attention_probs_dropout_prob", lo=0, hi=1, hi_open=True)
   v.check_optimizer_fields(config)
+
+
+def _resolve_electra(config, targets) -> Optional[ElectraSettings]:
+  """config.electra as settings when the targets hold 'electra' (each field's range checked here)."""
+  if "electra" not in targets:
+    return None
+  checks.check_range(config, "electra.generator_hidden_fraction", lo=0, hi=1, lo_open=True)
+  checks.check_range(config, "electra.generator_num_layers", lo=1, allow=(-1,), integer=True)
+  checks.check_range(config, "electra.disc_weight", lo=0, lo_open=True)
+  checks.check_range(config, "electra.temperature", lo=0, lo_open=True)
+  e, d = config.get("electra") or {}, ElectraSettings()
+  return ElectraSettings(**{f: type(getattr(d, f))(e.get(f, getattr(d, f))) for f in (
+      "generator_hidden_fraction", "generator_num_layers", "disc_weight", "temperature")})
 
 
 def _check_positions(config, phases, max_positions: int) -> None:
@@ -316,7 +333,7 @@ def resolve_pretrain(config, workdir: Optional[str], *, num_devices: Optional[in
   _check_positions(config, data_plan.phases, model.max_position_embeddings)
   return PretrainPlan(
       workdir=workdir, resume=resume, vocab_file=vocab_file, do_lower_case=bool(config.data.do_lower_case),
-      model=model, targets=targets, init_checkpoint=init_dir, phases=data_plan.phases, data=data_plan.data,
+      model=model, targets=targets, electra=_resolve_electra(config, targets), init_checkpoint=init_dir, phases=data_plan.phases, data=data_plan.data,
       batch_size=int(config.batch_size), mesh_shape=mesh_shape, mesh_axes=tuple(config.mesh.axes),
       logical_axis_rules=rules, batch_shards=shards, process_count=process_count, optimizer=optimizer,
       seed=int(config.seed), grad_accum_steps=int(config.grad_accum_steps),

@@ -57,7 +57,7 @@ from tqdm import tqdm
 
 from bert_jax.errors import Interrupted
 from bert_jax.input_pipeline import fileio, pretrain_dataset
-from bert_jax.models import BertForPreTraining
+from bert_jax.models import pretraining_model
 from bert_jax.pretrained import load_pretrained, params_dir
 from bert_jax.pretrained.load import CHECKPOINT_SUBDIR, merge_params
 from bert_jax.training import checkpoints, compile_cache, flops, optimizers, sharding, timing
@@ -252,7 +252,7 @@ def _train(plan: PretrainPlan) -> Dict[str, Any]:
   plan.save()
   checkpoints.write_workdir_files(plan.workdir, plan.config, plan.model, plan.vocab_file)
   ckpt = checkpoints.Checkpointer(fileio.join(plan.workdir, CHECKPOINT_SUBDIR), keep=plan.keep_checkpoints)
-  model = BertForPreTraining(plan.model, targets=plan.targets)
+  model = pretraining_model(plan.model, plan.targets, plan.electra)
   mesh = sharding.make_mesh(plan.mesh_shape, plan.mesh_axes)
   batch_sharding = sharding.batch_sharding(mesh, plan.logical_axis_rules)
   tx, schedule = optimizers.make_optimizer(plan.optimizer, plan.num_train_steps, plan.warmup_steps)
