@@ -7,6 +7,7 @@ from bert_jax.models import axes, heads, losses
 from bert_jax.models.bert import BertForPreTraining, BertModel, validate_targets
 from bert_jax.models.config import SIZES, BertConfig
 from bert_jax.models.embeddings import BertEmbeddings
+from bert_jax.models.electra import ElectraForPreTraining, ElectraSettings, pretraining_model
 from bert_jax.models.encoders import ENCODERS, LstmEncoder, TransformerEncoder, TransformerLayer
 from bert_jax.models.heads import (BertForQuestionAnswering, BertForSequenceClassification,
                                    BertForTokenClassification)
@@ -17,5 +18,6 @@ __all__ = [
     "axes", "heads", "losses", "BertConfig", "SIZES", "BertModel", "BertForPreTraining", "BertEmbeddings",
     "TransformerEncoder", "TransformerLayer", "LstmEncoder", "ENCODERS", "TARGETS", "validate_targets",
     "BertForSequenceClassification", "BertForTokenClassification", "BertForQuestionAnswering",
+    "ElectraForPreTraining", "ElectraSettings", "pretraining_model",
     "count_params", "dummy_inputs", "scan_params", "unscan_params",
 ]

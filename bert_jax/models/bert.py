@@ -29,12 +29,14 @@ class BertModel(nn.Module):
 
   @nn.compact
   def __call__(self, input_ids, input_mask, segment_ids=None, deterministic: bool = True,
-               causal: bool = False):
+               causal: bool = False, embeddings_only: bool = False):
     cfg = self.config
     if segment_ids is None:
       segment_ids = jnp.zeros_like(input_ids)
     embeddings = BertEmbeddings(cfg, deterministic=deterministic, name="embeddings")
     x = embeddings(input_ids, segment_ids)
+    if embeddings_only:   # ELECTRA's generator reads the shared embeddings and runs its own encoder
+      return {"embedding_output": x, "word_embeddings": embeddings.embedding_table()}
     x = make_encoder(cfg, deterministic)(x, input_mask, causal=causal)
     first = x[:, 0]
     pooled = jnp.tanh(dense(cfg, cfg.hidden_size, (axes.EMBED, axes.MLP), "pooler", bias_axis=axes.MLP)(first))
@@ -50,6 +52,8 @@ def validate_targets(targets: Sequence[str]) -> tuple:
   if "lm" in targets and len(targets) > 1:
     raise ValueError(f"targets={targets}: the causal 'lm' target needs a causal encoder mask and cannot be "
                      "combined with bidirectional targets (mlm/nsp/sop)")
+  if "electra" in targets and len(targets) > 1:
+    raise ValueError(f"targets={targets}: 'electra' (generator MLM + replaced-token detection) stands alone")
   if "nsp" in targets and "sop" in targets:
     raise ValueError("targets 'nsp' and 'sop' both read next_sentence_labels; pick one")
   return targets

@@ -79,6 +79,13 @@ def normalize_metrics(sums: Mapping[str, float]) -> dict:
       out[f"{prefix}_loss"] = float(sums[key]) / denom
       if f"{prefix}_correct_sum" in sums:
         out[f"{prefix}_accuracy"] = float(sums[f"{prefix}_correct_sum"]) / denom
+  if "disc_replaced_sum" in sums:   # ELECTRA's discriminator (models/electra.py electra_sums)
+    pos, real = float(sums["disc_replaced_sum"]), float(sums["disc_weight_sum"])
+    out["disc_replaced_fraction"] = pos / max(real, 1e-9)
+    out["disc_recall"] = float(sums["disc_true_positive_sum"]) / max(pos, 1e-9)
+    out["disc_precision"] = float(sums["disc_true_positive_sum"]) / max(float(sums["disc_predicted_replaced_sum"]), 1e-9)
+    out["disc_replaced_prob"] = float(sums["disc_replaced_prob_sum"]) / max(pos, 1e-9)
+    out["disc_original_prob"] = float(sums["disc_original_prob_sum"]) / max(real - pos, 1e-9)
   if "loss_sum" in sums:
     out["loss"] = float(sums["loss_sum"]) / max(float(sums.get("loss_count", 1.0)), 1e-9)
   return out

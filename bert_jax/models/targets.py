@@ -1,4 +1,5 @@
-"""Pre-training targets: masked LM, next-sentence / sentence-order prediction, causal LM.
+"""Pre-training targets: masked LM, next-sentence / sentence-order prediction, causal LM (ELECTRA, which
+wraps the encoder twice, is its own model in models/electra.py).
 
 Each target is a small module on top of the encoder output with no knowledge of which encoder produced it.
 """
@@ -13,7 +14,8 @@ from bert_jax.models import axes
 from bert_jax.models.config import BertConfig
 from bert_jax.models.layers import activation, constrain, dense, layer_norm, zeros_init
 
-TARGETS = ("mlm", "nsp", "sop", "lm")
+TARGETS = ("mlm", "nsp", "sop", "lm",
+           "electra")   # replaced-token detection: a generator + discriminator model, models/electra.py
 
 
 def gather_positions(sequence: jax.Array, positions: jax.Array) -> jax.Array:

@@ -77,6 +77,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from bert_jax.errors import UserError
 from bert_jax.models import BertConfig, BertForPreTraining, dummy_inputs, losses
+from bert_jax.models.electra import ElectraForPreTraining
 from bert_jax.models.config import ARCHITECTURE_FIELDS, RUNTIME_FIELDS
 from bert_jax.pretrained.params_dir import match_layout
 from bert_jax.training import optimizers, sharding
@@ -133,7 +134,7 @@ def _rules(config):
 def _init_fn(model: nn.Module):
   cfg = model.config
   inputs = dummy_inputs(cfg)
-  if not isinstance(model, BertForPreTraining):   # task heads take (input_ids, input_mask, segment_ids)
+  if not isinstance(model, (BertForPreTraining, ElectraForPreTraining)):   # task heads: ids, mask, segments
     inputs = inputs[:3]
 
   def init(rng):
@@ -214,6 +215,8 @@ def pretraining_loss(model: nn.Module, targets) -> LossFn:
   """The pre-training objective: sum over `targets` of MLM (weighted mean over predicted tokens), NSP/SOP
   (mean over the batch) and LM losses, as in Google BERT, each normalised by its global denominator."""
   targets = tuple(targets)
+  if hasattr(model, "loss_parts"):   # a target that is its own model brings its loss (models/electra.py)
+    return LossFn(*model.loss_parts())
 
   def denominators(batch):
     d = {}

@@ -1,0 +1,231 @@
+"""ELECTRA (Clark et al. 2020): replaced-token detection, as one pre-training target.
+
+A small generator (an MLM on its own narrower encoder, reading the discriminator's embeddings) fills the
+masked positions with tokens sampled from its softmax (Gumbel-max, no gradient through the sample); the
+discriminator (the BertModel under params["bert"], the one fine-tuning, `predict features` and export use)
+labels every real token as original (0) or replaced (1). Loss = generator MLM + disc_weight x discriminator
+(the paper's lambda = 50).
+
+Parameters:
+  bert/{embeddings, encoder, pooler}     the discriminator (its pooler is unused in pre-training: kept so every
+                                         fine-tuning head finds the BertModel layout; HF ELECTRA has none)
+  generator/embeddings_project           [E, Hg], only when the embedding width E differs from Hg
+  generator/encoder/...                  the generator's Transformer (hidden Hg, heads Hg/64, FFN 4Hg)
+  generator/generator_predictions/{dense [Hg, E], LayerNorm [E]}, generator/output_bias [V]
+                                         HF's ElectraGeneratorPredictions; the decoder is the shared word table
+  discriminator_predictions/{dense [H, H], dense_prediction [H, 1]}   HF's ElectraDiscriminatorPredictions
+
+Metrics (sums + denominators, models.losses.normalize_metrics divides): gen_mlm_{loss,correct,weight}_sum
+(the generator's MLM accuracy over the masked tokens), disc_{loss,correct,weight}_sum over all real tokens,
+disc_replaced_sum (replaced tokens), disc_true_positive_sum, disc_predicted_replaced_sum (recall/precision)
+and disc_{replaced,original}_prob_sum (mean P(replaced) on each class: their gap is an AUC-like separation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.models import axes
+from bert_jax.models.bert import BertForPreTraining, BertModel, validate_targets
+from bert_jax.models.config import BertConfig
+from bert_jax.models.encoders import make_encoder
+from bert_jax.models.layers import activation, constrain, dense, layer_norm, zeros_init
+from bert_jax.models.losses import masked_lm_sums
+from bert_jax.models.targets import gather_positions
+
+TARGET = "electra"
+_SAMPLE_SALT = 0x5A3F   # folds the step's dropout key into an independent key for the generator's samples
+
+
+@dataclasses.dataclass(frozen=True)
+class ElectraSettings:
+  """config.electra, resolved. The generator's width is a fraction of the discriminator's (paper: 1/4 - 1/2;
+  google/electra-base-generator is 256 / 768 = 1/3, -large 256 / 1024 = 1/4)."""
+  generator_hidden_fraction: float = 0.25
+  generator_num_layers: int = -1           # -1: as many layers as the discriminator (the paper's choice)
+  disc_weight: float = 50.0                # lambda of loss = MLM_gen + lambda x BCE_disc
+  temperature: float = 1.0                 # sampling temperature of the generator's softmax
+
+
+def generator_config(disc: BertConfig, settings: ElectraSettings) -> BertConfig:
+  """The generator's architecture: hidden Hg = round(fraction x H), heads Hg/64 (at least 1, dividing Hg),
+  FFN 4Hg, the discriminator's vocab, positions, activation and runtime fields."""
+  hidden = max(1, int(round(disc.hidden_size * float(settings.generator_hidden_fraction))))
+  heads = max(1, hidden // 64)
+  while hidden % heads:
+    heads -= 1
+  layers = disc.num_hidden_layers if int(settings.generator_num_layers) <= 0 else int(settings.generator_num_layers)
+  return disc.replace(hidden_size=hidden, num_attention_heads=heads, intermediate_size=4 * hidden,
+                      num_hidden_layers=layers)
+
+
+class GeneratorHead(nn.Module):
+  """HF ElectraGeneratorPredictions + the tied decoder: hidden [B, P, Hg], table [V, E] -> logits [B, P, V]
+  float32 (dense Hg -> E, activation, LayerNorm, x table^T + output_bias)."""
+
+  config: BertConfig
+
+  @nn.compact
+  def __call__(self, hidden: jax.Array, table: jax.Array) -> jax.Array:
+    cfg = self.config
+    width = table.shape[-1]
+    h = dense(cfg, width, (axes.MLP, axes.EMBED), "dense", bias_axis=axes.EMBED)(hidden)
+    h = activation(cfg.hidden_act)(h)
+    h = layer_norm(cfg, "LayerNorm")(h)
+    h = constrain(h, (axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED))   # see targets.LanguageModelHead
+    logits = jnp.einsum("bph,vh->bpv", h.astype(cfg.compute_dtype), table.astype(cfg.compute_dtype),
+                        preferred_element_type=jnp.float32)
+    return logits
+
+
+class ElectraGenerator(nn.Module):
+  """embedding_output [B, T, E] (the shared embeddings of the masked input), input_mask [B, T],
+  masked_lm_positions [B, P], table [V, E] -> MLM logits [B, P, V] float32."""
+
+  config: BertConfig       # the generator's architecture (generator_config)
+
+  @nn.compact
+  def __call__(self, embedding_output, input_mask, masked_lm_positions, table, deterministic: bool = True):
+    cfg = self.config
+    x = embedding_output
+    if x.shape[-1] != cfg.hidden_size:
+      x = dense(cfg, cfg.hidden_size, (axes.EMBED, axes.MLP), "embeddings_project", bias_axis=axes.MLP)(x)
+    x = make_encoder(cfg, deterministic)(x, input_mask)
+    hidden = gather_positions(x, masked_lm_positions)
+    logits = GeneratorHead(cfg, name="generator_predictions")(hidden, table)
+    bias = self.param("output_bias", zeros_init((axes.VOCAB,)), (cfg.vocab_size,), cfg.parameter_dtype)
+    return logits + bias.astype(jnp.float32)
+
+
+class DiscriminatorHead(nn.Module):
+  """HF ElectraDiscriminatorPredictions: sequence_output [B, T, H] -> logits [B, T] float32
+  (dense H -> H, activation, dense H -> 1)."""
+
+  config: BertConfig
+
+  @nn.compact
+  def __call__(self, sequence_output):
+    cfg = self.config
+    h = dense(cfg, cfg.hidden_size, (axes.EMBED, axes.MLP), "dense", bias_axis=axes.MLP)(sequence_output)
+    h = activation(cfg.hidden_act)(h)
+    return dense(cfg, 1, (axes.MLP, None), "dense_prediction")(h)[..., 0].astype(jnp.float32)
+
+
+def scatter_at(ids, positions, values, weights):
+  """ids [B, T] with values [B, P] written at positions [B, P] where weights > 0 (padded predictions, weight 0,
+  change nothing even when they repeat a real position): a scatter-add of differences, exact for int ids."""
+  current = jnp.take_along_axis(ids, positions, axis=1)
+  delta = jnp.where(weights > 0, values.astype(ids.dtype) - current, 0)
+  rows = jnp.arange(ids.shape[0])[:, None]
+  return ids.at[rows, positions].add(delta)
+
+
+def gumbel_sample(key, logits, temperature: float):
+  """One token id per row of logits [..., V] from softmax(logits / temperature) (Gumbel-max); no gradient."""
+  logits = jax.lax.stop_gradient(logits.astype(jnp.float32)) / temperature
+  u = jax.random.uniform(key, logits.shape, jnp.float32, minval=1e-9, maxval=1.0)
+  return jnp.argmax(logits - jnp.log(-jnp.log(u)), axis=-1).astype(jnp.int32)
+
+
+class ElectraForPreTraining(nn.Module):
+  """Generator + discriminator (module docstring).
+
+  __call__(input_ids (masked) [B, T], input_mask, segment_ids [B, T], masked_lm_positions [B, P],
+  masked_lm_ids [B, P] (the original tokens), masked_lm_weights [B, P]) -> {
+      "generator_logits" [B, P, V], "disc_logits" [B, T], "disc_labels" [B, T] int32 (1 = replaced),
+      "replaced_ids" [B, T], "sequence_output" [B, T, H], "pooled_output" [B, H]}.
+  Samples with the "sample" rng stream; without one (init, or a caller that wants no noise) it takes the
+  generator's argmax. masked_lm_ids / weights default to "unchanged" / 1 (shape-only init).
+  """
+
+  config: BertConfig                     # the discriminator
+  generator: BertConfig                  # generator_config(config, settings)
+  disc_weight: float = 50.0
+  temperature: float = 1.0
+  targets: Sequence[str] = (TARGET,)
+
+  @nn.compact
+  def __call__(self, input_ids, input_mask, segment_ids=None, masked_lm_positions=None, masked_lm_ids=None,
+               masked_lm_weights=None, deterministic: bool = True):
+    if masked_lm_positions is None:
+      raise ValueError("the 'electra' target needs masked_lm_positions [batch, max_predictions_per_seq]")
+    positions = masked_lm_positions.astype(jnp.int32)
+    weights = jnp.ones(positions.shape, jnp.float32) if masked_lm_weights is None else masked_lm_weights
+    if masked_lm_ids is None:
+      masked_lm_ids = jnp.take_along_axis(input_ids, positions, axis=1)
+    bert = BertModel(self.config, name="bert")
+    emb = bert(input_ids, input_mask, segment_ids, deterministic=deterministic, embeddings_only=True)
+    gen_logits = ElectraGenerator(self.generator, name="generator")(
+        emb["embedding_output"], input_mask, positions, emb["word_embeddings"], deterministic=deterministic)
+    if self.has_rng("sample"):
+      sampled = gumbel_sample(self.make_rng("sample"), gen_logits, self.temperature)
+    else:
+      sampled = jnp.argmax(jax.lax.stop_gradient(gen_logits), axis=-1).astype(jnp.int32)
+    original = scatter_at(input_ids, positions, masked_lm_ids, weights)
+    replaced = jax.lax.stop_gradient(scatter_at(original, positions, sampled, weights))
+    labels = ((replaced != original) & (input_mask > 0)).astype(jnp.int32)
+    enc = bert(replaced, input_mask, segment_ids, deterministic=deterministic)
+    disc_logits = DiscriminatorHead(self.config, name="discriminator_predictions")(enc["sequence_output"])
+    return {"generator_logits": gen_logits, "disc_logits": disc_logits, "disc_labels": labels,
+            "replaced_ids": replaced, "sequence_output": enc["sequence_output"],
+            "pooled_output": enc["pooled_output"]}
+
+  # ---- the target's own loss (train_step.pretraining_loss takes it from here) --------------------------
+  def loss_parts(self):
+    """(denominators(batch), forward(params, batch, rng, denominators)) of train_step.LossFn: generator MLM
+    over the masked tokens of the whole batch + disc_weight x the discriminator's mean binary cross-entropy
+    over all real tokens of the whole batch (global denominators: gradient accumulation stays exact)."""
+    disc_weight = float(self.disc_weight)
+
+    def denominators(batch):
+      return {"gen_mlm": jnp.sum(batch["masked_lm_weights"].astype(jnp.float32)) + 1e-5,
+              "disc": jnp.sum(batch["input_mask"].astype(jnp.float32)) + 1e-5}
+
+    def forward(params, batch, rng, denoms):
+      deterministic = rng is None
+      # Evaluation draws its samples from a fixed key, so two evaluations of the same params agree.
+      rngs = ({"sample": jax.random.key(0)} if deterministic else
+              {"dropout": rng, "sample": jax.random.fold_in(rng, _SAMPLE_SALT)})
+      out = self.apply({"params": params}, batch["input_ids"], batch["input_mask"], batch.get("segment_ids"),
+                       batch["masked_lm_positions"], batch["masked_lm_ids"], batch["masked_lm_weights"],
+                       deterministic=deterministic, rngs=rngs)
+      sums = electra_sums(out, batch)
+      loss = sums["gen_mlm_loss_sum"] / denoms["gen_mlm"] + disc_weight * sums["disc_loss_sum"] / denoms["disc"]
+      return loss, sums
+
+    return denominators, forward
+
+
+def electra_sums(outputs, batch) -> dict:
+  """Metric sums of one (micro-)batch: the generator's MLM and the discriminator's per-token binary task."""
+  sums = masked_lm_sums(outputs["generator_logits"], batch["masked_lm_ids"], batch["masked_lm_weights"],
+                        prefix="gen_mlm")
+  w = batch["input_mask"].astype(jnp.float32)
+  logits = outputs["disc_logits"]
+  y = outputs["disc_labels"].astype(jnp.float32)
+  # Binary cross-entropy from logits, stable for large |logits|: softplus(l) - y l.
+  nll = jnp.maximum(logits, 0.0) - logits * y + jnp.log1p(jnp.exp(-jnp.abs(logits)))
+  pred = (logits > 0).astype(jnp.float32)
+  prob = jax.nn.sigmoid(logits)
+  sums.update(
+      disc_loss_sum=jnp.sum(nll * w), disc_correct_sum=jnp.sum((pred == y) * w), disc_weight_sum=jnp.sum(w),
+      disc_replaced_sum=jnp.sum(y * w), disc_true_positive_sum=jnp.sum(pred * y * w),
+      disc_predicted_replaced_sum=jnp.sum(pred * w), disc_replaced_prob_sum=jnp.sum(prob * y * w),
+      disc_original_prob_sum=jnp.sum(prob * (1.0 - y) * w))
+  return sums
+
+
+def pretraining_model(config: BertConfig, targets: Sequence[str],
+                      electra: Optional[ElectraSettings] = None) -> nn.Module:
+  """The pre-training model of `targets`: ElectraForPreTraining for ("electra",), else BertForPreTraining."""
+  targets = validate_targets(targets)
+  if TARGET in targets:
+    settings = electra or ElectraSettings()
+    return ElectraForPreTraining(config, generator_config(config, settings), disc_weight=settings.disc_weight,
+                                 temperature=settings.temperature)
+  return BertForPreTraining(config, targets=targets)
