@@ -94,9 +94,16 @@ def get_config(arg=None):
                                                    # table): pairs, long sentences, control chars, mask count
   config.data.masked_lm_prob = 0.15                # share of tokens selected for prediction (dynamic masking)
   config.data.short_seq_prob = 0.1                 # share of shorter sequences (raw text)
-  config.data.do_whole_word_mask = False           # whole-word masking from ## pieces (dynamic masking; records
-                                                   # with word_continuation are re-masked by words anyway)
-  config.data.chinese_whole_word_mask = False      # word boundaries from jieba for Chinese (raw text)
+  config.data.masking_strategy = "token"           # token | whole_word | span (dynamic masking): single tokens,
+                                                   # whole words (## pieces, jieba or the records' word
+                                                   # boundaries) or SpanBERT spans of whole words; 80/10/10
+                                                   # per token, per span for span (input_pipeline/masking.py)
+  config.data.span_geo_p = 0.2                     # span: length l words with P ~ p (1-p)^(l-1) (SpanBERT: 0.2)
+  config.data.span_max_length = 10                 # span: lengths truncated at this many words (mean 3.8)
+  config.data.do_whole_word_mask = False           # Google's flag name, an alias of masking_strategy=whole_word
+                                                   # (records with word_continuation are re-masked by words)
+  config.data.chinese_whole_word_mask = False      # word boundaries from jieba for Chinese (raw text); turns
+                                                   # masking_strategy=token into whole_word
   config.data.pair_mode = "nsp"                    # nsp | sop: how sentence pairs are labelled
   config.data.pack_sequences = False               # raw text: full-length rows across documents, no pairs,
                                                    # no padding (RoBERTa FULL-SENTENCES; needs targets=("mlm",))
@@ -155,6 +162,22 @@ def get_config(arg=None):
   config.distributed.num_processes = -1            # -1 = auto
   config.distributed.process_id = -1               # -1 = auto
   config.distributed.cpu_collectives = "gloo"      # CPU cross-process collectives (local multi-process runs)
+  # A host silent this long is dead: the others print one line and exit 75 (retryable). JAX's own default is
+  # 100 s (its abort: SIGABRT); 60 s = 10 missed beats (one every 6 s), detection within about a minute,
+  # above a GC or file-system pause. JAX's heartbeat is set 30 s later, as the backstop.
+  config.distributed.heartbeat_timeout_s = 60.0
+
+  # Step watchdog (bert_jax/training/watchdog.py): a host with no finished step for max(min_s, step_factor x
+  # median step time) (+ an allowance while compiling, evaluating or checkpointing) dumps its threads' stacks,
+  # names the stalled host and phase and exits 75, so that no host waits forever on a stuck one.
+  config.watchdog = ml_collections.ConfigDict()
+  config.watchdog.enable = "auto"                  # auto: on for multi-host runs | True | False
+  config.watchdog.step_factor = 10.0               # 10x the median: input hiccups and GC pauses pass
+  config.watchdog.min_s = 300.0                    # floor: a slow shared file system's minute-long stall passes
+  config.watchdog.compile_s = 1800.0               # + while the first step of a phase compiles (large/pod: ~10 min)
+  config.watchdog.eval_s = 1800.0                  # + per evaluation (eval_steps batches, its own compile)
+  config.watchdog.checkpoint_s = 1800.0            # + per checkpoint save (large + Adam on gs://: minutes)
+  config.watchdog.fault = ""                       # tests only: "stall_data@STEP:HOST" | "die_in_save@STEP:HOST"
 
   if opts["preset"] == "bert_paper":
     # Devlin et al. 2019: 256 seqs x 512 tokens (128k tokens) per step, 1M steps, Adam lr 1e-4, 10k warmup,

@@ -48,6 +48,7 @@ from bert_jax.training.checkpoints import config_to_dict
 from bert_jax.training import train_step as ts
 from bert_jax.training import validation as v
 from bert_jax.training import workdir as workdir_lib
+from bert_jax.training.watchdog import GuardSettings, resolve_guard
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +150,7 @@ class PretrainPlan:
   peak_flops_per_device: float
   progress_bar: bool
   compilation_cache_dir: str
+  guard: GuardSettings               # dead/stuck-host detection (training/watchdog.py)
   config: Dict[str, Any]             # the run config as asked (config.json)
 
   def phase_at(self, step: int) -> Optional[Phase]:
@@ -157,7 +159,7 @@ class PretrainPlan:
   def to_dict(self) -> dict:
     out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "config"}
     out["electra"] = dataclasses.asdict(self.electra) if self.electra else None
-    out.update(model=self.model.to_dict(), data=dataclasses.asdict(self.data),
+    out.update(model=self.model.to_dict(), data=dataclasses.asdict(self.data), guard=dataclasses.asdict(self.guard),
                optimizer=dataclasses.asdict(self.optimizer), phases=[dataclasses.asdict(p) for p in self.phases])
     return json.loads(json.dumps(out, default=list))
 
@@ -191,6 +193,7 @@ class PretrainPlan:
         ("checkpoints", f"every {self.checkpoint_every_steps} steps, keep {self.keep_checkpoints}; log every "
                         f"{self.log_every_steps}" + (f"; eval {self.eval_steps} batches every "
                                                      f"{self.eval_every_steps}" if self.data.eval_input_files else "")),
+        ("hosts", self.guard.describe()),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"  {k:<{width}}  {val}" for k, val in rows)
@@ -344,4 +347,5 @@ def resolve_pretrain(config, workdir: Optional[str], *, num_devices: Optional[in
       eval_steps=int(config.eval_steps), peak_flops_per_device=float(config.peak_flops_per_device),
       progress_bar=bool(config.progress_bar),
       compilation_cache_dir=str(config.get("compilation_cache_dir", "auto")),
+      guard=resolve_guard(config, process_count),
       config=config_to_dict(config))

@@ -37,6 +37,12 @@ than model_config.json and an init_checkpoint of another vocab size.
 Signals: SIGINT (Ctrl-C) and SIGTERM (single process), or the JAX preemption sync point (multi-host), save a
 checkpoint at the current step, wait for it and raise bert_jax.errors.Interrupted(signum, step) (the entry
 point exits 128 + signum: 130 / 143). A second Ctrl-C while that checkpoint is written aborts at once.
+Multi-host, SIGTERM on any one host reaches every host through that sync point: all save the same step.
+
+Dead, frozen or stuck hosts (training/watchdog.py, HostGuard): every host publishes a heartbeat with its
+step and phase; a host silent for config.distributed.heartbeat_timeout_s, or no finished step for the step
+watchdog's limit, ends every host with one `error: host 1 of 2 stopped responding during step 41; newest
+complete checkpoint: step 40; restart all hosts to resume` line and exit code 75 (errors.RETRYABLE_EXIT_CODE).
 """
 
 from __future__ import annotations
@@ -55,12 +61,12 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
-from bert_jax.errors import Interrupted
+from bert_jax.errors import Interrupted, UserError
 from bert_jax.input_pipeline import fileio, pretrain_dataset
 from bert_jax.models import pretraining_model
 from bert_jax.pretrained import load_pretrained, params_dir
 from bert_jax.pretrained.load import CHECKPOINT_SUBDIR, merge_params
-from bert_jax.training import checkpoints, compile_cache, flops, optimizers, sharding, timing
+from bert_jax.training import checkpoints, compile_cache, flops, optimizers, sharding, timing, watchdog
 from bert_jax.training import train_step as ts
 from bert_jax.training import workdir as workdir_lib
 from bert_jax.training.metric_writer import MetricWriter, read_jsonl, truncate_after
@@ -85,6 +91,7 @@ def maybe_initialize_distributed(config) -> None:
     kwargs["num_processes"] = int(d.num_processes)
   if int(d.process_id) >= 0:
     kwargs["process_id"] = int(d.process_id)
+  kwargs.update(watchdog.distributed_init_kwargs(config))     # JAX's heartbeat: the backstop behind ours
   jax.distributed.initialize(**kwargs)
   log.info("jax.distributed: process %d of %d, %d local / %d global devices", jax.process_index(),
            jax.process_count(), jax.local_device_count(), jax.device_count())
@@ -238,11 +245,12 @@ class _Run:
   schedule: Any
   batch_sharding: Any
   signals: workdir_lib.StopSignals
-  guard: ts.NonFiniteGuard
+  nonfinite: ts.NonFiniteGuard
   clock: timing.StartupClock
   start_step: int
   progress: Optional[tqdm]
   peak_flops: Optional[float]
+  guard: watchdog.HostGuard
   last: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -258,6 +266,30 @@ def _train(plan: PretrainPlan) -> Dict[str, Any]:
   tx, schedule = optimizers.make_optimizer(plan.optimizer, plan.num_train_steps, plan.warmup_steps)
   abstract, shardings = ts.abstract_train_state(plan, model, mesh, tx)
   train_step = ts.make_train_step(plan, model, tx, mesh, shardings)
+  # Dead or stuck hosts end the run with one line and exit 75 (training/watchdog.py); from here on, since
+  # start-up (restore, compile, the first batch) can hang on a peer too.
+  guard = watchdog.HostGuard(plan.guard, ckpt.directory).start()
+  outcome = "failed"
+  try:
+    step, last = _run_phases(plan, ckpt, model, mesh, tx, train_step, abstract, shardings, batch_sharding,
+                             schedule, guard)
+    outcome = "done"
+  except Interrupted:
+    outcome = "stopped"
+    raise
+  except Exception as e:
+    if not isinstance(e, UserError):     # e.g. a collective that lost its peer: name the host, exit 75
+      guard.await_verdict(e)
+    raise
+  finally:
+    guard.stop(outcome)
+  plot_loss_curve(plan.workdir)
+  return dict(last, step=step)
+
+
+def _run_phases(plan, ckpt, model, mesh, tx, train_step, abstract, shardings, batch_sharding, schedule,
+                guard) -> tuple:
+  """Start-up, then the phases' steps from the resumed one: (final step, last logged metrics)."""
   state, step, opened, clock = _start(plan, ckpt, model, mesh, tx, train_step, abstract, batch_sharding)
   progress = (tqdm(total=plan.num_train_steps, initial=step, desc="pretrain", dynamic_ncols=True)
               if jax.process_index() == 0 and plan.progress_bar else None)
@@ -265,15 +297,17 @@ def _train(plan: PretrainPlan) -> Dict[str, Any]:
              schedule, batch_sharding, workdir_lib.StopSignals(ckpt),
              ts.NonFiniteGuard(plan.nan_policy, plan.max_consecutive_nonfinite, checkpoint=ckpt.latest_step),
              clock, step, progress,
-             flops.peak_flops_per_device(dtype=plan.model.dtype, override=plan.peak_flops_per_device))
+             flops.peak_flops_per_device(dtype=plan.model.dtype, override=plan.peak_flops_per_device), guard)
   try:
     for phase in plan.phases:
       if phase.end <= step:
         continue
       data, first = opened if opened is not None else (open_data(plan, phase, start_step=step - phase.start), None)
       opened = None
+      data = guard.wrap_data(data, step + (2 if first is not None else 1))
       log.info("%s: starting at step %d (batch %d of this phase)", phase, step, step - phase.start)
       state, step = _train_phase(run, phase, state, step, data, first)
+    guard.enter("finish")
     ckpt.wait()
   finally:
     run.signals.restore()
@@ -281,19 +315,22 @@ def _train(plan: PretrainPlan) -> Dict[str, Any]:
       progress.close()
     run.writer.close()
     ckpt.close()
-  plot_loss_curve(plan.workdir)
-  return dict(run.last, step=step)
+  return step, run.last
 
 
 def _train_phase(run: _Run, phase: Phase, state, step: int, data, first) -> tuple:
   """Steps [step, phase.end): train, and at the sync points log, checkpoint, evaluate or stop."""
   plan, acc, window = run.plan, None, timing.StepWindow()
+  guard = run.guard
   while step < phase.end:
+    guard.enter("data", step)
     batch = first if first is not None else to_global(next(data), run.batch_sharding)
     first = None
+    guard.enter("compile" if window.start is None else "step")
     state, metrics = run.train_step(state, batch)
     step += 1
     acc = ts.merge_metrics(acc, metrics)
+    synced = window.start is None
     if window.start is None:            # one sync after the phase's first step: compilation is not throughput
       jax.block_until_ready(metrics)
       window.synced()
@@ -309,21 +346,29 @@ def _train_phase(run: _Run, phase: Phase, state, step: int, data, first) -> tupl
       summary = ts.normalize(acc)
       if summary.get("nonfinite_count"):
         run.ckpt.wait()
-      run.guard.check(summary, step, run.start_step)
+      run.nonfinite.check(summary, step, run.start_step)
+      synced = True
+    guard.step_done(step, synced=synced)
     if do_log:
       _log_window(run, phase, step, summary, window)
       acc = None
     if do_ckpt:
+      guard.enter("checkpoint")
       run.ckpt.save(step, state, {"scan_layers": plan.model.scan_layers, "data": data.state(),
                                   "mesh": list(plan.mesh_shape), "process_count": jax.process_count(),
                                   "model_config": plan.model.to_dict()}, force=at_end or preempted)
+      guard.after_save(step)
+      guard.progress()
     if plan.data.eval_input_files and plan.eval_every_steps > 0 and (
         step % plan.eval_every_steps == 0 or step == plan.num_train_steps):
+      guard.enter("eval")
       ev = evaluate(plan, run.eval_step, state.params, phase, run.batch_sharding)
       run.writer.write(step, ev, filename="eval_metrics.jsonl", tb_prefix="eval/")
       run.last.update(ev)
       window.reset()                    # seq/s measures training steps only
+      guard.progress()
     if preempted:
+      guard.enter("checkpoint")
       run.ckpt.wait()
       log.warning("stopped at step %d: checkpoint saved, exiting", step)
       raise Interrupted(run.signals.signum or signal.SIGTERM, step)

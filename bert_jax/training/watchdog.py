@@ -1,0 +1,414 @@
+"""Dead, stuck and preempted hosts: end a multi-host run in about a minute with one line and a retryable code.
+
+JAX is fail-together: when one process of a `jax.distributed` job dies, the others are meant to die too. Left
+alone they do it badly: a collective that lost a participant raises `Gloo AllGather failed ... Connection
+reset` and the process then waits for the dead host in `jax.distributed.shutdown` (5 min); or the
+coordination service aborts the survivors after its heartbeat timeout (SIGABRT, 100 s by default, with a page
+of loaded extension modules as the last output); and a host that is alive but stuck (a blocked data
+iterator, a hung file system) hangs every other host without any limit. `HostGuard` replaces all three:
+
+    guard = HostGuard(settings, checkpoint_dir).start()   # settings: resolve_guard(config, process_count)
+    guard.enter("data", step); batch = next(data)         # what the main thread is doing, for the messages
+    guard.enter("step", step); ...                        # and for the phase's allowance
+    guard.step_done(step, synced=True)                    # progress (synced: the host waited for the device)
+    guard.stop("done")                                    # a clean end (or "stopped", "failed")
+
+Two daemon threads:
+  - heartbeats (multi-host only): every heartbeat_timeout_s / 10, this host's record {beat, step, phase} goes
+    to the coordination service's key-value store (`bert_jax/guard/<process>`) and every host's record is
+    read back. A peer whose record has not changed for `heartbeat_timeout_s` is dead (or frozen: SIGSTOP);
+    on a host other than 0, a key-value store that has not answered for that long means host 0 (the
+    coordinator) is gone. Changes are timed on this host's monotonic clock: no clock agreement needed.
+  - the check, twice a second: a dead peer as above, a peer that reported a fatal exit (its line is
+    repeated, so every host prints the same reason), and the step watchdog: no step finished on this host
+    for max(min_s, step_factor x the median step time x the steps since the last device sync), plus
+    compile_s while the first step of a phase compiles, eval_s while evaluating, checkpoint_s while saving.
+
+Either way the host prints every thread's stack (faulthandler; for a stall), then ONE line,
+  error: host 1 of 2 stopped responding during step 41; newest complete checkpoint: step 40; restart all
+  hosts to resume
+and exits with `errors.RETRYABLE_EXIT_CODE` (75, EX_TEMPFAIL) through `os._exit`: no `atexit` wait for the
+dead peer, no Orbax save left waiting for it. launch/tpu_pod.sh (supervised) and launch/slurm_gpu.sbatch
+restart or requeue on 75 as on 143. The half-written checkpoint a dying host leaves is an Orbax temporary
+directory (`<step>.orbax-checkpoint-tmp-*` locally, no `commit_success.txt` on gs://): never a step, never
+restored, deleted when the next run opens its Checkpointer.
+
+JAX's own coordination-service heartbeat is set to `heartbeat_timeout_s + JAX_HEARTBEAT_MARGIN_S`
+(distributed_init_kwargs): it stays the backstop (SIGABRT) if this process cannot act at all.
+
+Fault injection for the tests (config.watchdog.fault, "" in real runs, shown in the plan when set):
+  "stall_data@STEP:HOST"  host HOST's data iterator blocks for good before the batch of step STEP (alive:
+                          its heartbeats continue; only the step watchdog can notice)
+  "die_in_save@STEP:HOST" host HOST SIGKILLs itself right after the checkpoint save of step STEP started
+                          (its files half-written, never committed)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import faulthandler
+import json
+import logging
+import os
+import signal
+import statistics
+import sys
+import threading
+import time
+from collections import deque
+from typing import Dict, Optional
+
+import jax
+
+from bert_jax.errors import RETRYABLE_EXIT_CODE, UserError
+from bert_jax.input_pipeline import checks, fileio
+
+log = logging.getLogger(__name__)
+
+KEY_PREFIX = "bert_jax/guard/"
+JAX_HEARTBEAT_MARGIN_S = 30     # JAX's own heartbeat fires this much later: ours gives the one-line outcome
+FINAL_PHASES = ("done", "stopped", "failed")
+FAULT_KINDS = ("stall_data", "die_in_save")
+
+
+# ---- settings (resolved once, by the plan; the heartbeat timeout also before jax.distributed starts) -------
+@dataclasses.dataclass(frozen=True)
+class Fault:
+  """An injected fault (tests only): `kind` on host `process` at step `step`."""
+  kind: str
+  step: int
+  process: int
+
+  def __str__(self):
+    return f"{self.kind}@{self.step}:{self.process}"
+
+
+@dataclasses.dataclass(frozen=True)
+class GuardSettings:
+  """config.distributed.heartbeat_timeout_s and config.watchdog.*, resolved."""
+  heartbeat_timeout_s: float
+  watchdog: bool                 # the step watchdog runs (heartbeats run on every multi-host run)
+  step_factor: float
+  min_s: float
+  compile_s: float
+  eval_s: float
+  checkpoint_s: float
+  fault: Optional[Fault]
+
+  def describe(self) -> str:
+    out = f"heartbeat timeout {self.heartbeat_timeout_s:g} s; " + (
+        f"step watchdog {self.step_factor:g} x median step, floor {self.min_s:g} s (+ compile {self.compile_s:g} "
+        f"s, eval {self.eval_s:g} s, checkpoint {self.checkpoint_s:g} s)" if self.watchdog else "step watchdog off")
+    return out + (f"; FAULT INJECTION {self.fault}" if self.fault else "")
+
+
+def heartbeat_timeout(config) -> float:
+  """config.distributed.heartbeat_timeout_s, checked (also read before the plan, by jax.distributed's start)."""
+  checks.check_range(config, "distributed.heartbeat_timeout_s", lo=2)
+  return float(config.distributed.get("heartbeat_timeout_s", 60))
+
+
+def distributed_init_kwargs(config) -> Dict[str, int]:
+  """jax.distributed.initialize's heartbeat argument: ours plus a margin, so this module acts first."""
+  return {"heartbeat_timeout_seconds": int(heartbeat_timeout(config) + JAX_HEARTBEAT_MARGIN_S)}
+
+
+def parse_fault(text: str, process_count: int, field: str = "config.watchdog.fault") -> Optional[Fault]:
+  """"KIND@STEP:HOST" -> Fault; "" -> None; UserError naming the field otherwise."""
+  text = str(text or "").strip()
+  if not text:
+    return None
+  try:
+    kind, rest = text.split("@", 1)
+    step, process = (int(x) for x in rest.split(":", 1))
+  except ValueError:
+    raise UserError(f"{field}={text!r}: expected KIND@STEP:HOST, e.g. stall_data@25:1 (or \"\")") from None
+  if kind not in FAULT_KINDS:
+    raise UserError(f"{field}={text!r}: unknown fault {kind!r}; expected one of {', '.join(FAULT_KINDS)}")
+  if not (step >= 1 and 0 <= process < process_count):
+    raise UserError(f"{field}={text!r}: expected a step >= 1 and a host in [0, {process_count})")
+  return Fault(kind, step, process)
+
+
+def resolve_guard(config, process_count: int) -> GuardSettings:
+  """The guard's settings from config.distributed / config.watchdog (UserError naming the field)."""
+  hb = heartbeat_timeout(config)
+  w = config.get("watchdog")
+  if w is None:
+    return GuardSettings(hb, process_count > 1, 10.0, 300.0, 1800.0, 1800.0, 1800.0, None)
+  enable = str(w.get("enable", "auto")).lower()
+  if enable not in ("auto", "true", "false"):
+    raise UserError(f"config.watchdog.enable={w.enable!r}; expected auto, true or false")
+  checks.check_range(config, "watchdog.step_factor", lo=1)
+  for name in ("min_s", "compile_s", "eval_s", "checkpoint_s"):
+    checks.check_range(config, f"watchdog.{name}", lo=0)
+  on = process_count > 1 if enable == "auto" else enable == "true"
+  return GuardSettings(hb, on, float(w.step_factor), float(w.min_s), float(w.compile_s), float(w.eval_s),
+                       float(w.checkpoint_s), parse_fault(w.get("fault", ""), process_count))
+
+
+# ---- checkpoints as a dying host leaves them ---------------------------------------------------------------
+def complete_checkpoint_steps(directory: str) -> list:
+  """Steps under `directory` that Orbax committed: integer names (a save in progress or interrupted is
+  `<step>.orbax-checkpoint-tmp-*`); on object stores, with commit_success.txt."""
+  try:
+    names = fileio.listdir(directory)
+  except Exception:  # noqa: BLE001 - no directory yet
+    return []
+  steps = []
+  for name in names:
+    name = name.rstrip("/")
+    if name.isdigit() and (not fileio.is_remote(directory)
+                           or fileio.exists(fileio.join(directory, name, "commit_success.txt"))):
+      steps.append(int(name))
+  return sorted(steps)
+
+
+def _newest_checkpoint(directory: str) -> str:
+  steps = complete_checkpoint_steps(directory) if directory else []
+  return f"step {steps[-1]}" if steps else "none (the run restarts from step 0)"
+
+
+# ---- fault injection ------------------------------------------------------------------------------------------
+class _StallingData:
+  """This host's data iterator, except that the batch of step `fault.step` never comes."""
+
+  def __init__(self, data, next_step: int, fault: Fault):
+    self._data, self._next_step, self._fault = data, next_step, fault
+
+  def __iter__(self):
+    return self
+
+  def __next__(self):
+    if self._next_step == self._fault.step:
+      log.warning("fault injection %s: the data iterator blocks for good", self._fault)
+      threading.Event().wait()          # blocks; its stack names this frame
+    self._next_step += 1
+    return next(self._data)
+
+  def __getattr__(self, name):
+    return getattr(self._data, name)
+
+
+# ---- the guard -------------------------------------------------------------------------------------------
+class HostGuard:
+  """See the module docstring. One per run; every method is cheap (the main thread calls them per step)."""
+
+  def __init__(self, settings: GuardSettings, checkpoint_dir: str = "", *, process_index: Optional[int] = None,
+               process_count: Optional[int] = None, client=None, stream=None):
+    self.settings = settings
+    self.checkpoint_dir = checkpoint_dir
+    self.index = jax.process_index() if process_index is None else process_index
+    self.count = jax.process_count() if process_count is None else process_count
+    self._client = client
+    self._stream = stream
+    self.multi_host = self.count > 1
+    self.beat_s = max(0.25, settings.heartbeat_timeout_s / 10)
+    now = time.monotonic()
+    self.step, self.phase = 0, "start"
+    self._phase_since = now
+    self._last_progress = now
+    self._last_sync, self._last_sync_step = now, 0
+    self._synced_step = 0
+    self._window_clean = False
+    self._per_step = deque(maxlen=50)
+    self._peers: Dict[int, dict] = {}
+    self._peer_changed: Dict[int, float] = {i: now for i in range(self.count) if i != self.index}
+    self._peer_final_since: Dict[int, float] = {}
+    self._kv_ok = now
+    self._stop = threading.Event()
+    self._fired = threading.Lock()
+    self._threads = []
+
+  # -- the main thread's reports --
+  def enter(self, phase: str, step: Optional[int] = None) -> None:
+    """The main thread starts `phase` ("compile", "data", "step", "checkpoint", "eval", "finish")."""
+    if phase != self.phase:
+      self.phase, self._phase_since = phase, time.monotonic()
+      if phase in ("compile", "eval", "checkpoint"):
+        self._window_clean = False
+    if step is not None:
+      self.step = int(step)
+
+  def step_done(self, step: int, synced: bool = False) -> None:
+    """Step `step` was dispatched (synced: and the host has waited for it on the device)."""
+    now = time.monotonic()
+    self.step = int(step)
+    self._last_progress = now
+    if synced:
+      n = step - self._last_sync_step
+      if self._window_clean and n > 0:
+        self._per_step.append((now - self._last_sync) / n)
+      self._last_sync, self._last_sync_step, self._window_clean = now, step, True
+      self._synced_step = step
+
+  def progress(self) -> None:
+    """Progress that is not a step (an evaluation batch, a checkpoint written)."""
+    self._last_progress = time.monotonic()
+
+  def wrap_data(self, data, next_step: int):
+    """`data`, or with the stall_data fault on this host, an iterator that blocks at the fault's step."""
+    f = self.settings.fault
+    if f is not None and f.kind == "stall_data" and f.process == self.index:
+      return _StallingData(data, next_step, f)
+    return data
+
+  def after_save(self, step: int) -> None:
+    """Called right after a checkpoint save of `step` started (asynchronously)."""
+    f = self.settings.fault
+    if f is not None and f.kind == "die_in_save" and f.process == self.index and f.step == step:
+      self._err().write(f"fault injection {f}: SIGKILL during the save of step {step}\n")
+      self._err().flush()
+      os.kill(os.getpid(), signal.SIGKILL)
+
+  # -- limits --
+  def limit(self) -> float:
+    """Seconds without progress after which the watchdog fires, in the current phase."""
+    s = self.settings
+    base = s.min_s
+    if self._per_step:
+      pending = max(1, self.step + 1 - self._synced_step)
+      base = max(base, s.step_factor * statistics.median(self._per_step) * pending)
+    extra = {"compile": s.compile_s, "eval": s.eval_s, "checkpoint": s.checkpoint_s,
+             "start": s.compile_s, "finish": s.checkpoint_s,
+             "failed-step": s.heartbeat_timeout_s + 5}.get(self.phase, 0.0)
+    return base + extra
+
+  # -- threads --
+  def start(self) -> "HostGuard":
+    if self.multi_host:
+      if self._client is None:
+        from jax._src import distributed  # pylint: disable=g-import-not-at-top  jax exposes no public client
+        self._client = distributed.global_state.client
+      self._threads.append(threading.Thread(target=self._beat_loop, name="host-guard-heartbeat", daemon=True))
+    if self.multi_host or self.settings.watchdog:
+      self._threads.append(threading.Thread(target=self._check_loop, name="host-guard-check", daemon=True))
+    for t in self._threads:
+      t.start()
+    return self
+
+  def stop(self, final_phase: str = "done") -> None:
+    """Stops checking; tells the peers this host ended (`done`, `stopped` or `failed`) so they do not
+    take its silence for a death."""
+    self.enter(final_phase)
+    self._stop.set()
+    if self.multi_host and self._client is not None:
+      try:
+        self._publish()
+      except Exception:  # noqa: BLE001 - the coordinator may be gone already
+        pass
+
+  def _publish(self, **extra) -> None:
+    self._beats = getattr(self, "_beats", 0) + 1
+    record = dict(beat=self._beats, step=self.step, phase=self.phase, **extra)
+    self._client.key_value_set(f"{KEY_PREFIX}{self.index}", json.dumps(record), True)
+
+  def _beat_loop(self) -> None:
+    warned = False
+    while not self._stop.is_set():
+      try:
+        self._publish()
+        entries = self._client.key_value_dir_get(KEY_PREFIX)
+        now = time.monotonic()
+        self._kv_ok = now
+        for key, value in entries:
+          i = int(key.rstrip("/").rsplit("/", 1)[-1])
+          if i == self.index:
+            continue
+          record = json.loads(value)
+          if record != self._peers.get(i):
+            self._peers[i] = record
+            self._peer_changed[i] = now
+      except Exception as e:  # noqa: BLE001 - the key-value store unreachable: timed by the check thread
+        if not warned:
+          log.warning("host guard: the coordination service did not answer (%s)", e)
+          warned = True
+      self._stop.wait(self.beat_s)
+
+  def _check_loop(self) -> None:
+    while not self._stop.wait(0.5):
+      verdict = self.verdict()
+      if verdict is not None:
+        self.fire(*verdict)
+
+  def verdict(self):
+    """(message, dump_stacks) when this host must stop now, else None."""
+    now, s = time.monotonic(), self.settings
+    during = f"during step {self.step + 1}"
+    if self.multi_host:
+      for i, changed in self._peer_changed.items():
+        record = self._peers.get(i, {})
+        if record.get("exit"):
+          return f"host {i} of {self.count}: {record['exit']}", False
+        if record.get("phase") in FINAL_PHASES:
+          since = self._peer_final_since.setdefault(i, now)
+          if record["phase"] == "failed" and now - since > 2 * self.beat_s + 1:
+            return (f"host {i} of {self.count} stopped with an error at step {record.get('step')} (see its "
+                    f"log) {during}"), False
+          continue
+        if now - changed > s.heartbeat_timeout_s:
+          return (f"host {i} of {self.count} stopped responding {during} (no heartbeat for "
+                  f"{now - changed:.0f} s; its last report: {record.get('phase', 'start')} at step "
+                  f"{record.get('step', 0)})"), False
+      if self.index != 0 and now - self._kv_ok > s.heartbeat_timeout_s:
+        return (f"host 0 of {self.count} (the coordinator) stopped responding {during} (no answer for "
+                f"{now - self._kv_ok:.0f} s)"), False
+    if s.watchdog and self.phase not in FINAL_PHASES:
+      idle, limit = now - self._last_progress, self.limit()
+      if idle > limit:
+        return self._stall_message(idle, limit), True
+    return None
+
+  def _stall_message(self, idle: float, limit: float) -> str:
+    here = f"host {self.index} of {self.count}"
+    mine = f"in {self.phase} at step {self.step + 1}"
+    stuck = [(r.get("step", 0), i, r.get("phase")) for i, r in self._peers.items()
+             if r.get("phase") not in FINAL_PHASES and r.get("phase") not in ("step", None)
+             and r.get("step", 0) <= self.step]
+    if self.phase in ("step",) and stuck:
+      step, i, phase = min(stuck)
+      who = f"host {i} of {self.count} is stuck in {phase} at step {step + 1} (its stacks are in its log); " \
+            f"{here} waited {mine}"
+    else:
+      who = f"{here} stalled {mine}"
+    return f"{who}: no step finished for {idle:.0f} s (watchdog limit {limit:.0f} s; thread stacks above)"
+
+  def _err(self):
+    return self._stream or sys.stderr
+
+  def fire(self, message: str, dump_stacks: bool) -> None:
+    """Prints the stacks (a stall) and the one line, tells the peers, exits RETRYABLE_EXIT_CODE."""
+    if not self._fired.acquire(blocking=False):
+      return
+    err = self._err()
+    line = (f"{message}; newest complete checkpoint: {_newest_checkpoint(self.checkpoint_dir)}; restart all "
+            "hosts to resume")
+    try:
+      sys.stdout.flush()
+      if dump_stacks:
+        err.write(f"host guard: every thread's stack on host {self.index} of {self.count}:\n")
+        err.flush()
+        faulthandler.dump_traceback(file=err, all_threads=True)
+      if self.multi_host and self._client is not None:
+        try:
+          self._publish(exit=line.split("; newest", 1)[0])
+        except Exception:  # noqa: BLE001 - best effort: the peers time out otherwise
+          pass
+      err.write(f"error: {line}\n")
+      err.flush()
+    finally:
+      os._exit(RETRYABLE_EXIT_CODE)   # no atexit: jax.distributed.shutdown would wait for the dead peer
+
+  def await_verdict(self, error: BaseException) -> None:
+    """The main thread's step failed (`error`, e.g. a collective that lost a peer): wait up to one heartbeat
+    timeout for the guard to find the cause (then the process exits from the check thread); returns if
+    every host still looks alive, and the caller re-raises."""
+    if not (self.multi_host and self._threads):
+      return
+    log.info("step failed on host %d (%s: %s); checking that every host is alive (up to %.0f s)", self.index,
+             type(error).__name__, str(error).splitlines()[0][:200] if str(error) else "",
+             self.settings.heartbeat_timeout_s)
+    self.enter("failed-step")
+    deadline = time.monotonic() + self.settings.heartbeat_timeout_s + 2 * self.beat_s + 1
+    while time.monotonic() < deadline:
+      time.sleep(0.25)
