@@ -120,7 +120,7 @@ def test_dynamic_masking_undoes_stored_masks_and_remasks_each_epoch(google_files
 def test_masking_op_is_the_same_eagerly_and_inside_tf_data(google_files, vocab_file):
   files, _ = google_files
   vocab = tokenization.load_vocab(vocab_file)
-  mask_fn = pretrain_dataset._make_mask_fn(vocab, T, P, 0.15, False, seed=5, stored_continuation=False)
+  mask_fn = pretrain_dataset._make_mask_fn(vocab, T, P, 0.15, "token", seed=5, stored_continuation=False)
   batch = next(iter(pretrain_dataset.read_google_tfrecord(files, T, P).batch(16)))
   eager = mask_fn(tf.constant(7, tf.int64), batch)
   ds = tf.data.Dataset.from_tensors((tf.constant(7, tf.int64), batch)).map(mask_fn)

@@ -4,7 +4,7 @@ r"""Offline pre-training data: raw text -> masked NSP/SOP instances -> TFRecords
         --input_file='corpus/*.txt' --output_file=out/train.tfrecord --num_output_shards=8 \
         --vocab_file=vocab.txt --do_lower_case --max_seq_length=128 --max_predictions_per_seq=20 \
         --masked_lm_prob=0.15 --short_seq_prob=0.1 --dupe_factor=10 --random_seed=12345 \
-        [--do_whole_word_mask] [--chinese_wwm] [--pair_mode=sop] [--google_exact]
+        [--masking_strategy=token|whole_word|span] [--chinese_wwm] [--pair_mode=sop] [--google_exact]
 
 Flags follow google-research/bert's `create_pretraining_data.py` (same names and defaults); additions:
 `--num_output_shards`, `--pair_mode nsp|sop`, `--chinese_wwm` (jieba word boundaries, Chinese BERT-wwm),
@@ -19,8 +19,10 @@ Google's control-character set (Cc/Cf only), replacement tokens from the whole v
 
 Input: one sentence per line, a blank line between documents. Output features (see `tfrecord_io`):
 input_ids, input_mask, segment_ids, masked_lm_positions, masked_lm_ids, masked_lm_weights,
-next_sentence_labels; plus word_continuation with `--chinese_wwm` or `--do_whole_word_mask` (1 where a token
-continues the previous token's word, so dynamic re-masking keeps whole words; Google's reader ignores it).
+next_sentence_labels; plus word_continuation with `--chinese_wwm` or `--masking_strategy=whole_word|span` (1
+where a token continues the previous token's word, so dynamic re-masking keeps whole words; Google's reader
+ignores it). `--do_whole_word_mask` (Google's flag) is the old name of `--masking_strategy=whole_word`; span
+masking (SpanBERT: `--span_geo_p=0.2 --span_max_length=10`) is described in masking.py.
 
 Pipeline (each step vectorised or in Rust; see `experiments/bench_input_pipeline.md` for speed):
 read (bad UTF-8 lines skipped and counted) -> tokenize all lines at once (code points classified in numpy,
@@ -65,12 +67,20 @@ class Config:
   masked_lm_prob: float = 0.15
   short_seq_prob: float = 0.1
   do_lower_case: bool = True
-  do_whole_word_mask: bool = False
+  do_whole_word_mask: bool = False         # Google's flag: the old name of masking_strategy="whole_word"
+  masking_strategy: str = "token"          # token | whole_word | span (masking.py)
+  span_geo_p: float = 0.2                  # span lengths in words: P(l) ~ p (1-p)^(l-1), l <= span_max_length
+  span_max_length: int = 10
   chinese_wwm: bool = False
   pair_mode: str = "nsp"
   long_sentence_policy: str = "split"      # "keep" under google_exact
   tokenizer_backend: str = "auto"
   google_exact: bool = False               # Google's rules where ours differ (module docstring)
+
+  @property
+  def word_boundaries(self) -> bool:
+    """Whether the words of each token are tracked (and stored as word_continuation)."""
+    return self.chinese_wwm or self.do_whole_word_mask or self.masking_strategy != "token"
 
   def resolved_long_sentence_policy(self) -> str:
     return "keep" if self.google_exact else self.long_sentence_policy
@@ -207,7 +217,7 @@ def tokenize_documents(documents: List[List[str]], tokenizer: tokenization.FullT
   batch_tok = tokenization.fast_batch_tokenizer(tokenizer, cfg.tokenizer_backend)
   lines = [s for doc in documents for s in doc]
   ids: List = []
-  conts: Optional[List] = [] if (cfg.chinese_wwm or cfg.do_whole_word_mask) else None
+  conts: Optional[List] = [] if cfg.word_boundaries else None
   cont_table = masking.continuation_table(tokenizer.vocab)
   cut = jieba_segmenter()[1] if cfg.chinese_wwm else None
   bar = _progress(total=len(lines), desc="tokenize", enabled=progress)
@@ -305,7 +315,8 @@ def create_pretraining_data(input_files, output_files: Sequence[str], vocab_file
   masker = masking.Masker(masking.MaskingConfig.from_vocab(
       tokenizer.vocab, masked_lm_prob=cfg.masked_lm_prob,
       max_predictions_per_seq=cfg.max_predictions_per_seq,
-      whole_word_mask=cfg.do_whole_word_mask or cfg.chinese_wwm, google_exact=cfg.google_exact))
+      strategy="whole_word" if cfg.masking_strategy == "token" and cfg.word_boundaries else cfg.masking_strategy,
+      span_geo_p=cfg.span_geo_p, span_max_length=cfg.span_max_length, google_exact=cfg.google_exact))
   np_rng = np.random.default_rng(cfg.random_seed)
   n_masked = n_cand = 0
   writer = tfrecord_io.ShardedWriter(output_files)
@@ -320,7 +331,7 @@ def create_pretraining_data(input_files, output_files: Sequence[str], vocab_file
       n_cand += float(batch["lengths"].sum() - 3 * len(part))   # non-special tokens
       batch.update(masked)
       arrays = tfrecord_io.google_example_arrays(
-          batch, include_continuation=cfg.chinese_wwm or cfg.do_whole_word_mask)
+          batch, include_continuation=cfg.word_boundaries)
       writer.write(tfrecord_io.encode_examples(arrays))
       bar.update(len(part))
     counts = list(writer.counts)
@@ -356,6 +367,10 @@ def main(argv=None) -> int:
   p.add_argument("--random_seed", type=int, default=12345)
   p.add_argument("--dupe_factor", type=int, default=10)
   p.add_argument("--masked_lm_prob", type=float, default=0.15)
+  p.add_argument("--masking_strategy", choices=masking.STRATEGIES, default="token",
+                 help="token, whole_word (--do_whole_word_mask is its old name) or span (SpanBERT)")
+  p.add_argument("--span_geo_p", type=float, default=0.2, help="span: geometric parameter of the span length")
+  p.add_argument("--span_max_length", type=int, default=10, help="span: longest span, in words")
   p.add_argument("--short_seq_prob", type=float, default=0.1)
   p.add_argument("--num_output_shards", type=int, default=1)
   p.add_argument("--pair_mode", choices=("nsp", "sop"), default="nsp")
@@ -367,12 +382,21 @@ def main(argv=None) -> int:
   if args.google_exact and args.long_sentence_policy not in (None, "keep"):
     p.error(f"--google_exact keeps long sentences whole (Google's rule); drop "
             f"--long_sentence_policy={args.long_sentence_policy}")
+  if args.do_whole_word_mask and args.masking_strategy == "span":
+    p.error("--do_whole_word_mask is the old name of --masking_strategy=whole_word; spans are whole words "
+            "already: drop it")
+  try:
+    masking.span_length_probs(args.span_geo_p, args.span_max_length)
+  except ValueError as e:
+    p.error(str(e))
   if args.google_exact and args.pair_mode != "nsp":
     p.error("--google_exact reproduces Google's NSP pairs; drop --pair_mode=sop")
   cfg = Config(max_seq_length=args.max_seq_length, max_predictions_per_seq=args.max_predictions_per_seq,
                random_seed=args.random_seed, dupe_factor=args.dupe_factor,
                masked_lm_prob=args.masked_lm_prob, short_seq_prob=args.short_seq_prob,
                do_lower_case=args.do_lower_case, do_whole_word_mask=args.do_whole_word_mask,
+               masking_strategy="whole_word" if args.do_whole_word_mask else args.masking_strategy,
+               span_geo_p=args.span_geo_p, span_max_length=args.span_max_length,
                chinese_wwm=args.chinese_wwm, pair_mode=args.pair_mode,
                long_sentence_policy=args.long_sentence_policy or "split",
                tokenizer_backend=args.tokenizer_backend, google_exact=args.google_exact)

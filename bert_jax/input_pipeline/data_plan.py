@@ -13,6 +13,10 @@ shows the batches of the same `data` the training loop opens. Each data rule is 
     ([CLS] A [SEP] B [SEP]) and, with the `mlm` target, 1 <= predictions <= length (the position embeddings
     are the model's business: training.plan checks the lengths against them);
   - packed rows (data.pack_sequences) only with targets=("mlm",);
+  - the masking strategy: data.masking_strategy (token | whole_word | span) with data.do_whole_word_mask, the
+    name of Google's flag, as an alias of whole_word (true with span is an error: spans are whole words
+    already) and data.chinese_whole_word_mask (jieba word boundaries) turning token into whole_word; the
+    span law's data.span_geo_p in (0, 1] and data.span_max_length >= 1;
   - every input glob matches a non-empty file; raw text for NSP pairs has at least 2 documents per host (1
     for SOP), read only until that many are found.
 """
@@ -23,7 +27,7 @@ import dataclasses
 from typing import Tuple
 
 from bert_jax.errors import UserError
-from bert_jax.input_pipeline import checks
+from bert_jax.input_pipeline import checks, masking
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,8 +55,10 @@ class PretrainData:
   masking: str                      # auto | static | dynamic
   google_exact: bool
   do_lower_case: bool
-  whole_word_mask: bool
-  chinese_whole_word_mask: bool
+  masking_strategy: str             # token | whole_word | span (aliases resolved: resolve_masking_strategy)
+  span_geo_p: float                 # span: P(length l words) ~ p (1-p)^(l-1), l <= span_max_length
+  span_max_length: int
+  chinese_whole_word_mask: bool     # word boundaries from jieba (whole_word and span)
   masked_lm_prob: float
   short_seq_prob: float
   pair_mode: str                    # nsp | sop (sop when the targets hold sop)
@@ -120,6 +126,25 @@ def _check_fields(config) -> None:
   checks.check_choice(config, "data.pair_mode", ("nsp", "sop"))
 
 
+def resolve_masking_strategy(config) -> str:
+  """data.masking_strategy with its aliases applied (module docstring); UserError for a conflict."""
+  d = config.data
+  strategy = str(d.get("masking_strategy", "token"))
+  checks.check_choice(config, "data.masking_strategy", masking.STRATEGIES)
+  if bool(d.get("do_whole_word_mask", False)):
+    if strategy == "span":
+      raise UserError("config.data.do_whole_word_mask=true with config.data.masking_strategy='span': "
+                      "do_whole_word_mask is the old name of masking_strategy='whole_word', and spans are made "
+                      "of whole words already; drop do_whole_word_mask")
+    strategy = "whole_word"
+  if strategy == "token" and bool(d.get("chinese_whole_word_mask", False)):
+    strategy = "whole_word"
+  if strategy == "span":
+    checks.check_range(config, "data.span_geo_p", lo=0, hi=1, lo_open=True)
+    checks.check_range(config, "data.span_max_length", lo=1, integer=True)
+  return strategy
+
+
 def _check_input_files(config, pair_mode: str, pack: bool, process_count: int) -> None:
   d = config.data
   for key in ("input_files", "eval_input_files"):
@@ -149,11 +174,13 @@ def resolve_data_plan(config, vocab_file: str, process_count: int) -> DataPlan:
     raise UserError(f"config.data.pack_sequences=true makes rows without sentence pairs: set "
                     f"--config.targets='(\"mlm\",)' (got targets={targets})")
   pair_mode = "sop" if "sop" in targets else d.pair_mode
+  strategy = resolve_masking_strategy(config)
   _check_input_files(config, pair_mode, pack, process_count)
   return DataPlan(phases, PretrainData(
       input_files=str(d.input_files), eval_input_files=str(d.eval_input_files), vocab_file=vocab_file,
       per_host_batch_size=int(config.batch_size) // process_count, masking=str(d.get("masking", "auto")),
       google_exact=bool(d.get("google_exact", False)), do_lower_case=bool(d.do_lower_case),
-      whole_word_mask=bool(d.do_whole_word_mask), chinese_whole_word_mask=bool(d.chinese_whole_word_mask),
+      masking_strategy=strategy, span_geo_p=float(d.get("span_geo_p", 0.2)),
+      span_max_length=int(d.get("span_max_length", 10)), chinese_whole_word_mask=bool(d.chinese_whole_word_mask),
       masked_lm_prob=float(d.masked_lm_prob), short_seq_prob=float(d.short_seq_prob), pair_mode=pair_mode,
       pack_sequences=pack, shuffle_buffer=int(d.shuffle_buffer), seed=int(config.seed)))

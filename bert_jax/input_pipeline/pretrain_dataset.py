@@ -25,9 +25,12 @@ Behaviour:
     logged once. "static": the positions, ids and weights stored in the records, exactly (Google's
     `run_pretraining.py`; TFRecords only). "dynamic": a fresh mask every time an example is seen
     (RoBERTa-style): stored masks are undone and the sequence is re-masked (`masking.Masker`, the configured
-    rate / 80-10-10). Records that carry `word_continuation` (written by `create_pretraining_data` with
-    --chinese_wwm or --do_whole_word_mask) are re-masked by whole words, so WWM records stay WWM;
-    `whole_word_mask` adds whole-word masking from "##" pieces.
+    rate / 80-10-10). `masking_strategy`: "token", "whole_word" or "span" (SpanBERT spans of whole words,
+    lengths from the truncated geometric law of `span_geo_p` / `span_max_length`; masking.py). Words are a
+    token plus its "##" pieces, joined with the records' `word_continuation` (written by
+    `create_pretraining_data` with --chinese_wwm or a word strategy) or jieba's words for raw text with
+    `chinese_whole_word_mask`; records that carry word_continuation are re-masked by whole words at least,
+    so WWM records stay WWM.
   - `google_exact=True`: Google's tool's rules for raw text (pairs, long sentences, control characters) and
     for dynamic masks (count rounding, candidates, replacement pool); see create_pretraining_data.
   - Per host: files are split by `process_index`/`process_count` (defaults: `jax.process_index()` /
@@ -231,16 +234,19 @@ def _default_process(process_index, process_count):
   return int(process_index), int(process_count)
 
 
-def _make_mask_fn(vocab, max_seq_length, max_predictions_per_seq, masked_lm_prob, whole_word_mask,
-                  seed, stored_continuation: bool, process_index: int = 0, google_exact: bool = False):
+def _make_mask_fn(vocab, max_seq_length, max_predictions_per_seq, masked_lm_prob, masking_strategy,
+                  seed, stored_continuation: bool, process_index: int = 0, google_exact: bool = False,
+                  span_geo_p: float = 0.2, span_max_length: int = 10):
+  piece_cont = masking_strategy != "token"       # "##" pieces continue a word
+  if stored_continuation and masking_strategy == "token":
+    masking_strategy = "whole_word"             # records written with word boundaries stay whole-word
   cfg = masking_lib.MaskingConfig.from_vocab(vocab, masked_lm_prob=masked_lm_prob,
                                              max_predictions_per_seq=max_predictions_per_seq,
-                                             whole_word_mask=whole_word_mask or stored_continuation,
-                                             google_exact=google_exact)
+                                             strategy=masking_strategy, span_geo_p=span_geo_p,
+                                             span_max_length=span_max_length, google_exact=google_exact)
   masker = masking_lib.Masker(cfg)
   cont_table = masking_lib.continuation_table(vocab)
-  piece_cont = whole_word_mask        # "##" pieces continue a word
-  whole_word_mask = whole_word_mask or stored_continuation
+  whole_word_mask = cfg.uses_words
 
   def np_mask(step, input_ids, input_mask, positions, ids, weights, stored_cont):
     rng = np.random.default_rng([seed & 0xFFFFFFFF, 0x6D61736B, process_index, int(step) & 0xFFFFFFFF,
@@ -318,7 +324,8 @@ def open_dataset(data: PretrainData, max_seq_length: int, max_predictions_per_se
       max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq, vocab_file=data.vocab_file,
       is_training=not evaluation, seed=data.seed + 1000 * phase_index + (EVAL_SEED_OFFSET if evaluation else 0),
       masking=data.masking, google_exact=data.google_exact, do_lower_case=data.do_lower_case,
-      whole_word_mask=data.whole_word_mask, chinese_whole_word_mask=data.chinese_whole_word_mask,
+      masking_strategy=data.masking_strategy, span_geo_p=data.span_geo_p, span_max_length=data.span_max_length,
+      chinese_whole_word_mask=data.chinese_whole_word_mask,
       masked_lm_prob=data.masked_lm_prob, short_seq_prob=data.short_seq_prob, pair_mode=data.pair_mode,
       pack_sequences=data.pack_sequences, process_index=process_index, process_count=process_count,
       num_epochs=1 << 20 if evaluation else None, shuffle_buffer=data.shuffle_buffer, start_step=start_step)
@@ -337,6 +344,9 @@ def make_pretraining_dataset(
     masking: Optional[str] = "auto",
     google_exact: bool = False,
     do_lower_case: bool = True,
+    masking_strategy: str = "token",
+    span_geo_p: float = 0.2,
+    span_max_length: int = 10,
     whole_word_mask: bool = False,
     chinese_whole_word_mask: bool = False,
     masked_lm_prob: float = 0.15,
@@ -362,14 +372,22 @@ def make_pretraining_dataset(
       "static" (the records' own masks, exactly) or "dynamic" (fresh masks each time). Logged once.
     google_exact: Google's tool's rules (pairs, long sentences, control characters, mask count, candidates
       and replacement pool) for raw text and dynamic masks.
-    chinese_whole_word_mask: whole-word masking with jieba word boundaries (Chinese BERT-wwm, as
-      create_pretraining_data --chinese_wwm). Raw text: segmented at start-up (needs jieba). TFRecords:
-      uses the stored word_continuation feature when the files have it. Implies whole_word_mask.
+    masking_strategy: "token" | "whole_word" | "span" for dynamic masks (module docstring; masking.py);
+      span_geo_p / span_max_length set the span-length law.
+    whole_word_mask: the old name of masking_strategy="whole_word" (an error with "span").
+    chinese_whole_word_mask: jieba word boundaries (Chinese BERT-wwm, as create_pretraining_data
+      --chinese_wwm). Raw text: segmented at start-up (needs jieba). TFRecords: uses the stored
+      word_continuation feature when the files have it. Turns "token" into "whole_word".
     num_epochs: None = repeat forever when training, one pass when not.
     start_step: number of batches this host already consumed (resume).
   """
   mode = masking
-  whole_word_mask = whole_word_mask or chinese_whole_word_mask
+  if masking_strategy not in masking_lib.STRATEGIES:
+    raise ValueError(f"masking_strategy={masking_strategy!r}; expected one of {masking_lib.STRATEGIES}")
+  if whole_word_mask and masking_strategy == "span":
+    raise ValueError("whole_word_mask is the old name of masking_strategy='whole_word'; spans are whole words")
+  if masking_strategy == "token" and (whole_word_mask or chinese_whole_word_mask):
+    masking_strategy = "whole_word"
   files = text_io.expand_globs(input_files)
   if input_format == "auto":
     input_format = "text" if all(f.endswith(_TEXT_SUFFIXES) for f in files) else "tfrecord"
@@ -386,11 +404,15 @@ def make_pretraining_dataset(
   stored_cont = input_format == "tfrecord" and _has_feature(files[0], tfrecord_io.CONTINUATION_FEATURE)
   detail = ""
   if mode == "static":
-    detail = "; data.masked_lm_prob and the whole-word options do not apply"
-  elif stored_cont:
-    detail = "; whole words from the records' word_continuation feature"
-  elif whole_word_mask:
-    detail = "; whole words" + (" (jieba)" if chinese_whole_word_mask else " (## pieces)")
+    detail = "; data.masked_lm_prob and the masking strategy do not apply"
+  else:
+    kind = {"span": f"spans of whole words (geometric p={span_geo_p}, at most {span_max_length})",
+            "whole_word": "whole words"}.get(masking_strategy, "whole words" if stored_cont else "")
+    pieces = "jieba" if chinese_whole_word_mask and not stored_cont else "## pieces"
+    if masking_strategy == "token":
+      pieces = ""
+    source = " + ".join(x for x in (pieces, "the records' word_continuation" if stored_cont else "") if x)
+    detail = f"; {kind} ({source})" if kind else ""
   _log_once(f"masking: {mode} ({why}{detail}){'; google_exact' if google_exact else ''} [{files[0]}"
             f"{f' + {len(files) - 1} more' if len(files) > 1 else ''}]")
   if mode == "dynamic" and vocab_file is None:
@@ -428,7 +450,8 @@ def make_pretraining_dataset(
                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   if mode == "dynamic":
     mask_fn = _make_mask_fn(vocab, max_seq_length, max_predictions_per_seq, masked_lm_prob,
-                            whole_word_mask, seed, stored_cont, process_index, google_exact)
+                            masking_strategy, seed, stored_cont, process_index, google_exact,
+                            span_geo_p, span_max_length)
     ds = ds.enumerate(start=start_step).map(mask_fn, num_parallel_calls=tf.data.AUTOTUNE,
                                             deterministic=True)
   ds = ds.map(lambda b: {k: b[k] for k in BATCH_KEYS})
