@@ -10,6 +10,17 @@ Flags follow google-research/bert's `create_pretraining_data.py` (same names and
 `--num_output_shards`, `--pair_mode nsp|sop`, `--chinese_wwm` (jieba word boundaries, Chinese BERT-wwm),
 `--long_sentence_policy split|truncate|keep`, `--tokenizer_backend auto|tokenizers|python`, `--google_exact`.
 
+Corpus scale (README, "Pre-training"): the input is cut into shards (`sharding`: whole small files, or
+byte ranges of a big file cut at document boundaries, `--shard_size=256M`). Each shard makes its instances
+alone -- pairs with the random next document drawn within the shard, masks -- with seeds from (random_seed,
+shard, dupe round), so the output is the same bytes for any `--num_workers` (default: all cores; one
+progress bar, one summary) and on Apache Beam (`--runner=DirectRunner|DataflowRunner|FlinkRunner|
+SparkRunner` plus Beam's pipeline options; `beam_pipeline`). Memory follows the shard, not the corpus. Shard
+s of N is written to `NAME-s-of-N` (one shard: the names given, as before), each file atomically, and
+`manifest.json` beside them lists the finished shards, their record counts, the flags, the vocab's hash and
+the tool's version: the same command rerun skips finished shards; other flags into the same directory are
+refused.
+
 `--google_exact` reproduces Google's tool's rules where ours differ (README, "Deviations from Google's
 BERT"): a random next for one-sentence chunks, long sentences kept whole and cut by the pair truncation,
 Google's control-character set (Cc/Cf only), replacement tokens from the whole vocab, Google's mask count
@@ -41,18 +52,25 @@ for local output files.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
+import multiprocessing
 import os
 import random
 import sys
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from bert_jax import cli
+from bert_jax import input_warnings
+from bert_jax.errors import UserError
+from bert_jax.input_pipeline import fileio
 from bert_jax.input_pipeline import instances as instances_lib
+from bert_jax.input_pipeline import manifest
 from bert_jax.input_pipeline import masking
+from bert_jax.input_pipeline import sharding
 from bert_jax.input_pipeline import text_io
 from bert_jax.input_pipeline import tfrecord_io
 from bert_jax.input_pipeline import tokenization
@@ -88,19 +106,29 @@ class Config:
 
 @dataclasses.dataclass
 class Summary:
-  """What a run produced and skipped; `lines()` is printed at the end of the CLI."""
+  """What a run produced and skipped, over all its shards; `lines()` is printed at the end of the CLI.
+  Shards finished by an earlier run (resumed) add their files and counts only."""
   output_files: List[str]
   counts: List[int]
   read: text_io.ReadStats
   corpus: instances_lib.CorpusStats
   pairs: instances_lib.PairStats
-  masked_fraction: float = 0.0
+  masked: float = 0.0                  # masked tokens
+  candidates: float = 0.0              # non-special tokens
   seconds: float = 0.0
   tokenizer_backend: str = ""
+  num_shards: int = 1
+  resumed_shards: int = 0              # finished by an earlier run (manifest.json), not made again
+  resumed_records: int = 0
+  skipped_shards: List[str] = dataclasses.field(default_factory=list)
 
   @property
   def instances(self) -> int:
     return int(sum(self.counts))
+
+  @property
+  def masked_fraction(self) -> float:
+    return self.masked / max(self.candidates, 1.0)
 
   def lines(self) -> List[str]:
     out = ["*** Summary ***"]
@@ -108,10 +136,19 @@ class Summary:
     out += self.corpus.summary_lines()
     out += self.pairs.summary_lines()
     out.append(f"masked: {100 * self.masked_fraction:.2f}% of non-special tokens")
-    out.append(f"instances written: {self.instances:,} in {self.seconds:.1f} s "
-               f"({self.instances / max(self.seconds, 1e-9):,.0f}/s; tokenizer: {self.tokenizer_backend})")
-    for f, n in zip(self.output_files, self.counts):
+    made = self.instances - self.resumed_records
+    out.append(f"shards: {self.num_shards}" + (f" ({self.resumed_shards} finished by an earlier run: "
+                                                 f"{self.resumed_records:,} instances, not made again)"
+                                                 if self.resumed_shards else ""))
+    for line in self.skipped_shards:
+      out.append(f"skipped {line}")
+    out.append(f"instances written: {made:,} in {self.seconds:.1f} s "
+               f"({made / max(self.seconds, 1e-9):,.0f}/s; tokenizer: {self.tokenizer_backend})")
+    shown = list(zip(self.output_files, self.counts))
+    for f, n in shown if len(shown) <= 20 else shown[:10]:
       out.append(f"  {f}: {n:,}")
+    if len(shown) > 20:
+      out.append(f"  ... {len(shown) - 10} more files (manifest.json lists them all)")
     return out
 
 
@@ -281,64 +318,312 @@ def output_file_list(output_file: str, num_output_shards: int = 1) -> List[str]:
   return files
 
 
-def create_pretraining_data(input_files, output_files: Sequence[str], vocab_file: str,
-                            cfg: Config = Config(), progress: bool = True, chunk_size: int = 8192,
-                            verbose: bool = True) -> Summary:
-  """Runs the whole offline pipeline; returns the `Summary` (also printed when verbose)."""
-  # No TensorFlow here (local files are framed by tfrecord_io): the whole command starts in ~1 s.
-  t0 = time.perf_counter()
-  files = text_io.expand_globs(input_files)
+def shard_output_files(output_files: Sequence[str], num_shards: int, files_per_shard: int = 1
+                       ) -> List[List[str]]:
+  """The output files of each input shard. One shard: `output_files` as given (Google's round-robin over
+  them). Several: one name `root.ext` becomes `root-{s * M + k:05d}-of-{N * M:05d}.ext` for shard s of N and
+  its file k of M = files_per_shard, so a glob `root-*` finds them all in order."""
+  output_files = list(output_files)
+  if num_shards == 1:
+    return [output_files]
+  if len(output_files) != 1:
+    raise UserError(f"--output_file lists {len(output_files)} files, but the input makes {num_shards} shards "
+                    f"(--shard_size): give one name; shard s of N is written to NAME-s-of-N")
+  root, ext = os.path.splitext(output_files[0])
+  total = num_shards * files_per_shard
+  return [[f"{root}-{s * files_per_shard + k:05d}-of-{total:05d}{ext}" for k in range(files_per_shard)]
+          for s in range(num_shards)]
+
+
+@dataclasses.dataclass
+class ShardResult:
+  """What one shard produced (returned by `build_shard`, from a worker process or a Beam worker)."""
+  index: int
+  files: List[str]
+  counts: List[int]
+  read: text_io.ReadStats
+  corpus: instances_lib.CorpusStats
+  pairs: instances_lib.PairStats
+  masked: float = 0.0                  # masked tokens
+  candidates: float = 0.0              # non-special tokens
+  tokenizer_backend: str = ""
+  skipped: str = ""                    # why the shard made no instances ("" when it made some)
+  warnings: List[str] = dataclasses.field(default_factory=list)
+
+  def manifest_entry(self, shard: sharding.Shard, directory: str) -> Dict:
+    return {"index": self.index, "pieces": shard.to_json(), "files": [_relative(f, directory) for f in self.files],
+            "records": list(self.counts), "bytes": [_file_bytes(f) for f in self.files],
+            "documents": self.read.documents, "instances": int(sum(self.counts)), "skipped": self.skipped}
+
+
+def _relative(path: str, directory: str) -> str:
+  return fileio.basename(path) if fileio.dirname(path) == directory else path
+
+
+def _file_bytes(path: str) -> int:
+  n = manifest._size(path)  # pylint: disable=protected-access
+  return -1 if n is None else n
+
+
+def _add_stats(into, other) -> None:
+  """into += other, field by field (counts add, lists extend, flags or)."""
+  for f in dataclasses.fields(into):
+    a, b = getattr(into, f.name), getattr(other, f.name)
+    if isinstance(a, bool):
+      setattr(into, f.name, a or b)
+    elif isinstance(a, (int, float)):
+      setattr(into, f.name, a + b)
+    elif isinstance(a, list):
+      a.extend(b)
+    elif hasattr(a, "update"):
+      a.update(b)
+
+
+def make_tokenizer(vocab_file: str, cfg: Config) -> tokenization.FullTokenizer:
   tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=cfg.do_lower_case,
                                          control_chars="google" if cfg.google_exact else "all")
-  read_stats = text_io.ReadStats()
-  documents = text_io.read_documents(files, read_stats)
-  if not documents:
-    raise ValueError(f"no text in the input files {files} (empty files: {read_stats.empty_files}; "
-                     f"lines that are not UTF-8: {sum(read_stats.bad_utf8_lines.values())})")
-  docs_ids, docs_cont, backend = tokenize_documents(documents, tokenizer, cfg, progress)
-  del documents
-  corpus_stats = instances_lib.CorpusStats()
-  corpus = instances_lib.build_corpus(docs_ids, cfg.max_seq_length - 3, continuation=docs_cont,
-                                      long_sentence_policy=cfg.resolved_long_sentence_policy(),
-                                      unk_id=tokenizer.vocab[tokenization.UNK], stats=corpus_stats)
-  del docs_ids, docs_cont
-  if corpus.num_documents == 0:
-    raise ValueError(f"no tokens in the input files {files}")
-  rng = random.Random(cfg.random_seed)
-  doc_order = list(range(corpus.num_documents))
-  rng.shuffle(doc_order)  # Google shuffles the documents once
-  pair_stats = instances_lib.PairStats()
-  pairs = instances_lib.create_pairs(corpus, cfg.max_seq_length, cfg.short_seq_prob, cfg.pair_mode,
-                                     cfg.dupe_factor, rng, pair_stats, shuffle=True,
-                                     document_order=doc_order, google_exact=cfg.google_exact)
-  special = instances_lib.special_ids_from_vocab(tokenizer.vocab)
-  masker = masking.Masker(masking.MaskingConfig.from_vocab(
+  instances_lib.special_ids_from_vocab(tokenizer.vocab)   # a vocab without [CLS]/[SEP]/[MASK]: fail first
+  return tokenizer
+
+
+def _masker(tokenizer, cfg: Config) -> masking.Masker:
+  return masking.Masker(masking.MaskingConfig.from_vocab(
       tokenizer.vocab, masked_lm_prob=cfg.masked_lm_prob,
       max_predictions_per_seq=cfg.max_predictions_per_seq,
       strategy="whole_word" if cfg.masking_strategy == "token" and cfg.word_boundaries else cfg.masking_strategy,
       span_geo_p=cfg.span_geo_p, span_max_length=cfg.span_max_length, google_exact=cfg.google_exact))
-  np_rng = np.random.default_rng(cfg.random_seed)
-  n_masked = n_cand = 0
-  writer = tfrecord_io.ShardedWriter(output_files)
-  bar = _progress(total=len(pairs), desc="write", enabled=progress)
+
+
+def _concat_pairs(parts: Sequence[instances_lib.Pairs]) -> instances_lib.Pairs:
+  return instances_lib.Pairs(*(np.concatenate([getattr(p, f.name) for p in parts])
+                               for f in dataclasses.fields(instances_lib.Pairs)))
+
+
+def build_shard(shard: sharding.Shard, output_files: Sequence[str], tokenizer: tokenization.FullTokenizer,
+                cfg: Config, *, open_fn=fileio.open_file, open_writer=tfrecord_io.ShardedWriter,
+                on_progress: Optional[Callable[[int], None]] = None, chunk_size: int = 8192) -> ShardResult:
+  """One shard -> its records in `output_files` (round-robin), alone: pairs take their random next document
+  from this shard, and every random stream is seeded by (cfg.random_seed, shard.index, dupe round), so the
+  bytes do not depend on which worker ran it, or when. Memory: the shard's text, its token ids and its pairs
+  (~6x the shard's bytes for English at dupe_factor=10), never the corpus. `on_progress(n)` gets the shard's
+  bytes in parts as it goes (half after tokenizing, half while writing)."""
+  report = on_progress or (lambda n: None)
+  read_stats = text_io.ReadStats()
+  documents = sharding.read_shard_documents(shard, read_stats, open_fn)
+  docs_ids, docs_cont, backend = tokenize_documents(documents, tokenizer, cfg, False)
+  del documents
+  tokenized = shard.num_bytes // 2
+  report(tokenized)
+  corpus_stats, pair_stats = instances_lib.CorpusStats(), instances_lib.PairStats()
+  corpus = instances_lib.build_corpus(docs_ids, cfg.max_seq_length - 3, continuation=docs_cont,
+                                      long_sentence_policy=cfg.resolved_long_sentence_policy(),
+                                      unk_id=tokenizer.vocab[tokenization.UNK], stats=corpus_stats)
+  del docs_ids, docs_cont
+  result = ShardResult(shard.index, [], [], read_stats, corpus_stats, pair_stats, tokenizer_backend=backend)
+  need = 2 if cfg.pair_mode == "nsp" else 1
+  if corpus.num_documents < need:
+    result.skipped = (f"{corpus.num_documents} document(s) with tokens; "
+                      + ("next-sentence pairs need 2 (the random next comes from another document)"
+                         if need == 2 else "nothing to pair"))
+    report(shard.num_bytes - tokenized)
+    return result
+  parts = []
+  for dupe_round in range(cfg.dupe_factor):
+    rng = random.Random(sharding.shard_seed(cfg.random_seed, shard.index, dupe_round, sharding.PAIRS))
+    order = list(range(corpus.num_documents))
+    rng.shuffle(order)
+    parts.append(instances_lib.create_pairs(corpus, cfg.max_seq_length, cfg.short_seq_prob, cfg.pair_mode, 1,
+                                            rng, pair_stats, shuffle=False, document_order=order,
+                                            google_exact=cfg.google_exact))
+  pairs = _concat_pairs(parts)
+  del parts
+  pairs = pairs.take(np.random.default_rng(
+      sharding.shard_seed(cfg.random_seed, shard.index, 0, sharding.SHUFFLE)).permutation(len(pairs)))
+  special = instances_lib.special_ids_from_vocab(tokenizer.vocab)
+  masker = _masker(tokenizer, cfg)
+  np_rng = np.random.default_rng(sharding.shard_seed(cfg.random_seed, shard.index, 0, sharding.MASKS))
+  writer = open_writer(list(output_files))
+  done, left = 0, shard.num_bytes - tokenized
   with writer:
     for start in range(0, len(pairs), chunk_size):
       part = pairs.take(np.arange(start, min(start + chunk_size, len(pairs))))
       batch = instances_lib.assemble(corpus, part, cfg.max_seq_length, special["cls"], special["sep"],
                                      special["pad"])
       masked = masker(batch["input_ids"], batch["input_mask"], np_rng, batch.get("continuation"))
-      n_masked += float(masked["masked_lm_weights"].sum())
-      n_cand += float(batch["lengths"].sum() - 3 * len(part))   # non-special tokens
+      result.masked += float(masked["masked_lm_weights"].sum())
+      result.candidates += float(batch["lengths"].sum() - 3 * len(part))   # non-special tokens
       batch.update(masked)
-      arrays = tfrecord_io.google_example_arrays(
-          batch, include_continuation=cfg.word_boundaries)
+      arrays = tfrecord_io.google_example_arrays(batch, include_continuation=cfg.word_boundaries)
       writer.write(tfrecord_io.encode_examples(arrays))
-      bar.update(len(part))
-    counts = list(writer.counts)
+      now = left * min(start + chunk_size, len(pairs)) // len(pairs)
+      report(now - done)
+      done = now
+    result.counts = list(writer.counts)
+  result.files = list(output_files)
+  return result
+
+
+# ---- the local driver: shards in worker processes, one progress bar, a manifest to resume from ----------------
+_WORKER: Dict = {}
+
+
+def _init_worker(queue, vocab_file: str, cfg: Config, strict: bool) -> None:
+  input_warnings.set_strict(strict)
+  _WORKER.update(queue=queue, tokenizer=make_tokenizer(vocab_file, cfg), cfg=cfg)
+
+
+def _worker_build(shard: sharding.Shard, output_files: List[str]) -> ShardResult:
+  queue = _WORKER["queue"]
+  seen = len(input_warnings.input_warnings())
+  result = build_shard(shard, output_files, _WORKER["tokenizer"], _WORKER["cfg"], on_progress=queue.put)
+  result.warnings = input_warnings.input_warnings()[seen:]
+  return result
+
+
+def default_num_workers() -> int:
+  """All the cores this process may run on."""
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:   # not Linux
+    return os.cpu_count() or 1
+
+
+def _run_shards(todo, vocab_file, tokenizer, cfg, num_workers: int, bar, on_result) -> None:
+  """Builds the shards `todo` ([(shard, files)]) in-process (1 worker) or in `num_workers` processes; calls
+  `on_result(result)` in this process as each finishes (in finishing order: the outputs do not depend on it)."""
+  if num_workers <= 1 or len(todo) <= 1:
+    for shard, files in todo:
+      on_result(build_shard(shard, files, tokenizer, cfg, on_progress=bar.update))
+    return
+  # "spawn": the parent may hold threads (JAX, tf.data) that a fork would copy mid-flight.
+  ctx = multiprocessing.get_context("spawn")
+  queue = ctx.Queue()
+  with concurrent.futures.ProcessPoolExecutor(
+      min(num_workers, len(todo)), mp_context=ctx, initializer=_init_worker,
+      initargs=(queue, vocab_file, cfg, input_warnings.is_strict())) as pool:
+    pending = {pool.submit(_worker_build, shard, files) for shard, files in todo}
+    try:
+      while pending:
+        done, pending = concurrent.futures.wait(pending, timeout=0.2,
+                                                return_when=concurrent.futures.FIRST_COMPLETED)
+        while not queue.empty():
+          bar.update(queue.get())
+        for future in done:
+          on_result(future.result())
+    except BaseException:
+      for future in pending:
+        future.cancel()
+      raise
+
+
+@dataclasses.dataclass
+class RunPlan:
+  """The shards of a run, their output files, and what an earlier run into the same directory finished."""
+  files: List[str]
+  shards: List[sharding.Shard]
+  outputs: List[List[str]]             # per shard
+  directory: str
+  manifest_path: str
+  manifest: Dict                       # this run's manifest, holding the finished shards' entries
+  finished: Dict[int, Dict]            # shard index -> its manifest entry
+
+  def todo(self):
+    return [(s, self.outputs[s.index]) for s in self.shards if s.index not in self.finished]
+
+
+def plan_run(input_files, output_files: Sequence[str], vocab_file: str, cfg: Config,
+             shard_bytes: int = sharding.DEFAULT_SHARD_BYTES, files_per_shard: int = 1) -> RunPlan:
+  """Shards the input, names the outputs and reads the manifest in the output directory: a run with other
+  flags, inputs or vocab is refused (UserError); the shards it lists whose files are intact are finished, and
+  so are shards whose files all exist (renamed into place whole) but that a killed run did not list yet.
+  Writes this run's manifest (complete=false) before any shard starts. Used by the local driver and Beam's
+  launcher alike."""
+  files = text_io.expand_globs(input_files)
+  sizes = [sharding.file_size(f) for f in files]
+  if not any(sizes):
+    raise ValueError(f"no text in the input files {files} (empty files: {files})")
+  shards = sharding.plan_shards(files, shard_bytes, sizes)
+  outputs = shard_output_files(output_files, len(shards), files_per_shard)
+  directory = fileio.dirname(outputs[0][0])
+  fileio.makedirs(directory)
+  path = manifest.path_for(directory)
+  flags = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "tokenizer_backend"}
+  flags.update(shard_size=int(shard_bytes), files_per_shard=int(files_per_shard),
+               output_file=[_relative(f, directory) for f in output_files])
+  data = manifest.new(flags, manifest.vocab_sha256(vocab_file), list(zip(files, sizes)), len(shards))
+  old = manifest.load(path)
+  finished: Dict[int, Dict] = {}
+  if old is not None:
+    manifest.check_compatible(path, old, data)
+    finished = manifest.finished_shards(path, old)
+    for shard in shards:                  # written whole by a run killed before it updated the manifest
+      names = outputs[shard.index]
+      if shard.index not in finished and all(_file_bytes(f) >= 0 for f in names):
+        finished[shard.index] = {"index": shard.index, "pieces": shard.to_json(),
+                                 "files": [_relative(f, directory) for f in names],
+                                 "records": [manifest.count_tfrecords(f) for f in names],
+                                 "bytes": [_file_bytes(f) for f in names], "documents": None,
+                                 "instances": None, "skipped": ""}
+    data["shards"] = list(finished.values())
+  manifest.save(path, data)
+  return RunPlan(files, shards, outputs, directory, path, data, finished)
+
+
+def create_pretraining_data(input_files, output_files: Sequence[str], vocab_file: str,
+                            cfg: Config = Config(), progress: bool = True, chunk_size: int = 8192,
+                            verbose: bool = True, *, shard_bytes: int = sharding.DEFAULT_SHARD_BYTES,
+                            num_workers: int = 1, files_per_shard: int = 1) -> Summary:
+  """Raw text -> records, shard by shard (`sharding`), in `num_workers` processes, resumable: the
+  `manifest.json` beside the outputs lists the finished shards, and a rerun of the same command skips them
+  (a rerun with other flags is refused). Returns the `Summary` (also printed when verbose)."""
+  del chunk_size  # the write chunk is fixed (8192 rows) so the masks do not depend on it
+  # No TensorFlow here (local files are framed by tfrecord_io): the whole command starts in ~1 s.
+  t0 = time.perf_counter()
+  tokenizer = make_tokenizer(vocab_file, cfg)
+  plan = plan_run(input_files, output_files, vocab_file, cfg, shard_bytes, files_per_shard)
+  shards, directory, path = plan.shards, plan.directory, plan.manifest_path
+  data, finished = plan.manifest, plan.finished
+  todo = plan.todo()
+  summary = Summary(output_files=[], counts=[], read=text_io.ReadStats(), corpus=instances_lib.CorpusStats(),
+                    pairs=instances_lib.PairStats(), num_shards=len(shards), resumed_shards=len(finished),
+                    resumed_records=int(sum(sum(e["records"]) for e in finished.values())))
+  if finished and verbose:
+    print(f"{path}: {len(finished)} of {len(shards)} shards already written "
+          f"({summary.resumed_records:,} records); making the other {len(todo)}")
+  results: List[ShardResult] = []
+  bar = _progress(total=sum(s.num_bytes for s, _ in todo), desc=f"{len(todo)} shards (bytes of text)",
+                  enabled=progress)
+
+  def on_result(result: ShardResult) -> None:
+    for message in result.warnings:
+      input_warnings.warn_input(message)
+    results.append(result)
+    data["shards"].append(result.manifest_entry(shards[result.index], directory))
+    manifest.save(path, data)        # after every shard: a killed run resumes from here
+
+  _run_shards(todo, vocab_file, tokenizer, cfg, num_workers, bar, on_result)
   bar.close()
-  summary = Summary(output_files=list(output_files), counts=counts, read=read_stats, corpus=corpus_stats,
-                    pairs=pair_stats, masked_fraction=n_masked / max(n_cand, 1.0),
-                    seconds=time.perf_counter() - t0, tokenizer_backend=backend)
+  data["complete"] = True
+  manifest.save(path, data)
+  for result in sorted(results, key=lambda r: r.index):
+    for stats, into in ((result.read, summary.read), (result.corpus, summary.corpus), (result.pairs, summary.pairs)):
+      _add_stats(into, stats)
+    summary.masked += result.masked
+    summary.candidates += result.candidates
+    summary.tokenizer_backend = summary.tokenizer_backend or result.tokenizer_backend
+    if result.skipped:
+      summary.skipped_shards.append(f"shard {result.index} ({shards[result.index].pieces[0][0]}): "
+                                    f"{result.skipped}")
+  for entry in sorted(data["shards"], key=lambda e: e["index"]):
+    summary.output_files += [fileio.join(directory, f) if f == fileio.basename(f) else f for f in entry["files"]]
+    summary.counts += list(entry["records"])
+  if summary.instances == 0:
+    raise ValueError(f"no instances from the input files {plan.files} (empty files: {summary.read.empty_files}; "
+                     f"lines that are not UTF-8: {sum(summary.read.bad_utf8_lines.values())}; "
+                     f"{'; '.join(summary.skipped_shards) or 'no tokens'})")
+  for line in summary.skipped_shards:
+    input_warnings.warn_input(f"skipped {line}")
+  summary.seconds = time.perf_counter() - t0
   if verbose:
     print("\n".join(summary.lines()))
   return summary
@@ -350,6 +635,25 @@ def _bool(s: str) -> bool:
   if s.lower() in ("0", "false", "no", "n"):
     return False
   raise argparse.ArgumentTypeError(f"expected a boolean, got {s!r}")
+
+
+RUNNERS = ("DirectRunner", "DataflowRunner", "FlinkRunner", "SparkRunner", "PrismRunner")
+
+
+def _size(s: str) -> int:
+  """"256M" -> 268435456 (K, M, G, T suffixes, powers of 1024; a plain number is bytes)."""
+  text = s.strip().upper().rstrip("B")
+  scale = 1
+  if text and text[-1] in "KMGT":
+    scale = 1024 ** ("KMGT".index(text[-1]) + 1)
+    text = text[:-1]
+  try:
+    value = int(float(text) * scale)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"expected a size such as 256M, 1G or 1048576, got {s!r}") from None
+  if value < 1:
+    raise argparse.ArgumentTypeError(f"expected a size of at least 1 byte, got {s!r}")
+  return value
 
 
 def main(argv=None) -> int:
@@ -378,7 +682,17 @@ def main(argv=None) -> int:
                  help="default: split (keep under --google_exact)")
   p.add_argument("--tokenizer_backend", choices=("auto", "tokenizers", "python"), default="auto")
   p.add_argument("--progress", nargs="?", const=True, default=True, type=_bool)
-  args = p.parse_args(argv)
+  p.add_argument("--shard_size", type=_size, default=sharding.DEFAULT_SHARD_BYTES,
+                 help="bytes of text per shard, the unit of work (256M by default; K, M, G suffixes)")
+  p.add_argument("--num_workers", type=int, default=None, help="worker processes (default: all cores)")
+  p.add_argument("--runner", choices=RUNNERS, default=None,
+                 help="run the shards as an Apache Beam pipeline (pip install '.[beam]'); Beam's own pipeline "
+                      "options (--project, --region, --temp_location, --setup_file, ...) are passed through")
+  args, beam_args = p.parse_known_args(argv)
+  if beam_args and args.runner is None:
+    p.error(f"unrecognized arguments: {' '.join(beam_args)} (Beam pipeline options need --runner)")
+  if args.num_workers is not None and args.num_workers < 1:
+    p.error(f"--num_workers={args.num_workers}; expected >= 1")
   if args.google_exact and args.long_sentence_policy not in (None, "keep"):
     p.error(f"--google_exact keeps long sentences whole (Google's rule); drop "
             f"--long_sentence_policy={args.long_sentence_policy}")
@@ -400,8 +714,25 @@ def main(argv=None) -> int:
                chinese_wwm=args.chinese_wwm, pair_mode=args.pair_mode,
                long_sentence_policy=args.long_sentence_policy or "split",
                tokenizer_backend=args.tokenizer_backend, google_exact=args.google_exact)
-  outputs = output_file_list(args.output_file, args.num_output_shards)
-  create_pretraining_data(args.input_file, outputs, args.vocab_file, cfg, progress=args.progress)
+  names = [f.strip() for f in args.output_file.split(",") if f.strip()]
+  if len(names) == 1 and args.num_output_shards > 1:
+    # One input shard: Google's round-robin over --num_output_shards files; several: that many files each.
+    files = text_io.expand_globs(args.input_file)
+    if len(sharding.plan_shards(files, args.shard_size)) > 1:
+      names, files_per_shard = names, args.num_output_shards
+    else:
+      names, files_per_shard = output_file_list(args.output_file, args.num_output_shards), 1
+  else:
+    names, files_per_shard = output_file_list(args.output_file, args.num_output_shards), 1
+  if args.runner:
+    # Lazy: apache_beam is an optional extra (~2 s to import) that only this path needs.
+    from bert_jax.input_pipeline import beam_pipeline  # pylint: disable=g-import-not-at-top
+    beam_pipeline.run(args.input_file, names, args.vocab_file, cfg, runner=args.runner, beam_args=beam_args,
+                      shard_bytes=args.shard_size, files_per_shard=files_per_shard)
+    return 0
+  create_pretraining_data(args.input_file, names, args.vocab_file, cfg, progress=args.progress,
+                          shard_bytes=args.shard_size, files_per_shard=files_per_shard,
+                          num_workers=args.num_workers or default_num_workers())
   return 0
 
 

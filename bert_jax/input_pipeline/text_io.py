@@ -71,37 +71,49 @@ def read_documents(files: Sequence[str], stats: ReadStats = None) -> List[List[s
   stats = stats if stats is not None else ReadStats()
   documents: List[List[str]] = []
   for path in files:
-    stats.files += 1
     with fileio.open_file(path, "rb") as f:
       raw = f.read()
-    if not raw.strip():
+    documents.extend(parse_documents(raw, path, stats))
+  stats.documents = len(documents)
+  return documents
+
+
+def parse_documents(raw: bytes, path: str, stats: ReadStats, whole_file: bool = True) -> List[List[str]]:
+  """The documents in `raw`, the bytes of `path` (or, `whole_file=False`, a later byte range of it that
+  starts at a document boundary: `sharding`). Counts into `stats` as `read_documents` does."""
+  documents: List[List[str]] = []
+  if whole_file:
+    stats.files += 1
+  if not raw.strip():
+    if whole_file:
       stats.empty_files.append(path)
       warn_input(f"{path}: empty file, skipped")
+    return documents
+  try:
+    lines = raw.decode("utf-8").split("\n")  # only "\n" ends a line, as in BERT's reader
+  except UnicodeDecodeError:
+    lines, first_bad, bad = [], None, 0
+    raw_lines = raw.split(b"\n")
+    for number, line in enumerate(raw_lines, start=1):
+      try:
+        lines.append(line.decode("utf-8"))
+      except UnicodeDecodeError:
+        bad += 1
+        first_bad = first_bad or number
+    stats.bad_utf8_lines[path] += bad
+    where = "" if whole_file else " of a byte range"
+    warn_input(f"{path}: skipped {bad:,} of {len(raw_lines):,} lines{where} that are not UTF-8 "
+               f"(first: line {first_bad}{where})")
+  current: List[str] = []
+  for line in lines:
+    stats.lines += 1
+    line = line.strip()
+    if not line:
+      if current:
+        documents.append(current)
+        current = []
       continue
-    try:
-      lines = raw.decode("utf-8").split("\n")  # only "\n" ends a line, as in BERT's reader
-    except UnicodeDecodeError:
-      lines, first_bad = [], None
-      raw_lines = raw.split(b"\n")
-      for number, line in enumerate(raw_lines, start=1):
-        try:
-          lines.append(line.decode("utf-8"))
-        except UnicodeDecodeError:
-          stats.bad_utf8_lines[path] += 1
-          first_bad = first_bad or number
-      warn_input(f"{path}: skipped {stats.bad_utf8_lines[path]:,} of {len(raw_lines):,} lines that are "
-                        f"not UTF-8 (first: line {first_bad})")
-    current: List[str] = []
-    for line in lines:
-      stats.lines += 1
-      line = line.strip()
-      if not line:
-        if current:
-          documents.append(current)
-          current = []
-        continue
-      current.append(line)
-    if current:
-      documents.append(current)
-  stats.documents = len(documents)
+    current.append(line)
+  if current:
+    documents.append(current)
   return documents

@@ -1,0 +1,158 @@
+r"""`create_pretraining_data` as an Apache Beam pipeline: the same per-shard function on many machines.
+
+    pip install '.[beam]'          # apache-beam; on Dataflow workers get bert_jax from the wheel (README)
+    python -m bert_jax.input_pipeline.create_pretraining_data --runner=DataflowRunner \
+        --input_file='gs://BUCKET/corpus/*.txt' --output_file=gs://BUCKET/records/train.tfrecord \
+        --vocab_file=gs://BUCKET/vocab.txt --max_seq_length=128 --dupe_factor=10 \
+        --project=PROJECT --region=us-central1 --temp_location=gs://BUCKET/tmp \
+        --extra_package=dist/bert_jax-0.1.0-py3-none-any.whl --max_num_workers=50
+
+The launcher plans the shards and checks the manifest exactly as the local driver does
+(`create_pretraining_data.plan_run`: same shards, same names, a rerun with other flags refused, finished
+shards skipped). Each shard is one element: `Create -> Reshuffle -> ParDo(build_shard)`, and `build_shard`
+reads its byte ranges and writes its files through Beam's `FileSystems` (gs://, local, hdfs://), each file to
+a temporary name renamed into place when whole. A last step writes `manifest.json`. Beam retries a failed
+shard; a killed job rerun with the same command skips the shards whose files are in place. The records are
+the local path's, byte for byte (tests/test_pipeline_shards.py runs the DirectRunner).
+
+No scheduler of our own: Beam's runner places the shards on workers (DataflowRunner, FlinkRunner, SparkRunner;
+DirectRunner on this machine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import uuid
+from typing import Dict, List, Sequence
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from bert_jax.input_pipeline import create_pretraining_data as cpd
+from bert_jax.input_pipeline import fileio
+from bert_jax.input_pipeline import manifest
+from bert_jax.input_pipeline import sharding
+from bert_jax.input_pipeline import tfrecord_io
+
+
+def _open(path: str, mode: str = "rb"):
+  del mode  # binary reads only
+  return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+class BeamRecordWriter:
+  """`tfrecord_io.ShardedWriter` through Beam's FileSystems: round-robin over `output_files`, each written to
+  a temporary name and renamed into place on a clean close (deleted otherwise)."""
+
+  def __init__(self, output_files: Sequence[str]):
+    self.output_files = list(output_files)
+    self._tmp = [f"{f}.tmp-{uuid.uuid4().hex}" for f in self.output_files]
+    self._files = [FileSystems.create(t, compression_type=CompressionTypes.UNCOMPRESSED) for t in self._tmp]
+    self._pending: List[List[bytes]] = [[] for _ in self.output_files]
+    self.counts = [0] * len(self.output_files)
+    self._next = 0
+
+  def write(self, records) -> None:
+    n = len(self._files)
+    for rec in records:
+      k = self._next
+      self._pending[k].append(rec)
+      self.counts[k] += 1
+      if len(self._pending[k]) >= 4096:
+        self._flush(k)
+      self._next = (k + 1) % n
+
+  def _flush(self, k: int) -> None:
+    if self._pending[k]:
+      self._files[k].write(tfrecord_io.frame_records(self._pending[k]))
+      self._pending[k] = []
+
+  def close(self, ok: bool = True) -> None:
+    for k, f in enumerate(self._files):
+      if ok:
+        self._flush(k)
+      f.close()
+    if not ok:
+      FileSystems.delete(self._tmp)
+      return
+    existing = [f for f in self.output_files if FileSystems.exists(f)]
+    if existing:                      # a retried shard: the earlier attempt's files go first
+      FileSystems.delete(existing)
+    FileSystems.rename(self._tmp, self.output_files)
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, exc_type, *exc):
+    self.close(ok=exc_type is None)
+
+
+class BuildShard(beam.DoFn):
+  """(shard pieces, index, output files) -> the shard's manifest entry, after writing its records."""
+
+  def __init__(self, vocab_text: bytes, cfg: cpd.Config, directory: str):
+    super().__init__()
+    self._vocab_text, self._cfg, self._directory = vocab_text, cfg, directory
+    self._tokenizer = None
+
+  def setup(self):
+    # The vocab travels inside the DoFn (a few hundred kB): workers never read it from the launcher's paths.
+    fd, path = tempfile.mkstemp(suffix="-vocab.txt")
+    with os.fdopen(fd, "wb") as f:
+      f.write(self._vocab_text)
+    self._tokenizer = cpd.make_tokenizer(path, self._cfg)
+
+  def process(self, element):
+    index, pieces, files = element
+    shard = sharding.Shard(int(index), tuple((p, int(a), int(b)) for p, a, b in pieces))
+    result = cpd.build_shard(shard, files, self._tokenizer, self._cfg, open_fn=_open,
+                             open_writer=BeamRecordWriter)
+    entry = result.manifest_entry(shard, self._directory)
+    entry["bytes"] = [FileSystems.match([f])[0].metadata_list[0].size_in_bytes for f in result.files]
+    yield entry
+
+
+def _write_manifest(entries: List[Dict], path: str, data: Dict) -> int:
+  data = dict(data, shards=list(data["shards"]) + list(entries), complete=True)
+  data["shards"] = sorted(data["shards"], key=lambda s: s["index"])
+  data["records"] = int(sum(sum(s["records"]) for s in data["shards"]))
+  text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+  tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+  with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+    f.write(text.encode("utf-8"))
+  if FileSystems.exists(path):
+    FileSystems.delete([path])
+  FileSystems.rename([tmp], [path])
+  return data["records"]
+
+
+def run(input_files, output_files: Sequence[str], vocab_file: str, cfg: cpd.Config, *, runner: str = "DirectRunner",
+        beam_args: Sequence[str] = (), shard_bytes: int = sharding.DEFAULT_SHARD_BYTES,
+        files_per_shard: int = 1, wait: bool = True) -> Dict:
+  """Plans the shards here, runs the pending ones on `runner` with Beam's `beam_args`, and returns the final
+  manifest (read back after the job when `wait`)."""
+  cpd.make_tokenizer(vocab_file, cfg)          # a vocab without the special tokens fails here, not on workers
+  plan = cpd.plan_run(input_files, output_files, vocab_file, cfg, shard_bytes, files_per_shard)
+  todo = [(s.index, s.to_json(), files) for s, files in plan.todo()]
+  print(f"{len(plan.shards)} shards, {len(plan.finished)} finished by an earlier run; {len(todo)} for {runner}")
+  vocab_text = fileio.read_bytes(vocab_file)
+  options = PipelineOptions(list(beam_args), runner=runner)
+  pipeline = beam.Pipeline(options=options)
+  _ = (pipeline
+       | "Shards" >> beam.Create(todo)
+       | "Spread" >> beam.Reshuffle()
+       | "BuildShard" >> beam.ParDo(BuildShard(vocab_text, cfg, plan.directory))
+       | "Collect" >> beam.combiners.ToList()
+       | "Manifest" >> beam.Map(_write_manifest, plan.manifest_path, plan.manifest))
+  result = pipeline.run()
+  if not wait:
+    return plan.manifest
+  result.wait_until_finish()
+  data = manifest.load(plan.manifest_path)
+  print(f"{plan.manifest_path}: {data['records']:,} records in {sum(len(s['files']) for s in data['shards'])} "
+        "files")
+  return data

@@ -1,0 +1,147 @@
+"""`manifest.json` beside pre-training records: what made them, and how many records each file holds.
+
+    {"format": "bert_jax.pretraining_records/1", "tool": "bert_jax.input_pipeline.create_pretraining_data",
+     "tool_version": "0.1.0", "vocab_sha256": "...", "flags": {...every flag that changes a record...},
+     "inputs": [["corpus/a.txt", 1048576], ...], "num_shards": 8, "complete": true, "records": 212345,
+     "shards": [{"index": 0, "pieces": [["corpus/a.txt", 0, 268435901]],
+                 "files": ["train-00000-of-00008.tfrecord"], "records": [26511], "bytes": [40215622],
+                 "documents": 3120, "instances": 26511}, ...]}
+
+Written by `create_pretraining_data` (atomically, after every finished shard) and read back by:
+  - a rerun into the same directory: the shards listed (whose files are still there, at their sizes) are
+    skipped, so a killed 4-hour job resumes; a run with other flags, inputs or vocab is refused, naming the
+    first difference (`check_compatible`);
+  - the training input pipeline (`record_counts`): the number of records per file, so a resume at step k
+    skips whole files by their counts instead of reading through them.
+Nothing in it depends on the number of workers or on timing, so 1 and 2 workers write the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Dict, List, Optional, Sequence
+
+from bert_jax import __version__
+from bert_jax.errors import UserError
+from bert_jax.input_pipeline import fileio
+
+FILENAME = "manifest.json"
+FORMAT = "bert_jax.pretraining_records/1"
+TOOL = "bert_jax.input_pipeline.create_pretraining_data"
+
+
+def path_for(output_dir: str) -> str:
+  return fileio.join(output_dir, FILENAME)
+
+
+def vocab_sha256(vocab_file: str) -> str:
+  return hashlib.sha256(fileio.read_bytes(vocab_file)).hexdigest()
+
+
+def new(flags: Dict, vocab_hash: str, inputs: Sequence[Sequence], num_shards: int) -> Dict:
+  return {"format": FORMAT, "tool": TOOL, "tool_version": __version__, "vocab_sha256": vocab_hash,
+          "flags": dict(sorted(flags.items())), "inputs": [list(x) for x in inputs], "num_shards": int(num_shards),
+          "complete": False, "records": 0, "shards": []}
+
+
+def load(path: str) -> Optional[Dict]:
+  """The manifest at `path`, None when there is none; a UserError naming it when it does not parse."""
+  if not fileio.exists(path):
+    return None
+  try:
+    data = json.loads(fileio.read_text(path))
+  except ValueError as e:
+    raise UserError(f"{path}: not a JSON manifest ({e}); delete it (and the records beside it) to start "
+                    "over") from e
+  if not isinstance(data, dict) or data.get("format") != FORMAT:
+    raise UserError(f"{path}: not a {FORMAT} manifest (format={data.get('format') if isinstance(data, dict) else None!r})")
+  return data
+
+
+def save(path: str, data: Dict) -> None:
+  data["shards"] = sorted(data["shards"], key=lambda s: s["index"])
+  data["records"] = int(sum(sum(s["records"]) for s in data["shards"]))
+  fileio.write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def check_compatible(path: str, old: Dict, new_manifest: Dict) -> None:
+  """UserError naming the first field in which this run differs from the one that wrote `path`."""
+  for key in ("tool_version", "vocab_sha256"):
+    if old.get(key) != new_manifest[key]:
+      raise UserError(f"{path} was written with {key}={old.get(key)!r}, this run has {new_manifest[key]!r}: "
+                      f"write to another output directory, or delete {fileio.dirname(path)} to start over")
+  old_flags, flags = old.get("flags", {}), new_manifest["flags"]
+  for key in sorted(set(old_flags) | set(flags)):
+    if old_flags.get(key) != flags.get(key):
+      raise UserError(f"{path} was written with --{key}={old_flags.get(key)!r}, this run has --{key}="
+                      f"{flags.get(key)!r}: rerun with the same flags to resume, or write to another output "
+                      f"directory")
+  if [list(x) for x in old.get("inputs", [])] != new_manifest["inputs"]:
+    old_inputs = {p: n for p, n in old.get("inputs", [])}
+    new_inputs = {p: n for p, n in new_manifest["inputs"]}
+    diff = sorted(set(old_inputs.items()) ^ set(new_inputs.items()))[:1]
+    raise UserError(f"{path} was made from other input files (first difference: {diff[0][0]} "
+                    f"{old_inputs.get(diff[0][0], 'absent')} -> {new_inputs.get(diff[0][0], 'absent')} bytes): "
+                    "write to another output directory")
+
+
+def finished_shards(path: str, data: Dict) -> Dict[int, Dict]:
+  """Shards of the manifest whose files are all present at their recorded sizes (a missing or resized file
+  makes its shard run again)."""
+  out = {}
+  directory = fileio.dirname(path)
+  for entry in data.get("shards", []):
+    files = [fileio.join(directory, f) for f in entry["files"]]
+    if all(_size(f) == n for f, n in zip(files, entry["bytes"])):
+      out[int(entry["index"])] = entry
+  return out
+
+
+def _size(path: str) -> Optional[int]:
+  try:
+    if fileio.is_remote(path):
+      return int(fileio._gfile().stat(path).length)  # pylint: disable=protected-access
+    return os.path.getsize(path)
+  except Exception:  # noqa: BLE001 - OSError, or tf.errors.NotFoundError: the file is not there
+    return None
+
+
+def count_tfrecords(path: str) -> int:
+  """Records in an uncompressed TFRecord file, from the 12-byte headers alone (seeks past each record)."""
+  n = 0
+  with fileio.open_file(path, "rb") as f:
+    while True:
+      header = f.read(12)
+      if not header:
+        return n
+      if len(header) < 12:
+        raise ValueError(f"{path}: truncated TFRecord header after {n} records")
+      length = int.from_bytes(header[:8], "little")
+      f.seek(length + 4, 1)
+      n += 1
+
+
+def record_counts(files: Sequence[str]) -> Optional[List[int]]:
+  """Records per file from the manifests beside `files` (one per directory), or None when any file is not
+  listed in a complete manifest of its directory (then the reader counts by reading)."""
+  by_dir: Dict[str, Dict[str, int]] = {}
+  out = []
+  for f in files:
+    d = fileio.dirname(f)
+    if d not in by_dir:
+      by_dir[d] = {}
+      try:
+        data = load(path_for(d))
+      except UserError:
+        data = None
+      if data and data.get("complete"):
+        for entry in data["shards"]:
+          for name, n in zip(entry["files"], entry["records"]):
+            by_dir[d][name] = int(n)
+    n = by_dir[d].get(fileio.basename(f))
+    if n is None:
+      return None
+    out.append(n)
+  return out

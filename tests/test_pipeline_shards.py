@@ -1,0 +1,173 @@
+"""Corpus-scale create_pretraining_data: shards cut at document boundaries, output independent of the worker
+count (1 vs 2 processes, byte for byte), a manifest that lets a killed run resume and refuses other flags,
+Beam's DirectRunner writing the local path's bytes, and the training reader resuming from the manifest's
+counts without reading the skipped files."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from bert_jax import cli
+from bert_jax.errors import UserError
+from bert_jax.input_pipeline import create_pretraining_data as cpd
+from bert_jax.input_pipeline import manifest
+from bert_jax.input_pipeline import sharding
+from bert_jax.input_pipeline import text_io
+
+WORDS = ["the", "a", "cat", "dog", "sat", "on", "mat", "run", "##ning", "play", "##ed", "is", "was", "hello",
+         "world", "jax", "bert", "model", "train", "##ing", "data", "big", "small", "red", "blue"]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ","] + WORDS
+CFG = cpd.Config(max_seq_length=24, max_predictions_per_seq=4, dupe_factor=2)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+  """Two text files (~9 kB and ~2 kB) and a vocab; ~9 kB is cut into several shards at 2 kB per shard."""
+  d = tmp_path_factory.mktemp("corpus")
+  (d / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+  rng = np.random.default_rng(0)
+  plain = [w for w in WORDS if not w.startswith("##")]
+  for name, num_docs in (("a.txt", 90), ("b.txt", 20)):
+    docs = ["\n".join(" ".join(rng.choice(plain, int(rng.integers(3, 12)))) + " running ."
+                      for _ in range(int(rng.integers(1, 5)))) for _ in range(num_docs)]
+    (d / name).write_text("\n\n".join(docs) + "\n")
+  return d
+
+
+def _files(directory):
+  return {f: (directory / f).read_bytes() for f in sorted(os.listdir(directory))}
+
+
+def test_shards_partition_the_documents_exactly_at_boundaries(tmp_path):
+  # Blank lines of every kind, CRLF, whitespace-only lines and a line that is not UTF-8.
+  rng = np.random.default_rng(1)
+  parts = []
+  for i in range(300):
+    lines = [f"doc {i} line {j} " + "x" * int(rng.integers(0, 40)) for j in range(int(rng.integers(1, 4)))]
+    sep = ["\n\n", "\r\n\r\n", "\n \n", "\n\n\n", "\n\t\n"][i % 5]
+    parts.append("\n".join(lines) + sep)
+  raw = "".join(parts).encode() + b"caf\xe9 latin-1\nend\n"
+  path = tmp_path / "big.txt"
+  path.write_bytes(raw)
+  whole_stats = text_io.ReadStats()
+  whole = text_io.read_documents([str(path)], whole_stats)
+  for shard_bytes in (1, 97, 1000, 4096, len(raw)):
+    shards = sharding.plan_shards([str(path)], shard_bytes)
+    assert [s.index for s in shards] == list(range(len(shards)))
+    ranges = [p for s in shards for p in s.pieces]
+    assert ranges[0][1] == 0 and ranges[-1][2] == len(raw)
+    assert all(a[2] == b[1] for a, b in zip(ranges, ranges[1:]))            # contiguous, no overlap
+    stats = text_io.ReadStats()
+    docs = [d for s in shards for d in sharding.read_shard_documents(s, stats)]
+    assert docs == whole, shard_bytes
+    assert sum(stats.bad_utf8_lines.values()) == 1 and stats.files == 1
+    if shard_bytes == 1000:
+      assert 5 < len(shards) < 30 and all(raw[b - 2:b] == b"\n\n" or raw[b - 3:b] == b"\n\r\n"
+                                          for _, _, b in ranges[:-1])
+  # Small files are grouped up to the shard size, in order.
+  small = [tmp_path / f"s{i}.txt" for i in range(5)]
+  for f in small:
+    f.write_text("one doc .\n")
+  shards = sharding.plan_shards([str(f) for f in small], 25)
+  assert [[p[0] for p in s.pieces] for s in shards] == [[str(small[0]), str(small[1])],
+                                                         [str(small[2]), str(small[3])], [str(small[4])]]
+
+
+@pytest.fixture(scope="module")
+def one_worker(corpus, tmp_path_factory):
+  out = tmp_path_factory.mktemp("w1")
+  summary = cpd.create_pretraining_data(f"{corpus}/a.txt,{corpus}/b.txt", [str(out / "train.tfrecord")],
+                                        str(corpus / "vocab.txt"), CFG, progress=False, verbose=False,
+                                        shard_bytes=2048, num_workers=1)
+  return out, summary
+
+
+@pytest.mark.slow   # two spawned worker processes import numpy and the tokenizer: ~2.5 s
+def test_two_worker_processes_write_the_same_bytes_as_one(corpus, one_worker, tmp_path):
+  out1, summary = one_worker
+  assert summary.num_shards >= 5 and summary.instances > 100
+  summary2 = cpd.create_pretraining_data(f"{corpus}/a.txt,{corpus}/b.txt", [str(tmp_path / "train.tfrecord")],
+                                         str(corpus / "vocab.txt"), CFG, progress=False, verbose=False,
+                                         shard_bytes=2048, num_workers=2)
+  files1, files2 = _files(out1), _files(tmp_path)
+  assert list(files1) == list(files2) and len(files1) == summary.num_shards + 1     # + manifest.json
+  assert files1 == files2
+  assert summary2.pairs.instances == summary.pairs.instances and summary2.read.documents == 110
+  data = json.loads(files1["manifest.json"])
+  assert data["complete"] and data["records"] == summary.instances
+  assert [e["records"][0] for e in data["shards"]] == [manifest.count_tfrecords(str(out1 / e["files"][0]))
+                                                       for e in data["shards"]]
+  assert data["vocab_sha256"] == manifest.vocab_sha256(str(corpus / "vocab.txt"))
+
+
+def test_a_killed_run_resumes_without_redoing_finished_shards(corpus, one_worker, tmp_path, monkeypatch):
+  out1, summary1 = one_worker
+  built = []
+  real = cpd.build_shard
+
+  def crash_at_shard_3(shard, *args, **kwargs):
+    if shard.index == 3:
+      raise KeyboardInterrupt("killed")
+    built.append(shard.index)
+    return real(shard, *args, **kwargs)
+
+  monkeypatch.setattr(cpd, "build_shard", crash_at_shard_3)
+  args = (f"{corpus}/a.txt,{corpus}/b.txt", [str(tmp_path / "train.tfrecord")], str(corpus / "vocab.txt"), CFG)
+  with pytest.raises(KeyboardInterrupt):
+    cpd.create_pretraining_data(*args, progress=False, verbose=False, shard_bytes=2048)
+  assert built == [0, 1, 2]
+  data = json.loads((tmp_path / "manifest.json").read_text())
+  assert not data["complete"] and [e["index"] for e in data["shards"]] == [0, 1, 2]
+  assert not [f for f in os.listdir(tmp_path) if ".tmp" in f]               # no half-written file left
+  kept = {f: os.stat(tmp_path / f).st_mtime_ns for f in os.listdir(tmp_path) if f.startswith("train-0000")}
+  # A killed run that had renamed shard 3's file into place but not listed it yet: adopted, not redone.
+  real(sharding.plan_shards([f"{corpus}/a.txt", f"{corpus}/b.txt"], 2048)[3],
+       [str(tmp_path / f"train-00003-of-{summary1.num_shards:05d}.tfrecord")],
+       cpd.make_tokenizer(str(corpus / "vocab.txt"), CFG), CFG)
+  built.clear()
+  monkeypatch.setattr(cpd, "build_shard", lambda shard, *a, **k: built.append(shard.index) or real(shard, *a, **k))
+  summary = cpd.create_pretraining_data(*args, progress=False, verbose=False, shard_bytes=2048)
+  assert built == list(range(4, summary1.num_shards))
+  assert summary.resumed_shards == 4 and summary.instances == summary1.instances
+  assert all(os.stat(tmp_path / f).st_mtime_ns == t for f, t in kept.items())
+  files = _files(tmp_path)
+  assert {f: b for f, b in files.items() if f != "manifest.json"} == {
+      f: b for f, b in _files(out1).items() if f != "manifest.json"}
+  assert json.loads(files["manifest.json"])["records"] == summary1.instances
+
+
+def test_a_rerun_with_other_flags_is_refused_with_one_error_line(corpus, one_worker, capsys):
+  out1, _ = one_worker
+  argv = [f"--input_file={corpus}/a.txt,{corpus}/b.txt", f"--output_file={out1}/train.tfrecord",
+          f"--vocab_file={corpus}/vocab.txt", "--max_seq_length=24", "--max_predictions_per_seq=4",
+          "--dupe_factor=3", "--shard_size=2K", "--num_workers=1", "--progress=false"]
+  before = _files(out1)
+  with pytest.raises(SystemExit) as e:
+    cli.run_plain_main(cpd.main, argv)
+  assert e.value.code == 2
+  err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+  assert len(err) == 1 and "--dupe_factor=2" in err[0] and "--dupe_factor=3" in err[0], err
+  assert _files(out1) == before
+  with pytest.raises(UserError, match="vocab_sha256"):
+    other = out1.parent / "other_vocab.txt"
+    other.write_text("\n".join(VOCAB + ["extra"]) + "\n")
+    cpd.create_pretraining_data(f"{corpus}/a.txt,{corpus}/b.txt", [str(out1 / "train.tfrecord")], str(other),
+                                CFG, progress=False, verbose=False, shard_bytes=2048)
+  # The same command again: every shard is finished, nothing is made.
+  again = cpd.create_pretraining_data(f"{corpus}/a.txt,{corpus}/b.txt", [str(out1 / "train.tfrecord")],
+                                      str(corpus / "vocab.txt"), CFG, progress=False, verbose=False,
+                                      shard_bytes=2048)
+  assert again.resumed_shards == again.num_shards and _files(out1) == before
+
+
+@pytest.mark.slow   # Beam's DirectRunner starts in ~5 s
+def test_beam_direct_runner_writes_the_local_records(corpus, one_worker, tmp_path):
+  pytest.importorskip("apache_beam")
+  from bert_jax.input_pipeline import beam_pipeline  # pylint: disable=g-import-not-at-top
+  out1, _ = one_worker
+  data = beam_pipeline.run(f"{corpus}/a.txt,{corpus}/b.txt", [str(tmp_path / "train.tfrecord")],
+                           str(corpus / "vocab.txt"), CFG, runner="DirectRunner", shard_bytes=2048)
+  assert data["complete"]
+  assert _files(tmp_path) == _files(out1)
