@@ -149,6 +149,9 @@ def get_config(arg=None):
   config.optimizer.eps = 1e-6                      # Adam epsilon (BERT: 1e-6)
   config.optimizer.clip_norm = 1.0                 # global-norm clipping (0 = off)
   config.optimizer.bias_correction = False         # False = Google BERT's AdamWeightDecayOptimizer
+  # Stability options (Mosbach et al. 2021, Zhang et al. 2021; rows in experiments/finetune_tables.md).
+  config.layerwise_lr_decay = 1.0                  # lr x decay^(L+2-depth) per layer (ELECTRA: 0.8; 1.0 = off)
+  config.reinit_top_layers = 0                     # re-initialise the pooler and the top k encoder layers (0 = off)
   # Deprecated aliases (one release): --config.learning_rate / --config.weight_decay set the same values
   # as --config.optimizer.learning_rate / --config.optimizer.weight_decay (shared field references).
   config.learning_rate = config.optimizer.get_ref("learning_rate")   # alias of optimizer.learning_rate
@@ -160,9 +163,16 @@ def get_config(arg=None):
   config.do_predict = True                         # write predictions for dev and test splits with the best model
   config.eval_every_steps = 0                      # 0 = evaluate at the end of every epoch
   config.log_every_steps = 50                      # train-loss records in metrics.jsonl / TensorBoard
+  config.evals_per_epoch = 0                       # evaluations spread over each epoch (0 = eval_every_steps decides)
   config.early_stopping_patience = 0               # stop after this many evaluations without improvement (0 = off)
   config.save_best_checkpoint = True               # DIR/best_checkpoint: params dir of the best evaluation
   config.max_train_steps = -1                      # cap on training steps (-1 = epochs decide); for timing runs
+
+  # Many runs in one program (bert_jax/finetune/multirun.py; the sweep uses it for seeds and learning rates).
+  config.multirun = ml_collections.ConfigDict()
+  config.multirun.enabled = True                   # vmap runs that differ only in seed / learning rate
+  config.multirun.max_replicas = 8                 # runs per compiled program (more: several programs)
+  config.multirun.memory_limit_gb = -1.0           # K x (params+Adam+grads) cap (-1: device limit or 1/4 of RAM)
 
   # Sharding: the pre-training mesh; -1 takes the remaining devices.
   config.mesh = ml_collections.ConfigDict()

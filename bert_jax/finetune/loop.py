@@ -165,7 +165,8 @@ def init_params(plan: FinetunePlan, model, mesh):
     _log.info("random init: %s", plan.model)
     return params, p_shard, report
   groups = ("bert",) + (fm.HEAD_NAMES if plan.load_head else ())
-  merged, rep = merge_params(params_dir.host_params(params), load_pretrained(plan.init_checkpoint).params, groups)
+  fresh = params_dir.host_params(params)
+  merged, rep = merge_params(fresh, load_pretrained(plan.init_checkpoint).params, groups)
   if not any(p.startswith("bert/") for p in rep["loaded"]):
     raise ValueError(f"init_checkpoint {plan.init_checkpoint} holds none of the model's encoder parameters "
                      "(params['bert'])")
@@ -174,6 +175,10 @@ def init_params(plan: FinetunePlan, model, mesh):
   _log.info("init_checkpoint %s: loaded %d arrays, initialised %d (%s), unused %d (%s)", plan.init_checkpoint,
             len(rep["loaded"]), len(rep["initialised"]), ", ".join(rep["initialised"]), len(rep["unused"]),
             ", ".join(rep["unused"][:8]))
+  if plan.reinit_top_layers > 0:
+    merged, again = fm.reinit_top_layers(merged, fresh, plan.reinit_top_layers, plan.model.num_hidden_layers)
+    rep = dict(rep, reinitialised=again)
+    _log.info("reinit_top_layers=%d: %d arrays back to their random init", plan.reinit_top_layers, len(again))
   # p_shard has the model's tree structure, so it tells the layer layout the model expects.
   params = jax.device_put(params_dir.match_layout(merged, params_dir.is_scanned(p_shard)), p_shard)
   return params, p_shard, dict(report, **rep)
@@ -186,7 +191,7 @@ def train_loop(plan: FinetunePlan, model, mesh, params, train: ft.SplitData, sch
   eval_every_steps (0: each epoch), stops early after early_stopping_patience evaluations without a better
   main metric, or on SIGINT / SIGTERM (Interrupted). Returns the last parameters."""
   total, per_epoch = schedule["total_steps"], schedule["steps_per_epoch"]
-  tx, lr_schedule = optimizers.make_optimizer(plan.optimizer, total, schedule["warmup_steps"])
+  tx, lr_schedule = make_optimizer(plan, schedule)
   state, shardings = ts.create_train_state(plan, model, mesh, tx, params=params)
   del params
   train_step = ts.make_train_step(plan, model, tx, mesh, shardings, loss_fn=fm.task_loss(model, plan.task))
@@ -212,7 +217,7 @@ def train_loop(plan: FinetunePlan, model, mesh, params, train: ft.SplitData, sch
           log.train(step, ep, ts.normalize(sums), float(lr_schedule(step - 1)), guard, bar)
           sums = None
         end_of_epoch = step % per_epoch == 0 or step == total
-        every = plan.eval_every_steps
+        every = schedule["eval_every_steps"]
         if plan.do_eval and evaluate.splits and ((every > 0 and (step % every == 0 or step == total)) or
                                                  (every <= 0 and end_of_epoch)):
           bad_evals = 0 if evaluate(state.params, step, ep) else bad_evals + 1
@@ -239,6 +244,12 @@ def train_loop(plan: FinetunePlan, model, mesh, params, train: ft.SplitData, sch
   if timing["steps_per_second"]:
     timing["examples_per_second"] = round(timing["steps_per_second"] * plan.batch_size, 2)
   return state.params
+
+
+def make_optimizer(plan: FinetunePlan, schedule: Dict[str, int]):
+  """(tx, lr schedule): the plan's optimizer over the run's steps, with layer-wise learning-rate decay."""
+  tx, lr_schedule = optimizers.make_optimizer(plan.optimizer, schedule["total_steps"], schedule["warmup_steps"])
+  return optimizers.with_layerwise_lr_decay(tx, plan.layerwise_lr_decay, plan.model.num_hidden_layers), lr_schedule
 
 
 @dataclasses.dataclass

@@ -24,6 +24,7 @@ from jax.experimental import multihost_utils
 from bert_jax.finetune.tasks import Task
 from bert_jax.models import BertConfig
 from bert_jax.models.config import SIZES
+from bert_jax.pretrained import params_dir
 from bert_jax.training import sharding
 from bert_jax.training.train_step import LossFn, StepFn
 
@@ -51,6 +52,25 @@ def size_name(cfg: BertConfig) -> str:
 
 def default_learning_rate(cfg: BertConfig) -> float:
   return DEFAULT_LEARNING_RATES[size_name(cfg)]
+
+
+def reinit_top_layers(params: dict, fresh: dict, k: int, num_layers: int):
+  """(params with the pooler and the top `k` encoder layers taken from `fresh` (the random init), the paths
+  re-initialised); Zhang et al. 2021's re-initialisation. Both trees host-side, either layer layout."""
+  params = params_dir.match_layout(params, False)
+  fresh = params_dir.match_layout(fresh, False)
+  top = {f"layer_{i}" for i in range(num_layers - k, num_layers)}
+  again = []
+
+  def pick(path, old, new):
+    parts = [str(getattr(p, "key", p)) for p in path]
+    if parts[:1] == ["bert"] and (parts[1:2] == ["pooler"] or (parts[1:2] == ["encoder"] and parts[2] in top)):
+      again.append("/".join(parts))
+      return new
+    return old
+
+  out = jax.tree_util.tree_map_with_path(pick, params, fresh)
+  return out, again
 
 
 def build_model(task: Task, bert_cfg: BertConfig, classifier_dropout: float = -1.0) -> nn.Module:

@@ -21,7 +21,10 @@ the field and what was expected:
     embeddings and the task's inputs (Task.check_max_seq_length: SQuAD's question and context);
   - `batch_size` a multiple of the data shards x `grad_accum_steps` (and of the process count); the learning
     rate (-1: by model size);
-  - the task object with its options and label list (read from the training data where the task infers it).
+  - the task object with its options and label list (read from the training data where the task infers it);
+  - the stability options: `layerwise_lr_decay` in (0, 1], `reinit_top_layers` at most the encoder's depth,
+    `evals_per_epoch` (which, when set, decides the evaluation interval: `schedule`);
+  - the multi-run settings (`config.multirun`, finetune/multirun.py decides per group whether they apply).
 """
 
 from __future__ import annotations
@@ -95,19 +98,27 @@ class FinetunePlan:
   eval_every_steps: int              # 0: at the end of every epoch
   log_every_steps: int
   early_stopping_patience: int
+  evals_per_epoch: int               # > 0: evaluate this many times per epoch (overrides eval_every_steps)
+  layerwise_lr_decay: float          # 1.0: off
+  reinit_top_layers: int             # 0: off; k: the pooler and the top k encoder layers start from random init
+  multirun: Dict[str, Any]           # {enabled, max_replicas, memory_limit_gb} (finetune/multirun.py)
   save_best_checkpoint: bool
   compilation_cache_dir: str
   finetune_info: Dict[str, Any]      # best_checkpoint/finetune_info.json: what Predictor needs to rebuild the head
   config: Dict[str, Any]             # the run config as asked (config.json)
 
   def schedule(self, train_rows: int) -> Dict[str, int]:
-    """{steps_per_epoch, total_steps, warmup_steps} for `train_rows` training features."""
+    """{steps_per_epoch, total_steps, warmup_steps, eval_every_steps} for `train_rows` training features;
+    eval_every_steps 0 means the end of every epoch."""
     steps_per_epoch = ft.num_batches(train_rows, self.batch_size) if train_rows else 0
     total = int(math.ceil(self.num_train_epochs * steps_per_epoch))
     if self.max_train_steps > 0:
       total = min(total, self.max_train_steps)
+    every = self.eval_every_steps
+    if self.evals_per_epoch > 0 and steps_per_epoch:
+      every = max(1, steps_per_epoch // self.evals_per_epoch)
     return {"steps_per_epoch": steps_per_epoch, "total_steps": total,
-            "warmup_steps": int(self.warmup_proportion * total)}
+            "warmup_steps": int(self.warmup_proportion * total), "eval_every_steps": every}
 
   def to_dict(self) -> dict:
     out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("config", "task")}
@@ -134,6 +145,9 @@ class FinetunePlan:
         ("optimizer", f"{o.name} lr {o.learning_rate:g} ({o.schedule}), warmup {self.warmup_proportion:g} of "
                       f"{self.num_train_epochs:g} epochs" + (f" (at most {self.max_train_steps} steps)"
                                                              if self.max_train_steps > 0 else "")),
+        ("stability", f"layerwise_lr_decay {self.layerwise_lr_decay:g}, reinit_top_layers "
+                      f"{self.reinit_top_layers}, bias_correction {o.bias_correction}, evals_per_epoch "
+                      f"{self.evals_per_epoch}, early_stopping_patience {self.early_stopping_patience}"),
         ("do", ", ".join(k for k, on in (("train", self.do_train), ("eval", self.do_eval),
                                           ("predict", self.do_predict)) if on)),
     ]
@@ -169,9 +183,12 @@ def _check_fields(config) -> None:
                "max_query_length", "n_best_size", "max_answer_length", "max_consecutive_nonfinite",
                "model.max_position_embeddings"):
     checks.check_range(config, path, lo=1, integer=True)
-  for path in ("eval_every_steps", "early_stopping_patience"):
+  for path in ("eval_every_steps", "early_stopping_patience", "evals_per_epoch", "reinit_top_layers"):
     checks.check_range(config, path, lo=0, integer=True)
   checks.check_range(config, "max_seq_length", lo=3, integer=True)    # [CLS] a [SEP]
+  checks.check_range(config, "layerwise_lr_decay", lo=0, lo_open=True, hi=1)
+  checks.check_range(config, "multirun.max_replicas", lo=1, integer=True)
+  checks.check_range(config, "multirun.memory_limit_gb", lo=0, lo_open=True, allow=(-1.0, -1))
   checks.check_range(config, "max_train_steps", lo=1, allow=(-1,), integer=True)
   checks.check_range(config, "warmup_proportion", lo=0, hi=1)
   checks.check_range(config, "multilabel_threshold", lo=0, hi=1)
@@ -290,6 +307,9 @@ def resolve_finetune(config, workdir: str, *, num_devices: Optional[int] = None,
   model = build_model_config(config.model, params_dir.count_vocab_lines(vocab_file),
                              init.config if init is not None else None)
   _check_length(config, model, init)
+  reinit = int(config.get("reinit_top_layers", 0))
+  if reinit > model.num_hidden_layers:
+    raise UserError(f"config.reinit_top_layers={reinit} exceeds the encoder's {model.num_hidden_layers} layers")
   rules = sharding.normalize_rules(config.logical_axis_rules)
   mesh_shape, shards = v.check_batch_divisible(int(config.batch_size), int(config.grad_accum_steps),
                                                config.mesh.shape, config.mesh.axes, rules, num_devices,
@@ -319,6 +339,9 @@ def resolve_finetune(config, workdir: str, *, num_devices: Optional[int] = None,
       do_eval=bool(config.do_eval), do_predict=bool(config.do_predict),
       eval_every_steps=int(config.eval_every_steps), log_every_steps=max(1, int(config.log_every_steps)),
       early_stopping_patience=int(config.early_stopping_patience),
+      evals_per_epoch=int(config.get("evals_per_epoch", 0)),
+      layerwise_lr_decay=float(config.get("layerwise_lr_decay", 1.0)), reinit_top_layers=reinit,
+      multirun=config_to_dict(config.multirun) if "multirun" in config else {"enabled": False},
       save_best_checkpoint=bool(config.save_best_checkpoint),
       compilation_cache_dir=str(config.get("compilation_cache_dir", "auto")),
       finetune_info=_finetune_info(config, task, do_lower_case), config=config_to_dict(config))

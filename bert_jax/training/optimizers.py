@@ -5,6 +5,8 @@ API:
   make_schedule(config) -> optax schedule: step -> learning rate
   make_optimizer(opt, num_train_steps, warmup_steps) -> (optax.GradientTransformation, schedule)
   optimizer_from_run_config(config) -> the same from a pre-training config
+  layer_depths(params, num_layers) / with_layerwise_lr_decay(tx, params, decay, num_layers)
+                                                     ELECTRA's layer-wise learning-rate decay (fine-tuning only)
   decay_mask(params) -> bool tree: True where weight decay (and LAMB's trust ratio) applies
   scale_by_bert_adam(b1, b2, eps, bias_correction)  Adam moments; without bias correction it is
                                                      Google BERT's AdamWeightDecayOptimizer
@@ -155,3 +157,50 @@ def optimizer_from_run_config(config):
   """(tx, schedule) of a pre-training run config: config.optimizer over config.num_train_steps with
   config.warmup_steps."""
   return make_optimizer(config.optimizer, int(config.num_train_steps), int(config.warmup_steps))
+
+
+# ---- layer-wise learning-rate decay (fine-tuning only; pre-training never calls it) ------------------------
+def layer_depths(params, num_layers: int) -> Any:
+  """ELECTRA's depth of every parameter (electra/model/optimization.py `_get_layer_lrs`): embeddings 0,
+  encoder layer i i+1, the pooler num_layers+1, the task head num_layers+2. Scanned encoders (one
+  `layers` subtree stacked on axis 0) get a [num_layers, 1, ...] array of depths that broadcasts."""
+  def depth(path, leaf):
+    parts = _path_str(path).split("/")
+    if "embeddings" in parts:
+      return 0
+    for p in parts:
+      if p.startswith("layer_") and p[len("layer_"):].isdigit():
+        return int(p[len("layer_"):]) + 1
+    if "layers" in parts and "encoder" in parts:     # scanned: axis 0 is the layer
+      shape = (num_layers,) + (1,) * (jnp.ndim(leaf) - 1)
+      return jnp.arange(1, num_layers + 1, dtype=jnp.float32).reshape(shape)
+    if "pooler" in parts:
+      return num_layers + 1
+    return num_layers + 2
+  return jax.tree_util.tree_map_with_path(depth, params)
+
+
+def scale_by_layer_decay(decay: float, num_layers: int) -> optax.GradientTransformation:
+  """Multiplies each update by decay ** (num_layers + 2 - depth) (`layer_depths`): the head keeps the peak
+  learning rate, the pooler gets decay x it, the top encoder layer decay^2, the embeddings decay^(L+2).
+  Placed after the whole chain, it scales the per-layer learning rate, weight decay included, as ELECTRA."""
+  def scales(params):
+    return jax.tree.map(lambda d: jnp.asarray(float(decay), jnp.float32) ** (num_layers + 2 - jnp.asarray(d)),
+                        layer_depths(params, num_layers))
+
+  def init(params):
+    del params
+    return optax.EmptyState()
+
+  def update(updates, state, params=None):
+    return jax.tree.map(lambda u, s: (u * s).astype(u.dtype), updates, scales(updates)), state
+
+  return optax.GradientTransformation(init, update)
+
+
+def with_layerwise_lr_decay(tx: optax.GradientTransformation, decay: float,
+                            num_layers: int) -> optax.GradientTransformation:
+  """`tx` followed by `scale_by_layer_decay`; `tx` itself when decay == 1 (off)."""
+  if float(decay) == 1.0:
+    return tx
+  return optax.chain(tx, scale_by_layer_decay(decay, num_layers))

@@ -1,0 +1,427 @@
+r"""Fine-tuning sweeps: a grid of config values x seeds, dev-set selection, and the table papers print.
+
+    python -m bert_jax.finetune.sweep --config=configs/finetune.py:task=classification,size=tiny \
+        --config.data_dir=DATA --config.vocab_file=VOCAB \
+        --grid='optimizer.learning_rate=1e-4,3e-4;num_train_epochs=3,10' --seeds=5 --workdir=DIR
+
+From Python / a notebook:   results = sweep.run_sweep(config, {"optimizer.learning_rate": [1e-4, 3e-4]},
+                                                       seeds=5, workdir=DIR)
+
+Any config field can be on the grid (`field=v1,v2` joined by `;`); a field the config lacks, or a value of
+the wrong type or out of range, is one `error:` line before anything runs (every point is resolved into its
+plan first). Seeds are `config.seed + 0 .. seeds-1`. Each (point, seed) run is an ordinary fine-tuning work
+directory, DIR/runs/p<point>_s<seed>/; a run whose eval_results.json exists is done, so a rerun of the same
+command resumes (finished runs are skipped). Runs that differ only in seed and learning rate train together
+as one vmapped program (finetune/multirun.py); anything else one at a time.
+
+Selection on the dev split by the task's main metric (`--select`):
+  best    (default) BERT's rule (Devlin et al. 2019, Sec. 4.1 and its restarts on small sets): every run of
+          the grid is a candidate, the point with the best single dev run over its seeds is selected, and
+          the reported result is that best seed's dev and test score.
+  median  ELECTRA's / Mosbach et al.'s rule: a point's score is the median dev score over its seeds; the
+          reported result is the median over seeds of the selected point (dev and test).
+Either way the table shows, per point, dev and test median, mean +- std, min and max over seeds.
+
+Launchers: `--shard=i/n` runs the i-th of n shares of the work units (a unit is a grid point with all its
+seeds, or, when there are fewer points than shards, a group of seeds of one point), so each host or slice
+takes its own; then `--report` (same --workdir) merges whatever runs exist into the report. Files in DIR:
+  sweep_spec.json     the grid, seeds, rule, split names and points (a rerun must ask for the same sweep)
+  sweep_results.json  per point: settings, per-seed runs, dev/test statistics, score; the selected point
+  sweep_table.md      the table (selected point marked **)
+  sweep_spread.png    dev and test per seed for every point, the median marked
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import io
+import itertools
+import json
+import logging
+import os
+import statistics
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from absl import flags
+from ml_collections import config_flags
+
+from bert_jax import cli
+from bert_jax.errors import UserError
+from bert_jax.finetune import multirun
+from bert_jax.finetune.plan import FinetunePlan, resolve_finetune
+from bert_jax.input_pipeline import checks, fileio
+from bert_jax.pretrained import params_dir
+
+_log = logging.getLogger(__name__)
+
+SPEC_NAME, RESULTS_NAME, TABLE_NAME, PLOT_NAME = ("sweep_spec.json", "sweep_results.json", "sweep_table.md",
+                                                  "sweep_spread.png")
+SELECT_RULES = ("best", "median")
+
+
+# ---- the grid ----------------------------------------------------------------------------------------------
+def _leaf_paths(config, prefix: str = "") -> List[str]:
+  out = []
+  for k in config.keys():
+    v = config[k]
+    if hasattr(v, "keys"):
+      out += _leaf_paths(v, prefix + k + ".")
+    else:
+      out.append(prefix + k)
+  return out
+
+
+def _convert(config, path: str, text: str):
+  """`text` as the type of config.<path> (bool, int, float, str, tuple); UserError naming the field."""
+  current = checks.get_field(config, path)
+  text = text.strip()
+  try:
+    if isinstance(current, bool):
+      low = text.lower()
+      if low not in ("true", "false", "1", "0"):
+        raise ValueError
+      return low in ("true", "1")
+    if isinstance(current, int):
+      return int(text)
+    if isinstance(current, float):
+      return float(text)
+    if isinstance(current, (tuple, list)):
+      raise UserError(f"--grid: {path} is a tuple field; sweep scalar fields only")
+  except ValueError as e:
+    raise UserError(f"--grid: {path}={text!r} is not a {type(current).__name__} (config.{path} = "
+                    f"{current!r})") from e
+  return text
+
+
+def parse_grid(text: str, config) -> Dict[str, list]:
+  """'a.b=1,2;c=x' -> {"a.b": [1, 2], "c": ["x"]}, values typed as the config's fields."""
+  grid: Dict[str, list] = {}
+  for part in filter(None, (p.strip() for p in (text or "").split(";"))):
+    path, eq, values = part.partition("=")
+    path = path.strip()
+    if not eq or not values.strip():
+      raise UserError(f"--grid: {part!r} is not FIELD=V1,V2,... (points are joined by ';')")
+    grid[path] = [v for v in values.split(",") if v.strip()]
+  return check_grid(grid, config)
+
+
+def check_grid(grid: Dict[str, Sequence], config) -> Dict[str, list]:
+  """The grid with its fields checked against `config` and its values typed (strings converted)."""
+  out = {}
+  known = _leaf_paths(config)
+  for path, values in grid.items():
+    if path in ("seed",):
+      raise UserError("--grid: seed is set by --seeds, not by the grid")
+    if not checks.has(config, path) or hasattr(checks.get_field(config, path), "keys"):
+      close = difflib.get_close_matches(path, known, n=2)
+      hint = f"; did you mean {' or '.join(close)}?" if close else ""
+      raise UserError(f"--grid: config has no field {path!r}{hint}")
+    values = list(values)
+    if not values:
+      raise UserError(f"--grid: {path} has no values")
+    out[path] = [_convert(config, path, v) if isinstance(v, str) else v for v in values]
+    if len(set(map(repr, out[path]))) < len(out[path]):
+      raise UserError(f"--grid: {path} lists a value twice: {out[path]}")
+  return out
+
+
+def grid_points(grid: Dict[str, list]) -> List[Dict[str, Any]]:
+  """The cartesian product, first field slowest."""
+  keys = list(grid)
+  return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))] or [{}]
+
+
+def point_label(settings: Dict[str, Any]) -> str:
+  return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in settings.items()) or "(config)"
+
+
+def _set(config, path: str, value) -> None:
+  *parents, leaf = path.split(".")
+  target = config
+  for p in parents:
+    target = target[p]
+  target[leaf] = value
+
+
+def point_config(config, settings: Dict[str, Any], seed: int):
+  """A copy of `config` with the point's values and the seed (field references, such as the
+  learning_rate alias, keep pointing inside the copy)."""
+  c = copy.deepcopy(config)
+  with c.unlocked():
+    for path, value in settings.items():
+      _set(c, path, value)
+    c.seed = int(seed)
+  return c
+
+
+# ---- the sweep ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Run:
+  point: int
+  seed: int
+  workdir: str
+
+
+def run_dir(workdir: str, point: int, seed: int) -> str:
+  return os.path.join(workdir, "runs", f"p{point:03d}_s{seed}")
+
+
+def is_done(run: Run) -> bool:
+  return os.path.exists(os.path.join(run.workdir, "eval_results.json"))
+
+
+def parse_shard(text: str) -> Tuple[int, int]:
+  try:
+    i, n = (int(x) for x in str(text or "0/1").split("/"))
+  except ValueError as e:
+    raise UserError(f"--shard={text!r}: expected I/N, e.g. 0/4 (share I of N, 0-based)") from e
+  if n < 1 or not 0 <= i < n:
+    raise UserError(f"--shard={text!r}: expected 0 <= I < N")
+  return i, n
+
+
+def work_units(points: int, seeds: Sequence[int], shards: int) -> List[List[Tuple[int, int]]]:
+  """Units of (point, seed): a point with all its seeds; split into seed groups when points < shards."""
+  groups = 1 if points >= shards else -(-shards // points)
+  size = -(-len(seeds) // groups)
+  return [[(p, s) for s in seeds[g * size:(g + 1) * size]] for p in range(points) for g in range(groups)
+          if seeds[g * size:(g + 1) * size]]
+
+
+def _spec(config, grid, seeds, select, plan: FinetunePlan) -> dict:
+  task = plan.task
+  return {"task": task.name, "main_metric": task.main_metric,
+          "dev_split": (list(plan.data.eval_splits) or list(task.eval_splits) or [None])[0],
+          "test_splits": list(plan.data.test_splits) or list(task.test_splits),
+          "grid": grid, "seeds": list(seeds), "select": select,
+          "points": [{"index": i, "settings": s, "label": point_label(s)} for i, s in enumerate(grid_points(grid))]}
+
+
+def run_sweep(config, grid, seeds: int = 5, workdir: str = "sweep", *, select: str = "best",
+              shard: Tuple[int, int] = (0, 1), report: Optional[bool] = None) -> dict:
+  """Runs the sweep's missing runs of this shard and, unsharded (or `report=True`), writes the report.
+  `grid`: {field: [values]} or the --grid text. Returns sweep_results.json's content ({} when a shard only
+  ran its runs)."""
+  if select not in SELECT_RULES:
+    raise UserError(f"--select={select!r}; expected one of {', '.join(SELECT_RULES)}")
+  if int(seeds) < 1:
+    raise UserError(f"--seeds={seeds}: at least 1")
+  grid = parse_grid(grid, config) if isinstance(grid, str) else check_grid(grid, config)
+  seed_list = [int(config.seed) + j for j in range(int(seeds))]
+  points = grid_points(grid)
+  workdir = os.path.abspath(workdir)
+  # Every (point, seed) resolves now: a bad value on the grid fails before any run (it names the field).
+  plans: Dict[Tuple[int, int], FinetunePlan] = {}
+  for i, settings in enumerate(points):
+    for s in seed_list:
+      try:
+        plans[(i, s)] = resolve_finetune(point_config(config, settings, s), run_dir(workdir, i, s))
+      except UserError as e:
+        raise UserError(f"grid point {point_label(settings)}: {e}") from e
+  spec = _spec(config, grid, seed_list, select, plans[(0, seed_list[0])])
+  _write_spec(workdir, spec)
+  index, count = shard
+  units = work_units(len(points), seed_list, count)
+  mine = [r for u, unit in enumerate(units) if u % count == index for r in unit]
+  todo = [(i, s) for i, s in mine if not is_done(Run(i, s, run_dir(workdir, i, s)))]
+  _log.info("sweep: %d points x %d seeds; shard %d/%d has %d runs, %d already done", len(points), len(seed_list),
+            index, count, len(mine), len(mine) - len(todo))
+  for group in _vmap_groups([plans[r] for r in todo]):
+    for plan, result in zip(group, multirun.run_plans(group)):
+      if "error" in result:
+        _log.warning("run %s failed: %s", plan.workdir, result["error"])
+        params_dir.write_json_atomic(os.path.join(plan.workdir, "sweep_error.json"), result)
+  if report if report is not None else count == 1:
+    return write_report(workdir)
+  return {}
+
+
+def _vmap_groups(plans: Sequence[FinetunePlan]) -> List[List[FinetunePlan]]:
+  """Plans grouped by everything but seed and learning rate (what one vmapped program may vary)."""
+  groups: Dict[str, List[FinetunePlan]] = {}
+  for p in plans:
+    d = p.to_dict()
+    key = {k: v for k, v in d.items() if k not in multirun.VARYING}
+    key["optimizer"] = {k: v for k, v in d["optimizer"].items() if k != "learning_rate"}
+    groups.setdefault(json.dumps(key, sort_keys=True, default=str), []).append(p)
+  return list(groups.values())
+
+
+def _write_spec(workdir: str, spec: dict) -> None:
+  path = os.path.join(workdir, SPEC_NAME)
+  if os.path.exists(path):
+    with open(path, encoding="utf-8") as f:
+      old = json.load(f)
+    if json.loads(json.dumps(spec)) != old:
+      raise UserError(f"--workdir={workdir} holds another sweep ({SPEC_NAME}: task {old.get('task')}, grid "
+                      f"{old.get('grid')}, seeds {old.get('seeds')}, select {old.get('select')}); use a new "
+                      "directory, or the same flags to resume it")
+  fileio.makedirs(workdir)
+  params_dir.write_json_atomic(path, spec)
+
+
+# ---- the report --------------------------------------------------------------------------------------------
+def stats(values: Sequence[float]) -> Optional[dict]:
+  if not values:
+    return None
+  return {"n": len(values), "median": statistics.median(values), "mean": statistics.fmean(values),
+          "std": statistics.stdev(values) if len(values) > 1 else 0.0, "min": min(values), "max": max(values)}
+
+
+def _read_run(workdir: str, spec: dict, point: int, seed: int) -> dict:
+  d = run_dir(workdir, point, seed)
+  out = {"seed": seed, "workdir": os.path.relpath(d, workdir)}
+  path = os.path.join(d, "eval_results.json")
+  if not os.path.exists(path):
+    err = os.path.join(d, "sweep_error.json")
+    out["status"] = "failed" if os.path.exists(err) else "missing"
+    return out
+  with open(path, encoding="utf-8") as f:
+    r = json.load(f)
+  metric = spec["main_metric"]
+  out["status"] = "done"
+  out["dev"] = (r.get(spec["dev_split"]) or {}).get(metric)
+  tests = [s for s in spec["test_splits"] if metric in (r.get(s) or {})]
+  out["test"] = r[tests[0]][metric] if tests else None
+  out["best_step"] = (r.get("best") or {}).get("step")
+  out["train_seconds"] = (r.get("timing") or {}).get("train_seconds")
+  return out
+
+
+def collect(workdir: str) -> dict:
+  """sweep_results.json's content from the runs in `workdir` (what exists now)."""
+  path = os.path.join(workdir, SPEC_NAME)
+  if not os.path.exists(path):
+    raise UserError(f"--workdir={workdir} has no {SPEC_NAME}: not a sweep directory (run the sweep first)")
+  with open(path, encoding="utf-8") as f:
+    spec = json.load(f)
+  points = []
+  for p in spec["points"]:
+    runs = [_read_run(workdir, spec, p["index"], s) for s in spec["seeds"]]
+    dev = [r["dev"] for r in runs if r.get("dev") is not None]
+    test = [r["test"] for r in runs if r.get("test") is not None]
+    best_run = max((r for r in runs if r.get("dev") is not None), key=lambda r: r["dev"], default=None)
+    score = None if not dev else (max(dev) if spec["select"] == "best" else statistics.median(dev))
+    points.append(dict(p, runs=runs, dev=stats(dev), test=stats(test), score=score,
+                       best_seed=best_run["seed"] if best_run else None))
+  scored = [p for p in points if p["score"] is not None]
+  selected = max(scored, key=lambda p: p["score"]) if scored else None
+  result = None
+  if selected is not None:
+    if spec["select"] == "best":
+      run = next(r for r in selected["runs"] if r["seed"] == selected["best_seed"])
+      result = {"dev": run["dev"], "test": run["test"], "seed": run["seed"]}
+    else:
+      result = {"dev": selected["dev"]["median"], "test": selected["test"]["median"] if selected["test"] else None}
+  missing = sum(r["status"] != "done" for p in points for r in p["runs"])
+  return dict(spec, points=points, selected=selected["index"] if selected else None, result=result,
+              runs_total=len(spec["points"]) * len(spec["seeds"]), runs_missing=missing)
+
+
+def _fmt(s: Optional[dict], scale: float = 100.0) -> Tuple[str, str, str, str]:
+  if not s:
+    return ("–", "–", "–", "–")
+  return (f"{scale * s['median']:.1f}", f"{scale * s['mean']:.1f} ± {scale * s['std']:.1f}",
+          f"{scale * s['min']:.1f}", f"{scale * s['max']:.1f}")
+
+
+def table_markdown(results: dict) -> str:
+  """The per-point table; metrics x 100; the selected point in bold with a ** marker."""
+  m = results["main_metric"]
+  rule = ("best dev run over seeds (BERT)" if results["select"] == "best" else "median dev over seeds (ELECTRA)")
+  lines = [f"Task {results['task']}, {m} x 100 over seeds {results['seeds']}; selection: {rule}. "
+           f"{results['runs_total'] - results['runs_missing']}/{results['runs_total']} runs done.", "",
+           "| point | n | dev median | dev mean ± std | dev min | dev max | test median | test mean ± std | "
+           "test min | test max |", "|" + "---|" * 10]
+  for p in results["points"]:
+    sel = p["index"] == results["selected"]
+    label = f"**{p['label']}** **" if sel else p["label"]
+    n = p["dev"]["n"] if p["dev"] else 0
+    lines.append("| " + " | ".join((label, str(n)) + _fmt(p["dev"]) + _fmt(p["test"])) + " |")
+  r = results.get("result")
+  if r:
+    test = "–" if r["test"] is None else f"{100 * r['test']:.1f}"
+    lines += ["", f"Selected: {results['points'][results['selected']]['label']} -> dev {100 * r['dev']:.1f}, "
+                  f"test {test}" + (f" (seed {r['seed']})" if "seed" in r else " (medians)")]
+  return "\n".join(lines) + "\n"
+
+
+def plot_spread(results: dict, path: str) -> str:
+  """Dev and test main metric of every seed per point (dots) with the median (bar)."""
+  import matplotlib  # lazy: ~1 s of import, only for the report
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # lazy: as above
+  pts = results["points"]
+  fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(pts) + 2), 4))
+  for j, (split, color, dx) in enumerate((("dev", "tab:blue", -0.12), ("test", "tab:orange", 0.12))):
+    for i, p in enumerate(pts):
+      ys = [100 * r[split] for r in p["runs"] if r.get(split) is not None]
+      if ys:
+        ax.scatter([i + dx] * len(ys), ys, color=color, s=14, alpha=0.7, label=split if i == 0 else None)
+        ax.hlines(statistics.median(ys), i + dx - 0.1, i + dx + 0.1, color=color, lw=2)
+  if results["selected"] is not None:
+    ax.axvspan(results["selected"] - 0.4, results["selected"] + 0.4, color="0.9", zorder=0)
+  ax.set_xticks(range(len(pts)))
+  ax.set_xticklabels([p["label"].replace(", ", "\n") for p in pts], fontsize=7)
+  ax.set_ylabel(f"{results['main_metric']} x 100")
+  ax.set_title(f"{results['task']}: spread over {len(results['seeds'])} seeds (selected point shaded)")
+  ax.legend()
+  fig.tight_layout()
+  buf = io.BytesIO()
+  fig.savefig(buf, format="png", dpi=80)
+  plt.close(fig)
+  fileio.write_bytes_atomic(path, buf.getvalue())
+  return path
+
+
+def write_report(workdir: str) -> dict:
+  """sweep_results.json, sweep_table.md and sweep_spread.png from the runs that exist (the merge step)."""
+  workdir = os.path.abspath(workdir)
+  results = collect(workdir)
+  params_dir.write_json_atomic(os.path.join(workdir, RESULTS_NAME), results)
+  fileio.write_text_atomic(os.path.join(workdir, TABLE_NAME), table_markdown(results))
+  plot_spread(results, os.path.join(workdir, PLOT_NAME))
+  return results
+
+
+# ---- command line ------------------------------------------------------------------------------------------
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  """The command's flags (defined when run as a program, so importing this module defines none)."""
+  config_flags.DEFINE_config_file("config", None, "Fine-tuning config, e.g. configs/finetune.py:task=mrpc.",
+                                  lock_config=True)
+  flags.DEFINE_string("workdir", None, "Sweep directory: runs/, sweep_spec.json, sweep_results.json, the table.")
+  flags.DEFINE_string("grid", "", "FIELD=V1,V2;FIELD2=V3,V4 (any config field; empty: the config alone).")
+  flags.DEFINE_integer("seeds", 5, "Runs per grid point, seeds config.seed + 0..N-1.")
+  flags.DEFINE_enum("select", "best", SELECT_RULES, "best: BERT's best dev run; median: median dev over seeds.")
+  flags.DEFINE_string("shard", "0/1", "I/N: run share I of N of the work units (one host or slice each).")
+  flags.DEFINE_bool("report", False, "Only merge the existing runs into the report (after the shards).")
+
+def main(argv):
+  if len(argv) > 1:
+    raise UserError(f"unexpected arguments: {argv[1:]} (flags are --name=value)")
+  if not FLAGS.workdir:
+    raise UserError("--workdir is required (the sweep directory)")
+  logging.getLogger().setLevel(logging.INFO)
+  if FLAGS.report:
+    results = write_report(FLAGS.workdir)
+  else:
+    if FLAGS.config is None:
+      raise UserError("--config is required, e.g. --config=configs/finetune.py:task=mrpc")
+    results = run_sweep(FLAGS.config, FLAGS.grid, FLAGS.seeds, FLAGS.workdir, select=FLAGS.select,
+                        shard=parse_shard(FLAGS.shard))
+  if results:
+    print(table_markdown(results), end="")
+    print(f"results: {os.path.join(FLAGS.workdir, RESULTS_NAME)}")
+  else:
+    print(f"shard {FLAGS.shard} done; after every shard: python -m bert_jax.finetune.sweep --report "
+          f"--workdir={FLAGS.workdir}")
+
+
+if __name__ == "__main__":
+  define_flags()
+  cli.run_main(main)

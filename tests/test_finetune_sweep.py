@@ -1,0 +1,113 @@
+"""Fine-tuning sweeps (bert_jax/finetune/sweep.py): grid parsing and checks, the report's statistics and
+selection rules, resume and shards, on tiny runs."""
+
+import json
+import os
+
+import pytest
+
+import task_fixtures as testing
+from bert_jax.errors import UserError
+from bert_jax.finetune import sweep
+
+from test_finetune_tasks import make_config
+
+
+@pytest.fixture
+def config(tmp_path):
+  data = testing.write_classification(str(tmp_path / "data"))
+  vocab = testing.write_vocab(str(tmp_path / "vocab"))
+  c = make_config("classification", data, vocab, num_train_epochs=1.0, batch_size=8, eval_batch_size=8,
+                  do_predict=False, save_best_checkpoint=False)
+  c.model.num_hidden_layers = 1
+  c.mesh.shape = (8, 1, 1)
+  return c
+
+
+def test_grid_values_take_the_type_of_the_config_field(config):
+  grid = sweep.parse_grid("optimizer.learning_rate=1e-4,3e-4; num_train_epochs=3,10;crf=true", config)
+  assert grid == {"optimizer.learning_rate": [1e-4, 3e-4], "num_train_epochs": [3.0, 10.0], "crf": [True]}
+  assert len(sweep.grid_points(grid)) == 4
+  assert sweep.grid_points(grid)[1] == {"optimizer.learning_rate": 1e-4, "num_train_epochs": 10.0, "crf": True}
+
+
+@pytest.mark.parametrize("text,message", [
+    ("optimizer.learnig_rate=1e-4", "no field 'optimizer.learnig_rate'; did you mean optimizer.learning_rate"),
+    ("batch_size=eight", "batch_size='eight' is not a int"),
+    ("optimizer.learning_rate", "is not FIELD=V1,V2"),
+    ("seed=1,2", "seed is set by --seeds"),
+    ("num_train_epochs=3,3", "lists a value twice"),
+])
+def test_a_bad_grid_is_one_user_error_naming_the_field(config, text, message):
+  with pytest.raises(UserError, match=message.replace("(", r"\(")):
+    sweep.parse_grid(text, config)
+
+
+def test_a_value_the_plan_rejects_fails_before_any_run(config, tmp_path):
+  with pytest.raises(UserError, match=r"grid point optimizer.learning_rate=-5.*learning_rate"):
+    sweep.run_sweep(config, "optimizer.learning_rate=1e-3,-5", 2, str(tmp_path / "sw"))
+  assert not os.path.exists(tmp_path / "sw" / "runs")
+
+
+def test_work_units_split_points_then_seed_groups_over_shards():
+  assert sweep.work_units(3, [0, 1], 2) == [[(0, 0), (0, 1)], [(1, 0), (1, 1)], [(2, 0), (2, 1)]]
+  units = sweep.work_units(1, [0, 1, 2, 3, 4], 2)
+  assert units == [[(0, 0), (0, 1), (0, 2)], [(0, 3), (0, 4)]]
+  assert sweep.parse_shard("1/4") == (1, 4)
+  with pytest.raises(UserError, match="0 <= I < N"):
+    sweep.parse_shard("4/4")
+
+
+def _fake_run(workdir, point, seed, dev, test):
+  d = sweep.run_dir(workdir, point, seed)
+  os.makedirs(d)
+  with open(os.path.join(d, "eval_results.json"), "w") as f:
+    json.dump({"dev": {"accuracy": dev}, "test": {"accuracy": test}, "best": {"step": 3}}, f)
+
+
+@pytest.mark.slow   # matplotlib (two spread plots): ~3 s
+def test_best_and_median_rules_select_different_points(tmp_path):
+  """Point 0 has the single best dev run (0.9) but a low median; point 1 is steady (median 0.8)."""
+  devs = {0: [0.9, 0.5, 0.5], 1: [0.8, 0.8, 0.7]}
+  for rule, want, result in (("best", 0, {"dev": 0.9, "test": 0.55, "seed": 0}), ("median", 1, None)):
+    w = str(tmp_path / rule)
+    os.makedirs(w)
+    spec = {"task": "classification", "main_metric": "accuracy", "dev_split": "dev", "test_splits": ["test"],
+            "grid": {"num_train_epochs": [3.0, 10.0]}, "seeds": [0, 1, 2], "select": rule,
+            "points": [{"index": i, "settings": {"num_train_epochs": e}, "label": f"num_train_epochs={e:g}"}
+                       for i, e in enumerate((3.0, 10.0))]}
+    with open(os.path.join(w, sweep.SPEC_NAME), "w") as f:
+      json.dump(spec, f)
+    for p, ds in devs.items():
+      for s, d in enumerate(ds[:2 if p == 1 and rule == "best" else 3]):
+        _fake_run(w, p, s, d, d - 0.35 + 0.1 * p if s == 0 else d)
+    out = sweep.write_report(w)
+    assert out["selected"] == want
+    if result:
+      assert out["result"] == result
+      assert out["runs_missing"] == 1
+    else:
+      assert out["result"] == {"dev": 0.8, "test": pytest.approx(0.7)}   # tests 0.55, 0.8, 0.7
+    table = open(os.path.join(w, sweep.TABLE_NAME)).read()
+    assert f"**num_train_epochs={(3.0, 10.0)[want]:g}** **" in table
+    assert os.path.getsize(os.path.join(w, sweep.PLOT_NAME)) > 1000
+  p0 = out["points"][0]["dev"]
+  assert p0["median"] == 0.5 and p0["min"] == 0.5 and p0["max"] == 0.9 and p0["n"] == 3
+
+
+@pytest.mark.slow   # 4 tiny runs in one vmapped program (one compile) and a resumed rerun: ~10 s
+def test_sweep_runs_every_point_and_seed_and_a_rerun_skips_finished_runs(config, tmp_path):
+  w = str(tmp_path / "sw")
+  out = sweep.run_sweep(config, {"optimizer.learning_rate": [1e-3, 3e-4]}, 2, w)
+  assert out["runs_missing"] == 0 and len(out["points"]) == 2
+  assert all(r["dev"] is not None for p in out["points"] for r in p["runs"])
+  lrs = {json.load(open(os.path.join(w, r["workdir"], "eval_results.json")))["train"]["learning_rate"]
+         for p in out["points"] for r in p["runs"]}
+  assert lrs == {1e-3, 3e-4}
+  stamps = {r["workdir"]: os.path.getmtime(os.path.join(w, r["workdir"], "eval_results.json"))
+            for p in out["points"] for r in p["runs"]}
+  again = sweep.run_sweep(config, {"optimizer.learning_rate": [1e-3, 3e-4]}, 2, w)
+  assert again["points"] == out["points"]
+  assert stamps == {k: os.path.getmtime(os.path.join(w, k, "eval_results.json")) for k in stamps}
+  with pytest.raises(UserError, match="holds another sweep"):
+    sweep.run_sweep(config, {"optimizer.learning_rate": [1e-3]}, 2, w)
