@@ -171,3 +171,72 @@ def test_beam_direct_runner_writes_the_local_records(corpus, one_worker, tmp_pat
                            str(corpus / "vocab.txt"), CFG, runner="DirectRunner", shard_bytes=2048)
   assert data["complete"]
   assert _files(tmp_path) == _files(out1)
+
+
+@pytest.mark.slow   # imports TensorFlow and reads ~150 batches: ~10 s on a loaded core
+def test_a_late_resume_skips_whole_files_by_the_manifest_counts(tmp_path):
+  """Records in 8+ files with a manifest: the stream resumed at a late step equals the uninterrupted one,
+  and the files before the resumed window are never opened (they are overwritten with garbage first)."""
+  tf = pytest.importorskip("tensorflow")
+  from bert_jax.input_pipeline import pretrain_dataset  # pylint: disable=g-import-not-at-top
+  del tf
+  d = tmp_path / "corpus"
+  d.mkdir()
+  (d / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+  rng = np.random.default_rng(3)
+  plain = [w for w in WORDS if not w.startswith("##")]
+  docs = ["\n".join(" ".join(rng.choice(plain, int(rng.integers(3, 12)))) + " ." for _ in range(3))
+          for _ in range(200)]
+  (d / "c.txt").write_text("\n\n".join(docs) + "\n")
+  out = tmp_path / "records"
+  summary = cpd.create_pretraining_data(str(d / "c.txt"), [str(out / "train.tfrecord")], str(d / "vocab.txt"),
+                                        CFG, progress=False, verbose=False, shard_bytes=2000)
+  files = sorted(str(out / f) for f in os.listdir(out) if f.endswith(".tfrecord"))
+  assert len(files) == summary.num_shards >= 8 and not summary.skipped_shards
+  assert manifest.record_counts(files) == [manifest.count_tfrecords(f) for f in files]
+  kwargs = dict(batch_size=16, max_seq_length=24, max_predictions_per_seq=4, vocab_file=str(d / "vocab.txt"),
+                is_training=True, seed=5, masking="static", shuffle_buffer=16, cycle_length=2,
+                process_index=0, process_count=1)
+  per_epoch = summary.instances // 16
+  start = per_epoch + per_epoch // 2                 # the middle of the second epoch
+  it = pretrain_dataset.make_pretraining_dataset(f"{out}/train-*.tfrecord", **kwargs)
+  stream = [next(it) for _ in range(start + 3)]
+  # The files of the second epoch's windows before the resume point: skipped by count, never read.
+  rs = pretrain_dataset._RecordStream(files, True, 5, 0, 1, 16, 2)  # pylint: disable=protected-access
+  counts = manifest.record_counts(files)
+  order = rs.file_order(1).numpy().tolist()
+  skip, windows = start * 16 - sum(counts), rs.window_counts(counts, 1)
+  passed = 0
+  while skip >= windows[passed]:
+    skip -= windows[passed]
+    passed += 1
+  skipped = [files[i] for i in order[:2 * passed] if files[i] != files[0]]   # files[0]: the schema check
+  assert len(skipped) >= 3
+  for f in skipped:
+    with open(f, "wb") as fh:
+      fh.write(b"not a record")
+  resumed = pretrain_dataset.make_pretraining_dataset(f"{out}/train-*.tfrecord", start_step=start, **kwargs)
+  for want in stream[start:]:
+    got = next(resumed)
+    for k in want:
+      np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
+def test_the_plan_warns_about_uneven_host_files_and_large_raw_text(tmp_path):
+  from bert_jax.input_pipeline import data_plan  # pylint: disable=g-import-not-at-top
+  records = []
+  for i in range(5):
+    records.append(str(tmp_path / f"r{i}.tfrecord"))
+    (tmp_path / f"r{i}.tfrecord").write_bytes(b"x")
+  assert data_plan.data_layout_warnings("f", records[:4], 2) == []
+  assert data_plan.data_layout_warnings("f", records, 1) == []
+  (uneven,) = data_plan.data_layout_warnings("f", records, 2)
+  assert "5 record files for 2 hosts" in uneven and "1 host(s) get one file more" in uneven
+  (fewer,) = data_plan.data_layout_warnings("f", records[:3], 4)
+  assert "3 record file(s) for 4 hosts" in fewer and "at least 4 files" in fewer
+  text = tmp_path / "c.txt"
+  text.write_text("a b c .\n" * 100)                        # 800 bytes
+  assert data_plan.data_layout_warnings("f", [str(text)], 1, raw_text_limit=800) == []
+  (big,) = data_plan.data_layout_warnings("f", [str(text)], 1, raw_text_limit=799)
+  assert "raw text per host" in big and "create_pretraining_data" in big
+  assert data_plan.data_layout_warnings("f", [str(text)], 2, raw_text_limit=799) == []   # 400 bytes per host

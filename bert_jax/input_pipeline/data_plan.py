@@ -18,16 +18,21 @@ shows the batches of the same `data` the training loop opens. Each data rule is 
     already) and data.chinese_whole_word_mask (jieba word boundaries) turning token into whole_word; the
     span law's data.span_geo_p in (0, 1] and data.span_max_length >= 1;
   - every input glob matches a non-empty file; raw text for NSP pairs has at least 2 documents per host (1
-    for SOP), read only until that many are found.
+    for SOP), read only until that many are found;
+  - warnings (`data_layout_warnings`, logged once): record files fewer than the hosts, or not a multiple of
+    them (hosts get whole files), and raw text above 1 GB per host (tokenized in memory at every start-up).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Tuple
+import logging
+from typing import List, Sequence, Tuple
 
 from bert_jax.errors import UserError
-from bert_jax.input_pipeline import checks, masking
+from bert_jax.input_pipeline import checks, masking, sharding
+
+_log = logging.getLogger("bert_jax")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,12 +150,41 @@ def resolve_masking_strategy(config) -> str:
   return strategy
 
 
+# Raw text above this per host: recommend records. Every host reads and tokenizes its text in memory at each
+# start-up (~5 bytes of numpy and Python objects per byte of text, and ~1 min per GB on one core).
+RAW_TEXT_RECORDS_ADVICE_BYTES = 1 << 30
+
+
+def data_layout_warnings(field: str, files: Sequence[str], process_count: int,
+                         raw_text_limit: int = RAW_TEXT_RECORDS_ADVICE_BYTES) -> List[str]:
+  """Warnings about how `files` spread over `process_count` hosts (module docstring); [] when none."""
+  out = []
+  if checks.is_raw_text(files):
+    per_host = sum(sharding.file_size(f) for f in files) / process_count
+    if per_host > raw_text_limit:
+      out.append(f"{field}: {per_host / 1e9:.1f} GB of raw text per host is read and tokenized in memory by "
+                 "every host at every start-up; prepare records once with python -m "
+                 "bert_jax.input_pipeline.create_pretraining_data (README, \"Pre-training\")")
+  elif process_count > 1 and len(files) < process_count:
+    out.append(f"{field}: {len(files)} record file(s) for {process_count} hosts: every host reads every file "
+               f"and keeps 1/{process_count} of the records; write at least {process_count} files "
+               "(create_pretraining_data --shard_size or --num_output_shards) so hosts get whole files")
+  elif len(files) % process_count:
+    extra = len(files) % process_count
+    out.append(f"{field}: {len(files)} record files for {process_count} hosts: hosts get whole files, so "
+               f"{extra} host(s) get one file more and their epochs are longer; a multiple of {process_count} "
+               "files evens them")
+  return out
+
+
 def _check_input_files(config, pair_mode: str, pack: bool, process_count: int) -> None:
   d = config.data
   for key in ("input_files", "eval_input_files"):
     if key == "eval_input_files" and not str(d.eval_input_files).strip():
       continue
     files = checks.check_input_files(d[key], f"config.data.{key}")
+    for message in data_layout_warnings(f"config.data.{key}", files, process_count):
+      _log.warning("%s", message)
     if pack or not checks.is_raw_text(files):   # packed rows and records need no pairs from documents
       continue
     need = (2 if pair_mode == "nsp" else 1) * process_count

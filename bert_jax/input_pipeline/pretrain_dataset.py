@@ -33,15 +33,20 @@ Behaviour:
     so WWM records stay WWM.
   - `google_exact=True`: Google's tool's rules for raw text (pairs, long sentences, control characters) and
     for dynamic masks (count rounding, candidates, replacement pool); see create_pretraining_data.
-  - Per host: files are split by `process_index`/`process_count` (defaults: `jax.process_index()` /
-    `jax.process_count()`) when there are at least as many files as hosts, else records (or documents)
-    are split round-robin; either way the hosts' streams are disjoint.
+  - Per host: hosts get whole files, split by `process_index`/`process_count` (defaults:
+    `jax.process_index()` / `jax.process_count()`) when there are at least as many files as hosts (the plan
+    warns when the count is not a multiple of the hosts'), else records (or documents) are split
+    round-robin; either way the hosts' streams are disjoint.
+  - Order of records: each epoch the host's files are shuffled and read `cycle_length` (8) at a time, a
+    window's files interleaved and shuffled together (`shuffle_buffer`); windows follow one another.
   - Determinism: the order (file shuffle, record shuffle buffer, interleave) is a function of
     (seed, epoch) and the dynamic mask of batch k is a function of (seed, k), so the same arguments give the
     same batches, independent of thread timing.
-  - Resume: batch k is records [k * B, (k + 1) * B) of the deterministic stream, so
-    `start_step=k` skips k * B records (whole epochs are skipped by counting, without reading them twice)
-    and continues with exactly the batch an uninterrupted run would have produced.
+  - Resume: batch k is records [k * B, (k + 1) * B) of the deterministic stream, so `start_step=k` continues
+    with exactly the batch an uninterrupted run would have produced. Records: whole epochs and whole windows
+    of files are skipped by their record counts (from `manifest.json` beside the files, written by
+    create_pretraining_data; else counted once from the TFRecord headers), and only the remainder of one
+    window is read, so start-up does not grow with k. Raw text: the epoch's pairs are remade, not read.
   - `is_training=False`: no shuffling, one pass (masking as for training: "auto" unless asked otherwise).
   - `shuffle_buffer=0`: no shuffling at all, also when training: files one after the other, records (or
     documents and their pairs) in file order; what `inspect` uses to show examples in order.
@@ -67,6 +72,7 @@ from bert_jax.input_pipeline import create_pretraining_data as cpd
 from bert_jax.input_pipeline import fileio
 from bert_jax.input_pipeline.data_plan import PretrainData
 from bert_jax.input_pipeline import instances as instances_lib
+from bert_jax.input_pipeline import manifest
 from bert_jax.input_pipeline import masking as masking_lib
 from bert_jax.input_pipeline import packing
 from bert_jax.input_pipeline import text_io
@@ -279,35 +285,96 @@ def _make_mask_fn(vocab, max_seq_length, max_predictions_per_seq, masked_lm_prob
   return tf_mask
 
 
-def _record_stream(files: List[str], is_training: bool, seed: int, process_index: int,
-                   process_count: int, shuffle_buffer: int, cycle_length: int):
-  """Returns (epoch -> dataset of serialized records for this host, per-file sharding flag)."""
-  shard_files = len(files) >= process_count
-  host_files = files[process_index::process_count] if shard_files else files
-  if shuffle_buffer == 0:       # no shuffling at all: the files one after the other, records in file order
-    is_training, cycle_length = False, 1
+class _RecordStream:
+  """This host's serialized records, epoch by epoch, in windows of `cycle_length` whole files.
 
-  def epoch_records(epoch):
-    names = tf.constant(host_files)
-    if is_training and len(host_files) > 1:
-      names = tf.random.experimental.stateless_shuffle(
-          names, seed=tf.stack([tf.constant(seed & 0x7FFFFFFF, tf.int64), tf.cast(epoch, tf.int64)]))
-    ds = tf.data.Dataset.from_tensor_slices(names)
-    ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(cycle_length, len(host_files)),
-                       block_length=1, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    if not shard_files and process_count > 1:
-      ds = ds.shard(process_count, process_index)
-    if is_training and shuffle_buffer > 1:
-      ds = ds.shuffle(shuffle_buffer, seed=tf.cast(epoch, tf.int64) * 1_000_003 + (seed & 0xFFFFFF),
-                      reshuffle_each_iteration=False)
+  Epoch e: the host's files in an order shuffled by (seed, e), taken `cycle_length` at a time; a window's
+  files are interleaved record by record and shuffled (buffer `shuffle_buffer`, seeded by (seed, e, window)).
+  A window is self-contained, so `epoch_records(e, first_window=w)` starts at window w without reading
+  windows 0..w-1: a resume at step k skips whole files by their record counts (manifest.json, else counted
+  once) and reads only the remainder of one window (`resume`).
+  """
+
+  def __init__(self, files: List[str], is_training: bool, seed: int, process_index: int, process_count: int,
+               shuffle_buffer: int, cycle_length: int):
+    self.shard_files = len(files) >= process_count    # hosts get whole files (else records round-robin)
+    self.host_files = files[process_index::process_count] if self.shard_files else list(files)
+    if shuffle_buffer == 0:     # no shuffling at all: the files one after the other, records in file order
+      is_training, cycle_length = False, 1
+    self.is_training, self.seed, self.shuffle_buffer = is_training, seed, shuffle_buffer
+    self.process_index, self.process_count = process_index, process_count
+    self.window = max(1, min(cycle_length, len(self.host_files)))
+
+  def file_order(self, epoch):
+    """Indices into host_files for `epoch` (a tensor; eager for the resume arithmetic)."""
+    n = len(self.host_files)
+    if not (self.is_training and n > 1):
+      return tf.range(n, dtype=tf.int64)
+    return tf.random.experimental.stateless_shuffle(
+        tf.range(n, dtype=tf.int64),
+        seed=tf.stack([tf.constant(self.seed & 0x7FFFFFFF, tf.int64), tf.cast(epoch, tf.int64)]))
+
+  def epoch_records(self, epoch, first_window: int = 0) -> tf.data.Dataset:
+    names = tf.gather(tf.constant(self.host_files), self.file_order(epoch))
+    windows = tf.data.Dataset.from_tensor_slices(names).batch(self.window).enumerate()
+    if first_window:
+      windows = windows.skip(first_window)
+    epoch = tf.cast(epoch, tf.int64)
+
+    def window_records(index, window_names):
+      ds = tf.data.Dataset.from_tensor_slices(window_names).interleave(
+          tf.data.TFRecordDataset, cycle_length=self.window, block_length=1,
+          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+      if not self.shard_files and self.process_count > 1:
+        ds = ds.shard(self.process_count, self.process_index)
+      if self.is_training and self.shuffle_buffer > 1:
+        ds = ds.shuffle(self.shuffle_buffer, seed=epoch * 1_000_003 + index * 7919 + (self.seed & 0xFFFFFF),
+                        reshuffle_each_iteration=False)
+      return ds
+
+    return windows.flat_map(window_records)
+
+  def window_counts(self, counts: List[int], epoch: int) -> List[int]:
+    """This host's records in each window of `epoch`."""
+    order = self.file_order(epoch).numpy().tolist()
+    out = []
+    for w in range(0, len(order), self.window):
+      total = sum(counts[i] for i in order[w:w + self.window])
+      if not self.shard_files and self.process_count > 1:
+        total = (total - self.process_index + self.process_count - 1) // self.process_count
+      out.append(total)
+    return out
+
+  def resume(self, skip: int, num_epochs: int) -> tf.data.Dataset:
+    """The stream from record `skip` on: whole epochs and whole windows skipped by their counts."""
+    counts = _file_record_counts(self.host_files)
+    per_epoch = sum(self.window_counts(counts, 0))
+    if per_epoch == 0:
+      raise ValueError(f"no records for host {self.process_index} in {self.host_files}")
+    first_epoch, skip = divmod(skip, per_epoch)
+    first_window = 0
+    for n in self.window_counts(counts, first_epoch):
+      if skip < n:
+        break
+      skip -= n
+      first_window += 1
+    ds = self.epoch_records(first_epoch, first_window).skip(skip)
+    if first_epoch + 1 < num_epochs:
+      ds = ds.concatenate(tf.data.Dataset.range(first_epoch + 1, num_epochs).flat_map(self.epoch_records))
     return ds
 
-  return epoch_records, host_files
 
-
-def _count_records(epoch_records) -> int:
-  return int(epoch_records(tf.constant(0, tf.int64)).reduce(tf.constant(0, tf.int64),
-                                                              lambda n, _: n + 1).numpy())
+def _file_record_counts(files: List[str]) -> List[int]:
+  """Records per file: from manifest.json beside them when it lists them all (no file is opened), else
+  counted once (local files from the TFRecord headers alone, remote ones through tf.data)."""
+  counts = manifest.record_counts(files)
+  if counts is not None:
+    return counts
+  _log_once(f"no complete manifest.json lists {files[0]}" + (f" and {len(files) - 1} more" if len(files) > 1 else "")
+            + ": counting the records of every file once to resume")
+  return [manifest.count_tfrecords(f) if not fileio.is_remote(f) else
+          int(tf.data.TFRecordDataset([f]).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1).numpy())
+          for f in files]
 
 
 EVAL_SEED_OFFSET = 7919   # evaluation draws its pairs and masks apart from training's, the same each time
@@ -431,18 +498,11 @@ def make_pretraining_dataset(
                                           chinese_whole_word_mask and mode == "dynamic", pack_sequences,
                                           google_exact, shuffle=is_training and shuffle_buffer != 0)
   else:
-    epoch_records, _ = _record_stream(files, is_training, seed, process_index, process_count,
-                                      shuffle_buffer, cycle_length)
-    skip = start_step * batch_size
-    first_epoch = 0
-    if skip:
-      per_epoch = _count_records(epoch_records)
-      if per_epoch == 0:
-        raise ValueError(f"no records for host {process_index} in {files}")
-      first_epoch, skip = divmod(skip, per_epoch)
-    ds = tf.data.Dataset.range(first_epoch, num_epochs).flat_map(epoch_records)
-    if skip:
-      ds = ds.skip(skip)
+    stream = _RecordStream(files, is_training, seed, process_index, process_count, shuffle_buffer, cycle_length)
+    if start_step:
+      ds = stream.resume(start_step * batch_size, num_epochs)
+    else:
+      ds = tf.data.Dataset.range(0, num_epochs).flat_map(stream.epoch_records)
   ds = ds.batch(batch_size, drop_remainder=drop_remainder)
   if input_format == "tfrecord":
     ds = ds.map(lambda s: parse_pretraining_examples(s, max_seq_length, max_predictions_per_seq,

@@ -123,6 +123,8 @@ def plan_shards(files: Sequence[str], shard_bytes: int = DEFAULT_SHARD_BYTES,
           break
         if c > cuts[-1]:
           cuts.append(c)
+      if len(cuts) > 1 and size - cuts[-1] < shard_bytes // 4:
+        cuts.pop()            # a short tail joins the shard before it (its documents need company)
       cuts.append(size)
     for a, b in zip(cuts[:-1], cuts[1:]):
       shards.append(Shard(len(shards), ((path, a, b),)))
