@@ -111,9 +111,8 @@ class BuildShard(beam.DoFn):
     shard = sharding.Shard(int(index), tuple((p, int(a), int(b)) for p, a, b in pieces))
     result = cpd.build_shard(shard, files, self._tokenizer, self._cfg, open_fn=_open,
                              open_writer=BeamRecordWriter)
-    entry = result.manifest_entry(shard, self._directory)
-    entry["bytes"] = [FileSystems.match([f])[0].metadata_list[0].size_in_bytes for f in result.files]
-    yield entry
+    sizes = [FileSystems.match([f])[0].metadata_list[0].size_in_bytes for f in result.files]
+    yield result.manifest_entry(shard, self._directory, sizes)
 
 
 def _write_manifest(entries: List[Dict], path: str, data: Dict) -> int:

@@ -350,9 +350,11 @@ class ShardResult:
   skipped: str = ""                    # why the shard made no instances ("" when it made some)
   warnings: List[str] = dataclasses.field(default_factory=list)
 
-  def manifest_entry(self, shard: sharding.Shard, directory: str) -> Dict:
+  def manifest_entry(self, shard: sharding.Shard, directory: str, sizes: Optional[Sequence[int]] = None) -> Dict:
+    """The shard's entry in manifest.json; `sizes`: the files' bytes (default: looked up)."""
+    sizes = [_file_bytes(f) for f in self.files] if sizes is None else [int(n) for n in sizes]
     return {"index": self.index, "pieces": shard.to_json(), "files": [_relative(f, directory) for f in self.files],
-            "records": list(self.counts), "bytes": [_file_bytes(f) for f in self.files],
+            "records": list(self.counts), "bytes": sizes,
             "documents": self.read.documents, "instances": int(sum(self.counts)), "skipped": self.skipped}
 
 

@@ -150,8 +150,8 @@ def resolve_masking_strategy(config) -> str:
   return strategy
 
 
-# Raw text above this per host: recommend records. Every host reads and tokenizes its text in memory at each
-# start-up (~5 bytes of numpy and Python objects per byte of text, and ~1 min per GB on one core).
+# Raw text above this per host: recommend records. Every host reads and tokenizes all of its text in memory at
+# each start-up, before the first step; records are made once (on every core, or on Beam) and streamed.
 RAW_TEXT_RECORDS_ADVICE_BYTES = 1 << 30
 
 
