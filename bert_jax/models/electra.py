@@ -119,6 +119,7 @@ class DiscriminatorHead(nn.Module):
 def scatter_at(ids, positions, values, weights):
   """ids [B, T] with values [B, P] written at positions [B, P] where weights > 0 (padded predictions, weight 0,
   change nothing even when they repeat a real position): a scatter-add of differences, exact for int ids."""
+  ids = jnp.asarray(ids)
   current = jnp.take_along_axis(ids, positions, axis=1)
   delta = jnp.where(weights > 0, values.astype(ids.dtype) - current, 0)
   rows = jnp.arange(ids.shape[0])[:, None]

@@ -1,0 +1,205 @@
+"""ELECTRA: the generator's size, where replacements land and how they are labelled, Gumbel sampling against
+the softmax law, no gradient through the sample, the loss against a NumPy reference, the mesh and gradient
+accumulation, bf16, and a train.py run that checkpoints, resumes and hands its discriminator to fine-tuning."""
+
+import json
+import os
+import subprocess
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bert_jax.models import BertConfig, ElectraForPreTraining, ElectraSettings, dummy_inputs, pretraining_model
+from bert_jax.models import electra, validate_targets
+from bert_jax.training import sharding
+from bert_jax.training import train_step as ts
+from test_training_sharding import TINY, assert_trees_close, keep_gradients, make_batch, run_config
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NO_DROPOUT = TINY.replace(num_hidden_layers=1, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def electra_model(cfg=NO_DROPOUT, **settings):
+  return pretraining_model(cfg, ("electra",), ElectraSettings(**{"generator_hidden_fraction": 0.5, **settings}))
+
+
+def init(model, seed=0):
+  return jax.jit(lambda k: nn.unbox(model.init({"params": k}, *dummy_inputs(model.config))["params"]))(
+      jax.random.key(seed))
+
+
+def apply(model, params, b, key):
+  """The model's outputs on batch b (jitted: eager dispatch of a whole model costs seconds)."""
+  names = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+  return jax.jit(lambda p, k, *a: model.apply({"params": p}, *a, rngs={"sample": k}))(
+      params, key, *(jnp.asarray(b[n]) for n in names))
+
+
+@pytest.fixture(scope="module")
+def model_and_params():
+  model = electra_model()
+  return model, init(model)
+
+
+def test_generator_config_is_the_fraction_of_the_discriminator_with_64_wide_heads():
+  base = BertConfig.from_size("base")
+  gen = electra.generator_config(base, ElectraSettings(generator_hidden_fraction=1 / 3))
+  # google/electra-base-generator: hidden 256, 4 heads, FFN 1024, 12 layers
+  assert (gen.hidden_size, gen.num_attention_heads, gen.intermediate_size, gen.num_hidden_layers) == (256, 4, 1024, 12)
+  large = electra.generator_config(BertConfig.from_size("large"), ElectraSettings(0.25, generator_num_layers=6))
+  assert (large.hidden_size, large.num_attention_heads, large.num_hidden_layers) == (256, 4, 6)
+  tiny = electra.generator_config(BertConfig.from_size("tiny"), ElectraSettings(0.25))
+  assert (tiny.hidden_size, tiny.num_attention_heads) == (32, 1)
+
+
+def test_electra_stands_alone_among_the_targets():
+  assert validate_targets(("electra",)) == ("electra",)
+  with pytest.raises(ValueError, match="stands alone"):
+    validate_targets(("electra", "nsp"))
+
+
+def test_params_put_the_discriminator_where_fine_tuning_looks_and_share_the_embeddings(model_and_params):
+  _, params = model_and_params
+  assert set(params) == {"bert", "generator", "discriminator_predictions"}
+  assert set(params["bert"]) == {"embeddings", "encoder", "pooler"}
+  assert "embeddings" not in params["generator"]          # the generator reads bert/embeddings
+  assert params["generator"]["embeddings_project"]["kernel"].shape == (64, 32)
+  assert params["generator"]["generator_predictions"]["dense"]["kernel"].shape == (32, 64)
+  assert params["generator"]["output_bias"].shape == (96,)
+  assert params["discriminator_predictions"]["dense_prediction"]["kernel"].shape == (64, 1)
+
+
+def test_replacements_land_only_on_masked_positions_and_labels_mark_changed_tokens(model_and_params):
+  model, params = model_and_params
+  b = make_batch(batch=8, length=24, preds=5)
+  out = apply(model, params, b, jax.random.key(3))
+  replaced, labels = np.asarray(out["replaced_ids"]), np.asarray(out["disc_labels"])
+  original = b["input_ids"].copy()
+  chosen = np.zeros_like(original, bool)
+  for r in range(8):
+    for p, i, w in zip(b["masked_lm_positions"][r], b["masked_lm_ids"][r], b["masked_lm_weights"][r]):
+      if w > 0:
+        original[r, p], chosen[r, p] = i, True
+  np.testing.assert_array_equal(replaced[~chosen], original[~chosen])        # untouched elsewhere
+  np.testing.assert_array_equal(labels, (replaced != original) & (b["input_mask"] > 0))
+  assert labels[~chosen].sum() == 0 and 0 < labels.sum() <= chosen.sum()
+  # The sampled tokens are the generator's: gathering at the positions gives its samples' ids.
+  assert out["generator_logits"].shape == (8, 5, 96) and out["generator_logits"].dtype == jnp.float32
+  assert out["disc_logits"].shape == (8, 24) and out["disc_logits"].dtype == jnp.float32
+
+
+def test_gumbel_samples_follow_the_tempered_softmax():
+  logits = jnp.array([2.0, 1.0, 0.0, -1.0])
+  for temperature in (1.0, 0.5):
+    draws = electra.gumbel_sample(jax.random.key(0), jnp.broadcast_to(logits, (40_000, 4)), temperature)
+    freq = np.bincount(np.asarray(draws), minlength=4) / 40_000
+    want = np.asarray(jax.nn.softmax(logits / temperature))
+    # binomial standard error <= 0.0025 at n = 40k: 4 sigma
+    np.testing.assert_allclose(freq, want, atol=0.01)
+
+
+def test_no_gradient_flows_from_the_discriminator_loss_into_the_generator(model_and_params):
+  model, params = model_and_params
+  b = {k: jnp.asarray(v) for k, v in make_batch(batch=4, length=16, preds=3).items()}
+
+  def disc_loss(p):
+    out = model.apply({"params": p}, b["input_ids"], b["input_mask"], b["segment_ids"], b["masked_lm_positions"],
+                      b["masked_lm_ids"], b["masked_lm_weights"], rngs={"sample": jax.random.key(1)})
+    return electra.electra_sums(out, b)["disc_loss_sum"]
+
+  grads = jax.jit(jax.grad(disc_loss))(params)
+  assert all(float(jnp.max(jnp.abs(g))) == 0.0 for g in jax.tree.leaves(grads["generator"]))
+  assert float(jnp.max(jnp.abs(grads["bert"]["embeddings"]["word_embeddings"]["embedding"]))) > 0
+
+
+def test_loss_is_generator_mlm_plus_lambda_times_token_bce_and_metrics_match_numpy(model_and_params):
+  model, params = model_and_params
+  b = {k: jnp.asarray(v) for k, v in make_batch(batch=4, length=16, preds=3).items()}
+  lf = ts.pretraining_loss(model, ("electra",))
+  loss, sums = jax.jit(lambda p, b: lf.forward(p, b, None, lf.denominators(b)))(params, b)
+  out = apply(model, params, b, jax.random.key(0))
+  logits, ids, w = map(np.asarray, (out["generator_logits"], b["masked_lm_ids"], b["masked_lm_weights"]))
+  logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - logits.max(-1, keepdims=True)
+  mlm = -(np.take_along_axis(logp, ids[..., None], -1)[..., 0] * w).sum() / w.sum()
+  z, y, m = np.asarray(out["disc_logits"], np.float64), np.asarray(out["disc_labels"]), np.asarray(b["input_mask"])
+  p = 1 / (1 + np.exp(-z))
+  bce = -((y * np.log(p) + (1 - y) * np.log(1 - p)) * m).sum() / m.sum()
+  np.testing.assert_allclose(float(loss), mlm + 50.0 * bce, rtol=2e-5)
+  got = ts.normalize(dict(sums, loss_sum=loss))
+  np.testing.assert_allclose(got["disc_accuracy"], (((z > 0) == y) * m).sum() / m.sum(), rtol=1e-6)
+  np.testing.assert_allclose(got["disc_replaced_fraction"], (y * m).sum() / m.sum(), rtol=1e-6)
+  assert set(got) >= {"gen_mlm_loss", "gen_mlm_accuracy", "disc_loss", "disc_recall", "disc_precision",
+                      "disc_replaced_prob", "disc_original_prob"}
+
+
+def electra_loss_and_grads(mesh, config, model):
+  state, shardings = ts.create_train_state(config, model, mesh, keep_gradients())
+  step = ts.make_train_step(config, model, keep_gradients(), mesh, shardings)
+  new_state, metrics = step(state, make_batch())
+  return float(metrics["loss_sum"]), jax.device_get(metrics), jax.device_get(new_state.opt_state)
+
+
+@pytest.mark.slow
+def test_mesh_and_gradient_accumulation_match_one_device_full_batch():
+  # A near-zero temperature makes the sample the generator's argmax, so micro-batches (whose sampling keys
+  # differ) replace the same tokens as the full batch; dropout off for the same reason.
+  model = electra_model(temperature=1e-6)
+  one = electra_loss_and_grads(sharding.make_mesh((1, 1, 1), devices=jax.devices()[:1]), run_config(), model)
+  mesh = electra_loss_and_grads(sharding.make_mesh((2, 2, 2)), run_config(accum=2), model)
+  np.testing.assert_allclose(mesh[0], one[0], rtol=1e-5)
+  for key in ("gen_mlm_loss_sum", "disc_loss_sum", "disc_replaced_sum", "disc_weight_sum"):
+    np.testing.assert_allclose(mesh[1][key], one[1][key], rtol=1e-5, atol=1e-6)
+  assert_trees_close(mesh[2], one[2], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_bfloat16_compute_gives_float32_logits_and_a_finite_loss():
+  model = electra_model(NO_DROPOUT.replace(dtype="bfloat16"))
+  params = init(model)
+  b = {k: jnp.asarray(v) for k, v in make_batch(batch=2, length=16, preds=3).items()}
+  lf = ts.pretraining_loss(model, ("electra",))
+  loss, _ = jax.jit(lambda p, b: lf.forward(p, b, jax.random.key(0), lf.denominators(b)))(params, b)
+  assert np.isfinite(float(loss)) and params["generator"]["output_bias"].dtype == jnp.float32
+
+
+# ---- train.py end to end -----------------------------------------------------------------------------
+@pytest.mark.slow
+def test_train_py_electra_checkpoints_resumes_and_fine_tuning_loads_the_discriminator(tmp_path):
+  from bert_jax.pretrained import load_pretrained
+  from bert_jax.pretrained.load import load_workdir_params
+  import task_fixtures as testing
+  words = ["the", "a", "cat", "dog", "sat", "on", "mat", "is", "was", "hello", "world", "jax", "bert", "model"]
+  testing.write_word_documents(tmp_path / "corpus.txt", words, 30)
+  (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "."] + words) + "\n")
+  workdir = tmp_path / "work"
+  # The resumed run loads the first run's compiled step from a persistent cache (one compile, not two).
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+             BERT_JAX_COMPILATION_CACHE_DIR=str(tmp_path / "xla"), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+             JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+
+  def train(steps, *extra):
+    cmd = [sys.executable, "train.py", "--config=configs/pretrain.py:size=tiny,runlocal", f"--workdir={workdir}",
+           f"--config.data.input_files={tmp_path / 'corpus.txt'}", f"--config.data.vocab_file={tmp_path / 'vocab.txt'}",
+           "--config.targets=('electra',)", "--config.data.pack_sequences=true", f"--config.num_train_steps={steps}",
+           "--config.checkpoint_every_steps=4", "--config.log_every_steps=4", "--config.progress_bar=false",
+           "--config.grad_accum_steps=2", *extra]
+    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+  train(4)
+  train(8)
+  rows = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines() if l.strip()]
+  train_rows = [r for r in rows if "disc_loss" in r]
+  assert [r["step"] for r in train_rows][-2:] == [4, 8]
+  assert all(0 <= r["disc_accuracy"] <= 1 and np.isfinite(r["gen_mlm_loss"]) for r in train_rows)
+  plan = json.loads((workdir / "plan.json").read_text())
+  assert plan["targets"] == ["electra"] and plan["electra"]["disc_weight"] == 50.0
+  saved = load_workdir_params(str(workdir))
+  assert {"generator", "discriminator_predictions"} <= set(saved)
+  loaded = load_pretrained(str(workdir))          # what fine-tuning and predict features start from
+  assert_trees_close(loaded.params["bert"], saved["bert"], rtol=0, atol=0)
