@@ -9,6 +9,9 @@
 #   launch/tpu_pod.sh status                # each worker's process state, the last metrics.jsonl row
 #   launch/tpu_pod.sh tail                  # follow worker 0's log (WORKER=3 for another)
 #   launch/tpu_pod.sh stop                  # SIGTERM -> checkpoint -> exit 143; prints the step
+#   launch/tpu_pod.sh supervise --config... # train, then watch: a worker exiting 75 (a host died or stalled)
+#                                           # or 143 (preempted) -> stop the others, train again (resumes),
+#                                           # up to MAX_RESTARTS times; 0 -> done; anything else -> stop
 #
 # Arguments after `train` reach train.py exactly as typed (each one is quoted with printf %q for the remote
 # shell). WORKDIR may be a gs:// path: checkpoints, metrics and configs are written there directly (no
@@ -26,10 +29,14 @@
 #   JAX_TPU_SPEC     what setup installs for JAX (default jax[tpu]; pin it, e.g. 'jax[tpu]==0.6.2')
 #   STOP_TIMEOUT     seconds `stop` waits for the checkpoint and the exit (default 900)
 #   WORKER           the worker `tail` follows (default 0)
+#   MAX_RESTARTS     supervise: restarts before giving up (default 10); POLL_SECONDS: how often it looks (30)
+#   STATE_DIR        supervise's restart count and last reason, read by `status` (default
+#                    ~/.bert_jax_supervise/TPU_NAME on this machine)
 #   DRY_RUN=1        print every command instead of running it
 #
 # train.py's exit code is kept in RUN_DIR/exit_code: 0 finished, 2 user error (see the log), 130 SIGINT and
-# 143 SIGTERM (both after saving a checkpoint: `train` again resumes), anything else a crash.
+# 143 SIGTERM (both after saving a checkpoint: `train` again resumes), 75 another host died or stalled (the
+# log's last line names it; `train` again resumes), anything else a crash.
 set -euo pipefail
 
 LIBTPU_INDEX=https://storage.googleapis.com/jax-releases/libtpu_releases.html
@@ -39,12 +46,14 @@ RUN_DIR=${RUN_DIR:-bert_jax_run}
 CONFIG=${CONFIG:-configs/pretrain.py:size=large,preset=lamb_pod}
 JAX_TPU_SPEC=${JAX_TPU_SPEC:-jax[tpu]}
 STOP_TIMEOUT=${STOP_TIMEOUT:-900}
+MAX_RESTARTS=${MAX_RESTARTS:-10}
+POLL_SECONDS=${POLL_SECONDS:-30}
 REF=${REF:-}
 REPO_URL=${REPO_URL:-}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 usage() {
-  echo "usage: $0 setup|train [train.py flags]|status|tail|stop   (env: TPU_NAME, ZONE, WORKDIR; see the header)" >&2
+  echo "usage: $0 setup|train [train.py flags]|supervise [train.py flags]|status|tail|stop   (env: TPU_NAME, ZONE, WORKDIR; see the header)" >&2
   exit 2
 }
 
@@ -143,7 +152,8 @@ elif [ -f "$rcfile" ]; then
   rc=$(cat "$rcfile")
   case $rc in
     0) why="finished";; 2) why="user error, see $log";; 130) why="stopped by SIGINT after its checkpoint";;
-    143) why="stopped by SIGTERM after its checkpoint";; *) why="failed, see $log";;
+    143) why="stopped by SIGTERM after its checkpoint";; 75) why="stopped: a host died or stalled, $(tail -n 1 "$log")";;
+    *) why="failed, see $log";;
   esac
   echo "$host: exited $rc ($why)"
 elif [ -f "$pidfile" ]; then echo "$host: not running, no exit code (killed?), see $log"
@@ -156,15 +166,89 @@ report() {
 cd \"\$code\" && \"\$venv/bin/python\" launch/run_info.py $(q "$WORKDIR")"
 }
 
+supervise_state() {  # the supervisor's folder on this machine (restart count, last reason, stop request)
+  printf '%s' "${STATE_DIR:-$HOME/.bert_jax_supervise/$TPU_NAME}"
+}
+
 cmd_status() {
   need_workdir
   on_workers all "$(prelude)
 $(state_script)"
+  local st; st=$(supervise_state)
+  if [ -f "$st/restarts" ]; then
+    echo "supervise: $(cat "$st/restarts") restart(s) of at most $MAX_RESTARTS; last reason: $(cat "$st/last_reason" 2>/dev/null || echo none)"
+  fi
   report
+}
+
+# One line per worker: "rc=running", "rc=<exit code> <host>: <last log line>" or "rc=none" (killed, or never
+# started).
+rc_script() {
+  cat <<'EOF'
+if alive; then echo "rc=running"; elif [ -f "$rcfile" ]; then echo "rc=$(cat "$rcfile") $host: $(tail -n 1 "$log")"
+else echo "rc=none"; fi
+EOF
+}
+
+# SIGTERM to every live train.py, then after STOP_TIMEOUT s SIGCONT + SIGKILL (a frozen or stuck one).
+stop_all_script() {
+  cat <<EOF
+if alive; then
+  pid=\$(cat "\$pidfile"); kill -TERM "\$pid" 2>/dev/null || true
+  for ((i = 0; i < $(q "$STOP_TIMEOUT") * 10; i++)); do alive || break; sleep 0.1; done
+  if alive; then kill -CONT "\$pid" 2>/dev/null || true; kill -KILL "\$pid" 2>/dev/null || true; fi
+fi
+EOF
+}
+
+cmd_supervise() {
+  need_workdir
+  local st restarts=0 out codes rc reason
+  st=$(supervise_state)
+  mkdir -p "$st"
+  rm -f "$st/stop_requested"
+  echo 0 > "$st/restarts"; echo none > "$st/last_reason"
+  cmd_train "$@"
+  while true; do
+    sleep "$POLL_SECONDS"
+    if [ -f "$st/stop_requested" ]; then echo "supervise: stopped by 'stop'"; return 0; fi
+    out=$(on_workers all "$(prelude)
+$(rc_script)") || true
+    codes=$(printf '%s\n' "$out" | sed -n 's/^rc=\([^ ]*\).*/\1/p' | sort -u)   # one per line
+    if [ "$codes" = 0 ]; then echo "supervise: finished after $restarts restart(s)"; return 0; fi
+    # 75 (a host died or stalled) and 143 (preempted) are retried; 137 (a SIGKILLed host) too, once nothing
+    # runs; any other code (2: a user error, 1: a crash) stops the job.
+    rc=$(printf '%s\n' "$codes" | grep -Evx '0|75|143|137|running|none' | head -n 1 || true)
+    [ -n "$rc" ] || rc=$(printf '%s\n' "$codes" | grep -Ex '75|143' | head -n 1 || true)
+    if [ -z "$rc" ] && [ -z "$(printf '%s\n' "$codes" | grep -x running || true)" ]; then
+      rc=$(printf '%s\n' "$codes" | grep -x 137 | head -n 1 || true)
+    fi
+    [ -n "$rc" ] || continue
+    reason=$(printf '%s\n' "$out" | grep -m 1 "^rc=$rc " | sed 's/^rc=[^ ]* //')
+    echo "supervise: a worker exited $rc: $reason"
+    on_workers all "$(prelude)
+$(stop_all_script)" || true
+    case $rc in
+      75|143|137) ;;
+      *) echo "supervise: exit $rc is not retryable (2: a user error, 1: a crash); not restarting" >&2
+         return "$rc" ;;
+    esac
+    if [ "$restarts" -ge "$MAX_RESTARTS" ]; then
+      echo "supervise: $restarts restart(s) = MAX_RESTARTS; giving up" >&2
+      return 75
+    fi
+    restarts=$((restarts + 1))
+    echo "$restarts" > "$st/restarts"
+    printf 'exit %s: %s\n' "$rc" "$reason" > "$st/last_reason"
+    echo "supervise: restart $restarts of $MAX_RESTARTS (resumes from $WORKDIR)"
+    cmd_train "$@"
+  done
 }
 
 cmd_stop() {
   need_workdir
+  local st; st=$(supervise_state)
+  if [ -d "$st" ]; then touch "$st/stop_requested"; fi     # a supervisor does not restart what we stop
   on_workers all "$(prelude)
 if ! alive; then echo \"\$host: not running\"; exit 0; fi
 pid=\$(cat \"\$pidfile\")
@@ -190,5 +274,6 @@ cmd=$1; shift
 case "$cmd" in
   setup|status|stop|tail) [ $# -eq 0 ] || usage; "cmd_$cmd" ;;
   train) cmd_train "$@" ;;
+  supervise) cmd_supervise "$@" ;;
   *) usage ;;
 esac

@@ -51,6 +51,14 @@ STANDIN_TRAIN = textwrap.dedent("""\
       json.dump(args, f)
     if os.environ.get("STANDIN_EXIT"):
       sys.exit(int(os.environ["STANDIN_EXIT"]))
+    if os.environ.get("STANDIN_PLAN"):          # {"worker1": [75, 0]}: this worker's exit code, run by run
+      n_path = os.path.join(home, "runs")
+      n = int(open(n_path).read()) if os.path.exists(n_path) else 0
+      open(n_path, "w").write(str(n + 1))
+      codes = json.loads(os.environ["STANDIN_PLAN"]).get(os.path.basename(home), [])
+      if n < len(codes) and codes[n] is not None:
+        print(f"error: stand-in run {n} of {os.path.basename(home)} exits {codes[n]}", flush=True)
+        sys.exit(codes[n])
     first = os.path.basename(home) in ("worker0", "slurm")    # process 0 writes the metrics
     step = 0
 
@@ -221,6 +229,33 @@ def test_tpu_train_args_arrive_byte_for_byte_and_stop_saves_a_checkpoint(slice_e
   assert _pod(repo, env, "stop").stdout.count(": not running") == 2
 
 
+def test_tpu_supervise_restarts_all_workers_after_exit_75_and_status_shows_why(slice_env, tmp_path):
+  repo, root, env, _ = slice_env
+  for i in range(2):
+    (root / f"worker{i}" / "runs").unlink(missing_ok=True)
+  # run 0: worker 1 exits 75 (another host died), worker 0 keeps going until the supervisor stops it;
+  # run 1: both finish.
+  env = dict(env, STANDIN_PLAN=json.dumps({"worker0": [None, 0], "worker1": [75, 0]}), POLL_SECONDS="0.3",
+             STATE_DIR=str(tmp_path / "state"), MAX_RESTARTS="3")
+  out = _pod(repo, env, "supervise", "--config.x=1").stdout
+  assert "supervise: a worker exited 75:" in out and "stand-in run 0 of worker1 exits 75" in out, out
+  assert "supervise: restart 1 of 3" in out and "supervise: finished after 1 restart(s)" in out, out
+  for i in range(2):
+    assert (root / f"worker{i}" / "runs").read_text() == "2"        # every worker was started twice
+    assert json.loads((root / f"worker{i}" / "argv.json").read_text())[-1] == "--config.x=1"
+  status = _pod(repo, env, "status").stdout
+  assert "supervise: 1 restart(s) of at most 3; last reason: exit 75:" in status, status
+  assert status.count("exited 0 (finished)") == 2
+
+  # a user error (2) is not retried: the supervisor stops the others and exits 2
+  for i in range(2):
+    (root / f"worker{i}" / "runs").unlink()
+  env["STANDIN_PLAN"] = json.dumps({"worker0": [None], "worker1": [2]})
+  proc = _pod(repo, env, "supervise", check=False)
+  assert proc.returncode == 2 and "not retryable" in proc.stderr, proc.stdout + proc.stderr
+  assert (root / "worker0" / "bert_jax_run" / "exit_code").read_text().strip() == "143"   # stopped, saved
+
+
 def test_tpu_dry_run_prints_every_command_and_runs_none(slice_env, tmp_path):
   repo, root, env, _ = slice_env
   env = dict(env, DRY_RUN="1", STUB_ROOT=str(tmp_path), WORKDIR="gs://my-bucket/runs/x y")
@@ -290,6 +325,17 @@ def test_slurm_usr1_saves_a_checkpoint_then_requeues_and_args_arrive_byte_for_by
                   "--config.data.vocab_file=/shared/vocab.txt", "--config.distributed.enable=true",
                   "--config.distributed.coordinator_address=gpu-node-1:24242",
                   "--config.distributed.num_processes=2"] + TYPED_ARGV + ["--config.distributed.process_id=0"]
+
+
+def test_slurm_requeues_a_job_whose_host_died_or_stalled_up_to_max_restarts(slurm_env):
+  tmp_path, env = slurm_env
+  job = _sbatch(dict(env, STANDIN_EXIT="75"), typed="")
+  out, _ = job.communicate(timeout=60)
+  assert job.returncode == 75 and "requeue 4242" in (tmp_path / "scontrol_calls").read_text(), out
+  (tmp_path / "scontrol_calls").write_text("")
+  job = _sbatch(dict(env, STANDIN_EXIT="75", SLURM_RESTART_COUNT="3", MAX_RESTARTS="3"), typed="")
+  out, _ = job.communicate(timeout=60)
+  assert job.returncode == 75 and "requeue" not in (tmp_path / "scontrol_calls").read_text(), out
 
 
 @pytest.mark.parametrize("exit_code", [0, 2])

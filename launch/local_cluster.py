@@ -1,0 +1,140 @@
+"""Plays a pod slice on one machine: one train.py job as N local processes (jax.distributed on 127.0.0.1, gloo
+collectives, D CPU devices each). The multi-host tests (tests/test_multihost.py), the fault measurements
+(experiments/multihost_faults.py) and anyone trying a multi-host config before paying for a slice use it.
+
+    python launch/local_cluster.py --processes=2 --devices=2 --logs=/tmp/logs -- \
+        --config=configs/pretrain.py:size=tiny,runlocal --workdir=/tmp/w --config.data.input_files=corpus.txt \
+        --config.data.vocab_file=vocab.txt
+
+Each process gets the train.py flags after `--` plus --config.distributed.{enable,coordinator_address,
+num_processes,process_id}; its output goes to LOGS/host<i>.log. The command exits with the first non-zero
+exit code of the processes (0 when all finished), and prints each process's exit code, seconds and last line.
+
+    cluster = Cluster(flags, logs_dir, processes=2, devices=2).start()
+    cluster.signal(1, signal.SIGKILL); codes = cluster.wait(timeout=300); cluster.last_line(0)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional, Sequence
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+class Cluster:
+  """N train.py processes of one jax.distributed job (see the module docstring)."""
+
+  def __init__(self, flags: Sequence[str], logs_dir: str, *, processes: int = 2, devices: int = 2,
+               port: Optional[int] = None, env: Optional[Dict[str, str]] = None, script: str = "train.py"):
+    self.flags, self.logs_dir, self.processes, self.devices = list(flags), logs_dir, processes, devices
+    self.port = port or free_port()
+    self.env = dict(os.environ if env is None else env)
+    self.env.update(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
+    self.script = script
+    self.procs: List[subprocess.Popen] = []
+    self.started = 0.0
+    self.ended: Dict[int, float] = {}
+
+  def log_path(self, i: int) -> str:
+    return os.path.join(self.logs_dir, f"host{i}.log")
+
+  def start(self) -> "Cluster":
+    os.makedirs(self.logs_dir, exist_ok=True)
+    self.started = time.monotonic()
+    for i in range(self.processes):
+      argv = [sys.executable, os.path.join(REPO, self.script)] + self.flags + [
+          "--config.distributed.enable=true", f"--config.distributed.coordinator_address=127.0.0.1:{self.port}",
+          f"--config.distributed.num_processes={self.processes}", f"--config.distributed.process_id={i}"]
+      with open(self.log_path(i), "ab") as log:
+        self.procs.append(subprocess.Popen(argv, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                           stdin=subprocess.DEVNULL))
+    return self
+
+  def poll(self) -> List[Optional[int]]:
+    """Each process's exit code (None while running); notes when each ended."""
+    codes = []
+    for i, p in enumerate(self.procs):
+      rc = p.poll()
+      if rc is not None and i not in self.ended:
+        self.ended[i] = time.monotonic()
+      codes.append(rc)
+    return codes
+
+  def wait(self, timeout: float) -> List[Optional[int]]:
+    """Waits until every process ended or `timeout` seconds passed; the exit codes (None: still running)."""
+    deadline = time.monotonic() + timeout
+    while True:
+      codes = self.poll()
+      if all(c is not None for c in codes) or time.monotonic() > deadline:
+        return codes
+      time.sleep(0.1)
+
+  def signal(self, i: int, signum: int) -> None:
+    if self.procs[i].poll() is None:
+      self.procs[i].send_signal(signum)
+
+  def kill(self) -> None:
+    """SIGKILL to every process still running (SIGCONT first: a stopped one)."""
+    for p in self.procs:
+      if p.poll() is None:
+        p.send_signal(signal.SIGCONT)
+        p.kill()
+    for p in self.procs:
+      p.wait()
+    self.poll()
+
+  def text(self, i: int) -> str:
+    with open(self.log_path(i), encoding="utf-8", errors="replace") as f:
+      return f.read()
+
+  def last_line(self, i: int) -> str:
+    lines = [l for l in self.text(i).splitlines() if l.strip()]
+    return lines[-1] if lines else ""
+
+  def wait_for_text(self, i: int, needle: str, timeout: float) -> bool:
+    """True once `needle` appears in process i's log (False after `timeout` s or when it ended without)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+      if needle in self.text(i):
+        return True
+      if self.procs[i].poll() is not None:
+        return needle in self.text(i)
+      time.sleep(0.1)
+    return False
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--processes", type=int, default=2)
+  parser.add_argument("--devices", type=int, default=2, help="CPU devices per process")
+  parser.add_argument("--logs", default="local_cluster_logs", help="folder of the per-process logs")
+  parser.add_argument("flags", nargs="*", help="train.py flags (after --)")
+  args = parser.parse_args(argv)
+  cluster = Cluster(args.flags, args.logs, processes=args.processes, devices=args.devices).start()
+  try:
+    codes = cluster.wait(timeout=float("inf"))
+  except KeyboardInterrupt:
+    for i in range(cluster.processes):
+      cluster.signal(i, signal.SIGTERM)
+    codes = cluster.wait(timeout=600)
+  for i, rc in enumerate(codes):
+    took = cluster.ended.get(i, time.monotonic()) - cluster.started
+    print(f"host {i}: exit {rc} after {took:.0f} s; last line: {cluster.last_line(i)}")
+  return next((c for c in codes if c), 0)
+
+
+if __name__ == "__main__":
+  sys.exit(main())
