@@ -338,8 +338,8 @@ class HostGuard:
     if self.multi_host:
       for i, changed in self._peer_changed.items():
         record = self._peers.get(i, {})
-        if record.get("exit"):
-          return f"host {i} of {self.count}: {record['exit']}", False
+        if record.get("exit"):           # a peer stopped the job: the same reason here, and this host's stacks
+          return f"{record['exit']} (reported by host {i})", True
         if record.get("phase") in FINAL_PHASES:
           since = self._peer_final_since.setdefault(i, now)
           if record["phase"] == "failed" and now - since > 2 * self.beat_s + 1:
@@ -389,9 +389,10 @@ class HostGuard:
         err.write(f"host guard: every thread's stack on host {self.index} of {self.count}:\n")
         err.flush()
         faulthandler.dump_traceback(file=err, all_threads=True)
-      if self.multi_host and self._client is not None:
+      if self.multi_host and self._client is not None and "(reported by host" not in message:
         try:
-          self._publish(exit=line.split("; newest", 1)[0])
+          self._publish(exit=message)
+          time.sleep(min(5.0, 2 * self.beat_s + 0.5))   # the peers read it (if this is host 0, the store goes)
         except Exception:  # noqa: BLE001 - best effort: the peers time out otherwise
           pass
       err.write(f"error: {line}\n")
