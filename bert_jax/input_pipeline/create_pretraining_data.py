@@ -596,17 +596,25 @@ def create_pretraining_data(input_files, output_files: Sequence[str], vocab_file
   bar = _progress(total=sum(s.num_bytes for s, _ in todo), desc=f"{len(todo)} shards (bytes of text)",
                   enabled=progress)
 
+  saved = [time.perf_counter()]
+
   def on_result(result: ShardResult) -> None:
     for message in result.warnings:
       input_warnings.warn_input(message)
     results.append(result)
     data["shards"].append(result.manifest_entry(shards[result.index], directory))
-    manifest.save(path, data)        # after every shard: a killed run resumes from here
+    # At most once a second (1,000 small shards would rewrite it 1,000 times); a shard finished since is still
+    # found by a rerun: its files are in place (plan_run counts their records).
+    if time.perf_counter() - saved[0] > 1.0:
+      manifest.save(path, data)
+      saved[0] = time.perf_counter()
 
-  _run_shards(todo, vocab_file, tokenizer, cfg, num_workers, bar, on_result)
-  bar.close()
-  data["complete"] = True
-  manifest.save(path, data)
+  try:
+    _run_shards(todo, vocab_file, tokenizer, cfg, num_workers, bar, on_result)
+  finally:                            # stopped (an error, Ctrl-C): the finished shards are listed for the rerun
+    bar.close()
+    data["complete"] = len(data["shards"]) == len(shards)
+    manifest.save(path, data)
   for result in sorted(results, key=lambda r: r.index):
     for stats, into in ((result.read, summary.read), (result.corpus, summary.corpus), (result.pairs, summary.pairs)):
       _add_stats(into, stats)
