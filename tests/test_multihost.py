@@ -1,0 +1,252 @@
+"""train.py as a real two-host job: 2 processes x 2 CPU devices (jax.distributed on 127.0.0.1, gloo), one work
+dir, checkpoints, metrics and evaluation; then a dead, a stuck and a preempted host on the same work dir.
+
+Launches (each pays TensorFlow's import, tokenization and a compile, so they are few and all `slow`):
+  - `clean`: the uninterrupted 2-host run, 30 steps (the reference of everything below);
+  - `one_host`: 1 process x 4 devices fed the same global batches (the two hosts' streams, concatenated as
+    jax.make_array_from_process_local_data lays them out): same losses, eval metrics and final params;
+  - the fault chain on one work dir, each run resuming the previous one:
+      A. stall_data@15:1 (host 1's data iterator blocks; its heartbeats go on): the step watchdog stops both
+         hosts, exit 75, host 1's log holds every thread's stack and names the stalled phase;
+      B. die_in_save@20:1 (host 1 SIGKILLed while checkpoint 20 is written): host 0 prints the one
+         `error: host 1 of 2 stopped responding ...` line and exits 75 within the heartbeat timeout;
+      C. SIGTERM to host 1 only: the hosts agree on one step (JAX's preemption sync point), both save it and
+         exit 143; this start resumed from checkpoint 10, not from the half-written 20 (which is gone);
+      D. the restart finishes: final params equal the clean run's.
+The compilation cache is shared by the launches (a restart loads the compiled step, as on a pod).
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import jax
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "launch"))
+from local_cluster import Cluster  # noqa: E402  launch/ is scripts, not a package
+
+from bert_jax.errors import RETRYABLE_EXIT_CODE  # noqa: E402
+from bert_jax.pretrained import load_pretrained  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+HEARTBEAT_S = 10
+DOCS = 120
+WORDS = "the a cat dog sat on mat run play is was hello world jax bert model train data".split()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+  """Two training files (one per host), an eval file, a vocab; each document starts with its own token docN,
+  so a batch tells which documents it came from."""
+  d = tmp_path_factory.mktemp("corpus")
+  rng = np.random.default_rng(0)
+  vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "."] + WORDS + [f"doc{i}" for i in range(DOCS + 10)]
+  (d / "vocab.txt").write_text("\n".join(vocab) + "\n")
+
+  def doc(n):
+    sents = [" ".join(rng.choice(WORDS, size=rng.integers(4, 10))) + " ." for _ in range(rng.integers(2, 5))]
+    return f"doc{n} " + "\n".join(sents)
+
+  for f in range(2):
+    (d / f"train-{f}.txt").write_text("\n\n".join(doc(n) for n in range(f, DOCS, 2)) + "\n")
+  (d / "eval.txt").write_text("\n\n".join(doc(DOCS + n) for n in range(10)) + "\n")
+  return d
+
+
+def flags(corpus, workdir, *extra):
+  return ["--config=configs/pretrain.py:size=tiny,runlocal", f"--workdir={workdir}",
+          f"--config.data.input_files={corpus / 'train-0.txt'},{corpus / 'train-1.txt'}",
+          f"--config.data.eval_input_files={corpus / 'eval.txt'}", f"--config.data.vocab_file={corpus / 'vocab.txt'}",
+          "--config.num_train_steps=30", "--config.progress_bar=false",
+          f"--config.distributed.heartbeat_timeout_s={HEARTBEAT_S}", *extra]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+  return dict(os.environ, BERT_JAX_COMPILATION_CACHE_DIR=str(tmp_path_factory.mktemp("xla_cache")))
+
+
+def rows(workdir, name="metrics.jsonl"):
+  with open(os.path.join(workdir, name)) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def final_params(workdir):
+  return load_pretrained(str(workdir)).params
+
+
+def assert_params_close(a, b, **tol):
+  la, lb = jax.tree_util.tree_leaves_with_path(a), jax.tree_util.tree_leaves_with_path(b)
+  assert [p for p, _ in la] == [p for p, _ in lb]
+  for (path, x), (_, y) in zip(la, lb):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), err_msg=jax.tree_util.keystr(path), **tol)
+
+
+@pytest.fixture(scope="module")
+def clean(corpus, env, tmp_path_factory):
+  """The uninterrupted two-host run: (workdir, cluster)."""
+  base = tmp_path_factory.mktemp("clean")
+  cluster = Cluster(flags(corpus, base / "w"), str(base / "logs"), env=env).start()
+  try:
+    codes = cluster.wait(timeout=600)
+  finally:
+    cluster.kill()
+  assert codes == [0, 0], cluster.text(0)[-3000:] + cluster.text(1)[-3000:]
+  return base / "w", cluster
+
+
+REFERENCE = r'''
+import dataclasses, runpy, sys
+import numpy as np
+from bert_jax.input_pipeline import pretrain_dataset
+from bert_jax.training import pretrain
+
+class Joined:
+  """The two hosts' streams side by side: host 0's rows, then host 1's (one global batch)."""
+  def __init__(self, parts):
+    self.parts = parts
+  def __iter__(self):
+    return self
+  def __next__(self):
+    got = [next(p) for p in self.parts]
+    return {k: np.concatenate([g[k] for g in got]) for k in got[0]}
+  def state(self):
+    return self.parts[0].state()
+
+def open_data(plan, phase, *, start_step=0, evaluation=False):
+  data = dataclasses.replace(plan.data, per_host_batch_size=plan.batch_size // 2)
+  return Joined([pretrain_dataset.open_dataset(data, phase.max_seq_length, phase.max_predictions_per_seq,
+                                               phase_index=phase.index, evaluation=evaluation,
+                                               start_step=start_step, process_index=h, process_count=2)
+                 for h in range(2)])
+
+pretrain.open_data = open_data
+sys.argv = ["train.py"] + sys.argv[1:]
+runpy.run_path("train.py", run_name="__main__")
+'''
+
+
+def test_two_hosts_give_the_losses_and_params_of_one_host_with_four_devices(clean, corpus, env, tmp_path):
+  workdir, cluster = clean
+  assert sorted(os.listdir(workdir / "checkpoints")) == ["10", "20", "30"]
+  train, evals = rows(workdir), rows(workdir, "eval_metrics.jsonl")
+  assert [r["step"] for r in train] == [5, 10, 15, 20, 25, 30] and [r["step"] for r in evals] == [10, 20, 30]
+  assert (workdir / "plots" / "loss_curve.png").exists()
+  for i in range(2):                  # the guard ran (heartbeats, default watchdog) and never fired
+    assert not [l for l in cluster.text(i).splitlines() if l.startswith("error:") or "host guard" in l]
+
+  script = tmp_path / "one_host.py"
+  script.write_text(REFERENCE)
+  ref_dir = tmp_path / "one_host"
+  proc = subprocess.run([sys.executable, str(script)] + flags(corpus, ref_dir), cwd=REPO, capture_output=True,
+                        text=True, timeout=600,
+                        env=dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  for got, want in ((train, rows(ref_dir)), (evals, rows(ref_dir, "eval_metrics.jsonl"))):
+    assert [r["step"] for r in got] == [r["step"] for r in want]
+    for g, w in zip(got, want):
+      for k in ("loss", "mlm_loss", "nsp_loss", "grad_norm", "eval_loss", "eval_mlm_loss"):
+        if k in w:
+          np.testing.assert_allclose(g[k], w[k], rtol=2e-5, err_msg=f"{k} at step {w['step']}")
+  assert_params_close(final_params(workdir), final_params(ref_dir), rtol=1e-4, atol=1e-6)
+
+
+def test_the_hosts_read_disjoint_documents_and_together_all_of_them(corpus):
+  from bert_jax.input_pipeline import pretrain_dataset  # tensorflow: imported when this test runs
+  from bert_jax.input_pipeline.data_plan import PretrainData
+  data = PretrainData(input_files=f"{corpus / 'train-0.txt'},{corpus / 'train-1.txt'}", eval_input_files="",
+                      vocab_file=str(corpus / "vocab.txt"), per_host_batch_size=8, masking="auto",
+                      google_exact=False, do_lower_case=True, masking_strategy="token", span_geo_p=0.2,
+                      span_max_length=10, chinese_whole_word_mask=False, masked_lm_prob=0.15, short_seq_prob=0.1,
+                      pair_mode="nsp", pack_sequences=False, shuffle_buffer=100, seed=0)
+  vocab = (corpus / "vocab.txt").read_text().split("\n")
+  seen = []
+  for host in range(2):
+    it = pretrain_dataset.open_dataset(data, 64, 10, process_index=host, process_count=2)
+    docs = set()
+    for _ in range(12):                       # 96 rows per host: more than its 60 documents' pairs in one epoch
+      b = next(it)
+      first = np.where(b["segment_ids"] == 0, b["input_ids"], 0)   # segment A only: B may be a random sentence
+      first = np.where(b["input_ids"] == vocab.index("[MASK]"), 0, first)
+      docs |= {vocab[t] for t in np.unique(first) if vocab[t].startswith("doc")}
+    seen.append(docs)
+  assert not seen[0] & seen[1]
+  assert len(seen[0] | seen[1]) >= DOCS * 0.9
+
+
+# ---- the fault chain --------------------------------------------------------------------------------------
+FAULT_FLAGS = ("--config.watchdog.min_s=10", "--config.watchdog.compile_s=300", "--config.watchdog.eval_s=120",
+               "--config.watchdog.checkpoint_s=120")
+LINE = re.compile(r"^error: (.*); newest complete checkpoint: (step \d+|none.*); restart all hosts to resume$")
+
+
+def _run(corpus, env, workdir, logs, *extra, timeout=600, during=None):
+  cluster = Cluster(flags(corpus, workdir, *FAULT_FLAGS, *extra), str(logs), env=env).start()
+  try:
+    if during is not None:
+      during(cluster)
+    codes = cluster.wait(timeout=timeout)
+  finally:
+    cluster.kill()
+  return cluster, codes
+
+
+def test_stall_dead_host_preemption_of_one_host_then_resume_to_the_clean_params(clean, corpus, env, tmp_path):
+  workdir = tmp_path / "w"
+  # A: host 1's data iterator blocks before step 15; its heartbeats go on, only the watchdog can tell.
+  a, codes = _run(corpus, env, workdir, tmp_path / "a", "--config.watchdog.fault=stall_data@15:1")
+  log1 = a.text(1)
+  assert codes == [RETRYABLE_EXIT_CODE] * 2, log1[-3000:]
+  assert "host guard: every thread's stack on host 1 of 2" in log1 and "in __next__" in log1
+  assert "the data iterator blocks for good" in log1
+  for i in range(2):        # whichever host's watchdog fired first, both lines name host 1, its phase and step
+    m = LINE.match(a.last_line(i))
+    assert m and m.group(2) == "step 10", a.last_line(i)
+    assert re.search(r"host 1 of 2 (stalled|is stuck) in data at step 15", m.group(1)), a.last_line(i)
+    idle = re.search(r"no step finished for (\d+) s \(watchdog limit (\d+) s", m.group(1))
+    assert idle and int(idle.group(1)) <= int(idle.group(2)) + 3, m.group(1)      # caught on time
+  assert abs(a.ended[0] - a.ended[1]) < HEARTBEAT_S and sorted(os.listdir(workdir / "checkpoints")) == ["10"]
+
+  # B: host 1 is SIGKILLed while checkpoint 20 is written: host 0 names it and exits 75 within the timeout.
+  b, codes = _run(corpus, env, workdir, tmp_path / "b", "--config.watchdog.fault=die_in_save@20:1")
+  assert codes == [RETRYABLE_EXIT_CODE, -signal.SIGKILL], b.text(0)[-3000:]
+  assert b.ended[0] - b.ended[1] < HEARTBEAT_S + 15, (b.ended, b.text(0)[-2000:])
+  assert re.match(r"error: host 1 of 2 stopped responding during step 2[01] \(no heartbeat for \d+ s; its last "
+                  r"report: checkpoint at step 20\); newest complete checkpoint: step 10; restart all hosts to "
+                  r"resume$", b.last_line(0)), b.last_line(0)
+  assert "Extension modules" not in b.text(0) and "Traceback" not in b.text(0)
+  assert any(n.startswith("20.") for n in os.listdir(workdir / "checkpoints"))     # the half-written save
+
+  # C: SIGTERM to host 1 alone, as soon as it has resumed: both stop at one agreed step, save it, exit 143.
+  def sigterm_host_1(cluster):
+    assert cluster.wait_for_text(1, "starting at step 10", timeout=400), cluster.text(1)[-3000:]
+    cluster.signal(1, signal.SIGTERM)
+
+  c, codes = _run(corpus, env, workdir, tmp_path / "c", during=sigterm_host_1)
+  assert codes == [143, 143], c.text(0)[-3000:] + c.text(1)[-3000:]
+  assert "resumed from" in c.text(0) and "at step 10" in c.text(0)
+  steps = [re.search(r"stopped at step (\d+)", c.text(i)) for i in range(2)]
+  assert steps[0] and steps[1] and steps[0].group(1) == steps[1].group(1), (c.last_line(0), c.last_line(1))
+  stop = int(steps[0].group(1))
+  assert 10 < stop < 30 and str(stop) in os.listdir(workdir / "checkpoints")
+  assert not [n for n in os.listdir(workdir / "checkpoints") if not n.isdigit()]   # the tmp 20 was deleted
+
+  # D: the restart finishes with the clean run's losses and parameters.
+  d, codes = _run(corpus, env, workdir, tmp_path / "d")
+  assert codes == [0, 0], d.text(0)[-3000:]
+  assert f"at step {stop}" in d.text(0)
+  want = {r["step"]: r for r in rows(clean[0])}
+  got = [r for r in rows(workdir) if r["step"] <= 10 or r["step"] - 5 >= stop]    # windows without a restart
+  assert [r["step"] for r in got][:2] == [5, 10] and got[-1]["step"] == 30
+  for r in got:
+    np.testing.assert_allclose(r["mlm_loss"], want[r["step"]]["mlm_loss"], rtol=1e-5, err_msg=str(r["step"]))
+  assert_params_close(final_params(workdir), final_params(clean[0]), rtol=1e-5, atol=1e-7)

@@ -1,0 +1,142 @@
+"""bert_jax/training/watchdog.py in one process: the settings' checks, the verdicts of the heartbeat and of the
+step watchdog on a simulated peer (a fake coordination-service client), the limits, committed checkpoints.
+The real two-process faults are tests/test_multihost.py."""
+
+import json
+import time
+
+import pytest
+
+from bert_jax.errors import RETRYABLE_EXIT_CODE, UserError
+from bert_jax.training import watchdog
+from configs import pretrain as pretrain_config
+
+
+def settings(**changes):
+  base = dict(heartbeat_timeout_s=10.0, watchdog=True, step_factor=10.0, min_s=5.0, compile_s=100.0, eval_s=50.0,
+              checkpoint_s=70.0, fault=None)
+  base.update(changes)
+  return watchdog.GuardSettings(**base)
+
+
+class FakeClient:
+  """The coordination service's key-value store, shared by the simulated hosts."""
+
+  def __init__(self):
+    self.kv = {}
+
+  def key_value_set(self, key, value, allow_overwrite=False):
+    self.kv[key] = value
+
+  def key_value_dir_get(self, prefix):
+    return sorted((k, v) for k, v in self.kv.items() if k.startswith(prefix))
+
+
+def test_defaults_turn_the_watchdog_on_for_multi_host_runs_only_and_give_jax_a_later_heartbeat():
+  config = pretrain_config.get_config("size=tiny")
+  assert watchdog.resolve_guard(config, 2).watchdog and not watchdog.resolve_guard(config, 1).watchdog
+  s = watchdog.resolve_guard(config, 2)
+  assert (s.heartbeat_timeout_s, s.min_s, s.fault) == (60.0, 300.0, None)
+  assert watchdog.distributed_init_kwargs(config) == {"heartbeat_timeout_seconds": 90}
+  assert RETRYABLE_EXIT_CODE == 75 and RETRYABLE_EXIT_CODE not in (1, 2, 130, 143)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("distributed.heartbeat_timeout_s", 0.5, r"config.distributed.heartbeat_timeout_s=0.5"),
+    ("watchdog.enable", "sometimes", r"config.watchdog.enable='sometimes'; expected auto, true or false"),
+    ("watchdog.step_factor", 0.5, r"config.watchdog.step_factor=0.5"),
+    ("watchdog.fault", "stall_data", r"config.watchdog.fault='stall_data': expected KIND@STEP:HOST"),
+    ("watchdog.fault", "explode@3:0", r"unknown fault 'explode'; expected one of stall_data, die_in_save"),
+    ("watchdog.fault", "stall_data@3:2", r"expected a step >= 1 and a host in \[0, 2\)"),
+])
+def test_bad_guard_fields_are_user_errors_naming_the_field(field, value, message):
+  config = pretrain_config.get_config("size=tiny")
+  section, name = field.split(".")
+  config[section][name] = value
+  with pytest.raises(UserError, match=message):
+    watchdog.resolve_guard(config, 2)
+
+
+def test_fault_spec_parses_and_shows_in_the_plan_description():
+  f = watchdog.parse_fault("die_in_save@20:1", 2)
+  assert f == watchdog.Fault("die_in_save", 20, 1)
+  assert "FAULT INJECTION die_in_save@20:1" in settings(fault=f).describe()
+  assert watchdog.parse_fault("", 2) is None
+
+
+def two_hosts(**changes):
+  client = FakeClient()
+  return client, [watchdog.HostGuard(settings(**changes), "", process_index=i, process_count=2, client=client)
+                  for i in range(2)]
+
+
+def test_a_peer_without_heartbeats_for_the_timeout_is_dead_and_named_with_the_step():
+  client, (g0, g1) = two_hosts()
+  for g in (g0, g1):
+    g.step_done(40, synced=True)
+  g1.enter("step", 40)
+  g1._publish()
+  g0._publish()
+  assert g0.verdict() is None
+  g0._peer_changed[1] -= 11                    # host 1's record has not changed for 11 s (> 10 s)
+  g0._peers[1] = json.loads(client.kv["bert_jax/guard/1"])
+  message, stacks = g0.verdict()
+  assert message.startswith("host 1 of 2 stopped responding during step 41 (no heartbeat for 11 s; its last "
+                            "report: step at step 40)") and not stacks
+
+
+def test_host_0_silent_is_the_coordinator_and_a_finished_peer_is_not_dead():
+  _, (g0, g1) = two_hosts()
+  g1._kv_ok -= 11
+  g1._peer_changed[0] = time.monotonic()
+  assert g1.verdict()[0].startswith("host 0 of 2 (the coordinator) stopped responding during step 1")
+  g0._peers[1] = {"beat": 9, "step": 30, "phase": "done"}
+  g0._peer_changed[1] -= 100
+  assert g0.verdict() is None                  # host 1 finished: its silence is not a death
+
+
+def test_a_peer_that_stopped_the_job_is_repeated_with_this_hosts_stacks():
+  _, (g0, _) = two_hosts()
+  g0._peers[1] = {"beat": 3, "step": 14, "phase": "data", "exit": "host 1 of 2 stalled in data at step 15: ..."}
+  assert g0.verdict() == ("host 1 of 2 stalled in data at step 15: ... (reported by host 1)", True)
+
+
+def test_the_watchdog_fires_after_the_limit_and_names_the_stuck_peer_and_phase():
+  _, (g0, g1) = two_hosts()
+  g0.step_done(14, synced=True)
+  g0.enter("step", 14)
+  g0._peers[1] = {"beat": 5, "step": 14, "phase": "data"}
+  g0._peer_changed[1] = time.monotonic()
+  assert g0.verdict() is None
+  g0._last_progress -= 6                        # > min_s = 5 s without a finished step
+  message, stacks = g0.verdict()
+  assert stacks and message.startswith("host 1 of 2 is stuck in data at step 15 (its stacks are in its log); "
+                                       "host 0 of 2 waited in step at step 15: no step finished for 6 s "
+                                       "(watchdog limit 5 s")
+  g1.enter("data", 14)
+  g1._last_progress -= 6
+  assert g1.verdict()[0].startswith("host 1 of 2 stalled in data at step 15: no step finished for 6 s")
+
+
+def test_the_limit_is_the_floor_or_factor_x_median_step_plus_the_phase_allowance():
+  g = watchdog.HostGuard(settings(min_s=5.0), "", process_index=0, process_count=1)
+  assert g.limit() == 5.0 + 100.0              # start-up: the compile allowance
+  g.enter("step", 0)
+  assert g.limit() == 5.0
+  g._last_sync -= 20                            # 20 steps in 20 s, synced: median 1 s per step
+  g.step_done(20, synced=True)
+  g._last_sync -= 20
+  g.step_done(40, synced=True)
+  assert g.limit() == pytest.approx(10.0)       # 10 x 1 s x 1 pending step > the 5 s floor
+  g.step_done(45)                               # 5 steps dispatched since the last sync: they may all be waited on
+  assert g.limit() == pytest.approx(60.0)
+  for phase, extra in (("eval", 50.0), ("checkpoint", 70.0), ("compile", 100.0)):
+    g.enter(phase)
+    assert g.limit() == pytest.approx(60.0 + extra)
+
+
+def test_committed_checkpoints_exclude_a_half_written_save(tmp_path):
+  for name in ("10", "20", "30.orbax-checkpoint-tmp-1712", "40.corrupt-20260101T000000", "workdir.lock"):
+    (tmp_path / name).mkdir()
+  assert watchdog.complete_checkpoint_steps(str(tmp_path)) == [10, 20]
+  assert watchdog.complete_checkpoint_steps(str(tmp_path / "missing")) == []
