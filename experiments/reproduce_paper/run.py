@@ -3,17 +3,23 @@ with the BERT paper's recipe, and fills the table in results.md. For a TPU VM or
 
   # 1. once: checkpoints and TFDS data (see prepare.sh; needs network)
   bash experiments/reproduce_paper/prepare.sh /data/bert_repro
-  # 2. fine-tune (a learning-rate sweep per task, as in the paper) and write the table
+  # 2. a sweep per task (the paper's grid x 5 seeds, best on dev) and the table
   python -m experiments.reproduce_paper.run --root=/data/bert_repro --output_dir=/data/bert_repro/runs
   python -m experiments.reproduce_paper.run --root=/data/bert_repro --output_dir=... --tasks=mrpc,sst2 \
-      --learning_rates=2e-5 --dry_run            # print the finetune.py commands only
+      --learning_rates=2e-5 --seeds=1 --dry_run     # print the sweep commands only
+  # several hosts / slices: each takes a share of every task's sweep, then one merges
+  python -m experiments.reproduce_paper.run ... --shard=0/4     # (1/4, 2/4, 3/4 on the others)
+  python -m experiments.reproduce_paper.run ... --report
 
 Recipe (Devlin et al. 2019, Sec. 4 and App. A.3): batch 32, 3 epochs for GLUE and SQuAD v1.1 (paper: 3
 epochs, lr 5e-5, batch 32 for SQuAD), max_seq_length 128 (GLUE) / 384 with doc_stride 128 (SQuAD), AdamW with
-10% warmup and linear decay, dropout 0.1, the best learning rate of {5e-5, 4e-5, 3e-5, 2e-5} on dev. NER uses
-the cased checkpoint (the paper: "case-preserving WordPiece model"). Each run is `finetune.py` in a subprocess
-(one at a time, all local accelerator cores through the default mesh), so each has its own work directory
-with eval_results.json; a finished run (eval_results.json present) is not repeated.
+10% warmup and linear decay, dropout 0.1. The grid: Sec. 4.1's learning rates {5e-5, 4e-5, 3e-5, 2e-5}
+(`--full_grid`: App. A.3's batch {16, 32} x lr {5e-5, 3e-5, 2e-5} x epochs {2, 3, 4}), each point with 5
+seeds; selection by the paper's rule, the best dev run (`bert_jax.finetune.sweep --select=best`), and the
+table also shows the median over the selected point's seeds. NER uses the cased checkpoint (the paper:
+"case-preserving WordPiece model"). Each task is one `python -m bert_jax.finetune.sweep` subprocess (runs
+that differ only in seed and learning rate train together as one vmapped program when K copies of the model
+fit the accelerator's memory); finished runs are skipped, so an interrupted sweep resumes.
 """
 
 import argparse
@@ -42,20 +48,26 @@ TASKS = {
     # Sentence-level CoNLL-2003 (the paper used maximal document context; expect a few tenths less F1).
     "conll2003": ("ner", "conll2003", "cased_L-12_H-768_A-12", {}),
 }
-PAPER_LRS = (5e-5, 4e-5, 3e-5, 2e-5)
+PAPER_LRS = (5e-5, 4e-5, 3e-5, 2e-5)                     # Sec. 4.1 (GLUE), batch 32, 3 epochs
+APPENDIX_GRID = "batch_size=16,32;optimizer.learning_rate=5e-5,3e-5,2e-5;num_train_epochs=2,3,4"   # App. A.3
 
 
-def command(task, lr, args):
+def command(task, args):
+  """(the sweep command of `task`, its sweep directory)."""
   name, tfds_name, ckpt, extra = TASKS[task]
-  workdir = os.path.join(args.output_dir, task, f"lr{lr:g}")
+  workdir = os.path.join(args.output_dir, task)
   overrides = {"init_checkpoint": os.path.join(args.root, "converted", ckpt), "tfds_name": tfds_name,
-               "tfds_data_dir": os.path.join(args.root, "tensorflow_datasets"), "learning_rate": lr,
-               "batch_size": args.batch_size, "num_train_epochs": 3.0, "seed": args.seed}
+               "tfds_data_dir": os.path.join(args.root, "tensorflow_datasets"), "batch_size": args.batch_size,
+               "num_train_epochs": 3.0, "seed": args.seed, "save_best_checkpoint": False}
   overrides.update(extra)
   if args.bf16:
     overrides["model.dtype"] = "bfloat16"
-  cmd = [sys.executable, os.path.join(ROOT, "finetune.py"), f"--config={ROOT}/configs/finetune.py:task={name}",
-         f"--workdir={workdir}"] + [f"--config.{k}={v}" for k, v in overrides.items()]
+  grid = APPENDIX_GRID if args.full_grid else "optimizer.learning_rate=" + args.learning_rates
+  cmd = [sys.executable, "-m", "bert_jax.finetune.sweep", f"--config={ROOT}/configs/finetune.py:task={name}",
+         f"--workdir={workdir}", f"--grid={grid}", f"--seeds={args.seeds}", "--select=best",
+         f"--shard={args.shard}"] + [f"--config.{k}={v}" for k, v in overrides.items()]
+  if args.report:
+    cmd = [sys.executable, "-m", "bert_jax.finetune.sweep", "--report", f"--workdir={workdir}"]
   return cmd, workdir
 
 
@@ -65,6 +77,10 @@ def main(argv=None):
   p.add_argument("--output_dir", required=True, help="one work directory per task and learning rate")
   p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {','.join(TASKS)}")
   p.add_argument("--learning_rates", default=",".join(f"{x:g}" for x in PAPER_LRS))
+  p.add_argument("--full_grid", action="store_true", help="App. A.3's grid (batch x lr x epochs)")
+  p.add_argument("--seeds", type=int, default=5, help="runs per grid point (seeds seed..seed+N-1)")
+  p.add_argument("--shard", default="0/1", help="I/N: this host's share of each sweep")
+  p.add_argument("--report", action="store_true", help="only merge the runs into each task's report")
   p.add_argument("--batch_size", type=int, default=32)
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--bf16", action="store_true", help="bfloat16 compute (the default 'auto' already picks it "
@@ -75,28 +91,22 @@ def main(argv=None):
   unknown = [t for t in tasks if t not in TASKS]
   if unknown:
     p.error(f"unknown tasks {unknown}; expected some of {list(TASKS)}")
-  lrs = [float(x) for x in args.learning_rates.split(",") if x.strip()]
   log_path = os.path.join(args.output_dir, "commands.log")
   if not args.dry_run:
     os.makedirs(args.output_dir, exist_ok=True)
   for task in tasks:
-    for lr in lrs:
-      cmd, workdir = command(task, lr, args)
-      line = " ".join(shlex.quote(c) for c in cmd)
-      print(line, flush=True)
-      if args.dry_run:
-        continue
-      if os.path.exists(os.path.join(workdir, "eval_results.json")):
-        print(f"  done before: {workdir}", flush=True)
-        continue
-      t0 = time.time()
-      rc = subprocess.call(cmd)
-      with open(log_path, "a", encoding="utf-8") as f:
-        f.write(json.dumps({"task": task, "lr": lr, "rc": rc, "seconds": round(time.time() - t0, 1),
-                            "command": line}) + "\n")
-      if rc:
-        print(f"  FAILED (exit {rc}): {task} lr={lr:g}; continuing", flush=True)
-  if not args.dry_run:
+    cmd, _ = command(task, args)
+    line = " ".join(shlex.quote(c) for c in cmd)
+    print(line, flush=True)
+    if args.dry_run:
+      continue
+    t0 = time.time()
+    rc = subprocess.call(cmd, cwd=ROOT)
+    with open(log_path, "a", encoding="utf-8") as f:
+      f.write(json.dumps({"task": task, "rc": rc, "seconds": round(time.time() - t0, 1), "command": line}) + "\n")
+    if rc:
+      print(f"  FAILED (exit {rc}): {task}; continuing", flush=True)
+  if not args.dry_run and args.shard in ("0/1", "") or args.report:
     path = table.write_results(args.output_dir, os.path.join(args.output_dir, "results.md"))
     print(open(path, encoding="utf-8").read())
 

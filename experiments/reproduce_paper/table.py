@@ -1,5 +1,7 @@
-"""The BERT paper's BERT-base dev numbers beside ours: reads <output_dir>/<task>/lr*/eval_results.json, keeps
-the learning rate with the best dev score (the paper's selection rule) and writes a markdown table.
+"""The BERT paper's BERT-base dev numbers beside ours: reads each task's sweep (<output_dir>/<task>/runs/*/
+eval_results.json, the grid in sweep_spec.json; run.py makes them), keeps the grid point with the best dev run
+(the paper's selection rule) and writes a markdown table with that run's score and the median over the
+selected point's seeds.
 
   python -m experiments.reproduce_paper.table --output_dir=/data/bert_repro/runs   # prints, writes results.md
 """
@@ -8,6 +10,7 @@ import argparse
 import glob
 import json
 import os
+import statistics
 
 # task -> (row label, metric label, paper value, eval split, metric key in eval_results.json, scale to %)
 # Paper numbers: Devlin et al. 2019, Table 5 (BERT-base dev: MNLI-m, QNLI, MRPC and SST-2 accuracy),
@@ -23,31 +26,41 @@ ROWS = (
 )
 
 
+def _settings(output_dir, task, run_dir):
+  with open(os.path.join(output_dir, task, "sweep_spec.json"), encoding="utf-8") as f:
+    spec = json.load(f)
+  point = int(os.path.basename(run_dir).split("_")[0][1:])
+  return spec["points"][point]["label"]
+
+
 def best_run(output_dir, task, split, key):
-  """(value, lr, workdir) of the run with the best dev metric, or None when no run finished."""
-  best = None
-  for path in sorted(glob.glob(os.path.join(output_dir, task, "lr*", "eval_results.json"))):
+  """(best dev value, its grid point, median over that point's seeds, seeds) or None when no run finished."""
+  values = {}
+  for path in sorted(glob.glob(os.path.join(output_dir, task, "runs", "p*_s*", "eval_results.json"))):
     with open(path, encoding="utf-8") as f:
       res = json.load(f)
     value = (res.get(split) or {}).get(key)
-    if value is None:
-      continue
-    lr = os.path.basename(os.path.dirname(path))[2:]
-    if best is None or value > best[0]:
-      best = (value, lr, os.path.dirname(path))
-  return best
+    if value is not None:
+      point = os.path.basename(os.path.dirname(path)).split("_")[0]
+      values.setdefault(point, []).append((value, os.path.dirname(path)))
+  if not values:
+    return None
+  point, runs = max(values.items(), key=lambda kv: max(v for v, _ in kv[1]))
+  best = max(runs, key=lambda r: r[0])
+  return best[0], _settings(output_dir, task, best[1]), statistics.median(v for v, _ in runs), len(runs)
 
 
 def markdown(output_dir=None):
-  lines = ["| task | metric | paper (BERT-base, dev) | ours | best lr | difference |",
-           "|---|---|---|---|---|---|"]
+  lines = ["| task | metric | paper (BERT-base, dev) | ours (best run) | median over seeds | selected point | "
+           "difference |", "|---|---|---|---|---|---|---|"]
   for task, label, metric, paper, split, key, scale in ROWS:
     run = best_run(output_dir, task, split, key) if output_dir else None
     if run is None:
-      lines.append(f"| {label} | {metric} | {paper:.1f} |  |  |  |")
+      lines.append(f"| {label} | {metric} | {paper:.1f} |  |  |  |  |")
     else:
       ours = run[0] * scale
-      lines.append(f"| {label} | {metric} | {paper:.1f} | {ours:.1f} | {run[1]} | {ours - paper:+.1f} |")
+      lines.append(f"| {label} | {metric} | {paper:.1f} | {ours:.1f} | {run[2] * scale:.1f} ({run[3]} seeds) | "
+                   f"{run[1]} | {ours - paper:+.1f} |")
   return "\n".join(lines) + "\n"
 
 
