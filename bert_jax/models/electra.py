@@ -116,6 +116,20 @@ class DiscriminatorHead(nn.Module):
     return dense(cfg, 1, (axes.MLP, None), "dense_prediction")(h)[..., 0].astype(jnp.float32)
 
 
+class ElectraDiscriminator(nn.Module):
+  """The discriminator alone (HF ElectraForPreTraining; params bert + discriminator_predictions, the names
+  ElectraForPreTraining uses): input_ids, input_mask, segment_ids [B, T] -> {"sequence_output" [B, T, H],
+  "pooled_output" [B, H], "disc_logits" [B, T] float32 (> 0: replaced)}."""
+
+  config: BertConfig
+
+  @nn.compact
+  def __call__(self, input_ids, input_mask, segment_ids=None, deterministic: bool = True):
+    enc = BertModel(self.config, name="bert")(input_ids, input_mask, segment_ids, deterministic=deterministic)
+    logits = DiscriminatorHead(self.config, name="discriminator_predictions")(enc["sequence_output"])
+    return {"sequence_output": enc["sequence_output"], "pooled_output": enc["pooled_output"], "disc_logits": logits}
+
+
 def scatter_at(ids, positions, values, weights):
   """ids [B, T] with values [B, P] written at positions [B, P] where weights > 0 (padded predictions, weight 0,
   change nothing even when they repeat a real position): a scatter-add of differences, exact for int ids."""

@@ -1,0 +1,426 @@
+"""ELECTRA checkpoints in and out: Hugging Face folders (no PyTorch) and google-research/electra TF checkpoints.
+
+    python -m bert_jax.convert import-hf --input=ELECTRA_DIR --output=DIR      # config.json model_type "electra"
+    python -m bert_jax.convert import-tf --checkpoint=electra_base/model.ckpt-766000 --config=config.json \
+        --output=DIR                                                          # names under electra/ + generator/
+    python -m bert_jax.convert export-hf --input=DIR --output=HF_DIR          # params with an ELECTRA head
+
+What maps onto what (our params tree: models/electra.py):
+
+  ours                                    Hugging Face key                  google-research/electra variable
+  bert/embeddings/*                       electra.embeddings.*              electra/embeddings/*
+  bert/embeddings/projection (E != H)     electra.embeddings_project        electra/embeddings_project
+  bert/encoder/layer_i/*                  electra.encoder.layer.i.*         electra/encoder/layer_i/*
+  discriminator_predictions/dense         discriminator_predictions.dense   discriminator_predictions/dense
+  discriminator_predictions/dense_prediction  ...dense_prediction           discriminator_predictions/dense_1
+  generator/embeddings_project (E != Hg)  [generator folder] electra.embeddings_project   generator/embeddings_project
+  generator/encoder/layer_i/*             [generator folder] electra.encoder.layer.i.*    generator/encoder/layer_i/*
+  generator/generator_predictions/*       generator_predictions.{dense, LayerNorm}        generator_predictions/*
+  generator/output_bias                   generator_lm_head.bias                          generator_predictions/output_bias
+
+- ElectraForPreTraining / ElectraModel folders import as the discriminator: `bert` (+ `discriminator_predictions`);
+  HF ELECTRA has no pooler, so `bert/pooler` is initialised fresh (reported), as for a BertForMaskedLM import.
+  Fine-tuning, `predict features` and export then use it like any BERT encoder.
+- An ElectraForMaskedLM folder (a released generator) imports as a BERT MLM model: `bert` + `mlm`
+  (generator_predictions -> mlm/transform + mlm/LayerNorm, generator_lm_head.bias -> mlm/output_bias; the lm
+  head's weight must equal the word embeddings, as transformers ties them).
+- A google-research/electra checkpoint holds both models: it imports as the full ElectraForPreTraining tree
+  (bert, generator, discriminator_predictions) for continued ELECTRA pre-training; the generator's width is read
+  from the checkpoint's shapes and written to convert_info.json (`electra.generator_hidden_fraction`: pass it as
+  --config.electra.generator_hidden_fraction with --config.init_checkpoint=DIR). Adam slots, global_step and
+  ELECTRA's `temperature` bookkeeping are ignored and reported.
+- Export writes the discriminator as an ElectraForPreTraining folder (--heads=pretraining) or ElectraModel
+  (--heads=none); with a generator in the params, --heads=mlm writes the generator as ElectraForMaskedLM.
+
+Embedding width E != H (ELECTRA-small: E 128, H 256) needs factorised embeddings (model.embedding_size); where
+the model config has no such field the import is refused with a ConversionError saying so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import flax
+import flax.linen as nn
+import jax
+import numpy as np
+from flax import traverse_util
+
+from bert_jax.convert import google_tf, hf, mapping
+from bert_jax.convert.mapping import ConversionError, Entry, _dense, _ln
+from bert_jax.models import dummy_inputs
+from bert_jax.models.bert import BertForPreTraining
+from bert_jax.models.config import BertConfig
+from bert_jax.models.electra import ElectraDiscriminator, ElectraForPreTraining
+from bert_jax.pretrained import params_dir
+
+HEADS = {
+    # heads option: (architecture, what is written)
+    "pretraining": "ElectraForPreTraining",     # discriminator + its head
+    "none": "ElectraModel",                     # discriminator encoder only
+    "mlm": "ElectraForMaskedLM",                # the generator (params with a generator only)
+}
+# ELECTRA's TF bookkeeping beside the weights (its Gumbel temperature is a non-trainable variable).
+_TF_IGNORABLE = re.compile(r"(^|/)temperature$")
+_HF_BUFFERS = re.compile(r"(^|\.)(position_ids|token_type_ids)$")
+
+
+def is_electra_folder(folder: str) -> bool:
+  path = os.path.join(folder, "config.json")
+  if not os.path.exists(path):
+    return False
+  with open(path, encoding="utf-8") as f:
+    return json.load(f).get("model_type") == "electra"
+
+
+def is_electra_params(params) -> bool:
+  """An ELECTRA params tree: the discriminator's head is present."""
+  return "discriminator_predictions" in params
+
+
+def is_electra_checkpoint(variables) -> bool:
+  return any(k.startswith("electra/") for k in variables)
+
+
+# ---- name tables ------------------------------------------------------------------------------------------
+def _width(config: BertConfig) -> int:
+  return int(getattr(config, "embedding_size", 0) or config.hidden_size)
+
+
+def _embeddings(config: BertConfig, ours: Tuple[str, ...], google: str, hf_prefix: str) -> List[Entry]:
+  t = [Entry(ours + (n, "embedding"), f"{google}/embeddings/{n}", f"{hf_prefix}embeddings.{n}.weight", "same",
+             "embeddings") for n in ("word_embeddings", "position_embeddings", "token_type_embeddings")]
+  t += _ln(ours + ("LayerNorm",), f"{google}/embeddings/LayerNorm", f"{hf_prefix}embeddings.LayerNorm", "embeddings")
+  if _width(config) != config.hidden_size:
+    t += _dense(ours + ("projection",), f"{google}/embeddings_project", f"{hf_prefix}embeddings_project",
+                "embeddings")
+  return t
+
+
+def _encoder(config: BertConfig, ours: Tuple[str, ...], google: str, hf_prefix: str, group: str) -> List[Entry]:
+  t: List[Entry] = []
+  for i in range(config.num_hidden_layers):
+    o, g, h = ours + (f"layer_{i}",), f"{google}/encoder/layer_{i}", f"{hf_prefix}encoder.layer.{i}"
+    for qkv in ("query", "key", "value"):
+      t += _dense(o + ("attention", qkv), f"{g}/attention/self/{qkv}", f"{h}.attention.self.{qkv}", group,
+                  kernel_kind="qkv_kernel", bias_kind="qkv_bias")
+    t += _dense(o + ("attention", "output"), f"{g}/attention/output/dense", f"{h}.attention.output.dense", group,
+                kernel_kind="out_kernel")
+    t += _ln(o + ("attention_LayerNorm",), f"{g}/attention/output/LayerNorm", f"{h}.attention.output.LayerNorm",
+             group)
+    t += _dense(o + ("ffn", "intermediate"), f"{g}/intermediate/dense", f"{h}.intermediate.dense", group)
+    t += _dense(o + ("ffn", "output"), f"{g}/output/dense", f"{h}.output.dense", group)
+    t += _ln(o + ("output_LayerNorm",), f"{g}/output/LayerNorm", f"{h}.output.LayerNorm", group)
+  return t
+
+
+def discriminator_table(config: BertConfig) -> List[Entry]:
+  """The discriminator (ElectraDiscriminator's params less the pooler) under Google's and HF's names."""
+  mapping.check_post_ln_transformer(config)
+  t = _embeddings(config, ("bert", "embeddings"), "electra", "electra.")
+  t += _encoder(config, ("bert", "encoder"), "electra", "electra.", "encoder")
+  t += _dense(("discriminator_predictions", "dense"), "discriminator_predictions/dense",
+              "discriminator_predictions.dense", "discriminator")
+  t += [Entry(("discriminator_predictions", "dense_prediction", "kernel"), "discriminator_predictions/dense_1/kernel",
+              "discriminator_predictions.dense_prediction.weight", "dense_kernel", "discriminator"),
+        Entry(("discriminator_predictions", "dense_prediction", "bias"), "discriminator_predictions/dense_1/bias",
+              "discriminator_predictions.dense_prediction.bias", "same", "discriminator")]
+  return t
+
+
+def generator_table(generator: BertConfig, width: int) -> List[Entry]:
+  """ElectraForPreTraining's generator/* under Google's names and the generator folder's HF names."""
+  mapping.check_post_ln_transformer(generator)
+  t: List[Entry] = []
+  if width != generator.hidden_size:
+    t += _dense(("generator", "embeddings_project"), "generator/embeddings_project", "electra.embeddings_project",
+                "generator")
+  t += _encoder(generator, ("generator", "encoder"), "generator", "electra.", "generator")
+  t += _dense(("generator", "generator_predictions", "dense"), "generator_predictions/dense",
+              "generator_predictions.dense", "generator")
+  t += _ln(("generator", "generator_predictions", "LayerNorm"), "generator_predictions/LayerNorm",
+           "generator_predictions.LayerNorm", "generator")
+  t.append(Entry(("generator", "output_bias"), "generator_predictions/output_bias", "generator_lm_head.bias", "same",
+                 "generator"))
+  return t
+
+
+def generator_as_bert_table(config: BertConfig) -> List[Entry]:
+  """A released generator (HF ElectraForMaskedLM) as BertForPreTraining(config, ("mlm",)) less the pooler."""
+  mapping.check_post_ln_transformer(config)
+  t = _embeddings(config, ("bert", "embeddings"), "generator", "electra.")
+  t += _encoder(config, ("bert", "encoder"), "generator", "electra.", "encoder")
+  t += _dense(("mlm", "transform"), "generator_predictions/dense", "generator_predictions.dense", "mlm")
+  t += _ln(("mlm", "LayerNorm"), "generator_predictions/LayerNorm", "generator_predictions.LayerNorm", "mlm")
+  t.append(Entry(("mlm", "output_bias"), "generator_predictions/output_bias", "generator_lm_head.bias", "same", "mlm"))
+  return t
+
+
+# ---- shapes and assignment ---------------------------------------------------------------------------------
+def _shapes(model: nn.Module) -> Dict[Tuple[str, ...], Tuple[int, ...]]:
+  cfg = model.config
+  inputs = dummy_inputs(cfg)
+  if isinstance(model, ElectraDiscriminator):
+    inputs = inputs[:3]
+  tree = jax.eval_shape(lambda: model.init(jax.random.key(0), *inputs))["params"]
+  flat = traverse_util.flatten_dict(nn.unbox(flax.core.unfreeze(tree)))
+  return {k: tuple(v.shape) for k, v in flat.items()}
+
+
+def _assign(source: Dict[str, np.ndarray], fmt: str, table: List[Entry], shapes, report: mapping.ConversionReport,
+            ignorable) -> Dict[Tuple[str, ...], np.ndarray]:
+  """{source name: array} -> {our path: float32 array} over `table`; unknown, missing and mis-shaped names are
+  one ConversionError each, naming them."""
+  by_source = {e.source(fmt): e for e in table}
+  unknown = sorted(n for n in source if n not in by_source and not ignorable(n))
+  if unknown:
+    raise ConversionError(f"{report.source}: {len(unknown)} {fmt} variable(s) map to no ELECTRA parameter: "
+                          f"{unknown[:20]}")
+  report.ignored = sorted(n for n in source if n not in by_source)
+  missing = [e for e in table if e.source(fmt) not in source]
+  if missing:
+    raise ConversionError(f"{report.source}: {len(missing)} ELECTRA parameter(s) have no {fmt} variable: " +
+                          ", ".join(f"{e.source(fmt)} (-> {e.path})" for e in missing[:20]))
+  flat, bad = {}, []
+  for e in table:
+    array, target = np.asarray(source[e.source(fmt)]), shapes[e.ours]
+    want = mapping.source_shape(fmt, e.kind, target)
+    if tuple(array.shape) != want:
+      bad.append(f"{e.source(fmt)}: checkpoint shape {tuple(array.shape)}, model expects {want} (-> {e.path})")
+      continue
+    report.source_dtypes[str(array.dtype)] = report.source_dtypes.get(str(array.dtype), 0) + 1
+    flat[e.ours] = mapping.to_ours(fmt, e.kind, array.astype(np.float32), target)
+  if bad:
+    raise ConversionError(f"{report.source}: {len(bad)} shape mismatch(es):\n  " + "\n  ".join(bad))
+  report.loaded = len(flat)
+  return flat
+
+
+def _fresh_pooler(config: BertConfig, flat: dict, report: mapping.ConversionReport, seed: int) -> None:
+  """HF / Google ELECTRA has no pooler: BERT's initialisation for bert/pooler (fine-tuning's "cls" pooling)."""
+  paths = [("bert", "pooler", "kernel"), ("bert", "pooler", "bias")]
+  fresh = traverse_util.flatten_dict(mapping.init_params(config, seed, paths=paths))
+  flat.update({p: fresh[p] for p in paths})
+  report.fresh_groups = ["pooler"]
+
+
+def _check_table(table: List[Entry], shapes, allowed_extra: Sequence[Tuple[str, ...]]) -> None:
+  ours = {e.ours for e in table}
+  extra, missing = ours - set(shapes), set(shapes) - ours - set(allowed_extra)
+  if extra or missing:
+    raise RuntimeError(f"bert_jax.convert.hf_electra is out of date with bert_jax.models.electra: table entries "
+                       f"without a parameter {sorted(extra)[:5]}, parameters without an entry {sorted(missing)[:5]}")
+
+
+_POOLER = (("bert", "pooler", "kernel"), ("bert", "pooler", "bias"))
+
+
+# ---- configs ------------------------------------------------------------------------------------------------
+def electra_config_to_bert(d: dict, source: str) -> BertConfig:
+  """HF ElectraConfig (or Google-style JSON with an embedding_size) -> the encoder's BertConfig."""
+  missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                         "intermediate_size") if k not in d]
+  if missing:
+    raise ConversionError(f"{source}: config lacks {missing}")
+  pos = d.get("position_embedding_type", "absolute")
+  if pos != "absolute":
+    raise ConversionError(f"{source}: position_embedding_type={pos!r}; only 'absolute' is supported")
+  config = BertConfig.from_dict({k: v for k, v in d.items() if k != "embedding_size"})
+  width = int(d.get("embedding_size") or config.hidden_size)
+  if width != config.hidden_size:
+    if "embedding_size" not in {f.name for f in dataclasses.fields(BertConfig)}:
+      raise ConversionError(f"{source}: embedding_size={width} != hidden_size={config.hidden_size} needs "
+                            "factorised embeddings (model.embedding_size), which this version lacks")
+    config = config.replace(embedding_size=width)
+  return config
+
+
+def electra_config_dict(config: BertConfig, architecture: str, pad_token_id: int = 0) -> dict:
+  d = hf.hf_config_dict(config, architecture, pad_token_id)
+  d.update(model_type="electra", embedding_size=_width(config), summary_type="first", summary_use_proj=True,
+           summary_activation="gelu", summary_last_dropout=0.1)
+  d.pop("tie_word_embeddings", None)
+  return d
+
+
+# ---- import ------------------------------------------------------------------------------------------------
+def _normalize(state: Dict[str, np.ndarray], report) -> Dict[str, np.ndarray]:
+  out = {}
+  for k, v in state.items():
+    k = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", k))
+    out[k if not k.startswith(("embeddings.", "encoder.", "embeddings_project.")) else "electra." + k] = v
+  return out
+
+
+def import_hf_electra(folder: str, output: Optional[str] = None, vocab_file: Optional[str] = None,
+                      do_lower_case: Optional[bool] = None, ignore: Sequence[str] = (), seed: int = 0):
+  """A Hugging Face ELECTRA folder -> (config, params, report); writes `output` (a params dir) when given.
+  ElectraForPreTraining / ElectraModel: the discriminator; ElectraForMaskedLM: a BERT MLM model (module doc)."""
+  config_path = os.path.join(folder, "config.json")
+  with open(config_path, encoding="utf-8") as f:
+    d = json.load(f)
+  config = electra_config_to_bert(d, config_path)
+  report = mapping.ConversionReport(source=folder, fmt="hf")
+  state = _normalize(hf.read_hf_state_dict(folder), report)
+  patterns = [re.compile(p) for p in ignore]
+  ignorable = lambda n: bool(_HF_BUFFERS.search(n)) or any(p.search(n) for p in patterns)  # noqa: E731
+  is_generator = any(k.startswith("generator_predictions.") for k in state)
+  if is_generator:
+    lm_w = state.pop("generator_lm_head.weight", None)
+    word = state.get("electra.embeddings.word_embeddings.weight")
+    if lm_w is not None and (word is None or lm_w.shape != word.shape or not np.array_equal(lm_w, word)):
+      raise ConversionError(f"{folder}: generator_lm_head.weight differs from the word embeddings; ELECTRA ties "
+                            "them and so does our model")
+    model = BertForPreTraining(config, targets=("mlm",))
+    table = generator_as_bert_table(config)
+  else:
+    model = ElectraDiscriminator(config)
+    table = discriminator_table(config)
+    if not any(k.startswith("discriminator_predictions.") for k in state):   # ElectraModel: encoder only
+      table = [e for e in table if e.group != "discriminator"]
+      report.notes.append("ElectraModel folder (no discriminator head): params hold the encoder only")
+  shapes = _shapes(model)
+  _check_table(table, shapes, _POOLER + tuple(p for p in shapes if p[0] == "discriminator_predictions"))
+  flat = _assign(state, "hf", table, shapes, report, ignorable)
+  _fresh_pooler(config, flat, report, seed)
+  params = traverse_util.unflatten_dict(flat)
+  vocab_file = vocab_file or os.path.join(folder, "vocab.txt")
+  if not os.path.exists(vocab_file):
+    raise FileNotFoundError(f"{folder}: no vocab.txt; pass --vocab=PATH")
+  mapping.check_vocab_size(vocab_file, params_dir.count_vocab_lines(vocab_file), config, "config.json", report)
+  if do_lower_case is None:
+    do_lower_case = hf._hf_do_lower_case(folder, vocab_file)
+  if output:
+    mapping.save_imported(output, config, params, vocab_file, folder, "hf_electra", do_lower_case, report)
+  return config, params, report
+
+
+def infer_generator(config: BertConfig, variables: Dict[str, np.ndarray]) -> BertConfig:
+  """The generator's architecture from a google-research/electra checkpoint's shapes (hidden from the first
+  query kernel, FFN from the first intermediate kernel, depth from the layer count; heads = hidden / 64)."""
+  q = variables.get("generator/encoder/layer_0/attention/self/query/kernel")
+  ffn = variables.get("generator/encoder/layer_0/intermediate/dense/kernel")
+  if q is None or ffn is None:
+    raise ConversionError("the checkpoint has no generator/encoder/layer_0 variables: not a full ELECTRA "
+                          "pre-training checkpoint (import a discriminator through Hugging Face instead)")
+  hidden = int(np.shape(q)[1])
+  layers = len({m.group(1) for n in variables for m in [re.match(r"generator/encoder/layer_(\d+)/", n)] if m})
+  heads = max(1, hidden // 64)
+  while hidden % heads:
+    heads -= 1
+  return config.replace(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                        intermediate_size=int(np.shape(ffn)[1]))
+
+
+def import_tf_electra(checkpoint: str, config_file: str, output: Optional[str] = None,
+                      vocab_file: Optional[str] = None, do_lower_case: Optional[bool] = None,
+                      variables: Optional[Dict[str, np.ndarray]] = None):
+  """A google-research/electra pre-training checkpoint -> ElectraForPreTraining params (module docstring).
+  Returns (config, generator_config, params, report)."""
+  if variables is None:
+    variables = google_tf.read_tf_checkpoint(checkpoint)
+  folder = os.path.dirname(os.path.abspath(checkpoint)) if not os.path.isdir(checkpoint) else checkpoint
+  vocab_file = vocab_file or os.path.join(folder, "vocab.txt")
+  if not os.path.exists(config_file):
+    raise FileNotFoundError(f"model config not found: {config_file} (google-research/electra builds it from "
+                            "model_size; write the HF ElectraConfig JSON of that size and pass --config=PATH)")
+  if not os.path.exists(vocab_file):
+    raise FileNotFoundError(f"vocab not found: {vocab_file}; pass --vocab=PATH")
+  with open(config_file, encoding="utf-8") as f:
+    config = electra_config_to_bert(json.load(f), config_file)
+  generator = infer_generator(config, variables)
+  report = mapping.ConversionReport(source=checkpoint, fmt="google")
+  model = ElectraForPreTraining(config, generator)
+  shapes = _shapes(model)
+  table = discriminator_table(config) + generator_table(generator, _width(config))
+  _check_table(table, shapes, _POOLER)
+  ignorable = lambda n: google_tf.is_ignorable(n) or bool(_TF_IGNORABLE.search(n))  # noqa: E731
+  flat = _assign(variables, "google", table, shapes, report, ignorable)
+  _fresh_pooler(config, flat, report, 0)
+  params = traverse_util.unflatten_dict(flat)
+  fraction = generator.hidden_size / config.hidden_size
+  report.notes.append(f"generator: L{generator.num_hidden_layers}/H{generator.hidden_size}; continue ELECTRA "
+                      f"pre-training with --config.targets=\"('electra',)\" "
+                      f"--config.electra.generator_hidden_fraction={fraction:.6g}"
+                      + ("" if generator.num_hidden_layers == config.num_hidden_layers else
+                         f" --config.electra.generator_num_layers={generator.num_hidden_layers}"))
+  mapping.check_vocab_size(vocab_file, params_dir.count_vocab_lines(vocab_file), config, config_file, report)
+  if do_lower_case is None:
+    do_lower_case = params_dir.guess_do_lower_case(vocab_file, hint=os.path.basename(folder))
+  if output:
+    params_dir.save_params_dir(output, config, params, vocab_file, info={
+        "source": os.path.abspath(checkpoint), "format": "google_tf_electra", "do_lower_case": bool(do_lower_case),
+        "report": report.to_dict(),
+        "electra": {"generator_hidden_fraction": fraction, "generator_num_layers": generator.num_hidden_layers}})
+  return config, generator, params, report
+
+
+# ---- export ------------------------------------------------------------------------------------------------
+def _generator_of(config: BertConfig, params) -> BertConfig:
+  """The generator's architecture from its params' shapes (as infer_generator, on our tree)."""
+  g = params["generator"]["encoder"]
+  layers = sorted(k for k in g if k.startswith("layer_"))
+  hidden = int(np.shape(g["layer_0"]["attention"]["query"]["kernel"])[1] * np.shape(
+      g["layer_0"]["attention"]["query"]["kernel"])[2])
+  heads = int(np.shape(g["layer_0"]["attention"]["query"]["kernel"])[1])
+  return config.replace(hidden_size=hidden, num_attention_heads=heads, num_hidden_layers=len(layers),
+                        intermediate_size=int(np.shape(g["layer_0"]["ffn"]["intermediate"]["kernel"])[1]))
+
+
+def _export(table: List[Entry], flat, shapes) -> Dict[str, np.ndarray]:
+  out, problems = {}, []
+  for e in table:
+    if e.ours not in flat:
+      problems.append(f"{e.path}: missing from the params")
+      continue
+    array = np.asarray(flat[e.ours])
+    if tuple(array.shape) != shapes[e.ours]:
+      problems.append(f"{e.path}: shape {tuple(array.shape)}, config expects {shapes[e.ours]}")
+      continue
+    out[e.hf] = mapping.from_ours("hf", e.kind, array.astype(np.float32))
+  if problems:
+    raise ConversionError("params do not match the model config:\n  " + "\n  ".join(problems))
+  return out
+
+
+def write_electra(ckpt, output: str, heads: str = "pretraining", source: str = "") -> mapping.ConversionReport:
+  """A loaded checkpoint with an ELECTRA head (`load_pretrained`) -> a Hugging Face ELECTRA folder."""
+  if heads not in HEADS:
+    raise ValueError(f"heads={heads!r}; expected one of {tuple(HEADS)}")
+  source = source or ckpt.directory
+  config, params, vocab_file = ckpt.config, ckpt.params, ckpt.require_vocab()
+  report = mapping.ConversionReport(source=source, fmt="hf")
+  flat = traverse_util.flatten_dict(dict(params))
+  if heads == "mlm":
+    if "generator" not in params:
+      raise ConversionError(f"{source}: --heads=mlm writes the ELECTRA generator, and these params have none "
+                            f"(top-level keys {sorted(params)})")
+    generator = _generator_of(config, params)
+    table = generator_table(generator, _width(config))
+    shapes = _shapes(ElectraForPreTraining(config, generator))
+    arrays = _export(table, flat, shapes)
+    emb = [e for e in discriminator_table(config) if e.group == "embeddings" and e.ours[-2] != "projection"]
+    arrays.update(_export(emb, flat, shapes))         # the generator folder carries the shared embeddings
+    arrays["generator_lm_head.weight"] = arrays["electra.embeddings.word_embeddings.weight"]
+    d = electra_config_dict(generator, HEADS[heads], hf._pad_id(vocab_file))
+    d["embedding_size"] = _width(config)
+  else:
+    table = discriminator_table(config)
+    if heads == "none":
+      table = [e for e in table if e.group != "discriminator"]
+    elif "discriminator_predictions" not in params:
+      raise ConversionError(f"{source}: params lack discriminator_predictions needed by --heads=pretraining "
+                            f"(ElectraForPreTraining); use --heads=none (ElectraModel)")
+    arrays = _export(table, flat, _shapes(ElectraDiscriminator(config)))
+    d = electra_config_dict(config, HEADS[heads], hf._pad_id(vocab_file))
+    skipped = sorted(k for k in params if k not in ("bert", "discriminator_predictions"))
+    report.notes.append("not exported: bert/pooler (HF ELECTRA has none)" +
+                        (f", params{skipped} (--heads=mlm writes the generator)" if skipped else ""))
+  hf.write_folder(output, arrays, d, vocab_file, ckpt.do_lower_case, config.max_position_embeddings,
+                  tokenizer_class="ElectraTokenizer")
+  report.loaded = len(arrays)
+  return report
