@@ -133,14 +133,19 @@ def test_corpus_choice_report_says_so_when_the_finding_fails(tmp_path):
   assert page.count("**does NOT hold**") == 2 and page.count("**holds**") == 2
 
 
-def test_paper_table_keeps_the_best_learning_rate_per_task(tmp_path):
-  for lr, acc in (("2e-05", 0.85), ("3e-05", 0.87)):
-    d = tmp_path / "mrpc" / f"lr{lr}"
+def test_paper_table_keeps_the_point_of_the_best_dev_run_and_the_median_of_its_seeds(tmp_path):
+  """Sweep layout (run.py): point 1 (3e-5) has the best single run, 0.87; its seeds' median is 0.85."""
+  (tmp_path / "mrpc").mkdir()
+  (tmp_path / "mrpc" / "sweep_spec.json").write_text(json.dumps({"points": [
+      {"label": "optimizer.learning_rate=2e-05"}, {"label": "optimizer.learning_rate=3e-05"}]}))
+  for run, acc in (("p000_s0", 0.86), ("p000_s1", 0.86), ("p001_s0", 0.83), ("p001_s1", 0.87),
+                   ("p001_s2", 0.85)):
+    d = tmp_path / "mrpc" / "runs" / run
     d.mkdir(parents=True)
     (d / "eval_results.json").write_text(json.dumps({"dev": {"accuracy": acc, "f1": 0.9}}))
   md = table.markdown(str(tmp_path))
-  assert "| MRPC | accuracy | 86.7 | 87.0 | 3e-05 | +0.3 |" in md
-  assert "| MNLI-m | accuracy | 84.4 |  |  |  |" in md
+  assert "| MRPC | accuracy | 86.7 | 87.0 | 85.0 (3 seeds) | optimizer.learning_rate=3e-05 | +0.3 |" in md
+  assert "| MNLI-m | accuracy | 84.4 |  |  |  |  |" in md
 
 
 def test_corpus_choice_page_summarises_an_earlier_run(tmp_path):
