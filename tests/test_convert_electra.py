@@ -1,0 +1,217 @@
+"""ELECTRA checkpoints: a Hugging Face ElectraForPreTraining imports with outputs equal to transformers' (the
+discriminator's logits and ElectraModel's hidden states), exports back to a folder transformers loads with no
+missing or unexpected keys and the same logits, and re-imports exactly; a released generator
+(ElectraForMaskedLM) imports as a BERT MLM; a google-research/electra TF checkpoint (written here under the
+repository's variable names) imports as the full generator + discriminator model, both halves equal to
+transformers'."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from bert_jax.convert import hf_electra  # noqa: E402
+from bert_jax.convert.mapping import ConversionError  # noqa: E402
+from bert_jax.models import BertForPreTraining  # noqa: E402
+from bert_jax.models.electra import ElectraDiscriminator, ElectraForPreTraining  # noqa: E402
+from bert_jax.pretrained import load_pretrained  # noqa: E402
+
+H, GEN_H, LAYERS, HEADS, FFN, MAX_POS = 64, 32, 2, 4, 96, 64
+
+
+def _perturb(model):
+  torch.manual_seed(1)
+  with torch.no_grad():
+    for p in model.parameters():
+      p.add_(0.05 * torch.randn_like(p))
+  return model.eval()
+
+
+def _discriminator(vocab_size):
+  torch.manual_seed(0)
+  cfg = transformers.ElectraConfig(vocab_size=vocab_size, embedding_size=H, hidden_size=H, num_hidden_layers=LAYERS,
+                                   num_attention_heads=HEADS, intermediate_size=FFN, max_position_embeddings=MAX_POS)
+  return _perturb(transformers.ElectraForPreTraining(cfg))
+
+
+def _generator(vocab_size, embedding_size=H, disc=None):
+  """An ElectraForMaskedLM of width GEN_H; with `disc`, its embeddings are the discriminator's (shared, as
+  google-research/electra trains them)."""
+  torch.manual_seed(2)
+  cfg = transformers.ElectraConfig(vocab_size=vocab_size, embedding_size=embedding_size, hidden_size=GEN_H,
+                                   num_hidden_layers=LAYERS, num_attention_heads=1, intermediate_size=4 * GEN_H,
+                                   max_position_embeddings=MAX_POS)
+  gen = _perturb(transformers.ElectraForMaskedLM(cfg))
+  if disc is not None:
+    gen.electra.embeddings.load_state_dict(disc.electra.embeddings.state_dict())
+    gen.generator_lm_head.weight = gen.electra.embeddings.word_embeddings.weight
+  return gen
+
+
+def _save(model, folder, tiny_vocab):
+  model.save_pretrained(folder)
+  with open(os.path.join(folder, "vocab.txt"), "w") as f:
+    f.write(open(tiny_vocab).read())
+  return str(folder)
+
+
+def _inputs(vocab_size):
+  rng = np.random.default_rng(0)
+  ids = rng.integers(5, vocab_size, (3, 16)).astype(np.int32)
+  mask = np.ones_like(ids)
+  mask[1, 9:] = 0
+  mask[2, 5:] = 0
+  ids[mask == 0] = 0
+  seg = np.zeros_like(ids)
+  seg[0, 8:] = 1
+  return ids, mask, seg
+
+
+def _torch_out(model, ids, mask, seg):
+  with torch.no_grad():
+    return model(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
+                 token_type_ids=torch.tensor(seg, dtype=torch.long), output_hidden_states=True)
+
+
+def _vocab_size(tiny_vocab):
+  return sum(1 for _ in open(tiny_vocab))
+
+
+def test_hf_electra_imports_equal_to_transformers_exports_and_reimports_exactly(tmp_path, tiny_vocab):
+  v = _vocab_size(tiny_vocab)
+  ref = _discriminator(v)
+  folder = _save(ref, tmp_path / "hf", tiny_vocab)
+  config, params, report = hf_electra.import_hf_electra(folder, str(tmp_path / "ours"))
+  assert report.fresh_groups == ["pooler"] and report.loaded == 5 + 16 * LAYERS + 4
+  assert set(params) == {"bert", "discriminator_predictions"}
+  ids, mask, seg = _inputs(v)
+  ours = jax.jit(ElectraDiscriminator(config).apply)({"params": params}, ids, mask, seg)
+  out = _torch_out(ref, ids, mask, seg)
+  real = mask.astype(bool)
+  logits = np.abs(np.asarray(ours["disc_logits"]) - out.logits.numpy())[real].max()
+  seq = np.abs(np.asarray(ours["sequence_output"]) - out.hidden_states[-1].numpy())[real].max()
+  print(f"import-hf ELECTRA: discriminator logits max abs diff {logits:.2e}, sequence output {seq:.2e}")
+  assert logits < 1e-4 and seq < 1e-4
+  # ElectraModel (the bare encoder) gives the same hidden states.
+  base = transformers.ElectraModel.from_pretrained(folder).eval()
+  with torch.no_grad():
+    hidden = base(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
+                  token_type_ids=torch.tensor(seg, dtype=torch.long)).last_hidden_state.numpy()
+  assert np.abs(np.asarray(ours["sequence_output"]) - hidden)[real].max() < 1e-4
+
+  # Export (from the params dir, as the CLI does) -> transformers loads it with no report, same logits.
+  exported = str(tmp_path / "exported")
+  hf_electra.write_electra(load_pretrained(str(tmp_path / "ours")), exported)
+  back, info = transformers.ElectraForPreTraining.from_pretrained(exported, output_loading_info=True)
+  assert not info["missing_keys"] and not info["unexpected_keys"], info
+  assert json.load(open(os.path.join(exported, "config.json")))["model_type"] == "electra"
+  again = _torch_out(back.eval(), ids, mask, seg)
+  assert np.abs(again.logits.numpy() - out.logits.numpy())[real].max() < 1e-5
+  _, params2, _ = hf_electra.import_hf_electra(exported)
+  for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(params)[0], jax.tree.leaves(params2)):
+    if "pooler" not in jax.tree_util.keystr(path):
+      np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+
+
+def test_hf_generator_imports_as_a_bert_mlm_with_transformers_logits(tmp_path, tiny_vocab):
+  v = _vocab_size(tiny_vocab)
+  ref = _generator(v, embedding_size=GEN_H)            # E = H: no projection (ELECTRA-base/large style)
+  folder = _save(ref, tmp_path / "gen", tiny_vocab)
+  config, params, _ = hf_electra.import_hf_electra(folder)
+  assert set(params) == {"bert", "mlm"} and config.hidden_size == GEN_H
+  ids, mask, seg = _inputs(v)
+  positions = np.array([[1, 4, 9], [2, 3, 5], [1, 2, 4]], np.int32)
+  ours = jax.jit(BertForPreTraining(config, targets=("mlm",)).apply)({"params": params}, ids, mask, seg, positions)
+  want = np.take_along_axis(_torch_out(ref, ids, mask, seg).logits.numpy(), positions[..., None], axis=1)
+  assert np.abs(np.asarray(ours["mlm_logits"]) - want).max() < 1e-4
+
+
+def _google_names(model, scope):
+  """transformers' ELECTRA weights under google-research/electra's names, by hand (independent of the package):
+  electra.* -> `scope`/..., layer.N -> layer_N, LayerNorm weight/bias -> gamma/beta, Linear [out, in] ->
+  kernel [in, out], dense_prediction -> dense_1, generator_lm_head.bias -> generator_predictions/output_bias."""
+  out = {}
+  for key, value in model.state_dict().items():
+    if not value.is_floating_point() or key == "generator_lm_head.weight":
+      continue
+    v = value.numpy().copy()
+    if key == "generator_lm_head.bias":
+      out["generator_predictions/output_bias"] = v
+      continue
+    name = key.replace("electra.", scope + ".", 1).replace(".layer.", ".layer_").replace(".", "/")
+    name = name.replace("dense_prediction", "dense_1")
+    name = name.replace("LayerNorm/weight", "LayerNorm/gamma").replace("LayerNorm/bias", "LayerNorm/beta")
+    if name.endswith("_embeddings/weight"):
+      name = name[:-len("/weight")]
+    elif name.endswith("/weight"):
+      name, v = name[:-len("weight")] + "kernel", v.T.copy()
+    out[name] = v
+  return out
+
+
+@pytest.mark.slow
+def test_google_electra_tf_checkpoint_imports_generator_and_discriminator(tmp_path, tiny_vocab):
+  tf = pytest.importorskip("tensorflow")
+  from test_convert_tf import _write_tf1_checkpoint
+  v = _vocab_size(tiny_vocab)
+  disc = _discriminator(v)
+  gen = _generator(v, embedding_size=H, disc=disc)     # generator 32 wide on the shared 64-wide embeddings
+  variables = _google_names(disc, "electra")
+  variables.update({k: a for k, a in _google_names(gen, "generator").items() if "/embeddings/" not in k})
+  for name in ("electra/embeddings/word_embeddings", "electra/encoder/layer_1/attention/self/query/kernel",
+               "discriminator_predictions/dense/kernel", "discriminator_predictions/dense_1/bias",
+               "generator/embeddings_project/kernel", "generator/encoder/layer_0/output/LayerNorm/gamma",
+               "generator_predictions/dense/kernel", "generator_predictions/LayerNorm/beta",
+               "generator_predictions/output_bias"):
+    assert name in variables, name
+  saved = dict(variables, global_step=np.array(7, np.int64), temperature=np.array(1.0, np.float32))
+  saved["electra/encoder/layer_0/output/dense/kernel/adam_m"] = np.zeros_like(
+      variables["electra/encoder/layer_0/output/dense/kernel"])
+  prefix = str(tmp_path / "model.ckpt-7")
+  _write_tf1_checkpoint(prefix, saved)
+  assert {n for n, _ in tf.train.list_variables(prefix)} == set(saved)
+  (tmp_path / "vocab.txt").write_text(open(tiny_vocab).read())
+  config_file = tmp_path / "config.json"
+  config_file.write_text(json.dumps(disc.config.to_dict()))
+  config, generator, params, report = hf_electra.import_tf_electra(prefix, str(config_file), str(tmp_path / "out"))
+  assert (generator.hidden_size, generator.num_hidden_layers) == (GEN_H, LAYERS)
+  assert sorted(report.ignored) == sorted(set(saved) - set(variables))
+
+  ids, mask, seg = _inputs(v)
+  positions = np.array([[1, 4, 9], [2, 3, 5], [1, 2, 4]], np.int32)
+  model = ElectraForPreTraining(config, generator)
+  ours = jax.jit(model.apply)({"params": params}, ids, mask, seg, positions)
+  gen_want = np.take_along_axis(_torch_out(gen, ids, mask, seg).logits.numpy(), positions[..., None], axis=1)
+  assert np.abs(np.asarray(ours["generator_logits"]) - gen_want).max() < 1e-4
+  disc_only = jax.jit(ElectraDiscriminator(config).apply)(
+      {"params": {k: params[k] for k in ("bert", "discriminator_predictions")}}, ids, mask, seg)
+  real = mask.astype(bool)
+  assert np.abs(np.asarray(disc_only["disc_logits"]) - _torch_out(disc, ids, mask, seg).logits.numpy())[real].max() < 1e-4
+
+  # The generator exports as an ElectraForMaskedLM that transformers loads with the same logits.
+  exported = str(tmp_path / "gen_hf")
+  hf_electra.write_electra(load_pretrained(str(tmp_path / "out")), exported, heads="mlm")
+  back, info = transformers.ElectraForMaskedLM.from_pretrained(exported, output_loading_info=True)
+  assert not info["missing_keys"] and not info["unexpected_keys"], info
+  got = np.take_along_axis(_torch_out(back.eval(), ids, mask, seg).logits.numpy(), positions[..., None], axis=1)
+  assert np.abs(got - gen_want).max() < 1e-4
+
+
+def test_missing_generator_or_weight_is_an_error_naming_it(tmp_path, tiny_vocab):
+  v = _vocab_size(tiny_vocab)
+  disc = _discriminator(v)
+  (tmp_path / "vocab.txt").write_text(open(tiny_vocab).read())
+  (tmp_path / "config.json").write_text(json.dumps(disc.config.to_dict()))
+  variables = _google_names(disc, "electra")
+  with pytest.raises(ConversionError, match="no generator/encoder/layer_0"):
+    hf_electra.import_tf_electra(str(tmp_path / "x.ckpt"), str(tmp_path / "config.json"), variables=variables)
+  gen = _generator(v, embedding_size=H, disc=disc)
+  variables.update({k: a for k, a in _google_names(gen, "generator").items() if "/embeddings/" not in k})
+  del variables["electra/encoder/layer_1/intermediate/dense/bias"]
+  with pytest.raises(ConversionError, match="electra/encoder/layer_1/intermediate/dense/bias"):
+    hf_electra.import_tf_electra(str(tmp_path / "x.ckpt"), str(tmp_path / "config.json"), variables=variables)
