@@ -133,9 +133,12 @@ def run_plans(plans: Sequence[FinetunePlan]) -> List[dict]:
   `decide` train vmapped, the others one at a time (loop.run_plan). A run that diverges
   (NonFiniteError) gives {"error": message} instead of failing the others."""
   out: List[dict] = []
-  width = max(1, int(plans[0].multirun.get("max_replicas", 8))) if plans else 1
-  for start in range(0, len(plans), width):
-    group = list(plans[start:start + width])
+  if not plans:
+    return out
+  width = max(1, int(plans[0].multirun.get("max_replicas", 8)))
+  size = -(-len(plans) // max(1, -(-len(plans) // width)))     # balanced: 10 runs, at most 8 -> 5 + 5
+  for start in range(0, len(plans), size):
+    group = list(plans[start:start + size])
     d = decide(group)
     if d.vmapped:
       _log.info("multirun: %d runs in one vmapped program (%s)", len(group), d.reason)
