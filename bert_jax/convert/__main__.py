@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from bert_jax import cli
 from bert_jax.convert import rank
+from bert_jax.convert import hf_electra
 from bert_jax.convert.google_tf import import_tf_checkpoint
 from bert_jax.convert.hf import export_hf, import_hf
 from bert_jax.convert.mapping import ConversionError
@@ -101,9 +103,21 @@ def main(argv=None) -> int:
     return 0
 
   try:
-    if args.command == "import-tf":
+    if args.command == "import-tf" and hf_electra.is_electra_tf_checkpoint(args.checkpoint):
+      folder = os.path.dirname(os.path.abspath(args.checkpoint))
+      _, _, _, report = hf_electra.import_tf_electra(args.checkpoint, args.config or os.path.join(folder, "config.json"),
+                                                     args.output, vocab_file=args.vocab, do_lower_case=args.do_lower_case)
+      print(report.summary())
+      print(f"wrote {args.output}")
+    elif args.command == "import-tf":
       _, _, report = import_tf_checkpoint(args.checkpoint, args.output, config_file=args.config,
                                           vocab_file=args.vocab, do_lower_case=args.do_lower_case)
+      print(report.summary())
+      print(f"wrote {args.output}")
+    elif args.command == "import-hf" and hf_electra.is_electra_folder(args.input):
+      ignore = [x for x in args.ignore.split(",") if x]
+      _, _, report = hf_electra.import_hf_electra(args.input, args.output, vocab_file=args.vocab,
+                                                  do_lower_case=args.do_lower_case, ignore=ignore)
       print(report.summary())
       print(f"wrote {args.output}")
     elif args.command == "import-hf":
@@ -117,6 +131,11 @@ def main(argv=None) -> int:
                                 do_lower_case=args.do_lower_case)
       print(report.summary())
       print(f"wrote {args.output}")
+    elif args.command == "export-hf" and hf_electra.is_electra_dir(args.input):
+      report = hf_electra.export_electra(args.input, args.output, heads=args.heads)
+      print(f"wrote {report.loaded} tensors to {args.output}")
+      for n in report.notes:
+        print(n)
     elif args.command == "export-hf":
       report = export_hf(args.input, args.output, heads=args.heads)
       print(f"wrote {report.loaded} tensors to {args.output}")
