@@ -57,6 +57,7 @@ from bert_jax.models.bert import BertForPreTraining
 from bert_jax.models.config import BertConfig
 from bert_jax.models.electra import ElectraDiscriminator, ElectraForPreTraining
 from bert_jax.pretrained import params_dir
+from bert_jax.pretrained.load import load_pretrained
 
 HEADS = {
     # heads option: (architecture, what is written)
@@ -82,8 +83,18 @@ def is_electra_params(params) -> bool:
   return "discriminator_predictions" in params
 
 
-def is_electra_checkpoint(variables) -> bool:
-  return any(k.startswith("electra/") for k in variables)
+def is_electra_dir(directory: str) -> bool:
+  """Our checkpoint directory holds an ELECTRA model: an ELECTRA pre-training work dir (plan.json's targets) or
+  an imported ELECTRA checkpoint (convert_info.json's format)."""
+  plan = params_dir.read_json(os.path.join(directory, "plan.json")) if os.path.isdir(directory) else {}
+  info = params_dir.read_info(directory) if os.path.isdir(directory) else {}
+  return "electra" in (plan.get("targets") or ()) or str(info.get("format", "")).endswith("electra")
+
+
+def is_electra_tf_checkpoint(checkpoint: str) -> bool:
+  """A google-research/electra checkpoint: its variables live under electra/ (Google BERT's under bert/)."""
+  import tensorflow as tf  # lazy, as google_tf.read_tf_checkpoint: only TF checkpoints need it
+  return any(n.startswith("electra/") for n, _ in tf.train.list_variables(google_tf._checkpoint_prefix(checkpoint)))
 
 
 # ---- name tables ------------------------------------------------------------------------------------------
@@ -424,3 +435,8 @@ def write_electra(ckpt, output: str, heads: str = "pretraining", source: str = "
                   tokenizer_class="ElectraTokenizer")
   report.loaded = len(arrays)
   return report
+
+
+def export_electra(input_dir: str, output: str, heads: str = "pretraining") -> mapping.ConversionReport:
+  """Our ELECTRA checkpoint (is_electra_dir) -> a Hugging Face ELECTRA folder (write_electra)."""
+  return write_electra(load_pretrained(input_dir), output, heads, source=input_dir)
