@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from bert_jax.convert import hf_electra  # noqa: E402
+from bert_jax.convert.__main__ import main as convert_main  # noqa: E402
 from bert_jax.convert.mapping import ConversionError  # noqa: E402
 from bert_jax.models import BertForPreTraining  # noqa: E402
 from bert_jax.models.electra import ElectraDiscriminator, ElectraForPreTraining  # noqa: E402
@@ -86,7 +87,8 @@ def test_hf_electra_imports_equal_to_transformers_exports_and_reimports_exactly(
   v = _vocab_size(tiny_vocab)
   ref = _discriminator(v)
   folder = _save(ref, tmp_path / "hf", tiny_vocab)
-  config, params, report = hf_electra.import_hf_electra(folder, str(tmp_path / "ours"))
+  assert convert_main(["import-hf", f"--input={folder}", f"--output={tmp_path / 'ours'}"]) == 0
+  config, params, report = hf_electra.import_hf_electra(folder)
   assert report.fresh_groups == ["pooler"] and report.loaded == 5 + 16 * LAYERS + 4
   assert set(params) == {"bert", "discriminator_predictions"}
   ids, mask, seg = _inputs(v)
@@ -104,9 +106,9 @@ def test_hf_electra_imports_equal_to_transformers_exports_and_reimports_exactly(
                   token_type_ids=torch.tensor(seg, dtype=torch.long)).last_hidden_state.numpy()
   assert np.abs(np.asarray(ours["sequence_output"]) - hidden)[real].max() < 1e-4
 
-  # Export (from the params dir, as the CLI does) -> transformers loads it with no report, same logits.
+  # Export through the CLI -> transformers loads it with no report, same logits.
   exported = str(tmp_path / "exported")
-  hf_electra.write_electra(load_pretrained(str(tmp_path / "ours")), exported)
+  assert convert_main(["export-hf", f"--input={tmp_path / 'ours'}", f"--output={exported}"]) == 0
   back, info = transformers.ElectraForPreTraining.from_pretrained(exported, output_loading_info=True)
   assert not info["missing_keys"] and not info["unexpected_keys"], info
   assert json.load(open(os.path.join(exported, "config.json")))["model_type"] == "electra"
