@@ -407,7 +407,6 @@ print("first_batch_after_launch", time.time() - t0)
 def scale(args, work, zh_vocab):
   """Corpus-scale record creation: peak RSS and instances/s for 1 and N workers per corpus size, Beam's
   DirectRunner against the local path, resume start-up on >= 1,000 record files, and the projection."""
-  import shutil  # pylint: disable=g-import-not-at-top
   import subprocess  # pylint: disable=g-import-not-at-top
   from data import sample_corpora  # pylint: disable=g-import-not-at-top
   docs = sample_corpora.people_daily_documents()

@@ -13,6 +13,7 @@ tf = pytest.importorskip("tensorflow")
 from bert_jax.input_pipeline import create_pretraining_data as cpd  # noqa: E402
 from bert_jax.input_pipeline import fileio  # noqa: E402
 from bert_jax.input_pipeline import pretrain_dataset  # noqa: E402
+from bert_jax.input_pipeline import sharding  # noqa: E402
 from bert_jax.input_pipeline import tokenization  # noqa: E402
 
 T, P = 16, 4
@@ -89,7 +90,7 @@ def test_text_reader_globs_and_reads_ram(ram_root):
 
 def test_create_pretraining_data_writes_ram_records(ram_root):
   cfg = cpd.Config(max_seq_length=T, max_predictions_per_seq=P, dupe_factor=2, random_seed=3)
-  outputs = cpd.output_file_list(ram_root + "/out/train.tfrecord", 2)
+  outputs = sharding.output_file_list(ram_root + "/out/train.tfrecord", 2)
   summary = cpd.create_pretraining_data(ram_root + "/corpus/*.txt", outputs, ram_root + "/vocab.txt", cfg,
                                         progress=False, verbose=False)
   assert all(tf.io.gfile.exists(f) for f in outputs) and sum(summary.counts) > 8

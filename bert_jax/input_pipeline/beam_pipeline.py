@@ -8,7 +8,7 @@ r"""`create_pretraining_data` as an Apache Beam pipeline: the same per-shard fun
         --extra_package=dist/bert_jax-0.1.0-py3-none-any.whl --max_num_workers=50
 
 The launcher plans the shards and checks the manifest exactly as the local driver does
-(`create_pretraining_data.plan_run`: same shards, same names, a rerun with other flags refused, finished
+(`sharding.plan_run`: same shards, same names, a rerun with other flags refused, finished
 shards skipped). Each shard is one element: `Create -> Reshuffle -> ParDo(build_shard)`, and `build_shard`
 reads its byte ranges and writes its files through Beam's `FileSystems` (gs://, local, hdfs://), each file to
 a temporary name renamed into place when whole. A last step writes `manifest.json`. Beam retries a failed
@@ -135,7 +135,7 @@ def run(input_files, output_files: Sequence[str], vocab_file: str, cfg: cpd.Conf
   """Plans the shards here, runs the pending ones on `runner` with Beam's `beam_args`, and returns the final
   manifest (read back after the job when `wait`)."""
   cpd.make_tokenizer(vocab_file, cfg)          # a vocab without the special tokens fails here, not on workers
-  plan = cpd.plan_run(input_files, output_files, vocab_file, cfg, shard_bytes, files_per_shard)
+  plan = sharding.plan_run(input_files, output_files, vocab_file, cfg, shard_bytes, files_per_shard)
   todo = [(s.index, s.to_json(), files) for s, files in plan.todo()]
   print(f"{len(plan.shards)} shards, {len(plan.finished)} finished by an earlier run; {len(todo)} for {runner}")
   vocab_text = fileio.read_bytes(vocab_file)

@@ -65,7 +65,6 @@ import numpy as np
 
 from bert_jax import cli
 from bert_jax import input_warnings
-from bert_jax.errors import UserError
 from bert_jax.input_pipeline import fileio
 from bert_jax.input_pipeline import instances as instances_lib
 from bert_jax.input_pipeline import manifest
@@ -304,37 +303,6 @@ def _google_tokenizer(tokenizer: tokenization.FullTokenizer) -> tokenization.Ful
                                     control_chars="google")
 
 
-def output_file_list(output_file: str, num_output_shards: int = 1) -> List[str]:
-  """Comma-separated output files, or one name expanded to `name-00000-of-0000N.ext` shards."""
-  files = [f.strip() for f in output_file.split(",") if f.strip()]
-  if not files:
-    raise ValueError("--output_file is empty")
-  if num_output_shards > 1:
-    if len(files) != 1:
-      raise ValueError("give either several comma-separated --output_file names or --num_output_shards, "
-                       "not both")
-    root, ext = os.path.splitext(files[0])
-    files = [f"{root}-{i:05d}-of-{num_output_shards:05d}{ext}" for i in range(num_output_shards)]
-  return files
-
-
-def shard_output_files(output_files: Sequence[str], num_shards: int, files_per_shard: int = 1
-                       ) -> List[List[str]]:
-  """The output files of each input shard. One shard: `output_files` as given (Google's round-robin over
-  them). Several: one name `root.ext` becomes `root-{s * M + k:05d}-of-{N * M:05d}.ext` for shard s of N and
-  its file k of M = files_per_shard, so a glob `root-*` finds them all in order."""
-  output_files = list(output_files)
-  if num_shards == 1:
-    return [output_files]
-  if len(output_files) != 1:
-    raise UserError(f"--output_file lists {len(output_files)} files, but the input makes {num_shards} shards "
-                    f"(--shard_size): give one name; shard s of N is written to NAME-s-of-N")
-  root, ext = os.path.splitext(output_files[0])
-  total = num_shards * files_per_shard
-  return [[f"{root}-{s * files_per_shard + k:05d}-of-{total:05d}{ext}" for k in range(files_per_shard)]
-          for s in range(num_shards)]
-
-
 @dataclasses.dataclass
 class ShardResult:
   """What one shard produced (returned by `build_shard`, from a worker process or a Beam worker)."""
@@ -352,19 +320,10 @@ class ShardResult:
 
   def manifest_entry(self, shard: sharding.Shard, directory: str, sizes: Optional[Sequence[int]] = None) -> Dict:
     """The shard's entry in manifest.json; `sizes`: the files' bytes (default: looked up)."""
-    sizes = [_file_bytes(f) for f in self.files] if sizes is None else [int(n) for n in sizes]
-    return {"index": self.index, "pieces": shard.to_json(), "files": [_relative(f, directory) for f in self.files],
+    sizes = [sharding.file_bytes(f) for f in self.files] if sizes is None else [int(n) for n in sizes]
+    return {"index": self.index, "pieces": shard.to_json(), "files": [sharding.relative(f, directory) for f in self.files],
             "records": list(self.counts), "bytes": sizes,
             "documents": self.read.documents, "instances": int(sum(self.counts)), "skipped": self.skipped}
-
-
-def _relative(path: str, directory: str) -> str:
-  return fileio.basename(path) if fileio.dirname(path) == directory else path
-
-
-def _file_bytes(path: str) -> int:
-  n = manifest._size(path)  # pylint: disable=protected-access
-  return -1 if n is None else n
 
 
 def _add_stats(into, other) -> None:
@@ -518,59 +477,6 @@ def _run_shards(todo, vocab_file, tokenizer, cfg, num_workers: int, bar, on_resu
       raise
 
 
-@dataclasses.dataclass
-class RunPlan:
-  """The shards of a run, their output files, and what an earlier run into the same directory finished."""
-  files: List[str]
-  shards: List[sharding.Shard]
-  outputs: List[List[str]]             # per shard
-  directory: str
-  manifest_path: str
-  manifest: Dict                       # this run's manifest, holding the finished shards' entries
-  finished: Dict[int, Dict]            # shard index -> its manifest entry
-
-  def todo(self):
-    return [(s, self.outputs[s.index]) for s in self.shards if s.index not in self.finished]
-
-
-def plan_run(input_files, output_files: Sequence[str], vocab_file: str, cfg: Config,
-             shard_bytes: int = sharding.DEFAULT_SHARD_BYTES, files_per_shard: int = 1) -> RunPlan:
-  """Shards the input, names the outputs and reads the manifest in the output directory: a run with other
-  flags, inputs or vocab is refused (UserError); the shards it lists whose files are intact are finished, and
-  so are shards whose files all exist (renamed into place whole) but that a killed run did not list yet.
-  Writes this run's manifest (complete=false) before any shard starts. Used by the local driver and Beam's
-  launcher alike."""
-  files = text_io.expand_globs(input_files)
-  sizes = [sharding.file_size(f) for f in files]
-  if not any(sizes):
-    raise ValueError(f"no text in the input files {files} (empty files: {files})")
-  shards = sharding.plan_shards(files, shard_bytes, sizes)
-  outputs = shard_output_files(output_files, len(shards), files_per_shard)
-  directory = fileio.dirname(outputs[0][0])
-  fileio.makedirs(directory)
-  path = manifest.path_for(directory)
-  flags = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "tokenizer_backend"}
-  flags.update(shard_size=int(shard_bytes), files_per_shard=int(files_per_shard),
-               output_file=[_relative(f, directory) for f in output_files])
-  data = manifest.new(flags, manifest.vocab_sha256(vocab_file), list(zip(files, sizes)), len(shards))
-  old = manifest.load(path)
-  finished: Dict[int, Dict] = {}
-  if old is not None:
-    manifest.check_compatible(path, old, data)
-    finished = manifest.finished_shards(path, old)
-    for shard in shards:                  # written whole by a run killed before it updated the manifest
-      names = outputs[shard.index]
-      if shard.index not in finished and all(_file_bytes(f) >= 0 for f in names):
-        finished[shard.index] = {"index": shard.index, "pieces": shard.to_json(),
-                                 "files": [_relative(f, directory) for f in names],
-                                 "records": [manifest.count_tfrecords(f) for f in names],
-                                 "bytes": [_file_bytes(f) for f in names], "documents": None,
-                                 "instances": None, "skipped": ""}
-    data["shards"] = list(finished.values())
-  manifest.save(path, data)
-  return RunPlan(files, shards, outputs, directory, path, data, finished)
-
-
 def create_pretraining_data(input_files, output_files: Sequence[str], vocab_file: str,
                             cfg: Config = Config(), progress: bool = True, chunk_size: int = 8192,
                             verbose: bool = True, *, shard_bytes: int = sharding.DEFAULT_SHARD_BYTES,
@@ -582,7 +488,7 @@ def create_pretraining_data(input_files, output_files: Sequence[str], vocab_file
   # No TensorFlow here (local files are framed by tfrecord_io): the whole command starts in ~1 s.
   t0 = time.perf_counter()
   tokenizer = make_tokenizer(vocab_file, cfg)
-  plan = plan_run(input_files, output_files, vocab_file, cfg, shard_bytes, files_per_shard)
+  plan = sharding.plan_run(input_files, output_files, vocab_file, cfg, shard_bytes, files_per_shard)
   shards, directory, path = plan.shards, plan.directory, plan.manifest_path
   data, finished = plan.manifest, plan.finished
   todo = plan.todo()
@@ -724,16 +630,10 @@ def main(argv=None) -> int:
                chinese_wwm=args.chinese_wwm, pair_mode=args.pair_mode,
                long_sentence_policy=args.long_sentence_policy or "split",
                tokenizer_backend=args.tokenizer_backend, google_exact=args.google_exact)
-  names = [f.strip() for f in args.output_file.split(",") if f.strip()]
-  if len(names) == 1 and args.num_output_shards > 1:
-    # One input shard: Google's round-robin over --num_output_shards files; several: that many files each.
-    files = text_io.expand_globs(args.input_file)
-    if len(sharding.plan_shards(files, args.shard_size)) > 1:
-      names, files_per_shard = names, args.num_output_shards
-    else:
-      names, files_per_shard = output_file_list(args.output_file, args.num_output_shards), 1
-  else:
-    names, files_per_shard = output_file_list(args.output_file, args.num_output_shards), 1
+  names = sharding.output_file_list(args.output_file)
+  if len(names) > 1 and args.num_output_shards > 1:
+    p.error("give either several comma-separated --output_file names or --num_output_shards, not both")
+  files_per_shard = args.num_output_shards   # one input shard: Google's round-robin over that many files
   if args.runner:
     # Lazy: apache_beam is an optional extra (~2 s to import) that only this path needs.
     from bert_jax.input_pipeline import beam_pipeline  # pylint: disable=g-import-not-at-top

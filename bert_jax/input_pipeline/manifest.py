@@ -94,12 +94,13 @@ def finished_shards(path: str, data: Dict) -> Dict[int, Dict]:
   directory = fileio.dirname(path)
   for entry in data.get("shards", []):
     files = [fileio.join(directory, f) for f in entry["files"]]
-    if all(_size(f) == n for f, n in zip(files, entry["bytes"])):
+    if all(file_size(f) == n for f, n in zip(files, entry["bytes"])):
       out[int(entry["index"])] = entry
   return out
 
 
-def _size(path: str) -> Optional[int]:
+def file_size(path: str) -> Optional[int]:
+  """Bytes of `path`, None when it is not there."""
   try:
     if fileio.is_remote(path):
       return int(fileio._gfile().stat(path).length)  # pylint: disable=protected-access

@@ -10,7 +10,8 @@ next empty line ("\\n\\n" or "\\n\\r\\n"): a blank line ends a document in Googl
 the ranges, in order, are exactly the documents of the whole file (tested). Files smaller than `shard_bytes`
 are grouped, in sorted order, into shards of at most `shard_bytes`. The plan needs only the file sizes and
 one short forward read at each cut, so it is the same on every machine that plans it (the local driver,
-Beam's launcher) and costs nothing on a 16 GB file.
+Beam's launcher) and costs nothing on a 16 GB file. `plan_run` adds the output names and what an earlier run
+into the same directory finished (manifest.json).
 
 A shard's seeds come from (random_seed, shard index, dupe round, purpose), never from a worker or the order
 the shards ran in, so the output is the same for 1, 2 or 96 workers and on Beam.
@@ -20,11 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from bert_jax.errors import UserError
 from bert_jax.input_pipeline import fileio
+from bert_jax.input_pipeline import manifest
 from bert_jax.input_pipeline import text_io
 
 DEFAULT_SHARD_BYTES = 256 << 20   # ~64M tokens of English: ~1.5 GB peak per worker at max_seq_length=128
@@ -150,3 +153,101 @@ def read_shard_documents(shard: Shard, stats: Optional[text_io.ReadStats] = None
     documents.extend(text_io.parse_documents(raw, path, stats, whole_file=start == 0))
   stats.documents = len(documents)
   return documents
+
+
+# ---- a run: its shards, their output files, and what an earlier run into the same directory finished ----------
+def output_file_list(output_file: str, num_output_shards: int = 1) -> List[str]:
+  """Comma-separated output files, or one name expanded to `name-00000-of-0000N.ext` shards."""
+  files = [f.strip() for f in output_file.split(",") if f.strip()]
+  if not files:
+    raise ValueError("--output_file is empty")
+  if num_output_shards > 1:
+    if len(files) != 1:
+      raise ValueError("give either several comma-separated --output_file names or --num_output_shards, "
+                       "not both")
+    root, ext = os.path.splitext(files[0])
+    files = [f"{root}-{i:05d}-of-{num_output_shards:05d}{ext}" for i in range(num_output_shards)]
+  return files
+
+
+def shard_output_files(output_files: Sequence[str], num_shards: int, files_per_shard: int = 1
+                       ) -> List[List[str]]:
+  """The output files of each input shard. One shard: `output_files` as given (Google's round-robin over
+  them). Several: one name `root.ext` becomes `root-{s * M + k:05d}-of-{N * M:05d}.ext` for shard s of N and
+  its file k of M = files_per_shard, so a glob `root-*` finds them all in order."""
+  output_files = list(output_files)
+  if num_shards == 1:
+    if len(output_files) == 1 and files_per_shard > 1:
+      return [output_file_list(output_files[0], files_per_shard)]
+    return [output_files]
+  if len(output_files) != 1:
+    raise UserError(f"--output_file lists {len(output_files)} files, but the input makes {num_shards} shards "
+                    f"(--shard_size): give one name; shard s of N is written to NAME-s-of-N")
+  root, ext = os.path.splitext(output_files[0])
+  total = num_shards * files_per_shard
+  return [[f"{root}-{s * files_per_shard + k:05d}-of-{total:05d}{ext}" for k in range(files_per_shard)]
+          for s in range(num_shards)]
+
+
+def relative(path: str, directory: str) -> str:
+  """How manifest.json names a file: its base name when it is in `directory`, else its path."""
+  return fileio.basename(path) if fileio.dirname(path) == directory else path
+
+
+def file_bytes(path: str) -> int:
+  """Bytes of an output file, -1 when it is not there."""
+  n = manifest.file_size(path)
+  return -1 if n is None else n
+
+
+@dataclasses.dataclass
+class RunPlan:
+  """The shards of a run, their output files, and what an earlier run into the same directory finished."""
+  files: List[str]
+  shards: List[Shard]
+  outputs: List[List[str]]             # per shard
+  directory: str
+  manifest_path: str
+  manifest: Dict                       # this run's manifest, holding the finished shards' entries
+  finished: Dict[int, Dict]            # shard index -> its manifest entry
+
+  def todo(self):
+    return [(s, self.outputs[s.index]) for s in self.shards if s.index not in self.finished]
+
+
+def plan_run(input_files, output_files: Sequence[str], vocab_file: str, cfg,
+             shard_bytes: int = DEFAULT_SHARD_BYTES, files_per_shard: int = 1) -> RunPlan:
+  """Shards the input, names the outputs and reads the manifest in the output directory: a run with other
+  flags, inputs or vocab is refused (UserError); the shards it lists whose files are intact are finished, and
+  so are shards whose files all exist (renamed into place whole) but that a killed run did not list yet.
+  Writes this run's manifest (complete=false) before any shard starts. Used by the local driver and Beam's
+  launcher alike."""
+  files = text_io.expand_globs(input_files)
+  sizes = [file_size(f) for f in files]
+  if not any(sizes):
+    raise ValueError(f"no text in the input files {files} (empty files: {files})")
+  shards = plan_shards(files, shard_bytes, sizes)
+  outputs = shard_output_files(output_files, len(shards), files_per_shard)
+  directory = fileio.dirname(outputs[0][0])
+  fileio.makedirs(directory)
+  path = manifest.path_for(directory)
+  flags = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "tokenizer_backend"}
+  flags.update(shard_size=int(shard_bytes), files_per_shard=int(files_per_shard),
+               output_file=[relative(f, directory) for f in output_files])
+  data = manifest.new(flags, manifest.vocab_sha256(vocab_file), list(zip(files, sizes)), len(shards))
+  old = manifest.load(path)
+  finished: Dict[int, Dict] = {}
+  if old is not None:
+    manifest.check_compatible(path, old, data)
+    finished = manifest.finished_shards(path, old)
+    for shard in shards:                  # written whole by a run killed before it updated the manifest
+      names = outputs[shard.index]
+      if shard.index not in finished and all(file_bytes(f) >= 0 for f in names):
+        finished[shard.index] = {"index": shard.index, "pieces": shard.to_json(),
+                                 "files": [relative(f, directory) for f in names],
+                                 "records": [manifest.count_tfrecords(f) for f in names],
+                                 "bytes": [file_bytes(f) for f in names], "documents": None,
+                                 "instances": None, "skipped": ""}
+    data["shards"] = list(finished.values())
+  manifest.save(path, data)
+  return RunPlan(files, shards, outputs, directory, path, data, finished)
