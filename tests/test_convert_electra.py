@@ -217,3 +217,18 @@ def test_missing_generator_or_weight_is_an_error_naming_it(tmp_path, tiny_vocab)
   del variables["electra/encoder/layer_1/intermediate/dense/bias"]
   with pytest.raises(ConversionError, match="electra/encoder/layer_1/intermediate/dense/bias"):
     hf_electra.import_tf_electra(str(tmp_path / "x.ckpt"), str(tmp_path / "config.json"), variables=variables)
+
+
+@pytest.mark.parametrize("name", ["google/electra-small-discriminator", "google/electra-base-generator",
+                                  "hfl/chinese-electra-180g-small-ex-discriminator"])
+def test_zoo_electra_entries_count_what_transformers_builds_from_their_architecture(name):
+  from bert_jax.pretrained import zoo
+  x = zoo.REGISTRY[name]
+  cfg = transformers.ElectraConfig(vocab_size=x.vocab_size, embedding_size=x.embedding_size or x.hidden,
+                                   hidden_size=x.hidden, num_hidden_layers=x.layers, num_attention_heads=x.heads,
+                                   intermediate_size=x.intermediate, max_position_embeddings=x.max_positions)
+  cls = transformers.ElectraForMaskedLM if x.kind == "electra-generator" else transformers.ElectraForPreTraining
+  with torch.device("meta"):                        # shapes only: no memory, no init time
+    model = cls(cfg)
+  assert x.params == sum(p.numel() for p in model.parameters())
+  assert "import-hf" in x.how_to_convert() and x.fmt == "hf"

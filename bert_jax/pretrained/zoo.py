@@ -37,23 +37,35 @@ class ZooEntry:
   hf_repo: Optional[str] = None  # a Hugging Face copy of the same weights, where one exists
   max_positions: int = 512
   note: str = ""
+  kind: str = "bert"            # bert | electra-discriminator | electra-generator (KINDS)
+  embedding_size: int = 0       # ELECTRA's embedding width E (0: = hidden)
+  intermediate_size: int = 0    # FFN width (0: 4 x hidden)
 
   @property
   def intermediate(self) -> int:
-    return 4 * self.hidden
+    return self.intermediate_size or 4 * self.hidden
 
   @property
   def params(self) -> int:
-    """BertForPreTraining parameter count (tied decoder counted once)."""
+    """Parameter count as Hugging Face counts the model (tied decoder counted once): BertForPreTraining
+    (pooler, MLM, NSP), ElectraForPreTraining (embeddings of width E, E -> H projection when E != H, the
+    discriminator head) or ElectraForMaskedLM (the generator head H -> E, LayerNorm, output bias)."""
     V, H, I, P, L = self.vocab_size, self.hidden, self.intermediate, self.max_positions, self.layers
-    embeddings = (V + P + 2) * H + 2 * H
+    E = self.embedding_size or H
+    embeddings = (V + P + 2) * E + 2 * E + (E * H + H if E != H else 0)
     layer = 4 * (H * H + H) + 2 * H * I + I + H + 4 * H
-    heads = (H * H + H) + (H * H + H) + 2 * H + V + (2 * H + 2)   # pooler, MLM transform + LN + bias, NSP
+    if self.kind == "electra-discriminator":
+      heads = (H * H + H) + (H + 1)                                     # dense + dense_prediction
+    elif self.kind == "electra-generator":
+      heads = (H * E + E) + 2 * E + V                                   # dense H -> E, LayerNorm, lm-head bias
+    else:
+      heads = (H * H + H) + (H * H + H) + 2 * H + V + (2 * H + 2)   # pooler, MLM transform + LN + bias, NSP
     return embeddings + L * layer + heads
 
   @property
   def size(self) -> str:
-    return f"L-{self.layers}/H-{self.hidden}/A-{self.heads}"
+    e = self.embedding_size
+    return f"L-{self.layers}/H-{self.hidden}/A-{self.heads}" + (f"/E-{e}" if e and e != self.hidden else "")
 
   def how_to_convert(self, dest: Optional[str] = None) -> str:
     dest = dest or default_dir(self.name)
@@ -75,6 +87,16 @@ def _google(name, zip_path, L, H, V, corpus, cased, language="English", note="",
 
 def _hf(repo, L, H, V, language, corpus, cased, note=""):
   return ZooEntry(repo, L, H, H // 64, V, language, corpus, cased, "hf", f"{HF}/{repo}", note=note)
+
+
+def _electra(repo, L, H, E, V, language, corpus, note=""):
+  """An ELECTRA folder on the Hub: "-discriminator" (ElectraForPreTraining; imports as the discriminator that
+  fine-tuning uses) or "-generator" (ElectraForMaskedLM; imports as a BERT MLM). Heads H/64, FFN 4H."""
+  kind = "electra-generator" if repo.endswith("-generator") else "electra-discriminator"
+  if E != H:
+    note = (note + "; " if note else "") + f"factorised embeddings E={E} (needs model.embedding_size)"
+  return ZooEntry(repo, L, H, H // 64, V, language, corpus, False, "hf", f"{HF}/{repo}", note=note, kind=kind,
+                  embedding_size=E)
 
 
 _WIKI_BOOKS = "BooksCorpus + English Wikipedia (3.3B words)"
@@ -153,6 +175,27 @@ def _build() -> Dict[str, ZooEntry]:
           "legislation, court cases, contracts (12 GB)", False, note="legal; own vocab"),
       _hf("microsoft/BiomedNLP-BiomedBERT-base-uncased-abstract-fulltext", 12, 768, 30522, "English",
           "PubMed abstracts + PMC full text", False, note="biomedical from scratch (formerly PubMedBERT)"),
+  ]
+  # ELECTRA (Clark et al. 2020; google-research/electra README): uncased English, BERT's vocab. The released
+  # generators: Small's is as wide as its discriminator (the README: "we did not use a small generator for
+  # that model"), Base's is 1/3 (256), Large's 1/4 (256).
+  owt = "BooksCorpus + Wikipedia (Small/Base) / + ClueWeb, CommonCrawl, Gigaword (Large, XLNet's data)"
+  e += [
+      _electra("google/electra-small-discriminator", 12, 256, 128, 30522, "English", owt, note="ELECTRA-Small++"),
+      _electra("google/electra-small-generator", 12, 256, 128, 30522, "English", owt, note="ELECTRA-Small++"),
+      _electra("google/electra-base-discriminator", 12, 768, 768, 30522, "English", owt, note="ELECTRA-Base++"),
+      _electra("google/electra-base-generator", 12, 256, 768, 30522, "English", owt, note="ELECTRA-Base++"),
+      _electra("google/electra-large-discriminator", 24, 1024, 1024, 30522, "English", owt, note="ELECTRA-1.75M"),
+      _electra("google/electra-large-generator", 24, 256, 1024, 30522, "English", owt, note="ELECTRA-1.75M"),
+  ]
+  # HFL's Chinese ELECTRA on 180 GB of text (ymcui/Chinese-ELECTRA), BERT's Chinese vocab (21,128 characters).
+  # Their generators' widths are not documented there, so only the discriminators are registered.
+  c180 = "180 GB Chinese text (Wikipedia, EXT, CommonCrawl)"
+  e += [
+      _electra("hfl/chinese-electra-180g-small-discriminator", 12, 256, 128, 21128, "Chinese", c180),
+      _electra("hfl/chinese-electra-180g-small-ex-discriminator", 24, 256, 128, 21128, "Chinese", c180),
+      _electra("hfl/chinese-electra-180g-base-discriminator", 12, 768, 768, 21128, "Chinese", c180),
+      _electra("hfl/chinese-electra-180g-large-discriminator", 24, 1024, 1024, 21128, "Chinese", c180),
   ]
   return {x.name: x for x in e}
 
