@@ -11,6 +11,9 @@ Embedding lookups, LayerNorm, softmax and GELU are not counted (the usual MFU co
 API:
   encoder_params(cfg) -> int
   flops_per_sequence(cfg, seq_len, num_predictions, targets=("mlm", "nsp")) -> float
+  electra_flops_per_sequence(cfg, generator, seq_len, num_predictions) -> float   discriminator (encoder +
+                                                   per-token head 6 T (H^2 + H)) + generator (its encoder,
+                                                   the E -> Hg projection, its MLM head on P positions)
   peak_flops_per_device(device=None, dtype="bfloat16", override=0.0) -> float (FLOP/s, from PEAK_FLOPS)
   mfu(seq_per_sec, cfg, seq_len, num_predictions, num_devices, peak, targets) -> float
 """
@@ -58,6 +61,18 @@ def flops_per_sequence(cfg: BertConfig, seq_len: int, num_predictions: int,
   if "nsp" in targets or "sop" in targets:
     flops += 6.0 * (h * h + 2 * h)
   return flops
+
+
+def electra_flops_per_sequence(cfg: BertConfig, generator: BertConfig, seq_len: int, num_predictions: int) -> float:
+  """ELECTRA's training FLOPs per sequence, generator included (models/electra.py): the equal-compute unit of
+  experiments/objectives.py. cfg: the discriminator; generator: electra.generator_config(cfg, settings)."""
+  h, e, t, p, v = cfg.hidden_size, cfg.hidden_size, seq_len, num_predictions, cfg.vocab_size
+  disc = flops_per_sequence(cfg, t, p, targets=()) + 6.0 * t * (h * h + h)
+  hg = generator.hidden_size
+  gen = flops_per_sequence(generator, t, p, targets=()) + 6.0 * p * (hg * e + e * v)
+  if hg != e:
+    gen += 6.0 * t * e * hg
+  return disc + gen
 
 
 def peak_flops_per_device(device=None, dtype: str = "bfloat16", override: float = 0.0) -> Optional[float]:
