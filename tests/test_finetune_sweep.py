@@ -95,19 +95,48 @@ def test_best_and_median_rules_select_different_points(tmp_path):
   assert p0["median"] == 0.5 and p0["min"] == 0.5 and p0["max"] == 0.9 and p0["n"] == 3
 
 
-@pytest.mark.slow   # 4 tiny runs in one vmapped program (one compile) and a resumed rerun: ~10 s
-def test_sweep_runs_every_point_and_seed_and_a_rerun_skips_finished_runs(config, tmp_path):
+def _fake_training(calls):
+  """multirun.run_plans without the training: records each group and writes each run's eval_results.json
+  with a dev score that depends on the run's learning rate and seed."""
+  def run_plans(plans):
+    calls.append([(p.optimizer.learning_rate, p.seed) for p in plans])
+    out = []
+    for p in plans:
+      r = {"dev": {"accuracy": 0.5 + 100 * p.optimizer.learning_rate + 0.01 * p.seed}, "test": {"accuracy": 0.6},
+           "best": {"step": 1}, "train": {"learning_rate": p.optimizer.learning_rate}}
+      os.makedirs(p.workdir, exist_ok=True)
+      with open(os.path.join(p.workdir, "eval_results.json"), "w") as f:
+        json.dump(r, f)
+      out.append(r)
+    return out
+  return run_plans
+
+
+@pytest.mark.slow   # matplotlib (the spread plot): ~2 s
+def test_sweep_runs_every_point_and_seed_once_and_a_rerun_skips_finished_runs(config, tmp_path, monkeypatch):
+  calls = []
+  monkeypatch.setattr(sweep.multirun, "run_plans", _fake_training(calls))
   w = str(tmp_path / "sw")
-  out = sweep.run_sweep(config, {"optimizer.learning_rate": [1e-3, 3e-4]}, 2, w)
-  assert out["runs_missing"] == 0 and len(out["points"]) == 2
-  assert all(r["dev"] is not None for p in out["points"] for r in p["runs"])
-  lrs = {json.load(open(os.path.join(w, r["workdir"], "eval_results.json")))["train"]["learning_rate"]
-         for p in out["points"] for r in p["runs"]}
-  assert lrs == {1e-3, 3e-4}
-  stamps = {r["workdir"]: os.path.getmtime(os.path.join(w, r["workdir"], "eval_results.json"))
-            for p in out["points"] for r in p["runs"]}
-  again = sweep.run_sweep(config, {"optimizer.learning_rate": [1e-3, 3e-4]}, 2, w)
+  grid = {"optimizer.learning_rate": [1e-3, 3e-4], "num_train_epochs": [1.0, 2.0]}
+  out = sweep.run_sweep(config, grid, 2, w)
+  # runs differing only in seed and learning rate form one group (one vmapped program): one per epochs value
+  assert sorted(map(sorted, calls)) == [[(3e-4, 0), (3e-4, 1), (1e-3, 0), (1e-3, 1)]] * 2
+  assert out["runs_missing"] == 0 and len(out["points"]) == 4
+  assert out["points"][0]["settings"] == {"optimizer.learning_rate": 1e-3, "num_train_epochs": 1.0}
+  assert out["selected"] in (0, 1) and out["result"]["seed"] == 1       # lr 1e-3, seed 1: 0.61 on dev
+  assert os.path.exists(os.path.join(w, sweep.TABLE_NAME)) and os.path.exists(os.path.join(w, sweep.PLOT_NAME))
+  calls.clear()
+  os.remove(os.path.join(w, "runs", "p003_s1", "eval_results.json"))
+  again = sweep.run_sweep(config, grid, 2, w)
+  assert calls == [[(3e-4, 1)]]                                          # only the missing run
   assert again["points"] == out["points"]
-  assert stamps == {k: os.path.getmtime(os.path.join(w, k, "eval_results.json")) for k in stamps}
   with pytest.raises(UserError, match="holds another sweep"):
     sweep.run_sweep(config, {"optimizer.learning_rate": [1e-3]}, 2, w)
+
+
+def test_a_shard_runs_only_its_units(config, tmp_path, monkeypatch):
+  calls = []
+  monkeypatch.setattr(sweep.multirun, "run_plans", _fake_training(calls))
+  w = str(tmp_path / "sw")
+  assert sweep.run_sweep(config, {"num_train_epochs": [1.0, 2.0, 3.0]}, 2, w, shard=(1, 2)) == {}
+  assert sorted(os.listdir(os.path.join(w, "runs"))) == ["p001_s0", "p001_s1"]
