@@ -139,9 +139,9 @@ def main(argv=None):
   p.add_argument("--workers", default="1,2", help="--only scale: worker counts to compare")
   p.add_argument("--dupe_factor", type=int, default=10, help="--only scale: create_pretraining_data's")
   p.add_argument("--shard_size", default="256M", help="--only scale: create_pretraining_data's")
-  p.add_argument("--resume_corpus", type=_parse_size, default=_parse_size("40M"),
+  p.add_argument("--resume_corpus", type=_parse_size, default=_parse_size("400M"),
                  help="--only scale: text for the >= 1,000-file resume dataset (dupe_factor=1)")
-  p.add_argument("--resume_files", type=int, default=1200, help="--only scale: files to aim for")
+  p.add_argument("--resume_files", type=int, default=1000, help="--only scale: at least this many files")
   p.add_argument("--beam_python", default=None, help="--only scale: a python with apache_beam (default: this one)")
   p.add_argument("--google_rate", type=float, default=GOOGLE_ANCHOR,
                  help="--only scale: Google's tool's instances/s/core on this text, for the projection")
@@ -348,9 +348,13 @@ def _tree(pid):
 
 
 def run_measured(cmd, env=None):
-  """(wall s, peak RSS of the main process, peak RSS of any one child, peak total RSS, stdout) of a command,
-  its process tree sampled every 0.2 s."""
+  """(wall s, peak RSS of the main process, peak RSS of any one child, peak total RSS, stdout, CPU s) of a
+  command: its process tree's RSS sampled every 0.2 s, its CPU time (user + system, workers included) from
+  getrusage, which a loaded machine does not inflate."""
+  import resource  # pylint: disable=g-import-not-at-top
   import subprocess  # pylint: disable=g-import-not-at-top
+  usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+  cpu0 = usage.ru_utime + usage.ru_stime
   t0 = time.perf_counter()
   proc = subprocess.Popen(cmd, cwd=REPO, env=env or _child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True)
@@ -367,9 +371,10 @@ def run_measured(cmd, env=None):
     time.sleep(0.2)
   reader.join()
   wall = time.perf_counter() - t0
+  usage = resource.getrusage(resource.RUSAGE_CHILDREN)
   if proc.returncode:
     raise RuntimeError(f"{cmd[:4]} exited {proc.returncode}: {''.join(lines)[-2000:]}")
-  return wall, main_peak, child_peak, total_peak, "".join(lines)
+  return wall, main_peak, child_peak, total_peak, "".join(lines), usage.ru_utime + usage.ru_stime - cpu0
 
 
 def _records(out_dir):
@@ -390,9 +395,10 @@ import os, sys, time
 t0 = float(sys.argv[1])
 sys.path.insert(0, sys.argv[2])
 from bert_jax.input_pipeline import pretrain_dataset
+import tensorflow as tf
+t1 = time.time()
 glob, vocab, step, mode = sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6]
 if mode == "read_through":   # the old resume: read k x B records of the stream before the first batch
-  import tensorflow as tf
   files = sorted(tf.io.gfile.glob(glob))
   ds = tf.data.TFRecordDataset(files).skip(step * 256).batch(256).take(1)
   batch = next(iter(ds))
@@ -400,7 +406,7 @@ else:
   it = pretrain_dataset.make_pretraining_dataset(glob, 256, 128, 20, vocab, is_training=True, seed=0,
                                                  masking="static", process_index=0, process_count=1, start_step=step)
   batch = next(it)
-print("first_batch_after_launch", time.time() - t0)
+print("first_batch_after_launch", time.time() - t0, "after_imports", time.time() - t1)
 """
 
 
@@ -418,23 +424,26 @@ def scale(args, work, zh_vocab):
   print(f"corpus: People's Daily Jan 1998 ({len(docs):,} documents, ~4.5 MB) repeated in a freshly shuffled "
         f"document order per pass; vocab {zh_vocab}; max_seq_length=128, dupe_factor={args.dupe_factor}, "
         f"--shard_size={args.shard_size}; {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f} at start\n")
-  print("| corpus | workers | shards | instances | wall s | instances/s | speed-up | peak RSS main | "
-        "peak RSS per worker | peak RSS total |\n|---|---|---|---|---|---|---|---|---|---|", flush=True)
-  rates, walls, outs = {}, {}, {}
+  print("| corpus | workers | shards | instances | wall s | instances/s | speed-up | CPU s | instances/CPU-s | "
+        "peak RSS main | peak RSS per worker | peak RSS total |\n|---|---|---|---|---|---|---|---|---|---|---|---|",
+        flush=True)
+  rates, cpu_rates, walls, outs = {}, {}, {}, {}
   for size in sizes:
     corpus = synthetic_corpus(os.path.join(work, f"synthetic_{size >> 20}MB.txt"), size, docs)
     for w in workers:
       out = _fresh(work, f"scale_{size >> 20}MB_w{w}", "train.tfrecord")
-      wall, main_peak, child_peak, total, _ = run_measured(
+      wall, main_peak, child_peak, total, _, cpu = run_measured(
           cpd_cmd + [f"--input_file={corpus}", f"--output_file={out}", f"--num_workers={w}"] + flags)
       n = _records(os.path.dirname(out))
       shards = len([f for f in os.listdir(os.path.dirname(out)) if f.endswith(".tfrecord")])
       rates[(size, w)] = n / wall
+      cpu_rates[(size, w)] = n / cpu
       walls[(size, w)] = wall
       outs[(size, w)] = os.path.dirname(out)
       speed = f"{rates[(size, w)] / rates[(size, workers[0])]:.2f}x" if w != workers[0] else "1.00x"
       per_worker = f"{child_peak / 2**20:,.0f} MB" if child_peak else "(in main)"
       print(f"| {size / 2**20:,.0f} MB | {w} | {shards} | {n:,} | {wall:.1f} | {n / wall:,.0f} | {speed} | "
+            f"{cpu:.1f} | {n / cpu:,.0f} | "
             f"{main_peak / 2**20:,.0f} MB | {per_worker} | {total / 2**20:,.0f} MB |", flush=True)
     if len(workers) > 1:
       same = _same_bytes(outs[(size, workers[0])], outs[(size, workers[-1])])
@@ -451,13 +460,14 @@ def scale(args, work, zh_vocab):
         f"{rates[(size, w)]:,.0f} | 1.00x | |", flush=True)
   if has_beam:
     out = _fresh(work, f"beam_{size >> 20}MB", "train.tfrecord")
-    wall, _, _, _, _ = run_measured([beam_python, "-m", "bert_jax.input_pipeline.create_pretraining_data",
+    wall, _, _, _, _, cpu = run_measured([beam_python, "-m", "bert_jax.input_pipeline.create_pretraining_data",
                                      f"--input_file={corpus}", f"--output_file={out}", "--runner=DirectRunner",
                                      f"--direct_num_workers={w}", "--direct_running_mode=multi_processing"] + flags)
     n = _records(os.path.dirname(out))
     same = _same_bytes(outs[(size, w)], os.path.dirname(out))
     print(f"| Beam DirectRunner (multi_processing, {w} workers) | {size / 2**20:,.0f} MB | {w} | {wall:.1f} | "
-          f"{n / wall:,.0f} | {rates[(size, w)] / (n / wall):.2f}x slower | "
+          f"{n / wall:,.0f} | {wall / walls[(size, w)]:.2f}x local's wall time, {cpu:.1f} CPU s (local "
+          f"{_records(outs[(size, w)]) / cpu_rates[(size, w)]:.1f}) | "
           f"{'byte-identical to local' if same else 'DIFFERS from local'} |", flush=True)
   else:
     print(f"| Beam DirectRunner | not run: {beam_python} has no apache_beam (--beam_python=PATH) |||||", flush=True)
@@ -467,7 +477,7 @@ def scale(args, work, zh_vocab):
   out = os.path.join(work, "many_files", "train.tfrecord")
   if not os.path.exists(os.path.join(work, "many_files", "manifest.json")):
     _fresh(work, "many_files", "train.tfrecord")
-  shard = max(4096, args.resume_corpus // args.resume_files)
+  shard = max(4096, int(args.resume_corpus / (1.3 * args.resume_files)))   # cuts move to document ends
   subprocess.run(cpd_cmd + [f"--input_file={corpus}", f"--output_file={out}", f"--num_workers={workers[-1]}",
                             f"--vocab_file={zh_vocab}", "--dupe_factor=1", "--progress=false",
                             f"--shard_size={shard}"], cwd=REPO, env=_child_env(), check=True, capture_output=True)
@@ -477,27 +487,28 @@ def scale(args, work, zh_vocab):
   glob = os.path.join(work, "many_files", "train-*.tfrecord")
   print(f"\n{files:,} record files, {n:,} records ({per_epoch:,} batches of 256 per epoch); a fresh process per row,"
         " launch to first batch (static masks, batch 256, one host)\n")
-  print("| resume at step | how | launch to first batch, s |\n|---|---|---|")
+  print("| resume at step | how | launch to first batch, s | of which after the imports, s |\n|---|---|---|---|")
   for step, how in ((0, "manifest"), (per_epoch - 1, "manifest"), (3 * per_epoch + per_epoch // 2, "manifest"),
                     (per_epoch - 1, "read_through")):
     r = subprocess.run([sys.executable, "-c", _FIRST_BATCH, str(time.time()), REPO, glob, zh_vocab, str(step), how],
                        capture_output=True, text=True, env=_child_env())
     took = [l for l in r.stdout.splitlines() if l.startswith("first_batch_after_launch")]
     label = {"manifest": "skip by the manifest's counts", "read_through": "read k x 256 records (the old resume)"}[how]
-    print(f"| {step:,} | {label} | {float(took[0].split()[1]):.1f} |" if took else
+    print(f"| {step:,} | {label} | {float(took[0].split()[1]):.1f} | {float(took[0].split()[3]):.2f} |" if took else
           f"| {step:,} | {label} | failed: {r.stderr[-300:]} |", flush=True)
 
   # Projection from the measured rates.
   big = sizes[-1]
   inst_per_byte = _records(outs[(big, workers[0])]) / big
-  per_core = rates[(big, workers[0])] / workers[0]
-  eff = rates[(big, workers[-1])] / (workers[-1] * per_core) if len(workers) > 1 else 1.0
+  per_core = cpu_rates[(big, workers[0])]           # instances per CPU-second: what one core delivers
+  eff = rates[(big, workers[-1])] / (workers[-1] * rates[(big, workers[0])]) if len(workers) > 1 else 1.0
   text = 16 * 2**30
   instances = inst_per_byte * text
   google = args.google_rate
   print(f"\nProjection for 16 GB of this text at dupe_factor={args.dupe_factor} ({instances / 1e6:,.0f} M instances, "
-        f"{inst_per_byte * 2**20:,.0f} per MB measured): per-core rate {per_core:,.0f} instances/s (1 worker, "
-        f"{big / 2**20:,.0f} MB corpus), parallel efficiency {eff:.2f} ({workers[-1]} workers on this machine)\n")
+        f"{inst_per_byte * 2**20:,.0f} per MB measured): per-core rate {per_core:,.0f} instances per CPU-second "
+        f"({workers[0]} worker, {big / 2**20:,.0f} MB corpus), parallel efficiency {eff:.2f} (wall-clock speed-up "
+        f"of {workers[-1]} workers / {workers[-1]}, this machine)\n")
   print("| setup | cores | hours | note |\n|---|---|---|---|")
   print(f"| Google's create_pretraining_data.py, one process | 1 | {instances / google / 3600:,.1f} | "
         f"{google:,.0f} instances/s/core (its measured rate on this text); memory grows with the corpus |")

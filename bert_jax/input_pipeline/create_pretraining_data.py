@@ -471,6 +471,8 @@ def _run_shards(todo, vocab_file, tokenizer, cfg, num_workers: int, bar, on_resu
           bar.update(queue.get())
         for future in done:
           on_result(future.result())
+      while not queue.empty():        # the last shards' progress
+        bar.update(queue.get())
     except BaseException:
       for future in pending:
         future.cancel()
