@@ -474,9 +474,7 @@ def scale(args, work, zh_vocab):
 
   # Resume start-up on >= 1,000 record files: launch -> first batch, fresh process each.
   corpus = synthetic_corpus(os.path.join(work, f"synthetic_{args.resume_corpus >> 20}MB.txt"), args.resume_corpus, docs)
-  out = os.path.join(work, "many_files", "train.tfrecord")
-  if not os.path.exists(os.path.join(work, "many_files", "manifest.json")):
-    _fresh(work, "many_files", "train.tfrecord")
+  out = _fresh(work, "many_files", "train.tfrecord")
   shard = max(4096, int(args.resume_corpus / (1.3 * args.resume_files)))   # cuts move to document ends
   subprocess.run(cpd_cmd + [f"--input_file={corpus}", f"--output_file={out}", f"--num_workers={workers[-1]}",
                             f"--vocab_file={zh_vocab}", "--dupe_factor=1", "--progress=false",
