@@ -240,3 +240,19 @@ def test_the_plan_warns_about_uneven_host_files_and_large_raw_text(tmp_path):
   (big,) = data_plan.data_layout_warnings("f", [str(text)], 1, raw_text_limit=799)
   assert "raw text per host" in big and "create_pretraining_data" in big
   assert data_plan.data_layout_warnings("f", [str(text)], 2, raw_text_limit=799) == []   # 400 bytes per host
+
+
+def test_runner_without_apache_beam_is_one_error_line(corpus, tmp_path, capsys):
+  try:
+    import apache_beam  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    pytest.skip("apache_beam is installed here")
+  except ImportError:
+    pass
+  argv = [f"--input_file={corpus}/b.txt", f"--output_file={tmp_path}/t.tfrecord", f"--vocab_file={corpus}/vocab.txt",
+          "--runner=DataflowRunner", "--project=p", "--progress=false"]
+  with pytest.raises(SystemExit) as e:
+    cli.run_plain_main(cpd.main, argv)
+  assert e.value.code == 2
+  err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+  assert len(err) == 1 and "pip install 'bert_jax[beam]'" in err[0]
+  assert not os.listdir(tmp_path)

@@ -65,6 +65,7 @@ import numpy as np
 
 from bert_jax import cli
 from bert_jax import input_warnings
+from bert_jax.errors import UserError
 from bert_jax.input_pipeline import fileio
 from bert_jax.input_pipeline import instances as instances_lib
 from bert_jax.input_pipeline import manifest
@@ -637,8 +638,11 @@ def main(argv=None) -> int:
     p.error("give either several comma-separated --output_file names or --num_output_shards, not both")
   files_per_shard = args.num_output_shards   # one input shard: Google's round-robin over that many files
   if args.runner:
-    # Lazy: apache_beam is an optional extra (~2 s to import) that only this path needs.
-    from bert_jax.input_pipeline import beam_pipeline  # pylint: disable=g-import-not-at-top
+    try:   # lazy: apache_beam is an optional extra (~2 s to import) that only this path needs
+      from bert_jax.input_pipeline import beam_pipeline  # pylint: disable=g-import-not-at-top
+    except ImportError as e:
+      raise UserError(f"--runner={args.runner} needs Apache Beam ({e}): pip install 'bert_jax[beam]' (or "
+                      "pip install apache-beam) in an environment of its own (README, \"Pre-training\")") from e
     beam_pipeline.run(args.input_file, names, args.vocab_file, cfg, runner=args.runner, beam_args=beam_args,
                       shard_bytes=args.shard_size, files_per_shard=files_per_shard)
     return 0
