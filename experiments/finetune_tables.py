@@ -48,11 +48,11 @@ def settings(scale: str) -> dict:
     return dict(sizes=("tiny", "mini"), budgets=(15.0, 60.0), seeds=5, subset=None,
                 grid={"optimizer.learning_rate": [1e-4, 3e-4, 1e-3], "num_train_epochs": [3.0, 10.0]},
                 ner_epochs=None, stability_epochs=3.0, timing_steps=60, timing_k=(4, 8), timing_sizes=("tiny", "mini"),
-                evals_per_epoch=2, patience=0)
-  return dict(sizes=("tiny",), budgets=(), seeds=3, subset=dict(train=2000, dev=500, test=500, ner_train=1000),
-              grid={"optimizer.learning_rate": [3e-4, 1e-3], "num_train_epochs": [2.0]},
-              ner_epochs=3.0, stability_epochs=2.0, timing_steps=20, timing_k=(4, 8), timing_sizes=("tiny", "mini"),
-              evals_per_epoch=1, patience=0)
+                timing_runs=None, evals_per_epoch=2, patience=0)
+  return dict(sizes=("tiny",), budgets=(), seeds=3, subset=dict(train=800, dev=300, test=300, ner_train=500),
+              grid={"optimizer.learning_rate": [3e-4, 1e-3], "num_train_epochs": [1.0]},
+              ner_epochs=2.0, stability_epochs=1.0, timing_steps=5, timing_k=(4, 8), timing_sizes=("tiny", "mini"),
+              timing_runs=(("tiny", 4),), evals_per_epoch=1, patience=0)
 
 
 class Store:
@@ -113,13 +113,15 @@ STABILITY = [
 ]
 
 
-def run_stability(store: Store, workdir: str, data_dir: str, arms, s: dict):
+def run_stability(store: Store, workdir: str, data_dir: str, arms, s: dict, only: str = ""):
   from bert_jax.finetune import sweep
   size = s["sizes"][0]
   arm, init = sorted(arms.get(size, {}).items())[0] if arms.get(size) else ("none", "")
   vocab = os.path.join(data_dir, "vocab.txt")
   out = store.data.setdefault("stability", {})
   for name, field, values, extra in STABILITY:
+    if only and field not in only.split(","):
+      continue
     c = base_config(data_dir, "sentiment", size, init, vocab, s)
     c.num_train_epochs = s["stability_epochs"]
     c.learning_rate = 1e-3 if size == "tiny" else 3e-4
@@ -141,8 +143,8 @@ def run_timing(store: Store, workdir: str, data_dir: str, s: dict):
   from bert_jax.finetune.plan import resolve_finetune
   vocab = os.path.join(data_dir, "vocab.txt")
   out = store.data.setdefault("timing", {})
-  for size in s["timing_sizes"]:
-    for k in s["timing_k"]:
+  pairs = s["timing_runs"] or [(size, k) for size in s["timing_sizes"] for k in s["timing_k"]]
+  for size, k in pairs:
       key = f"{size}/K={k}"
       if key in out:
         continue
@@ -170,6 +172,53 @@ def run_timing(store: Store, workdir: str, data_dir: str, s: dict):
                   "vmapped_train_seconds": vm[0]["timing"]["train_seconds"],
                   "sequential_train_seconds": round(sum(r["timing"]["train_seconds"] for r in seq), 1),
                   "dev_equal": all(abs(a["dev"]["accuracy"] - b["dev"]["accuracy"]) < 1e-6 for a, b in zip(vm, seq)),
+                  "load": os.getloadavg()[0]}
+      store.save()
+
+
+def run_step_timing(store: Store, data_dir: str, s: dict, repeats: int = 5):
+  """Steady state: seconds per step of one vmapped program with K = 1, 4, 8 replicas (batch 32 x 64 each),
+  measured back to back after each one's compilation; per-run cost = step(K) / K against step(1)."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from bert_jax.finetune import loop, multirun
+  from bert_jax.finetune import model as fm
+  from bert_jax.finetune.plan import resolve_finetune
+  vocab = os.path.join(data_dir, "vocab.txt")
+  out = store.data.setdefault("step_timing", {})
+  for size in s["timing_sizes"]:
+    for k in (1,) + tuple(s["timing_k"]):
+      key = f"{size}/K={k}"
+      if key in out:
+        continue
+      c = base_config(data_dir, "sentiment", size, "", vocab, s)
+      plans = []
+      for seed in range(k):
+        c.seed = seed
+        plans.append(resolve_finetune(c, os.path.join("/tmp", "unused")))
+      model = fm.build_model(plans[0].task, plans[0].model, -1)
+      params, _ = multirun.init_stacked(plans, model, jax.devices()[0])
+      tx, _ = loop.make_optimizer(plans[0], {"total_steps": 1000, "warmup_steps": 100})
+      opt = jax.jit(jax.vmap(tx.init))(params)
+      train, _ = multirun.make_steps(plans, model, tx)
+      rngs = jnp.stack([jax.random.key_data(jax.random.key(i)) for i in range(k)])
+      b, length = plans[0].batch_size, plans[0].data.max_seq_length
+      batch = {"input_ids": np.full((k, b, length), 5, np.int32), "input_mask": np.ones((k, b, length), np.int32),
+               "segment_ids": np.zeros((k, b, length), np.int32), "label_ids": np.zeros((k, b), np.int32),
+               "example_weight": np.ones((k, b), np.float32)}
+      batch = {name: batch[name] for name in list(plans[0].task.device_keys) + ["example_weight"]}
+      args = (rngs, None, batch, jnp.ones(k), jnp.ones(k, bool))
+      print(f"[step timing] {key}", flush=True)
+      t0 = time.time()
+      params, opt, m = train(params, opt, args[0], jnp.int32(0), *args[2:])
+      jax.block_until_ready(m)
+      compile_s = time.time() - t0
+      t0 = time.time()
+      for i in range(repeats):
+        params, opt, m = train(params, opt, args[0], jnp.int32(i + 1), *args[2:])
+      jax.block_until_ready(m)
+      out[key] = {"compile_seconds": round(compile_s, 1), "step_seconds": round((time.time() - t0) / repeats, 3),
                   "load": os.getloadavg()[0]}
       store.save()
 
@@ -254,6 +303,20 @@ def write_markdown(store: Store, output: str, s: dict, scale: str, command: str,
                    f"{r['vmapped_train_seconds']} / {r['sequential_train_seconds']} | {r['dev_equal']} | "
                    f"{r['load']:.1f} |")
     lines += [""]
+  stt = d.get("step_timing", {})
+  if stt:
+    lines += ["## Steady-state step time of one vmapped program", "",
+              "Seconds per training step (batch 32 x 64 tokens per replica, compiled program, median of a few "
+              "steps) with K replicas; per-run cost = step(K) / K relative to K = 1: what K runs cost in one program "
+              "against the same runs one at a time, once compiled.", "",
+              "| size | K | compile s | s/step | per-run cost vs K=1 | load |", "|---|---|---|---|---|---|"]
+    for key, r in stt.items():
+      size, k = key.split("/")
+      one = stt.get(f"{size}/K=1")
+      ratio = (r["step_seconds"] / int(k[2:])) / one["step_seconds"] if one else None
+      lines.append(f"| {size} | {k[2:]} | {r['compile_seconds']} | {r['step_seconds']} | "
+                   f"{'–' if ratio is None else f'{ratio:.2f}x'} | {r['load']:.1f} |")
+    lines += [""]
   if plot:
     lines += [f"![spread per cell]({os.path.relpath(plot, os.path.dirname(os.path.abspath(output)))})", ""]
   lines += notes(d, s)
@@ -330,6 +393,9 @@ def main(argv=None) -> int:
   p.add_argument("--pretrained", action="append", default=[], help="SIZE:NAME=DIR, an existing pre-training dir")
   p.add_argument("--stages", default="data,baselines,pretrain,sweeps,stability,timing,report")
   p.add_argument("--tasks", default="sentiment,ner,qa")
+  p.add_argument("--stability_fields", default="", help="only these stability fields (default: all)")
+  p.add_argument("--merge", default="", help="other work dirs whose tables.json join the report (stages run "
+                 "as parallel processes, each with its own work dir)")
   args = p.parse_args(argv)
   runs.quiet_logs()
   s = settings(args.scale)
@@ -364,9 +430,14 @@ def main(argv=None) -> int:
   if "sweeps" in stages:
     run_sweeps(store, args.workdir, data_dir, arms, s, tasks)
   if "timing" in stages:
+    run_step_timing(store, data_dir, s)
     run_timing(store, args.workdir, data_dir, s)
   if "stability" in stages:
-    run_stability(store, args.workdir, data_dir, arms, s)
+    run_stability(store, args.workdir, data_dir, arms, s, args.stability_fields)
+  for other in filter(None, args.merge.split(",")):
+    with open(os.path.join(other, "tables.json"), encoding="utf-8") as f:
+      for key, value in json.load(f).items():
+        store.data.setdefault(key, {}).update(value) if isinstance(value, dict) else None
   if "report" in stages:
     os.makedirs(args.plot_dir, exist_ok=True)
     plot = plot_cells(store, os.path.join(args.plot_dir, "finetune_tables.png"))
