@@ -15,6 +15,9 @@ Variants after the colon, comma-separated:
                                             MLM only on packed full-length rows, pre-LN, no dropout, lr 1e-3,
                                             short warmup, decay to 0 at num_train_steps, 25% masking
                                             (each choice measured in experiments/budget_recipe.md)
+  preset=albert                             ALBERT (Lan et al. 2020): factorised embeddings E = 128, one layer
+                                            shared by all, SOP, LAMB lr 0.00176 x 4096 x 512, 125k steps, no
+                                            dropout (v2), n-gram masking approximated by spans of <= 3 words
   fast                                      attention dropout 0 so the fused attention kernel (cuDNN on
                                             GPUs, Pallas flash on TPUs) can run: a deviation from BERT,
                                             measured in experiments/fast_attention.md
@@ -43,7 +46,7 @@ def _parse(arg):
       opts[key] = value.strip()
     else:
       raise ValueError(f"configs/pretrain.py: unknown config argument {part!r}; expected size=..., "
-                       "preset=bert_paper|lamb_pod|budget, fast or runlocal")
+                       "preset=bert_paper|lamb_pod|budget|albert, fast or runlocal")
   if opts["size"] not in _SIZES:
     raise ValueError(f"configs/pretrain.py: size={opts['size']!r}; expected one of {_SIZES}")
   return opts
@@ -70,6 +73,10 @@ def get_config(arg=None):
                                                    # (bert_jax/models/attention.py; auto picks by platform)
   config.model.scan_layers = False                 # nn.scan over layers (fast compiles for deep models)
   config.model.remat_policy = "none"               # none | full | dots | dots_no_batch | minimal
+  config.model.embedding_size = 0                  # E of factorised embeddings (ALBERT: 128; tables [V, E] and a
+                                                   # dense E -> H); 0 = BERT (tables [V, H], no projection)
+  config.model.share_layers = False                # ALBERT: one layer's parameters for every layer (with
+                                                   # scan_layers: one compiled layer)
   config.targets = ("mlm", "nsp")                  # any of mlm, nsp, sop, lm (lm alone), electra (alone)
   # ELECTRA (targets=("electra",), models/electra.py): a generator MLM fills the masked positions with
   # sampled tokens and the model (the discriminator) tells replaced from original on every real token.
@@ -227,9 +234,33 @@ def get_config(arg=None):
                                                    # +0.009 more after the demo's runs (row "mask40"): next candidate
     config.data.max_predictions_per_seq = 32       # 25% of the 126 maskable tokens of a 128 row
     config.data.phases = ()                        # one length: 128 (no 512 phase at small budgets)
+  elif opts["preset"] == "albert":
+    # Lan et al. 2020, section 4.1 and google-research/albert: ALBERT-base is size=base with E = 128 and one
+    # shared layer (12M parameters against BERT-base's 108M), SOP instead of NSP, LAMB at lr 0.00176 with
+    # batch 4096 for 125k steps (3,125 warmup), length 512 (10% shorter), 20 predictions per sequence. v2
+    # models train without dropout and use the tanh GELU.
+    config.targets = ("mlm", "sop")
+    config.model.embedding_size = 128
+    config.model.share_layers = True
+    config.model.hidden_act = "gelu_new"           # ALBERT's activation (tanh approximation of GELU)
+    config.model.hidden_dropout_prob = 0.0         # ALBERT v2: no dropout
+    config.model.attention_probs_dropout_prob = 0.0
+    config.batch_size = 4096
+    config.num_train_steps = 125_000
+    config.warmup_steps = 3_125
+    config.optimizer.name = "lamb"
+    config.optimizer.learning_rate = 0.00176
+    config.data.phases = ()
+    config.data.max_seq_length = 512
+    config.data.max_predictions_per_seq = 20
+    # ALBERT masks n-grams of n <= 3 words with p(n) ~ 1/n (0.55, 0.27, 0.18); spans of whole words with the
+    # geometric law at p = 0.5 truncated at 3 (0.57, 0.29, 0.14) are the nearest law this package has.
+    config.data.masking_strategy = "span"
+    config.data.span_geo_p = 0.5
+    config.data.span_max_length = 3
   elif opts["preset"] is not None:
-    raise ValueError(f"configs/pretrain.py: unknown preset {opts['preset']!r}; expected bert_paper, lamb_pod "
-                     "or budget")
+    raise ValueError(f"configs/pretrain.py: unknown preset {opts['preset']!r}; expected bert_paper, lamb_pod, "
+                     "budget or albert")
 
   if opts["fast"]:
     # Deviation from BERT (README): no attention-probability dropout, so attention_impl=auto may use a fused

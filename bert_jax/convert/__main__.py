@@ -11,14 +11,15 @@ import os
 import sys
 
 from bert_jax import cli
-from bert_jax.convert import rank
+from bert_jax.convert import hf_albert, rank
 from bert_jax.convert import hf_electra
 from bert_jax.convert.google_tf import import_tf_checkpoint
-from bert_jax.convert.hf import export_hf, import_hf
+from bert_jax.convert.hf import import_hf, write_hf
 from bert_jax.convert.mapping import ConversionError
 from bert_jax.convert.uer import import_uer
 from bert_jax.errors import UserError
 from bert_jax.pretrained import zoo
+from bert_jax.pretrained.load import load_pretrained
 
 
 def _bool(s: str) -> bool:
@@ -42,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
   t.add_argument("--do_lower_case", type=_bool, default=None,
                  help="tokenizer casing (default: from the folder name 'uncased'/'cased', else the vocab)")
 
-  h = sub.add_parser("import-hf", help="Hugging Face BERT folder -> DIR")
+  h = sub.add_parser("import-hf", help="Hugging Face BERT or ALBERT folder -> DIR")
   h.add_argument("--input", required=True, help="folder with config.json, model.safetensors, vocab.txt")
   h.add_argument("--output", required=True, help="output directory")
   h.add_argument("--vocab", default=None, help="vocab.txt (default: in the folder, or from tokenizer.json)")
@@ -58,11 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
   u.add_argument("--output", required=True, help="output directory")
   u.add_argument("--do_lower_case", type=_bool, default=None, help="tokenizer casing (default: from the vocab)")
 
-  e = sub.add_parser("export-hf", help="DIR -> Hugging Face folder")
+  e = sub.add_parser("export-hf", help="DIR -> Hugging Face folder (ALBERT's layout for embedding_size > 0)")
   e.add_argument("--input", required=True, help="our checkpoint directory")
   e.add_argument("--output", required=True, help="output Hugging Face folder")
   e.add_argument("--heads", default="pretraining", choices=("pretraining", "mlm", "none"),
-                 help="pretraining: BertForPreTraining; mlm: BertForMaskedLM; none: bare BertModel")
+                 help="pretraining: BertForPreTraining; mlm: BertForMaskedLM; none: bare BertModel (the Albert* "
+                      "classes for an ALBERT model)")
 
   z = sub.add_parser("zoo", help="list the registry of public checkpoints")
   z.add_argument("--name", default=None, help="show one entry with its download and convert commands")
@@ -122,8 +124,9 @@ def main(argv=None) -> int:
       print(f"wrote {args.output}")
     elif args.command == "import-hf":
       ignore = [x for x in args.ignore.split(",") if x]
-      _, _, report = import_hf(args.input, args.output, vocab_file=args.vocab, do_lower_case=args.do_lower_case,
-                               ignore=ignore)
+      importer = hf_albert.import_hf_albert if hf_albert.is_albert_folder(args.input) else import_hf
+      _, _, report = importer(args.input, args.output, vocab_file=args.vocab, do_lower_case=args.do_lower_case,
+                              ignore=ignore)
       print(report.summary())
       print(f"wrote {args.output}")
     elif args.command == "import-uer":
@@ -137,7 +140,9 @@ def main(argv=None) -> int:
       for n in report.notes:
         print(n)
     elif args.command == "export-hf":
-      report = export_hf(args.input, args.output, heads=args.heads)
+      ckpt = load_pretrained(args.input)
+      writer = hf_albert.write_albert if hf_albert.is_albert(ckpt.config) else write_hf
+      report = writer(ckpt, args.output, heads=args.heads, source=args.input)
       print(f"wrote {report.loaded} tensors to {args.output}")
       for n in report.notes:
         print(n)

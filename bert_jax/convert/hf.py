@@ -247,10 +247,15 @@ def hf_config_dict(config: BertConfig, architecture: str, pad_token_id: int = 0)
 def export_hf(input_dir: str, output: str, heads: str = "pretraining") -> mapping.ConversionReport:
   """Our checkpoint (converted / fine-tuning / pre-training directory, or zoo name) -> a Hugging Face folder
   (config.json, model.safetensors, vocab.txt, tokenizer_config.json)."""
+  return write_hf(load_pretrained(input_dir), output, heads, source=input_dir)
+
+
+def write_hf(ckpt, output: str, heads: str = "pretraining", source: str = "") -> mapping.ConversionReport:
+  """A loaded checkpoint (`load_pretrained`) -> a Hugging Face BERT folder (export_hf)."""
   if heads not in HEADS:
     raise ValueError(f"heads={heads!r}; expected one of {tuple(HEADS)}")
   groups, architecture, prefix = HEADS[heads]
-  ckpt = load_pretrained(input_dir)
+  input_dir = source or ckpt.directory
   config, params, vocab_file = ckpt.config, ckpt.params, ckpt.require_vocab()
   report = mapping.ConversionReport(source=input_dir, fmt="hf")
   need = {"pooler": "bert", "mlm": "mlm", "nsp": "nsp"}
@@ -265,26 +270,37 @@ def export_hf(input_dir: str, output: str, heads: str = "pretraining") -> mappin
   arrays = mapping.export_arrays(params, "hf", config, groups=groups)
   if prefix != "bert.":
     arrays = {(k[len("bert."):] if k.startswith("bert.") else k): v for k, v in arrays.items()}
+  write_folder(output, arrays, hf_config_dict(config, architecture, pad_token_id=_pad_id(vocab_file)),
+               vocab_file, ckpt.do_lower_case, config.max_position_embeddings)
+  report.loaded = len(arrays)
+  return report
+
+
+def _pad_id(vocab_file: str) -> int:
+  vocab = {}
+  with open(vocab_file, encoding="utf-8") as f:
+    for i, line in enumerate(f):
+      vocab.setdefault(line.strip(), i)
+  return vocab.get("[PAD]", 0)
+
+
+def write_folder(output: str, arrays: Dict[str, np.ndarray], config_dict: dict, vocab_file: str,
+                 do_lower_case: Optional[bool], model_max_length: int,
+                 tokenizer_class: str = "BertTokenizer") -> None:
+  """model.safetensors, config.json, vocab.txt and tokenizer_config.json of a Hugging Face folder."""
   os.makedirs(output, exist_ok=True)
   weights = os.path.join(output, "model.safetensors")
   save_file(arrays, weights, metadata={"format": "pt"})
   umask = os.umask(0)
   os.umask(umask)
   os.chmod(weights, 0o666 & ~umask)     # safetensors creates the file 0600; make it like the other files
-  vocab = {}
-  with open(vocab_file, encoding="utf-8") as f:
-    for i, line in enumerate(f):
-      vocab.setdefault(line.strip(), i)
   with open(os.path.join(output, "config.json"), "w", encoding="utf-8") as f:
-    json.dump(hf_config_dict(config, architecture, pad_token_id=vocab.get("[PAD]", 0)), f, indent=2)
+    json.dump(config_dict, f, indent=2)
     f.write("\n")
   shutil.copyfile(vocab_file, os.path.join(output, "vocab.txt"))
-  do_lower_case = ckpt.do_lower_case
   if do_lower_case is None:
     do_lower_case = params_dir.guess_do_lower_case(vocab_file)
   with open(os.path.join(output, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-    json.dump({"tokenizer_class": "BertTokenizer", "do_lower_case": bool(do_lower_case),
-               "model_max_length": config.max_position_embeddings}, f, indent=2)
+    json.dump({"tokenizer_class": tokenizer_class, "do_lower_case": bool(do_lower_case),
+               "model_max_length": model_max_length}, f, indent=2)
     f.write("\n")
-  report.loaded = len(arrays)
-  return report

@@ -12,6 +12,10 @@ the array is laid out in each format:
   out_kernel    [heads, hd, H]     [heads*hd, H]        [H, heads*hd]
   nsp_kernel    [H, 2]             [2, H] (output_weights is stored transposed in Google's checkpoints)
 
+A `Layout` is a checkpoint family: its name table, the pre-training targets its heads are and the head groups
+a checkpoint may lack. `BERT` is the default everywhere; convert/hf_albert.py defines `ALBERT` (SOP head,
+shared layers, factorised embeddings).
+
 `assign_params` turns a {source name: array} dict into our tree, asserting every shape against the model's
 own shapes (`jax.eval_shape` of init), listing source names that map to nothing, naming missing targets,
 and initialising whole optional groups (pooler / MLM head / NSP head) that a checkpoint lacks.
@@ -73,12 +77,20 @@ def _dense(ours: Tuple[str, ...], google: str, hf: str, group: str, kernel_kind=
           Entry(ours + ("bias",), google + "/bias", hf + ".bias", bias_kind, group)]
 
 
-def name_table(config: BertConfig) -> List[Entry]:
-  """Every parameter of BertForPreTraining(config, ("mlm", "nsp")) with its Google and HF names."""
+def check_post_ln_transformer(config: BertConfig) -> None:
   if config.encoder != "transformer" or config.layer_norm_type != "post":
     raise ConversionError(
         f"only BERT's post-LN Transformer has Google/HF equivalents; this config has encoder="
         f"{config.encoder!r}, layer_norm_type={config.layer_norm_type!r}")
+
+
+def name_table(config: BertConfig) -> List[Entry]:
+  """Every parameter of BertForPreTraining(config, ("mlm", "nsp")) with its Google and HF names."""
+  check_post_ln_transformer(config)
+  if config.share_layers or config.factorised_embeddings:
+    raise ConversionError(
+        f"share_layers={config.share_layers}, embedding_size={config.embedding_size}: an ALBERT-style model has "
+        "no BERT checkpoint layout; it converts to and from Hugging Face ALBERT (bert_jax/convert/hf_albert.py)")
   t: List[Entry] = []
   emb = ("bert", "embeddings")
   for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
@@ -109,6 +121,18 @@ def name_table(config: BertConfig) -> List[Entry]:
   t.append(Entry(("nsp", "bias"), "cls/seq_relationship/output_bias", "cls.seq_relationship.bias", "same",
                  "nsp"))
   return t
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+  """A checkpoint family: `table(config)` lists every parameter of BertForPreTraining(config, targets)."""
+  name: str
+  table: Callable[[BertConfig], List[Entry]]
+  targets: Tuple[str, ...]
+  optional_groups: Tuple[str, ...]
+
+
+BERT = Layout("bert", name_table, ("mlm", "nsp"), OPTIONAL_GROUPS)
 
 
 # ---- layouts ---------------------------------------------------------------------------------------------
@@ -148,15 +172,16 @@ def from_ours(fmt: str, kind: str, array: np.ndarray) -> np.ndarray:
 
 
 # ---- expected shapes ---------------------------------------------------------------------------------------
-def expected_shapes(config: BertConfig) -> Dict[Tuple[str, ...], Tuple[Tuple[int, ...], np.dtype]]:
-  """{path: (shape, dtype)} of BertForPreTraining(config, ("mlm", "nsp")) params, from jax.eval_shape."""
-  return dict(_expected_shapes(config.replace(scan_layers=False)))
+def expected_shapes(config: BertConfig, targets: Tuple[str, ...] = ("mlm", "nsp")
+                    ) -> Dict[Tuple[str, ...], Tuple[Tuple[int, ...], np.dtype]]:
+  """{path: (shape, dtype)} of BertForPreTraining(config, targets) params, from jax.eval_shape."""
+  return dict(_expected_shapes(config.replace(scan_layers=False), tuple(targets)))
 
 
 @functools.lru_cache(maxsize=16)
-def _expected_shapes(config: BertConfig):
+def _expected_shapes(config: BertConfig, targets: Tuple[str, ...]):
   cfg = config.replace(scan_layers=False)
-  model = BertForPreTraining(cfg, targets=("mlm", "nsp"))
+  model = BertForPreTraining(cfg, targets=targets)
   shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), *dummy_inputs(cfg)))
   params = nn.unbox(flax.core.unfreeze(shapes["params"]))
   flat = traverse_util.flatten_dict(params)
@@ -164,12 +189,13 @@ def _expected_shapes(config: BertConfig):
 
 
 def init_params(config: BertConfig, seed: int = 0,
-                paths: Optional[Iterable[Tuple[str, ...]]] = None) -> dict:
+                paths: Optional[Iterable[Tuple[str, ...]]] = None, targets: Tuple[str, ...] = ("mlm", "nsp")
+                ) -> dict:
   """Freshly initialised BertForPreTraining(config, ("mlm", "nsp")) params, as BERT initialises them:
   kernels and embeddings truncated normal(stddev=initializer_range, cut at 2 stddev), biases zero,
   LayerNorm scales one. NumPy only (no XLA compile): conversion fills absent head groups with this.
   `paths` restricts the result to those parameters (the rest is not even drawn)."""
-  shapes = expected_shapes(config)
+  shapes = expected_shapes(config, targets)
   if paths is not None:
     shapes = {p: shapes[p] for p in paths}
   rng = np.random.default_rng(seed)
@@ -192,10 +218,10 @@ def init_params(config: BertConfig, seed: int = 0,
   return traverse_util.unflatten_dict(flat)
 
 
-def checked_table(config: BertConfig) -> Tuple[List[Entry], Dict]:
-  """name_table(config), verified to cover exactly the model's parameters (guards against model renames)."""
-  table = name_table(config)
-  shapes = expected_shapes(config)
+def checked_table(config: BertConfig, layout: Layout = BERT) -> Tuple[List[Entry], Dict]:
+  """layout.table(config), verified to cover exactly the model's parameters (guards against model renames)."""
+  table = layout.table(config)
+  shapes = expected_shapes(config, layout.targets)
   ours = {e.ours for e in table}
   extra, missing = sorted(ours - set(shapes)), sorted(set(shapes) - ours)
   if extra or missing:
@@ -253,7 +279,8 @@ def check_vocab_size(vocab_file: str, n_vocab: int, config: BertConfig, config_n
 
 
 def assign_params(source: Mapping[str, np.ndarray], fmt: str, config: BertConfig, report: ConversionReport,
-                  ignorable: Callable[[str], bool] = lambda name: False, seed: int = 0) -> dict:
+                  ignorable: Callable[[str], bool] = lambda name: False, seed: int = 0,
+                  layout: Layout = BERT) -> dict:
   """{source name: array} in format `fmt` -> our params tree (float32 numpy, un-scanned).
 
   Raises ConversionError when a source name maps to nothing (unless `ignorable(name)`; those are recorded in
@@ -262,7 +289,7 @@ def assign_params(source: Mapping[str, np.ndarray], fmt: str, config: BertConfig
   """
   if fmt not in FORMATS:
     raise ValueError(f"unknown checkpoint format {fmt!r}; expected one of {FORMATS}")
-  table, shapes = checked_table(config)
+  table, shapes = checked_table(config, layout)
   by_source = {e.source(fmt): e for e in table}
   unknown = sorted(n for n in source if n not in by_source and not ignorable(n))
   if unknown:
@@ -273,8 +300,9 @@ def assign_params(source: Mapping[str, np.ndarray], fmt: str, config: BertConfig
 
   present_groups = {e.group for e in table if e.source(fmt) in source}
   missing = [e for e in table if e.source(fmt) not in source]
-  fresh = sorted({e.group for e in missing if e.group in OPTIONAL_GROUPS and e.group not in present_groups},
-                 key=OPTIONAL_GROUPS.index)
+  optional = layout.optional_groups
+  fresh = sorted({e.group for e in missing if e.group in optional and e.group not in present_groups},
+                 key=optional.index)
   hard_missing = [e for e in missing if e.group not in fresh]
   if hard_missing:
     raise ConversionError(
@@ -300,7 +328,7 @@ def assign_params(source: Mapping[str, np.ndarray], fmt: str, config: BertConfig
                           f"the model config:\n  " + "\n  ".join(mismatched))
   if fresh:
     fresh_paths = [e.ours for e in table if e.group in fresh]
-    init = traverse_util.flatten_dict(init_params(config, seed, paths=fresh_paths))
+    init = traverse_util.flatten_dict(init_params(config, seed, paths=fresh_paths, targets=layout.targets))
     for path in fresh_paths:
       flat[path] = init[path]
     report.fresh_groups = fresh
@@ -309,9 +337,10 @@ def assign_params(source: Mapping[str, np.ndarray], fmt: str, config: BertConfig
 
 
 def export_arrays(params: Mapping, fmt: str, config: BertConfig,
-                  groups: Iterable[str] = REQUIRED_GROUPS + OPTIONAL_GROUPS) -> Dict[str, np.ndarray]:
+                  groups: Iterable[str] = REQUIRED_GROUPS + OPTIONAL_GROUPS,
+                  layout: Layout = BERT) -> Dict[str, np.ndarray]:
   """Our params tree -> {name in format `fmt`: array}, for the given groups; every shape asserted."""
-  table, shapes = checked_table(config)
+  table, shapes = checked_table(config, layout)
   flat = traverse_util.flatten_dict(dict(params))
   groups = tuple(groups)
   out: Dict[str, np.ndarray] = {}

@@ -31,7 +31,7 @@ RUNTIME_FIELDS = ("dtype", "param_dtype", "attention_impl", "scan_layers", "rema
 # The architecture fields a run config may set over the size table (random init only).
 ARCHITECTURE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "encoder",
                        "layer_norm_type", "max_position_embeddings", "hidden_act", "type_vocab_size",
-                       "initializer_range", "layer_norm_eps")
+                       "initializer_range", "layer_norm_eps", "embedding_size", "share_layers")
 
 # Keys of Google's bert_config.json (also a subset of Hugging Face's config.json).
 _GOOGLE_KEYS = (
@@ -64,6 +64,9 @@ class BertConfig:
   attention_impl: str = "auto"             # auto | einsum | xla | cudnn | cudnn_dropout | pallas_flash
   scan_layers: bool = False                # nn.scan over layers: O(1) compile time in depth
   remat_policy: str = "none"               # rematerialisation: none | full | dots | dots_no_batch | minimal
+  embedding_size: int = 0                  # E of factorised embeddings (ALBERT): tables [V, E] + a dense E -> H
+                                           # (also when E = H, as ALBERT); 0 = BERT: [V, H], no projection
+  share_layers: bool = False               # one layer's parameters for every layer (ALBERT cross-layer sharing)
 
   def __post_init__(self):
     if self.hidden_size % self.num_attention_heads:
@@ -74,6 +77,10 @@ class BertConfig:
                           ("attention_impl", ATTENTION_IMPLS), ("remat_policy", REMAT_POLICIES)):
       if getattr(self, name) not in allowed:
         raise ValueError(f"BertConfig.{name}={getattr(self, name)!r}; expected one of {allowed}")
+    if self.embedding_size < 0:
+      raise ValueError(f"BertConfig.embedding_size={self.embedding_size}; expected 0 (= hidden_size) or > 0")
+    if self.share_layers and self.encoder != "transformer":
+      raise ValueError(f"BertConfig.share_layers=True needs encoder='transformer' (got {self.encoder!r})")
     if self.encoder == "lstm" and self.hidden_size % 2:
       raise ValueError("the lstm encoder needs an even hidden_size (two directions of H/2)")
     for name in ("dtype", "param_dtype"):
@@ -82,6 +89,16 @@ class BertConfig:
   @property
   def head_dim(self) -> int:
     return self.hidden_size // self.num_attention_heads
+
+  @property
+  def embedding_width(self) -> int:
+    """E: the width of the embedding tables and of the MLM head's transform (H unless factorised)."""
+    return self.embedding_size or self.hidden_size
+
+  @property
+  def factorised_embeddings(self) -> bool:
+    """Whether the embeddings are projected from E to H (ALBERT; set by embedding_size > 0)."""
+    return self.embedding_size > 0
 
   @property
   def compute_dtype(self):

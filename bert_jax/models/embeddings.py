@@ -1,4 +1,5 @@
-"""BERT's input embeddings: word + learned position + segment (token type), LayerNorm, dropout."""
+"""BERT's input embeddings: word + learned position + segment (token type), LayerNorm, dropout; with
+factorised embeddings (ALBERT, `embedding_size` E < H) the tables are [*, E] and a dense E -> H follows."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ import jax.numpy as jnp
 
 from bert_jax.models import axes
 from bert_jax.models.config import BertConfig
-from bert_jax.models.layers import constrain, kernel_init, layer_norm
+from bert_jax.models.layers import constrain, dense, kernel_init, layer_norm
 
 
 class BertEmbeddings(nn.Module):
-  """input_ids, segment_ids [B, T] -> embeddings [B, T, H]; `word_embeddings.embedding` is tied to MLM."""
+  """input_ids, segment_ids [B, T] -> embeddings [B, T, H]; `word_embeddings.embedding` [V, E] is tied to MLM.
+
+  E = config.embedding_width; when E != H, `projection` (kernel [E, H], ALBERT's embedding_hidden_mapping_in)
+  maps the normalised [B, T, E] sum to H.
+  """
 
   config: BertConfig
   deterministic: bool = True
@@ -20,13 +25,16 @@ class BertEmbeddings(nn.Module):
   def setup(self):
     cfg = self.config
     embed = lambda n, names, name: nn.Embed(  # noqa: E731
-        n, cfg.hidden_size, dtype=cfg.compute_dtype, param_dtype=cfg.parameter_dtype,
+        n, cfg.embedding_width, dtype=cfg.compute_dtype, param_dtype=cfg.parameter_dtype,
         embedding_init=kernel_init(cfg, names), name=name)
     self.word_embeddings = embed(cfg.vocab_size, (axes.VOCAB, axes.EMBED), "word_embeddings")
     self.position_embeddings = embed(cfg.max_position_embeddings, (None, axes.EMBED), "position_embeddings")
     self.token_type_embeddings = embed(cfg.type_vocab_size, (None, axes.EMBED), "token_type_embeddings")
     self.layer_norm = layer_norm(cfg, "LayerNorm")
     self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+    # E is small (128) and replicated; H keeps the `embed` axis like every other H-sized kernel side.
+    self.projection = (dense(cfg, cfg.hidden_size, (None, axes.EMBED), "projection")
+                       if cfg.factorised_embeddings else None)
 
   def __call__(self, input_ids: jax.Array, segment_ids: jax.Array) -> jax.Array:
     length = input_ids.shape[-1]
@@ -38,8 +46,10 @@ class BertEmbeddings(nn.Module):
     x = x + self.token_type_embeddings(segment_ids)
     x = self.layer_norm(x)
     x = self.dropout(x, deterministic=self.deterministic)
+    if self.projection is not None:
+      x = self.projection(x)
     return constrain(x, (axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED))
 
   def embedding_table(self) -> jax.Array:
-    """The word-embedding matrix [V, H] (float32 params), for the tied MLM / LM decoder."""
+    """The word-embedding matrix [V, E] (float32 params; E = H unless factorised), for the tied decoders."""
     return self.word_embeddings.embedding

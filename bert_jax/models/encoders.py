@@ -79,11 +79,31 @@ def _maybe_remat(cls, config: BertConfig, in_scan: bool):
   return nn.remat(cls, policy=_REMAT_POLICIES[config.remat_policy], prevent_cse=not in_scan)
 
 
+class _SharedStack(nn.Module):
+  """ALBERT's cross-layer sharing: one TransformerLayer applied `num_hidden_layers` times. Parameters live in
+  `shared/layer/...` (no layer axis) either way; with `scan_layers` the L applications are one nn.scan whose
+  parameters are broadcast, so XLA compiles the layer once."""
+
+  config: BertConfig
+  deterministic: bool = True
+  causal: bool = False
+
+  @nn.compact
+  def __call__(self, x: jax.Array, input_mask: jax.Array) -> jax.Array:
+    cfg = self.config
+    layer_cls = _maybe_remat(TransformerLayer, cfg, in_scan=False)
+    layer = layer_cls(cfg, self.deterministic, self.causal, name="layer")
+    for _ in range(cfg.num_hidden_layers):
+      x = layer(x, input_mask)
+    return x
+
+
 class TransformerEncoder(nn.Module):
   """A stack of `num_hidden_layers` TransformerLayers. [B, T, H] -> [B, T, H].
 
   Parameters live in `layer_0 .. layer_{L-1}`, or stacked along a leading `layers` axis in
-  `layers/layer/...` when `config.scan_layers` (see `bert_jax.models.params.scan_params`).
+  `layers/layer/...` when `config.scan_layers` (see `bert_jax.models.params.scan_params`). With
+  `config.share_layers` (ALBERT) one layer's parameters, in `shared/layer/...`, serve every layer.
   """
 
   config: BertConfig
@@ -92,7 +112,13 @@ class TransformerEncoder(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array, input_mask: jax.Array, causal: bool = False) -> jax.Array:
     cfg = self.config
-    if cfg.scan_layers:
+    if cfg.share_layers and cfg.scan_layers:
+      stack = nn.scan(_ScanCell, variable_broadcast="params", split_rngs={"params": False, "dropout": True},
+                      in_axes=nn.broadcast, length=cfg.num_hidden_layers)
+      x, _ = stack(cfg, self.deterministic, causal, name="shared")(x, input_mask)
+    elif cfg.share_layers:
+      x = _SharedStack(cfg, self.deterministic, causal, name="shared")(x, input_mask)
+    elif cfg.scan_layers:
       stack = nn.scan(_ScanCell, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
                       in_axes=nn.broadcast, length=cfg.num_hidden_layers,
                       metadata_params={nn.PARTITION_NAME: axes.LAYERS})

@@ -24,9 +24,10 @@ def gather_positions(sequence: jax.Array, positions: jax.Array) -> jax.Array:
 
 
 class LanguageModelHead(nn.Module):
-  """BERT's MLM head: dense(H) + act + LayerNorm + decoder tied to the word embeddings + output bias.
+  """BERT's MLM head: dense(E) + act + LayerNorm + decoder tied to the word embeddings + output bias.
 
-  hidden [B, P, H], table [V, H] -> logits [B, P, V] in float32 (bf16 inputs, f32 accumulation).
+  hidden [B, P, H], table [V, E] -> logits [B, P, V] in float32 (bf16 inputs, f32 accumulation); E = H
+  except with factorised embeddings (ALBERT's MLM head transforms H -> E).
   """
 
   config: BertConfig
@@ -34,7 +35,9 @@ class LanguageModelHead(nn.Module):
   @nn.compact
   def __call__(self, hidden: jax.Array, table: jax.Array) -> jax.Array:
     cfg = self.config
-    h = dense(cfg, cfg.hidden_size, (axes.EMBED, axes.MLP), "transform", bias_axis=axes.MLP)(hidden)
+    width = table.shape[-1]
+    h = dense(cfg, width, (axes.EMBED, axes.MLP) if width == cfg.hidden_size else (axes.EMBED, None),
+              "transform", bias_axis=axes.MLP if width == cfg.hidden_size else None)(hidden)
     h = activation(cfg.hidden_act)(h)
     h = layer_norm(cfg, "LayerNorm")(h)
     # Pin [B, P, H] to (batch, -, replicated H) before the tied decoder: without it, XLA's partitioner

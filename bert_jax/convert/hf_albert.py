@@ -1,0 +1,256 @@
+"""Hugging Face ALBERT folders in and out (AlbertModel / AlbertForMaskedLM / AlbertForPreTraining), no PyTorch.
+
+    python -m bert_jax.convert import-hf --input=ALBERT_DIR --output=DIR    # config.json model_type "albert"
+    python -m bert_jax.convert export-hf --input=DIR --output=HF_DIR        # a model with embedding_size > 0
+
+ALBERT in this package's terms (Lan et al. 2020): `BertConfig(embedding_size=E, share_layers=True)` with the
+`sop` target. Hugging Face's layout maps onto ours as:
+
+  albert.embeddings.* [V|P|2, E] + LayerNorm(E)   bert/embeddings/* (tables of width E)
+  albert.encoder.embedding_hidden_mapping_in      bert/embeddings/projection (E -> H)
+  albert.encoder.albert_layer_groups.G.albert_layers.0.*
+      num_hidden_groups = 1                       bert/encoder/shared/layer/* (share_layers=True)
+      num_hidden_groups = num_hidden_layers       bert/encoder/layer_G/* (share_layers=False)
+  albert.pooler                                   bert/pooler
+  predictions.{dense, LayerNorm, bias}            mlm/{transform, LayerNorm, output_bias} (H -> E, tied decoder)
+  sop_classifier.classifier                       sop (kernel [H, 2])
+
+Other group counts and inner_group_num != 1 (not in any released checkpoint) are refused with a
+ConversionError. The decoder (predictions.decoder.weight/bias) must equal the word embeddings and
+predictions.bias, as transformers ties them.
+
+Tokenizers: the Chinese ALBERTs (voidful/albert_chinese_*, clue/albert_chinese_*) ship a WordPiece vocab.txt
+and are used with BertTokenizer: fully supported. The English ALBERTs (albert-*-v2) use a SentencePiece
+unigram model (spiece.model); its pieces are written to vocab.txt in id order so that ids line up (from
+tokenizer.json's Unigram vocab), but this package's WordPiece tokenizer does not segment text as SentencePiece
+does: feed such a model ids from SentencePiece (e.g. transformers' AlbertTokenizer) or treat its text results
+as approximate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from bert_jax.convert import hf, mapping
+from bert_jax.convert.mapping import ConversionError, Entry
+from bert_jax.models.config import BertConfig
+from bert_jax.pretrained import params_dir
+
+_BARE_PREFIXES = ("embeddings.", "encoder.", "pooler.")
+
+HEADS = {
+    # heads option: (groups, architecture, key prefix of the encoder)
+    "pretraining": (("embeddings", "encoder", "pooler", "mlm", "sop"), "AlbertForPreTraining", "albert."),
+    "mlm": (("embeddings", "encoder", "mlm"), "AlbertForMaskedLM", "albert."),
+    "none": (("embeddings", "encoder", "pooler"), "AlbertModel", ""),
+}
+
+
+def is_albert(config: BertConfig) -> bool:
+  """A model whose checkpoint layout is ALBERT's: factorised embeddings (ALBERT always projects E -> H)."""
+  return config.factorised_embeddings
+
+
+def is_albert_folder(folder: str) -> bool:
+  """A Hugging Face folder whose config.json says model_type "albert"."""
+  path = os.path.join(folder, "config.json")
+  if not os.path.exists(path):
+    return False
+  with open(path, encoding="utf-8") as f:
+    try:
+      return json.load(f).get("model_type") == "albert"
+    except json.JSONDecodeError:
+      return False
+
+
+def _pair(ours, key, kind, group, bias_kind="same") -> List[Entry]:
+  # ALBERT has no Google-name column here (HF only): the HF key stands in for it.
+  return [Entry(ours + ("kernel",), key + ".weight", key + ".weight", kind, group),
+          Entry(ours + ("bias",), key + ".bias", key + ".bias", bias_kind, group)]
+
+
+def _ln(ours, key, group) -> List[Entry]:
+  return [Entry(ours + ("scale",), key + ".weight", key + ".weight", "same", group),
+          Entry(ours + ("bias",), key + ".bias", key + ".bias", "same", group)]
+
+
+def albert_name_table(config: BertConfig) -> List[Entry]:
+  """Every parameter of BertForPreTraining(config, ("mlm", "sop")) with its Hugging Face ALBERT key."""
+  mapping.check_post_ln_transformer(config)
+  if not config.factorised_embeddings:
+    raise ConversionError("ALBERT always maps its embeddings to H (embedding_hidden_mapping_in): the model "
+                          "needs embedding_size > 0 (e.g. 128)")
+  t: List[Entry] = []
+  emb = ("bert", "embeddings")
+  for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
+    key = f"albert.embeddings.{name}.weight"
+    t.append(Entry(emb + (name, "embedding"), key, key, "same", "embeddings"))
+  t += _ln(emb + ("LayerNorm",), "albert.embeddings.LayerNorm", "embeddings")
+  t += _pair(emb + ("projection",), "albert.encoder.embedding_hidden_mapping_in", "dense_kernel", "embeddings")
+  group = "albert.encoder.albert_layer_groups.{}.albert_layers.0"
+  if config.share_layers:
+    layers = [(("bert", "encoder", "shared", "layer"), group.format(0))]
+  else:
+    layers = [(("bert", "encoder", f"layer_{i}"), group.format(i)) for i in range(config.num_hidden_layers)]
+  for o, h in layers:
+    for qkv in ("query", "key", "value"):
+      t += _pair(o + ("attention", qkv), f"{h}.attention.{qkv}", "qkv_kernel", "encoder", bias_kind="qkv_bias")
+    t += _pair(o + ("attention", "output"), f"{h}.attention.dense", "out_kernel", "encoder")
+    t += _ln(o + ("attention_LayerNorm",), f"{h}.attention.LayerNorm", "encoder")
+    t += _pair(o + ("ffn", "intermediate"), f"{h}.ffn", "dense_kernel", "encoder")
+    t += _pair(o + ("ffn", "output"), f"{h}.ffn_output", "dense_kernel", "encoder")
+    t += _ln(o + ("output_LayerNorm",), f"{h}.full_layer_layer_norm", "encoder")
+  t += _pair(("bert", "pooler"), "albert.pooler", "dense_kernel", "pooler")
+  t += _pair(("mlm", "transform"), "predictions.dense", "dense_kernel", "mlm")
+  t += _ln(("mlm", "LayerNorm"), "predictions.LayerNorm", "mlm")
+  t.append(Entry(("mlm", "output_bias"), "predictions.bias", "predictions.bias", "same", "mlm"))
+  t += _pair(("sop",), "sop_classifier.classifier", "dense_kernel", "sop")   # torch Linear [2, H]
+  return t
+
+
+ALBERT = mapping.Layout("albert", albert_name_table, ("mlm", "sop"), ("pooler", "mlm", "sop"))
+
+
+# ---- import ----------------------------------------------------------------------------------------------
+def hf_config_to_albert(d: dict, source: str) -> BertConfig:
+  if d.get("model_type") != "albert":
+    raise ConversionError(f"{source}: model_type={d.get('model_type')!r}; expected 'albert'")
+  pos = d.get("position_embedding_type", "absolute")
+  if pos != "absolute":
+    raise ConversionError(f"{source}: position_embedding_type={pos!r}; only 'absolute' is supported")
+  missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                         "intermediate_size") if k not in d]
+  if missing:
+    raise ConversionError(f"{source}: config lacks {missing}")
+  layers, groups, inner = int(d["num_hidden_layers"]), int(d.get("num_hidden_groups", 1)), \
+      int(d.get("inner_group_num", 1))
+  if inner != 1 or groups not in (1, layers):
+    raise ConversionError(f"{source}: num_hidden_groups={groups}, inner_group_num={inner}; supported are one "
+                          f"layer shared by all (1, 1) or one per layer ({layers}, 1)")
+  fields = dict(d, hidden_act=d.get("hidden_act", "gelu_new"), embedding_size=int(d.get("embedding_size", 128)),
+                share_layers=groups == 1 and layers > 1)
+  if layers == 1:
+    fields["share_layers"] = False   # one layer: the same either way; the per-layer layout is the simpler one
+  return BertConfig.from_dict(fields)
+
+
+def normalize_albert_state_dict(state: Dict[str, np.ndarray], report: mapping.ConversionReport
+                                ) -> Dict[str, np.ndarray]:
+  """Bare AlbertModel keys (no "albert." prefix) and the tied decoder."""
+  out = dict(state)
+  if not any(k.startswith("albert.") for k in out) and any(k.startswith(_BARE_PREFIXES) for k in out):
+    out = {("albert." + k if k.startswith(_BARE_PREFIXES) else k): v for k, v in out.items()}
+    report.notes.append("bare AlbertModel checkpoint (keys without the 'albert.' prefix)")
+  word = out.get("albert.embeddings.word_embeddings.weight")
+  dec_w = out.pop("predictions.decoder.weight", None)
+  if dec_w is not None:
+    if word is None or dec_w.shape != word.shape or not np.array_equal(dec_w, word):
+      raise ConversionError(f"{report.source}: predictions.decoder.weight differs from the word embeddings; "
+                            "ALBERT ties them and so does our model: an untied decoder cannot be converted exactly")
+    report.notes.append("predictions.decoder.weight equals the word embeddings (tied); dropped")
+  dec_b = out.pop("predictions.decoder.bias", None)
+  if dec_b is not None:
+    if "predictions.bias" not in out:
+      out["predictions.bias"] = dec_b
+    elif not np.array_equal(out["predictions.bias"], dec_b):
+      raise ConversionError(f"{report.source}: predictions.decoder.bias differs from predictions.bias (one tied "
+                            "tensor in ALBERT)")
+  return out
+
+
+def _write_vocab_from_unigram(tokenizer_json: str, out_path: str) -> bool:
+  """SentencePiece pieces of tokenizer.json's Unigram model -> vocab.txt in id order; False if not Unigram."""
+  with open(tokenizer_json, encoding="utf-8") as f:
+    model = json.load(f).get("model", {})
+  if model.get("type") != "Unigram" or not isinstance(model.get("vocab"), list):
+    return False
+  with open(out_path, "w", encoding="utf-8") as f:
+    f.writelines(str(piece[0]).replace("\n", " ") + "\n" for piece in model["vocab"])
+  return True
+
+
+def import_hf_albert(folder: str, output: Optional[str] = None, vocab_file: Optional[str] = None,
+                     do_lower_case: Optional[bool] = None, ignore: Sequence[str] = (), seed: int = 0):
+  """Converts a Hugging Face ALBERT folder. Returns (config, params, report); writes `output` when given.
+  Absent head groups (a bare AlbertModel has no MLM / SOP heads) are initialised from `seed` and reported."""
+  config_path = os.path.join(folder, "config.json")
+  if not os.path.exists(config_path):
+    raise FileNotFoundError(f"{folder}: no config.json (not a Hugging Face model folder)")
+  with open(config_path, encoding="utf-8") as f:
+    config = hf_config_to_albert(json.load(f), config_path)
+  report = mapping.ConversionReport(source=folder, fmt="hf")
+  state = normalize_albert_state_dict(hf.read_hf_state_dict(folder), report)
+  patterns = [re.compile(p) for p in ignore]
+  ignorable = lambda n: bool(hf._HF_BUFFERS.search(n)) or any(p.search(n) for p in patterns)  # noqa: E731
+  params = mapping.assign_params(state, "hf", config, report, ignorable=ignorable, seed=seed, layout=ALBERT)
+
+  tmp_vocab = None
+  if vocab_file is None:
+    vocab_file = os.path.join(folder, "vocab.txt")
+    if not os.path.exists(vocab_file):
+      tok_json = os.path.join(folder, "tokenizer.json")
+      if not os.path.exists(tok_json):
+        raise FileNotFoundError(f"{folder}: no vocab.txt or tokenizer.json (an spiece.model alone is not read); "
+                                "pass --vocab=PATH")
+      tmp_vocab = tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False).name
+      if _write_vocab_from_unigram(tok_json, tmp_vocab):
+        report.notes.append("vocab.txt written from tokenizer.json's SentencePiece (Unigram) pieces, in id "
+                            "order; bert_jax's WordPiece tokenizer does not segment text as SentencePiece does")
+      else:
+        hf._write_vocab_from_tokenizer_json(tok_json, tmp_vocab)
+        report.notes.append("vocab.txt written from tokenizer.json's WordPiece vocab")
+      vocab_file = tmp_vocab
+  try:
+    mapping.check_vocab_size(vocab_file, params_dir.count_vocab_lines(vocab_file), config, "config.json",
+                             report)
+    if do_lower_case is None:
+      do_lower_case = hf._hf_do_lower_case(folder, vocab_file)
+    if output:
+      mapping.save_imported(output, config, params, vocab_file, folder, "hf", do_lower_case, report)
+  finally:
+    if tmp_vocab:
+      os.unlink(tmp_vocab)
+  return config, params, report
+
+
+# ---- export ----------------------------------------------------------------------------------------------
+def albert_config_dict(config: BertConfig, architecture: str, pad_token_id: int = 0) -> dict:
+  out = hf.hf_config_dict(config, architecture, pad_token_id)
+  out.update(model_type="albert", embedding_size=config.embedding_width, inner_group_num=1,
+             num_hidden_groups=1 if config.share_layers else config.num_hidden_layers,
+             classifier_dropout_prob=config.hidden_dropout_prob)
+  return out
+
+
+def write_albert(ckpt, output: str, heads: str = "pretraining", source: str = "") -> mapping.ConversionReport:
+  """A loaded checkpoint (`load_pretrained`) with factorised embeddings -> a Hugging Face ALBERT folder
+  (config.json, model.safetensors, vocab.txt, tokenizer_config.json with BertTokenizer, as the Chinese
+  ALBERTs are used)."""
+  if heads not in HEADS:
+    raise ValueError(f"heads={heads!r}; expected one of {tuple(HEADS)}")
+  groups, architecture, prefix = HEADS[heads]
+  input_dir = source or ckpt.directory
+  config, params, vocab_file = ckpt.config, ckpt.params, ckpt.require_vocab()
+  report = mapping.ConversionReport(source=input_dir, fmt="hf")
+  need = {"pooler": "bert", "mlm": "mlm", "sop": "sop"}
+  absent = [g for g in groups if g in need and need[g] not in params]
+  if absent:
+    raise ConversionError(
+        f"{input_dir}: params lack {absent} needed by --heads={heads} ({architecture}); top-level keys are "
+        f"{sorted(params)}; pre-train with targets=('mlm', 'sop') (preset=albert), or use --heads=mlm / none")
+  extra = sorted(k for k in params if k not in ("bert",) + tuple(g for g in groups if g in ("mlm", "sop")))
+  if extra:
+    report.notes.append(f"not exported (no {architecture} equivalent): params{extra}")
+  arrays = mapping.export_arrays(params, "hf", config, groups=groups, layout=ALBERT)
+  if prefix != "albert.":
+    arrays = {(k[len("albert."):] if k.startswith("albert.") else k): v for k, v in arrays.items()}
+  hf.write_folder(output, arrays, albert_config_dict(config, architecture, pad_token_id=hf._pad_id(vocab_file)),
+                  vocab_file, ckpt.do_lower_case, config.max_position_embeddings)
+  report.loaded = len(arrays)
+  return report

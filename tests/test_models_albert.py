@@ -1,0 +1,197 @@
+"""ALBERT: factorised embeddings (model.embedding_size) and cross-layer sharing (model.share_layers) against
+transformers' AlbertModel / AlbertForPreTraining on random weights (torch on CPU), Hugging Face import and
+export round trips, one compiled layer under scan, and preset=albert."""
+
+import json
+import os
+
+import flax
+import jax
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from bert_jax.convert import hf_albert, mapping  # noqa: E402
+from bert_jax.convert.__main__ import main as convert_main  # noqa: E402
+from bert_jax.convert.mapping import ConversionError, init_params  # noqa: E402
+from bert_jax.models import BertConfig, BertForPreTraining, count_params, dummy_inputs  # noqa: E402
+
+from configs import pretrain as pretrain_config  # noqa: E402
+
+VOCAB = 40
+
+
+def _hf_config(groups=1, layers=3):
+  return transformers.AlbertConfig(vocab_size=VOCAB, embedding_size=16, hidden_size=32, num_hidden_layers=layers,
+                                   num_hidden_groups=groups, num_attention_heads=4, intermediate_size=37,
+                                   max_position_embeddings=24, hidden_dropout_prob=0.0,
+                                   attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0)
+
+
+def _inputs(seed=0):
+  rng = np.random.default_rng(seed)
+  ids = rng.integers(5, VOCAB, size=(3, 12)).astype(np.int32)
+  mask = np.ones_like(ids)
+  mask[1, 7:] = 0
+  mask[2, 4:] = 0
+  ids[mask == 0] = 0
+  segment_ids = np.zeros_like(ids)
+  segment_ids[0, 6:] = 1
+  return ids, mask, segment_ids
+
+
+def _hf_folder(path, groups=1, layers=3, cls=None, seed=0):
+  """A random-weight transformers ALBERT saved with safetensors; every tensor perturbed (zero biases and unit
+  LayerNorm scales would hide a swapped bias or scale)."""
+  torch.manual_seed(seed)
+  model = (cls or transformers.AlbertForPreTraining)(_hf_config(groups, layers))
+  with torch.no_grad():
+    for p in model.parameters():
+      p.add_(0.05 * torch.randn_like(p))
+  model.save_pretrained(str(path))
+  (path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] +
+                                            [f"w{i}" for i in range(VOCAB - 5)]) + "\n")
+  return model.eval()
+
+
+def _ours(config, params):
+  ids, mask, segment_ids = _inputs()
+  positions = np.broadcast_to(np.arange(ids.shape[1]), ids.shape).astype(np.int32)
+  model = BertForPreTraining(config, targets=("mlm", "sop"))
+  return jax.jit(model.apply)({"params": params}, ids, mask, segment_ids, positions)
+
+
+def _reference(model):
+  ids, mask, segment_ids = _inputs()
+  with torch.no_grad():
+    return model(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
+                 token_type_ids=torch.tensor(segment_ids, dtype=torch.long), output_hidden_states=True)
+
+
+def _max_diffs(ours, ref):
+  mask = _inputs()[1][..., None] > 0      # padded positions are not compared (HF and we differ there freely)
+  seq = np.abs(np.asarray(ours["sequence_output"]) - ref.hidden_states[-1].numpy())
+  mlm = np.abs(np.asarray(ours["mlm_logits"]) - ref.prediction_logits.numpy())
+  return (float(np.where(mask, seq, 0).max()), float(np.where(mask, mlm, 0).max()),
+          float(np.abs(np.asarray(ours["sop_logits"]) - ref.sop_logits.numpy()).max()))
+
+
+@pytest.mark.slow   # torch reference model + XLA compiles (2-5 s on 2 idle cores)
+@pytest.mark.parametrize("groups", [1, 3], ids=["shared", "per_layer"])
+def test_import_albert_for_pretraining_matches_transformers(tmp_path, groups):
+  ref = _hf_folder(tmp_path / "hf", groups=groups)
+  config, params, report = hf_albert.import_hf_albert(str(tmp_path / "hf"))
+  assert config.embedding_size == 16 and config.share_layers == (groups == 1) and config.hidden_act == "gelu_new"
+  assert report.fresh_groups == []
+  # 5 embedding tensors + projection 2, 16 per layer (stored once when shared), pooler 2, MLM 5, SOP 2.
+  assert report.loaded == 5 + 2 + 16 * (1 if groups == 1 else 3) + 2 + 5 + 2
+  seq, mlm, sop = _max_diffs(_ours(config, params), _reference(ref))
+  print(f"ALBERT ({'shared' if groups == 1 else 'per-layer'}) vs transformers: sequence {seq:.1e}, "
+        f"MLM {mlm:.1e}, SOP {sop:.1e}")
+  assert seq < 1e-4 and mlm < 1e-4 and sop < 1e-4
+
+
+@pytest.mark.slow   # torch reference model + XLA compiles (2-5 s on 2 idle cores)
+def test_import_bare_albert_model_matches_and_initialises_heads(tmp_path):
+  ref = _hf_folder(tmp_path / "hf", cls=transformers.AlbertModel)
+  config, params, report = hf_albert.import_hf_albert(str(tmp_path / "hf"))
+  assert report.fresh_groups == ["mlm", "sop"]
+  ids, mask, segment_ids = _inputs()
+  from bert_jax.models import BertModel
+  ours = jax.jit(BertModel(config).apply)({"params": params["bert"]}, ids, mask, segment_ids)
+  with torch.no_grad():
+    out = ref(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
+              token_type_ids=torch.tensor(segment_ids, dtype=torch.long))
+  real = mask[..., None] > 0
+  assert np.abs(np.where(real, np.asarray(ours["sequence_output"]) - out.last_hidden_state.numpy(), 0)).max() < 1e-4
+  assert np.abs(np.asarray(ours["pooled_output"]) - out.pooler_output.numpy()).max() < 1e-4
+
+
+@pytest.mark.slow   # torch reference model + XLA compiles (2-5 s on 2 idle cores)
+def test_export_albert_round_trip_loads_into_transformers_without_missing_keys(tmp_path):
+  _hf_folder(tmp_path / "hf", seed=3)
+  ours_dir, out_dir = str(tmp_path / "ours"), str(tmp_path / "out")
+  assert convert_main(["import-hf", f"--input={tmp_path / 'hf'}", f"--output={ours_dir}"]) == 0
+  assert convert_main(["export-hf", f"--input={ours_dir}", f"--output={out_dir}"]) == 0
+  cfg = json.load(open(os.path.join(out_dir, "config.json")))
+  assert cfg["model_type"] == "albert" and cfg["architectures"] == ["AlbertForPreTraining"]
+  assert cfg["num_hidden_groups"] == 1 and cfg["embedding_size"] == 16
+  model, info = transformers.AlbertForPreTraining.from_pretrained(out_dir, output_loading_info=True)
+  assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+  config, params, _ = hf_albert.import_hf_albert(str(tmp_path / "hf"))
+  seq, mlm, sop = _max_diffs(_ours(config, params), _reference(model.eval()))
+  assert seq < 1e-4 and mlm < 1e-4 and sop < 1e-4
+  # Back again: bit for bit.
+  config2, params2, _ = hf_albert.import_hf_albert(out_dir)
+  assert config2 == config
+  same = jax.tree.map(lambda a, b: bool(np.array_equal(a, b)), params, params2)
+  assert all(jax.tree.leaves(same))
+  # The bare encoder layout loads into AlbertModel with no report at all.
+  assert convert_main(["export-hf", f"--input={ours_dir}", f"--output={out_dir}_bare", "--heads=none"]) == 0
+  _, info = transformers.AlbertModel.from_pretrained(out_dir + "_bare", output_loading_info=True)
+  assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+
+
+def test_albert_conversion_refuses_what_it_cannot_map(tmp_path):
+  _hf_folder(tmp_path / "hf", layers=4)
+  cfg_path = tmp_path / "hf" / "config.json"
+  d = json.loads(cfg_path.read_text())
+  cfg_path.write_text(json.dumps(dict(d, num_hidden_groups=2)))
+  with pytest.raises(ConversionError, match="num_hidden_groups=2"):
+    hf_albert.import_hf_albert(str(tmp_path / "hf"))
+  albert_like = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=37, embedding_size=16, share_layers=True)
+  with pytest.raises(ConversionError, match="hf_albert"):
+    mapping.name_table(albert_like)
+
+
+def _tiny(**kw):
+  return BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+                    intermediate_size=37, embedding_size=16, share_layers=True, **kw)
+
+
+def _dot_count(config):
+  model = BertForPreTraining(config, targets=("mlm", "sop"))
+  variables = jax.eval_shape(model.init, jax.random.key(0), *dummy_inputs(config))
+  jaxpr = jax.make_jaxpr(lambda v: model.apply(v, *dummy_inputs(config)))(variables)
+  return str(jaxpr).count("dot_general")
+
+
+@pytest.mark.slow   # three XLA compiles and four traces (~3 s on 2 idle cores)
+def test_shared_layers_one_parameter_set_and_one_compiled_layer_under_scan():
+  config = _tiny()
+  model = BertForPreTraining(config, targets=("mlm", "sop"))
+  params = init_params(config, targets=("mlm", "sop"))      # NumPy: no XLA compile of init
+  deeper = BertForPreTraining(config.replace(num_hidden_layers=8), targets=("mlm", "sop"))
+  deeper_params = jax.eval_shape(deeper.init, jax.random.key(0), *dummy_inputs(config))["params"]
+  assert count_params(params) == count_params(flax.linen.unbox(deeper_params))   # depth costs no parameters
+  assert list(params["bert"]["encoder"]) == ["shared"]
+  # Scanned or not: the same parameter tree and the same outputs.
+  ids, mask, segment_ids = _inputs()
+  positions = np.zeros((3, 2), np.int32)
+  plain = jax.jit(model.apply)({"params": params}, ids, mask, segment_ids, positions)
+  scanned_model = BertForPreTraining(config.replace(scan_layers=True), targets=("mlm", "sop"))
+  scanned_params = jax.eval_shape(scanned_model.init, jax.random.key(0), *dummy_inputs(config))["params"]
+  assert jax.tree.structure(flax.linen.unbox(scanned_params)) == jax.tree.structure(params)
+  scanned = jax.jit(scanned_model.apply)({"params": params}, ids, mask, segment_ids, positions)
+  np.testing.assert_allclose(scanned["sequence_output"], plain["sequence_output"], atol=1e-5)
+  # One compiled layer: under scan the program does not grow with depth; unrolled it does.
+  assert _dot_count(config.replace(scan_layers=True)) == _dot_count(config.replace(scan_layers=True,
+                                                                                   num_hidden_layers=8))
+  assert _dot_count(config) < _dot_count(config.replace(num_hidden_layers=8))
+
+
+@pytest.mark.slow   # imports the training step (optax, orbax)
+def test_preset_albert_is_factorised_shared_and_sop():
+  c = pretrain_config.get_config("size=base,preset=albert")
+  assert tuple(c.targets) == ("mlm", "sop")
+  assert c.model.embedding_size == 128 and c.model.share_layers is True
+  from bert_jax.training.train_step import model_config
+  cfg = model_config(c.model, vocab_size=30000)
+  assert cfg.embedding_size == 128 and cfg.share_layers and cfg.hidden_size == 768
+  # ALBERT-base: ~12M parameters (the paper's Table 1), against BERT-base's ~110M.
+  shapes = mapping.expected_shapes(cfg.replace(max_position_embeddings=512), targets=("mlm", "sop"))
+  n = sum(int(np.prod(shape)) for shape, _ in shapes.values())
+  assert 11e6 < n < 13e6, n
