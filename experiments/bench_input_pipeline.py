@@ -143,8 +143,9 @@ def main(argv=None):
                  help="--only scale: text for the >= 1,000-file resume dataset (dupe_factor=1)")
   p.add_argument("--resume_files", type=int, default=1000, help="--only scale: at least this many files")
   p.add_argument("--beam_python", default=None, help="--only scale: a python with apache_beam (default: this one)")
-  p.add_argument("--google_rate", type=float, default=GOOGLE_ANCHOR,
-                 help="--only scale: Google's tool's instances/s/core on this text, for the projection")
+  # 158,998 instances in 106.0 CPU s: Google's tool at dupe_factor=10 on this text (bench_input_pipeline.md).
+  p.add_argument("--google_rate", type=float, default=1_500,
+                 help="--only scale: Google's tool's instances per CPU-second on this text at dupe_factor=10")
   p.add_argument("--dataflow_cores_per_worker", type=int, default=4)
   p.add_argument("--only", choices=("all", "wwm", "startup", "scale"), default="all",
                  help="wwm: only the Chinese record rows (plain, whole-word with each segmenter, dupe 10); "
@@ -394,18 +395,28 @@ _FIRST_BATCH = r"""
 import os, sys, time
 t0 = float(sys.argv[1])
 sys.path.insert(0, sys.argv[2])
-from bert_jax.input_pipeline import pretrain_dataset
+from bert_jax.input_pipeline import pretrain_dataset, text_io
 import tensorflow as tf
 t1 = time.time()
 glob, vocab, step, mode = sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6]
-if mode == "read_through":   # the old resume: read k x B records of the stream before the first batch
-  files = sorted(tf.io.gfile.glob(glob))
-  ds = tf.data.TFRecordDataset(files).skip(step * 256).batch(256).take(1)
-  batch = next(iter(ds))
-else:
+if mode == "pipeline":       # the training input pipeline as the loop opens it: first parsed batch
   it = pretrain_dataset.make_pretraining_dataset(glob, 256, 128, 20, vocab, is_training=True, seed=0,
                                                  masking="static", process_index=0, process_count=1, start_step=step)
-  batch = next(it)
+  next(it)
+else:                        # serialized records only: the first record after step x 256 of them
+  files = text_io.expand_globs(glob)
+  stream = pretrain_dataset._RecordStream(files, True, 0, 0, 1, 10_000, 8)
+  if mode == "manifest":     # now: whole epochs and windows skipped by the manifest's counts
+    ds = stream.resume(step * 256, 1 << 20) if step else stream.epoch_records(0)
+  else:                      # before: count an epoch by reading it, then read through the rest of the skip
+    skip = step * 256
+    if skip:
+      per_epoch = int(stream.epoch_records(0).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1).numpy())
+      first_epoch, skip = divmod(skip, per_epoch)
+    else:
+      first_epoch = 0
+    ds = tf.data.Dataset.range(first_epoch, 1 << 20).flat_map(stream.epoch_records).skip(skip)
+  next(iter(ds.take(1)))
 print("first_batch_after_launch", time.time() - t0, "after_imports", time.time() - t1)
 """
 
@@ -485,15 +496,18 @@ def scale(args, work, zh_vocab):
   glob = os.path.join(work, "many_files", "train-*.tfrecord")
   print(f"\n{files:,} record files, {n:,} records ({per_epoch:,} batches of 256 per epoch); a fresh process per row,"
         " launch to first batch (static masks, batch 256, one host)\n")
-  print("| resume at step | how | launch to first batch, s | of which after the imports, s |\n|---|---|---|---|")
-  for step, how in ((0, "manifest"), (per_epoch - 1, "manifest"), (3 * per_epoch + per_epoch // 2, "manifest"),
-                    (per_epoch - 1, "read_through")):
+  print("| resume at step | what | launch to first batch, s | of which after the imports, s |\n|---|---|---|---|")
+  late = 3 * per_epoch + per_epoch // 2
+  labels = {"pipeline": "training pipeline (records, parse, static masks), manifest counts",
+            "manifest": "records only: skip by the manifest's counts (now)",
+            "read_through": "records only: count an epoch, read through the rest (before)"}
+  for step, how in ((0, "pipeline"), (late, "pipeline"), (0, "manifest"), (per_epoch - 1, "manifest"),
+                    (late, "manifest"), (per_epoch - 1, "read_through"), (late, "read_through")):
     r = subprocess.run([sys.executable, "-c", _FIRST_BATCH, str(time.time()), REPO, glob, zh_vocab, str(step), how],
                        capture_output=True, text=True, env=_child_env())
-    took = [l for l in r.stdout.splitlines() if l.startswith("first_batch_after_launch")]
-    label = {"manifest": "skip by the manifest's counts", "read_through": "read k x 256 records (the old resume)"}[how]
-    print(f"| {step:,} | {label} | {float(took[0].split()[1]):.1f} | {float(took[0].split()[3]):.2f} |" if took else
-          f"| {step:,} | {label} | failed: {r.stderr[-300:]} |", flush=True)
+    took = [line for line in r.stdout.splitlines() if line.startswith("first_batch_after_launch")]
+    print(f"| {step:,} | {labels[how]} | {float(took[0].split()[1]):.1f} | {float(took[0].split()[3]):.2f} |" if took
+          else f"| {step:,} | {labels[how]} | failed: {r.stderr[-300:]} |", flush=True)
 
   # Projection from the measured rates.
   big = sizes[-1]
@@ -509,7 +523,7 @@ def scale(args, work, zh_vocab):
         f"of {workers[-1]} workers / {workers[-1]}, this machine)\n")
   print("| setup | cores | hours | note |\n|---|---|---|---|")
   print(f"| Google's create_pretraining_data.py, one process | 1 | {instances / google / 3600:,.1f} | "
-        f"{google:,.0f} instances/s/core (its measured rate on this text); memory grows with the corpus |")
+        f"{google:,.0f} instances/CPU-s (--google_rate: its rate on this text at dupe 10); holds the corpus in memory |")
   print(f"| ours, one core (--num_workers=1) | 1 | {instances / per_core / 3600:,.1f} | |")
   print(f"| ours, one 96-core VM | 96 | {instances / (per_core * 96 * eff) / 3600:,.2f} | "
         f"efficiency {eff:.2f} assumed to hold at 96 |")

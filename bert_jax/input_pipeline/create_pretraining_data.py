@@ -356,9 +356,15 @@ def _masker(tokenizer, cfg: Config) -> masking.Masker:
       span_geo_p=cfg.span_geo_p, span_max_length=cfg.span_max_length, google_exact=cfg.google_exact))
 
 
-def _concat_pairs(parts: Sequence[instances_lib.Pairs]) -> instances_lib.Pairs:
-  return instances_lib.Pairs(*(np.concatenate([getattr(p, f.name) for p in parts])
-                               for f in dataclasses.fields(instances_lib.Pairs)))
+def _concat_pairs(parts: Sequence[instances_lib.Pairs], perm_seed: int) -> instances_lib.Pairs:
+  """The dupe rounds' pairs in one shuffled `Pairs`, stored as int32 (a shard's token offsets fit): 28 bytes
+  an instance instead of 52, permuted one field at a time so the peak holds one field twice, not all."""
+  fields = [f.name for f in dataclasses.fields(instances_lib.Pairs)]
+  out = {k: np.concatenate([getattr(p, k).astype(np.int32, copy=False) for p in parts]) for k in fields}
+  perm = np.random.default_rng(perm_seed).permutation(len(out[fields[0]]))
+  for k in fields:
+    out[k] = out[k][perm]
+  return instances_lib.Pairs(**out)
 
 
 def build_shard(shard: sharding.Shard, output_files: Sequence[str], tokenizer: tokenization.FullTokenizer,
@@ -389,18 +395,20 @@ def build_shard(shard: sharding.Shard, output_files: Sequence[str], tokenizer: t
                          if need == 2 else "nothing to pair"))
     report(shard.num_bytes - tokenized)
     return result
+  if corpus.tokens.size >= 2**31:     # the pairs' offsets are int32
+    raise UserError(f"shard {shard.index} holds {corpus.tokens.size:,} tokens; use a smaller --shard_size")
   parts = []
   for dupe_round in range(cfg.dupe_factor):
     rng = random.Random(sharding.shard_seed(cfg.random_seed, shard.index, dupe_round, sharding.PAIRS))
     order = list(range(corpus.num_documents))
     rng.shuffle(order)
-    parts.append(instances_lib.create_pairs(corpus, cfg.max_seq_length, cfg.short_seq_prob, cfg.pair_mode, 1,
-                                            rng, pair_stats, shuffle=False, document_order=order,
-                                            google_exact=cfg.google_exact))
-  pairs = _concat_pairs(parts)
+    part = instances_lib.create_pairs(corpus, cfg.max_seq_length, cfg.short_seq_prob, cfg.pair_mode, 1, rng,
+                                      pair_stats, shuffle=False, document_order=order, google_exact=cfg.google_exact)
+    parts.append(instances_lib.Pairs(*(getattr(part, f.name).astype(np.int32)
+                                       for f in dataclasses.fields(instances_lib.Pairs))))
+    del part
+  pairs = _concat_pairs(parts, sharding.shard_seed(cfg.random_seed, shard.index, 0, sharding.SHUFFLE))
   del parts
-  pairs = pairs.take(np.random.default_rng(
-      sharding.shard_seed(cfg.random_seed, shard.index, 0, sharding.SHUFFLE)).permutation(len(pairs)))
   special = instances_lib.special_ids_from_vocab(tokenizer.vocab)
   masker = _masker(tokenizer, cfg)
   np_rng = np.random.default_rng(sharding.shard_seed(cfg.random_seed, shard.index, 0, sharding.MASKS))
