@@ -88,6 +88,52 @@ def test_c3_bad_answer_and_multiple_choice_jsonl(tmp_path):
   assert [e.label for e in es] == [1, 0] and es[1].id == "q2" and es.skipped.total == 1
 
 
+def _rows(tok, f, i):
+  inv = {v: k for k, v in tok.vocab.items()}
+  return ["".join(inv[x] for x in f["input_ids"][i, c] if x) for c in range(f["input_ids"].shape[1])]
+
+
+def test_multiple_choice_packing_never_cuts_the_choice(tok):
+  # Issue 25: Google's pair truncation pops from the longer of context and question+choice, so a long
+  # question with a short passage lost the END of question+choice -- the choice. Both rows were then
+  # identical and scored the same whatever the passage.
+  from bert_jax.finetune.tasks.multiple_choice import MultipleChoiceExample
+  task = get_task("multiple_choice")
+  ex = [MultipleChoiceExample("a", context="这本书很好。", question="中国的首都是北京，上海是城市，这本书怎么样？",
+                              choices=["很好", "不好"], label=0),
+        MultipleChoiceExample("b", context="", question="中国的首都是北京，上海是城市，这本书怎么样？",
+                              choices=["很好", "不好"], label=1)]
+  f = task.featurize(ex, tok, 16)   # room 13 with a context: question+choice (24 tokens) may take 6
+  a0, a1 = _rows(tok, f, 0)
+  assert a0 != a1 and a0.endswith("很好[SEP]") and a1.endswith("不好[SEP]")
+  assert a0.startswith("[CLS]这本书很好。[SEP]"[:len("[CLS]") + 6])     # the passage keeps half the room
+  assert f["segment_ids"][0, 0].tolist()[:8] == [0] * 8 and f["input_mask"][0].sum(axis=1).tolist() == [16, 16]
+  b0, b1 = _rows(tok, f, 1)          # no context: [CLS] question choice [SEP], the question is cut
+  assert b0.endswith("很好[SEP]") and b1.endswith("不好[SEP]") and b0[:-len("很好[SEP]")] == b1[:-len("不好[SEP]")]
+  assert not f["segment_ids"][1].any()
+
+
+def test_multiple_choice_packing_cuts_a_long_passage_and_keeps_question_and_choice(tok):
+  from bert_jax.finetune.tasks.multiple_choice import pack_choice
+  ids, seg = pack_choice(list(range(100, 140)), [7, 8, 9], [5, 6], 1, 2, 16)
+  assert ids == [1] + list(range(100, 108)) + [2, 7, 8, 9, 5, 6, 2] and seg == [0] * 10 + [1] * 6
+  # Room 13, question+choice limited to 13 - 6 = 7 tokens: question first, then choice.
+  ids, seg = pack_choice([100] * 40, list(range(10, 20)), [5, 6, 4], 1, 2, 16)
+  assert ids == [1] + [100] * 6 + [2] + [10, 11, 12, 13, 5, 6, 4, 2] and sum(seg) == 8
+  assert pack_choice([], [7], [5, 6], 1, 2, 4) == ([1, 5, 6, 2], [0, 0, 0, 0])   # a choice that overflows
+
+
+def test_multiple_choice_jsonl_refuses_a_misnamed_passage_field(tmp_path):
+  # Read as "", a "passage" (RACE: "article") key gave every question the same rows: the reported symptom.
+  row = {"passage": "北京是中国的首都。", "question": "中国的首都是？", "choices": ["上海", "北京"], "label": 1}
+  (tmp_path / "train.jsonl").write_text(json.dumps(row, ensure_ascii=False) + "\n", "utf-8")
+  with pytest.raises(TaskDataError, match=r"train.jsonl:1: missing field.*'context'.*passage"):
+    get_task("multiple_choice").read("train", str(tmp_path))
+  row = {"context": "", "question": "中国的首都是？", "choices": ["上海", "北京"], "label": 1}
+  (tmp_path / "train.jsonl").write_text(json.dumps(row, ensure_ascii=False) + "\n", "utf-8")
+  assert get_task("multiple_choice").read("train", str(tmp_path))[0].context == ""
+
+
 def test_pooling_is_mask_aware():
   rng = np.random.default_rng(0)
   x = rng.normal(size=(2, 5, 3)).astype(np.float32)

@@ -6,8 +6,8 @@ JSONL files `train.jsonl` / `dev.jsonl` / `test.jsonl` in data_dir, one object p
 "" (SWAG-style tasks). C3's own JSON is read by tasks/c3.py into the same examples.
 
 Features (`convert_examples_to_features`), C = the most choices of any example of the split:
-  input_ids, input_mask, segment_ids  int32 [N, C, T]  [CLS] context [SEP] question + " " + choice [SEP]
-                                                       (Google's pair truncation: the longer side loses tokens)
+  input_ids, input_mask, segment_ids  int32 [N, C, T]  [CLS] context [SEP] question choice [SEP]
+                                                       (pack_choice: the choice is never cut; see there)
   choice_mask    int32 [N, C]  1 for real choices, 0 for padding (those rows are all zeros; the head masks them)
   label_ids      int32 [N]     index of the right choice, -1 when unlabelled
   example_index  int32 [N]
@@ -88,8 +88,15 @@ def read_jsonl(path: str, split: str = "train", on_error: str = "raise") -> comm
       except (TypeError, ValueError):
         bad(path, n, "bad label", f"label {label!r} is not a choice index")
         continue
-    ex = MultipleChoiceExample(guid=f"{path}:{n}", context=str(obj.get("context") or ""),
-                               question=str(obj.get("question") or ""), choices=list(choices), label=label,
+    # An absent key is a misnamed field ("passage", "article"), not an empty one: read as "", every question
+    # would get the same rows whatever its passage (issue 25's symptom). "" is written out when meant.
+    missing = [k for k in ("context", "question") if not isinstance(obj.get(k), str)]
+    if missing:
+      bad(path, n, "missing field", f"{missing[0]!r} must be a string (\"\" for none); the object has "
+          f"{sorted(obj)}")
+      continue
+    ex = MultipleChoiceExample(guid=f"{path}:{n}", context=obj["context"],
+                               question=obj["question"], choices=list(choices), label=label,
                                id=str(obj["id"]) if obj.get("id") is not None else str(len(examples)))
     if check_example(ex, bad, path, n):
       examples.append(ex)
@@ -100,6 +107,29 @@ def read_split(data_dir: str, split: str, on_error: str = "raise") -> common.Exa
   stems = {"dev": ("dev", "validation", "valid")}.get(split, (split,))
   path = common.find_file(data_dir, [s + ".jsonl" for s in stems], f"multiple-choice {split}")
   return read_jsonl(path, split, on_error)
+
+
+def pack_choice(context_ids: List[int], question_ids: List[int], choice_ids: List[int], cls_id: int,
+                sep_id: int, max_seq_length: int):
+  """(input_ids, segment_ids) of one choice row, [CLS] context [SEP] question choice [SEP] (segment 1 from the
+  question on), or [CLS] question choice [SEP] without a context; not padded.
+
+  The choice is what the row scores, so it is cut last. Google's pair truncation (pop from the longer of
+  context and question+choice) cuts the END of question+choice whenever that side is the longer one, which is
+  the choice: two choices then give identical rows and identical probabilities whatever the passage. Here
+  question+choice take at most half the room while the context needs it (the context keeps its beginning,
+  as Google's), the question is cut before the choice, and the choice itself only when it alone overflows.
+  """
+  q, c = list(question_ids), list(choice_ids)
+  room = max_seq_length - (3 if context_ids else 2)
+  b_room = room - min(len(context_ids), room // 2)
+  if len(q) + len(c) > b_room:
+    c = c[:b_room]
+    q = q[:b_room - len(c)]
+  a = list(context_ids)[:room - len(q) - len(c)]
+  if not context_ids:
+    return [cls_id] + q + c + [sep_id], [0] * (len(q) + len(c) + 2)
+  return ([cls_id] + a + [sep_id] + q + c + [sep_id], [0] * (len(a) + 2) + [1] * (len(q) + len(c) + 1))
 
 
 def convert_examples_to_features(examples: Sequence[MultipleChoiceExample], tokenizer,
@@ -113,8 +143,8 @@ def convert_examples_to_features(examples: Sequence[MultipleChoiceExample], toke
   cls_id, sep_id = common.special_ids(tokenizer)
   batch = tokenization.fast_batch_tokenizer(tokenizer)
   ctx_ids = batch.encode_batch([e.context for e in examples])
-  pairs = [(e.question + " " + c).strip() for e in examples for c in e.choices]
-  pair_ids = batch.encode_batch(pairs)
+  question_ids = batch.encode_batch([e.question for e in examples])
+  choice_ids = batch.encode_batch([c for e in examples for c in e.choices])
   n, t = len(examples), max_seq_length
   ids = np.zeros((n, num_choices, t), np.int32)
   mask = np.zeros_like(ids)
@@ -124,13 +154,8 @@ def convert_examples_to_features(examples: Sequence[MultipleChoiceExample], toke
   k = 0
   for i, e in enumerate(examples):
     for c in range(len(e.choices)):
-      a = ctx_ids[i]
-      b = pair_ids[k]
+      row, srow = pack_choice(ctx_ids[i], question_ids[i], choice_ids[k], cls_id, sep_id, t)
       k += 1
-      if a:
-        row, srow = common.pack_pair(a, b, cls_id, sep_id, t)
-      else:   # no context: [CLS] question choice [SEP]
-        row, srow = common.pack_pair(b, None, cls_id, sep_id, t)
       ids[i, c, :len(row)] = row
       seg[i, c, :len(row)] = srow
       mask[i, c, :len(row)] = 1
