@@ -195,3 +195,18 @@ def test_preset_albert_is_factorised_shared_and_sop():
   shapes = mapping.expected_shapes(cfg.replace(max_position_embeddings=512), targets=("mlm", "sop"))
   n = sum(int(np.prod(shape)) for shape, _ in shapes.values())
   assert 11e6 < n < 13e6, n
+
+
+@pytest.mark.slow   # traces ALBERT-base's init (eval_shape, ~1-3 s)
+@pytest.mark.parametrize("name", ["albert-base-v2", "voidful/albert_chinese_tiny"])
+def test_zoo_albert_entries_count_the_parameters_of_the_model_they_convert_to(name):
+  from bert_jax.pretrained import zoo
+  x = zoo.REGISTRY[name]
+  assert x.kind == "albert" and "import-hf" in x.how_to_convert()
+  cfg = BertConfig(vocab_size=x.vocab_size, hidden_size=x.hidden, num_hidden_layers=x.layers,
+                   num_attention_heads=x.heads, intermediate_size=x.intermediate, embedding_size=x.embedding_size,
+                   share_layers=True, max_position_embeddings=x.max_positions)
+  shapes = mapping.expected_shapes(cfg, targets=("mlm", "sop"))
+  assert x.params == sum(int(np.prod(shape)) for shape, _ in shapes.values())
+  if name == "albert-base-v2":   # AlbertModel as transformers counts it (11,683,584) + the MLM and SOP heads
+    assert x.params == 11_683_584 + (768 * 128 + 128) + 2 * 128 + 30000 + (2 * 768 + 2)

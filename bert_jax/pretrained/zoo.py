@@ -37,8 +37,8 @@ class ZooEntry:
   hf_repo: Optional[str] = None  # a Hugging Face copy of the same weights, where one exists
   max_positions: int = 512
   note: str = ""
-  kind: str = "bert"            # bert | electra-discriminator | electra-generator (KINDS)
-  embedding_size: int = 0       # ELECTRA's embedding width E (0: = hidden)
+  kind: str = "bert"            # bert | electra-discriminator | electra-generator | albert (KINDS)
+  embedding_size: int = 0       # ELECTRA's / ALBERT's embedding width E (0: = hidden)
   intermediate_size: int = 0    # FFN width (0: 4 x hidden)
 
   @property
@@ -58,6 +58,10 @@ class ZooEntry:
       heads = (H * H + H) + (H + 1)                                     # dense + dense_prediction
     elif self.kind == "electra-generator":
       heads = (H * E + E) + 2 * E + V                                   # dense H -> E, LayerNorm, lm-head bias
+    elif self.kind == "albert":   # AlbertForPreTraining: always the E -> H projection, one shared layer
+      embeddings += 0 if E != H else E * H + H
+      L = 1
+      heads = (H * H + H) + (H * E + E) + 2 * E + V + (2 * H + 2)    # pooler, MLM H -> E + LN + bias, SOP
     else:
       heads = (H * H + H) + (H * H + H) + 2 * H + V + (2 * H + 2)   # pooler, MLM transform + LN + bias, NSP
     return embeddings + L * layer + heads
@@ -96,6 +100,13 @@ def _electra(repo, L, H, E, V, language, corpus, note=""):
   if E != H:
     note = (note + "; " if note else "") + f"factorised embeddings E={E} (needs model.embedding_size)"
   return ZooEntry(repo, L, H, H // 64, V, language, corpus, False, "hf", f"{HF}/{repo}", note=note, kind=kind,
+                  embedding_size=E)
+
+
+def _albert(name, repo, L, H, A, V, language, corpus, cased=False, note="", E=128):
+  """An ALBERT folder on the Hub (AlbertForPreTraining or AlbertModel; import-hf reads model_type "albert"):
+  factorised embeddings E, one layer shared by all, an SOP head. FFN 4H."""
+  return ZooEntry(name, L, H, A, V, language, corpus, cased, "hf", f"{HF}/{repo}", note=note, kind="albert",
                   embedding_size=E)
 
 
@@ -196,6 +207,27 @@ def _build() -> Dict[str, ZooEntry]:
       _electra("hfl/chinese-electra-180g-small-ex-discriminator", 24, 256, 128, 21128, "Chinese", c180),
       _electra("hfl/chinese-electra-180g-base-discriminator", 12, 768, 768, 21128, "Chinese", c180),
       _electra("hfl/chinese-electra-180g-large-discriminator", 24, 1024, 1024, 21128, "Chinese", c180),
+  ]
+  # ALBERT (Lan et al. 2020; google-research/albert), v2: no dropout, trained longer. The English models use a
+  # 30,000-piece SentencePiece vocab: import-hf writes its pieces to vocab.txt (ids line up) but this package
+  # tokenizes WordPiece only, so text must be tokenized with SentencePiece (transformers' AlbertTokenizer).
+  spm = "SentencePiece vocab: tokenize with AlbertTokenizer (our WordPiece tokenizer does not segment alike)"
+  e += [
+      _albert("albert-base-v2", "albert/albert-base-v2", 12, 768, 12, 30000, "English", _WIKI_BOOKS, note=spm),
+      _albert("albert-large-v2", "albert/albert-large-v2", 24, 1024, 16, 30000, "English", _WIKI_BOOKS, note=spm),
+      _albert("albert-xlarge-v2", "albert/albert-xlarge-v2", 24, 2048, 16, 30000, "English", _WIKI_BOOKS,
+              note=spm),
+      _albert("albert-xxlarge-v2", "albert/albert-xxlarge-v2", 12, 4096, 64, 30000, "English", _WIKI_BOOKS,
+              note=spm),
+  ]
+  # Chinese ALBERTs (brightmart/albert_zh, converted to transformers by voidful): BERT's Chinese WordPiece vocab
+  # (vocab.txt, BertTokenizer): fully supported. Shapes as published there; import-hf reads config.json anyway.
+  zh = "brightmart/albert_zh: 30 GB Chinese (encyclopedia, news, forums)"
+  e += [
+      _albert("voidful/albert_chinese_tiny", "voidful/albert_chinese_tiny", 4, 312, 12, 21128, "Chinese", zh,
+              note="WordPiece vocab.txt (BertTokenizer); character-level"),
+      _albert("voidful/albert_chinese_base", "voidful/albert_chinese_base", 12, 768, 12, 21128, "Chinese", zh,
+              note="WordPiece vocab.txt (BertTokenizer); character-level"),
   ]
   return {x.name: x for x in e}
 
