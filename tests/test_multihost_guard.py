@@ -140,3 +140,38 @@ def test_committed_checkpoints_exclude_a_half_written_save(tmp_path):
     (tmp_path / name).mkdir()
   assert watchdog.complete_checkpoint_steps(str(tmp_path)) == [10, 20]
   assert watchdog.complete_checkpoint_steps(str(tmp_path / "missing")) == []
+
+
+FIRE = r'''
+import sys, time
+from bert_jax.training import watchdog
+s = watchdog.GuardSettings(10.0, True, 10.0, 0.5, 0.0, 0.0, 0.0, None)
+g = watchdog.HostGuard(s, sys.argv[1], process_index=0, process_count=1)
+g.at_exit(lambda: open(sys.argv[2], "w").write("released"))
+g.start()
+g.enter("data", 6)
+def stuck_in_the_data_iterator():
+  time.sleep(60)
+stuck_in_the_data_iterator()
+'''
+
+
+@pytest.mark.slow
+def test_a_stall_prints_the_stacks_then_one_line_and_exits_75_after_the_exit_hooks(tmp_path):
+  import os
+  import subprocess
+  import sys
+  (tmp_path / "ckpt" / "10").mkdir(parents=True)
+  (tmp_path / "ckpt" / "20.orbax-checkpoint-tmp-5").mkdir()
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  start = time.monotonic()
+  proc = subprocess.run([sys.executable, "-c", FIRE, str(tmp_path / "ckpt"), str(tmp_path / "hook")], cwd=repo,
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == RETRYABLE_EXIT_CODE, proc.stderr
+  assert time.monotonic() - start < 60
+  err = proc.stderr.strip().splitlines()
+  assert "in stuck_in_the_data_iterator" in proc.stderr and "host-guard-check" not in err[-1]
+  assert err[-1].startswith("error: host 0 of 1 stalled in data at step 7: no step finished for 1 s (watchdog "
+                            "limit 0 s; thread stacks above); newest complete checkpoint: step 10; restart all "
+                            "hosts to resume"), err[-1]
+  assert (tmp_path / "hook").read_text() == "released"

@@ -111,7 +111,7 @@ def run_plan(plan: PretrainPlan) -> Dict[str, Any]:
   lock = workdir_lib.WorkdirLock(plan.workdir, kind="pretrain").acquire()   # before anything writes or cleans
   try:
     compile_cache.enable(plan.compilation_cache_dir)
-    return _train(plan)
+    return _train(plan, lock)
   finally:
     lock.release()
 
@@ -254,7 +254,7 @@ class _Run:
   last: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-def _train(plan: PretrainPlan) -> Dict[str, Any]:
+def _train(plan: PretrainPlan, lock: workdir_lib.WorkdirLock) -> Dict[str, Any]:
   """Set-up, the phases, the end; the work-dir lock is held."""
   log.info("plan (%s):\n%s", fileio.join(plan.workdir, PLAN_NAME), plan.describe())
   plan.save()
@@ -268,7 +268,9 @@ def _train(plan: PretrainPlan) -> Dict[str, Any]:
   train_step = ts.make_train_step(plan, model, tx, mesh, shardings)
   # Dead or stuck hosts end the run with one line and exit 75 (training/watchdog.py); from here on, since
   # start-up (restore, compile, the first batch) can hang on a peer too.
-  guard = watchdog.HostGuard(plan.guard, ckpt.directory).start()
+  guard = watchdog.HostGuard(plan.guard, ckpt.directory)
+  guard.at_exit(lock.release)
+  guard.start()
   outcome = "failed"
   try:
     step, last = _run_phases(plan, ckpt, model, mesh, tx, train_step, abstract, shardings, batch_sharding,

@@ -219,6 +219,12 @@ class HostGuard:
     self._stop = threading.Event()
     self._fired = threading.Lock()
     self._threads = []
+    self._at_exit = []
+
+  def at_exit(self, fn) -> None:
+    """`fn()` runs (best effort) before the guard ends the process: the work-dir lock's release, so that a
+    restart on another machine (a requeued SLURM job) is not refused for 300 s by a lock nobody holds."""
+    self._at_exit.append(fn)
 
   # -- the main thread's reports --
   def enter(self, phase: str, step: Optional[int] = None) -> None:
@@ -389,6 +395,11 @@ class HostGuard:
         err.write(f"host guard: every thread's stack on host {self.index} of {self.count}:\n")
         err.flush()
         faulthandler.dump_traceback(file=err, all_threads=True)
+      for fn in self._at_exit:
+        try:
+          fn()
+        except Exception:  # noqa: BLE001 - exiting anyway; a stale lock is taken over later
+          pass
       if self.multi_host and self._client is not None and "(reported by host" not in message:
         try:
           self._publish(exit=message)
