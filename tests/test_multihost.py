@@ -182,7 +182,8 @@ def test_the_hosts_read_disjoint_documents_and_together_all_of_them(corpus):
       docs |= {vocab[t] for t in np.unique(first) if vocab[t].startswith("doc")}
     seen.append(docs)
   assert not seen[0] & seen[1]
-  assert len(seen[0] | seen[1]) >= DOCS * 0.9
+  assert min(len(seen[0]), len(seen[1])) >= DOCS * 0.3     # each host reads its half (a document's marker
+  assert len(seen[0] | seen[1]) >= DOCS * 0.6              # shows only when its first line opens segment A)
 
 
 # ---- the fault chain --------------------------------------------------------------------------------------
