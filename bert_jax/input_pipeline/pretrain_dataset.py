@@ -473,7 +473,7 @@ def make_pretraining_dataset(
   if mode == "static":
     detail = "; data.masked_lm_prob and the masking strategy do not apply"
   else:
-    kind = {"span": f"spans of whole words (geometric p={span_geo_p}, at most {span_max_length})",
+    kind = {"span": f"spans of whole words, geometric p={span_geo_p}, at most {span_max_length}",
             "whole_word": "whole words"}.get(masking_strategy, "whole words" if stored_cont else "")
     pieces = "jieba" if chinese_whole_word_mask and not stored_cont else "## pieces"
     if masking_strategy == "token":
