@@ -210,3 +210,23 @@ def test_zoo_albert_entries_count_the_parameters_of_the_model_they_convert_to(na
   assert x.params == sum(int(np.prod(shape)) for shape, _ in shapes.values())
   if name == "albert-base-v2":   # AlbertModel as transformers counts it (11,683,584) + the MLM and SOP heads
     assert x.params == 11_683_584 + (768 * 128 + 128) + 2 * 128 + 30000 + (2 * 768 + 2)
+
+
+@pytest.mark.parametrize("scan", [False, True], ids=["unrolled", "scanned"])
+def test_albert_parameters_carry_logical_axes_that_map_onto_the_mesh(scan):
+  """Every ALBERT parameter has logical names of its own rank, the default rules map them onto distinct mesh
+  axes, and the shared layer has no `layers` axis (it is one set of weights, scanned or not)."""
+  from bert_jax.models import axes
+  config = _tiny(scan_layers=scan)
+  boxed = jax.eval_shape(BertForPreTraining(config, targets=("mlm", "sop")).init, jax.random.key(0),
+                         *dummy_inputs(config))["params"]
+  specs = flax.traverse_util.flatten_dict(flax.core.unfreeze(flax.linen.get_partition_spec(boxed)))
+  shapes = flax.traverse_util.flatten_dict(flax.core.unfreeze(flax.linen.unbox(boxed)))
+  rules = dict(axes.DEFAULT_RULES)
+  for path, spec in specs.items():
+    assert spec is not None and len(spec) == len(shapes[path].shape), path
+    mesh_axes = [a for name in spec if name is not None for a in np.atleast_1d(rules.get(name) or ())]
+    assert len(mesh_axes) == len(set(mesh_axes)), (path, spec)
+    assert axes.LAYERS not in spec, path
+  assert tuple(specs[("bert", "embeddings", "projection", "kernel")]) == (None, axes.EMBED)
+  assert tuple(specs[("bert", "embeddings", "word_embeddings", "embedding")]) == (axes.VOCAB, axes.EMBED)
