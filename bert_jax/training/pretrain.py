@@ -308,6 +308,7 @@ def _run_phases(plan, ckpt, model, mesh, tx, train_step, abstract, shardings, ba
       opened = None
       data = guard.wrap_data(data, step + (2 if first is not None else 1))
       log.info("%s: starting at step %d (batch %d of this phase)", phase, step, step - phase.start)
+      guard.barrier(f"phase{phase.index}_step{step}")     # hosts start the phase's first collective together
       state, step = _train_phase(run, phase, state, step, data, first)
     guard.enter("finish")
     ckpt.wait()

@@ -252,6 +252,14 @@ class HostGuard:
     """Progress that is not a step (an evaluation batch, a checkpoint written)."""
     self._last_progress = time.monotonic()
 
+  def barrier(self, name: str) -> None:
+    """Every host waits here (the coordination service's barrier, not a collective), up to the compile
+    allowance plus the floor. Before a phase's first step: gloo gives a new communicator's set-up only 30 s
+    for every host to arrive (`Gloo context initialization failed: DEADLINE_EXCEEDED`), and hosts that
+    tokenized their data at different speeds can be further apart than that."""
+    if self.multi_host and self._client is not None:
+      self._client.wait_at_barrier(f"bert_jax/{name}", int(1000 * (self.settings.compile_s + self.settings.min_s)))
+
   def wrap_data(self, data, next_step: int):
     """`data`, or with the stall_data fault on this host, an iterator that blocks at the fault's step."""
     f = self.settings.fault
@@ -421,6 +429,7 @@ class HostGuard:
              type(error).__name__, str(error).splitlines()[0][:200] if str(error) else "",
              self.settings.heartbeat_timeout_s)
     self.enter("failed-step")
+    self._last_progress = time.monotonic()      # the watchdog gives the heartbeat verdict its time first
     deadline = time.monotonic() + self.settings.heartbeat_timeout_s + 2 * self.beat_s + 1
     while time.monotonic() < deadline:
       time.sleep(0.25)
