@@ -230,3 +230,13 @@ def test_albert_parameters_carry_logical_axes_that_map_onto_the_mesh(scan):
     assert axes.LAYERS not in spec, path
   assert tuple(specs[("bert", "embeddings", "projection", "kernel")]) == (None, axes.EMBED)
   assert tuple(specs[("bert", "embeddings", "word_embeddings", "embedding")]) == (axes.VOCAB, axes.EMBED)
+
+
+def test_albert_flops_count_the_projection_and_the_narrow_mlm_head():
+  from bert_jax.training import flops
+  bert = BertConfig.from_size("base", vocab_size=30000)
+  albert = bert.replace(embedding_size=128, share_layers=True)
+  t, p, h, e, v = 512, 20, 768, 128, 30000
+  diff = flops.flops_per_sequence(bert, t, p, ("mlm", "sop")) - flops.flops_per_sequence(albert, t, p, ("mlm", "sop"))
+  # Same encoder FLOPs (a shared layer is still applied 12 times); the MLM head shrinks, the projection is added.
+  assert diff == 6.0 * p * (h * h + h * v) - 6.0 * p * (h * e + e * v) - 6.0 * t * e * h

@@ -4,7 +4,11 @@ Model FLOPs per sequence (forward + backward = 3 x forward, 2 FLOPs per multiply
   6 x encoder params x T                           all dense layers of the encoder stack
   + 12 x L x T^2 x H                               attention scores QK^T and probs x V (fwd 4 T^2 H per layer)
   + 6 x P x (H^2 + H x V)                          MLM head (transform + tied decoder) on the P predicted
-                                                   positions only (P = max_predictions_per_seq)
+                                                   positions only (P = max_predictions_per_seq); with
+                                                   factorised embeddings (ALBERT, E = embedding_size)
+                                                   6 x P x (H x E + E x V), plus 6 x T x E x H for the
+                                                   E -> H projection. Shared layers (share_layers) cost
+                                                   the same FLOPs as separate ones: each is applied.
   + 6 x (H^2 + 2H)                                 pooler + NSP/SOP classifier on [CLS]
 Embedding lookups, LayerNorm, softmax and GELU are not counted (the usual MFU convention).
 
@@ -52,12 +56,14 @@ def encoder_params(cfg: BertConfig) -> int:
 
 def flops_per_sequence(cfg: BertConfig, seq_len: int, num_predictions: int,
                        targets: Sequence[str] = ("mlm", "nsp")) -> float:
-  h, v, layers = cfg.hidden_size, cfg.vocab_size, cfg.num_hidden_layers
+  h, v, layers, e = cfg.hidden_size, cfg.vocab_size, cfg.num_hidden_layers, cfg.embedding_width
   flops = 6.0 * encoder_params(cfg) * seq_len + 12.0 * layers * seq_len ** 2 * h
+  if cfg.factorised_embeddings:
+    flops += 6.0 * seq_len * e * h
   if "mlm" in targets:
-    flops += 6.0 * num_predictions * (h * h + h * v)
+    flops += 6.0 * num_predictions * (h * e + e * v)
   if "lm" in targets:
-    flops += 6.0 * seq_len * (h * h + h * v)
+    flops += 6.0 * seq_len * (h * e + e * v)
   if "nsp" in targets or "sop" in targets:
     flops += 6.0 * (h * h + 2 * h)
   return flops
