@@ -83,12 +83,15 @@ def base_config(data_dir: str, task: str, size: str, init: str, vocab: str, s: d
   return c
 
 
-def run_sweeps(store: Store, workdir: str, data_dir: str, arms: Dict[str, Dict[str, str]], s: dict, tasks: List[str]):
+def run_sweeps(store: Store, workdir: str, data_dir: str, arms: Dict[str, Dict[str, str]], s: dict, tasks: List[str],
+               only_arms: str = ""):
   from bert_jax.finetune import sweep
   vocab = os.path.join(data_dir, "vocab.txt")
   out = store.data.setdefault("sweeps", {})
   for size in s["sizes"]:
     for arm, init in [("none", "")] + sorted(arms.get(size, {}).items()):
+      if only_arms and arm not in only_arms.split(","):
+        continue
       for task in tasks:
         key = f"{task}/{size}/{arm}"
         print(f"[sweep] {key}", flush=True)
@@ -409,6 +412,7 @@ def main(argv=None) -> int:
   p.add_argument("--pretrained", action="append", default=[], help="SIZE:NAME=DIR, an existing pre-training dir")
   p.add_argument("--stages", default="data,baselines,pretrain,sweeps,stability,timing,report")
   p.add_argument("--tasks", default="sentiment,ner,qa")
+  p.add_argument("--arms", default="", help="only these arms of the sweeps stage (none, budget names)")
   p.add_argument("--stability_fields", default="", help="only these stability fields (default: all)")
   p.add_argument("--merge", default="", help="other work dirs whose tables.json join the report (stages run "
                  "as parallel processes, each with its own work dir)")
@@ -444,7 +448,7 @@ def main(argv=None) -> int:
     size, name = key.split("/")
     arms.setdefault(size, {})[name] = r["dir"]
   if "sweeps" in stages:
-    run_sweeps(store, args.workdir, data_dir, arms, s, tasks)
+    run_sweeps(store, args.workdir, data_dir, arms, s, tasks, args.arms)
   if "timing" in stages:
     run_step_timing(store, data_dir, s)
     run_timing(store, args.workdir, data_dir, s)
