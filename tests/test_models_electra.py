@@ -187,7 +187,7 @@ def test_train_py_electra_checkpoints_resumes_and_fine_tuning_loads_the_discrimi
            "--config.targets=('electra',)", "--config.data.pack_sequences=true", f"--config.num_train_steps={steps}",
            "--config.checkpoint_every_steps=4", "--config.log_every_steps=4", "--config.progress_bar=false",
            "--config.grad_accum_steps=2", *extra]
-    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     return r
 
@@ -203,3 +203,31 @@ def test_train_py_electra_checkpoints_resumes_and_fine_tuning_loads_the_discrimi
   assert {"generator", "discriminator_predictions"} <= set(saved)
   loaded = load_pretrained(str(workdir))          # what fine-tuning and predict features start from
   assert_trees_close(loaded.params["bert"], saved["bert"], rtol=0, atol=0)
+  # predict features = the discriminator's mean-pooled sequence output
+  from bert_jax.predict import FeatureExtractor
+  from bert_jax.models.electra import ElectraDiscriminator
+  feats = FeatureExtractor(str(workdir), pooling="mean").encode(["the cat sat on the mat ."])
+  assert feats.shape == (1, loaded.config.hidden_size) and np.all(np.isfinite(feats))
+  # export-hf writes the discriminator as an ElectraForPreTraining that transformers loads with the same logits
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  from bert_jax.convert.__main__ import main as convert_main
+  assert convert_main(["export-hf", f"--input={workdir}", f"--output={tmp_path / 'hf'}"]) == 0
+  hf_model, info = transformers.ElectraForPreTraining.from_pretrained(str(tmp_path / "hf"), output_loading_info=True)
+  assert not info["missing_keys"] and not info["unexpected_keys"], info
+  ids = np.array([[2, 7, 8, 9, 10, 3]], np.int32)
+  ours = ElectraDiscriminator(loaded.config.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)).apply(
+      {"params": {k: loaded.params[k] for k in ("bert", "discriminator_predictions")}}, ids, np.ones_like(ids))
+  with torch.no_grad():
+    ref = hf_model.eval()(input_ids=torch.tensor(ids, dtype=torch.long)).logits.numpy()
+  np.testing.assert_allclose(np.asarray(ours["disc_logits"]), ref, atol=1e-4)
+
+
+def test_electra_training_flops_count_the_generator_by_hand():
+  from bert_jax.training import flops
+  disc = BertConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=1, intermediate_size=16)
+  gen = electra.generator_config(disc, ElectraSettings(generator_hidden_fraction=0.5))   # H 4, FFN 16
+  assert (gen.hidden_size, gen.intermediate_size) == (4, 16)
+  # T = 4, P = 2. Discriminator: 6 x 600 params x 4 + 12 x 16 x 8 (attention) + head 6 x 4 x (64 + 8) = 17,664.
+  # Generator: 6 x 244 x 4 + 12 x 16 x 4 + MLM head 6 x 2 x (4 x 8 + 8 x 10) + projection 6 x 4 x 8 x 4 = 8,736.
+  assert flops.electra_flops_per_sequence(disc, gen, 4, 2) == 17_664 + 8_736
