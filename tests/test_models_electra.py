@@ -17,6 +17,7 @@ from bert_jax.models import BertConfig, ElectraForPreTraining, ElectraSettings, 
 from bert_jax.models import electra, validate_targets
 from bert_jax.training import sharding
 from bert_jax.training import train_step as ts
+from test_reliability_cli import files  # noqa: F401  (the pytest fixture: a tiny vocab and corpus)
 from test_training_sharding import TINY, assert_trees_close, keep_gradients, make_batch, run_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -231,3 +232,34 @@ def test_electra_training_flops_count_the_generator_by_hand():
   # T = 4, P = 2. Discriminator: 6 x 600 params x 4 + 12 x 16 x 8 (attention) + head 6 x 4 x (64 + 8) = 17,664.
   # Generator: 6 x 244 x 4 + 12 x 16 x 4 + MLM head 6 x 2 x (4 x 8 + 8 x 10) + projection 6 x 4 x 8 x 4 = 8,736.
   assert flops.electra_flops_per_sequence(disc, gen, 4, 2) == 17_664 + 8_736
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"electra.disc_weight": 0.0}, r"config.electra.disc_weight=0.0; expected > 0"),
+    ({"electra.generator_hidden_fraction": 1.5}, r"config.electra.generator_hidden_fraction=1.5; expected > 0 and <= 1"),
+    ({"electra.temperature": -1.0}, r"config.electra.temperature=-1.0; expected > 0"),
+    ({"targets": ("electra", "mlm")}, r"config.targets=.*'electra' .* stands alone"),
+])
+def test_plan_checks_the_electra_fields_naming_them(files, tmp_path, overrides, message):
+  from bert_jax import errors
+  from bert_jax.training.plan import resolve_pretrain
+  from test_reliability_cli import pretrain_config
+  config = pretrain_config(files, targets=("electra",))
+  for key, value in overrides.items():
+    node, (*parents, leaf) = config, key.split(".")
+    for p in parents:
+      node = node[p]
+    node[leaf] = value
+  with pytest.raises(errors.UserError, match=message):
+    resolve_pretrain(config, str(tmp_path / "work"), num_devices=8, process_count=1)
+
+
+def test_plan_resolves_the_electra_settings_and_describes_them(files, tmp_path):
+  from bert_jax.training.plan import resolve_pretrain
+  from test_reliability_cli import pretrain_config
+  plan = resolve_pretrain(pretrain_config(files, targets=("electra",), **{"electra.generator_hidden_fraction": 0.5}),
+                          str(tmp_path / "work"), num_devices=8, process_count=1)
+  assert plan.electra == ElectraSettings(generator_hidden_fraction=0.5)
+  assert "generator H x 0.5, lambda 50" in plan.describe()
+  assert plan.to_dict()["electra"]["disc_weight"] == 50.0
+  assert resolve_pretrain(pretrain_config(files), str(tmp_path / "w2"), num_devices=8, process_count=1).electra is None
