@@ -282,6 +282,7 @@ def _train(plan: PretrainPlan, lock: workdir_lib.WorkdirLock) -> Dict[str, Any]:
   except Exception as e:
     if not isinstance(e, UserError):     # e.g. a collective that lost its peer: name the host, exit 75
       guard.await_verdict(e)
+      guard.fail(e)                      # peers alive: one line, exit 75 (JAX runtime) or 1, no 5-min wait
     raise
   finally:
     guard.stop(outcome)

@@ -55,6 +55,7 @@ import statistics
 import sys
 import threading
 import time
+import traceback
 from collections import deque
 from typing import Dict, Optional
 
@@ -418,6 +419,36 @@ class HostGuard:
       err.flush()
     finally:
       os._exit(RETRYABLE_EXIT_CODE)   # no atexit: jax.distributed.shutdown would wait for the dead peer
+
+  def fail(self, error: BaseException) -> None:
+    """A multi-host run's step raised `error` and every host still looks alive (`await_verdict` returned):
+    its traceback goes to the log, the peers learn (they stop within two beats), and the process ends now,
+    not after `jax.distributed.shutdown` has waited 5 min for peers that wait for it. A JAX runtime error (a
+    collective that timed out or lost a connection) is retryable: one `error:` line, exit 75; anything else
+    is an internal error: exit 1 after its traceback. Single-process runs: returns (the caller re-raises)."""
+    if not self.multi_host:
+      return
+    traceback.print_exception(error, file=self._err())
+    retryable = isinstance(error, jax.errors.JaxRuntimeError)
+    first = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
+    message = (f"host {self.index} of {self.count}: step {self.step + 1} failed ({type(error).__name__}: "
+               f"{first})")
+    self._stop.set()
+    self.enter("failed")
+    if retryable:
+      self.fire(message, dump_stacks=False)
+    for fn in self._at_exit:
+      try:
+        fn()
+      except Exception:  # noqa: BLE001
+        pass
+    try:
+      self._publish()
+    except Exception:  # noqa: BLE001
+      pass
+    self._err().write(f"error: {message}: an internal error, see the traceback above\n")
+    self._err().flush()
+    os._exit(1)
 
   def await_verdict(self, error: BaseException) -> None:
     """The main thread's step failed (`error`, e.g. a collective that lost a peer): wait up to one heartbeat
