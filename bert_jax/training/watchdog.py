@@ -33,6 +33,11 @@ restart or requeue on 75 as on 143. The half-written checkpoint a dying host lea
 directory (`<step>.orbax-checkpoint-tmp-*` locally, no `commit_success.txt` on gs://): never a step, never
 restored, deleted when the next run opens its Checkpointer.
 
+A step that raises while every host still looks alive (`await_verdict`, then `fail`): the traceback, then for
+a JAX runtime error (a collective that timed out) one line and exit 75, else exit 1, at once: no 5-minute
+wait in `jax.distributed.shutdown` for peers that wait for this host. `barrier` (the coordination service's,
+not a collective) lines the hosts up before each phase's first step: gloo gives a new communicator 30 s.
+
 JAX's own coordination-service heartbeat is set to `heartbeat_timeout_s + JAX_HEARTBEAT_MARGIN_S`
 (distributed_init_kwargs): it stays the backstop (SIGABRT) if this process cannot act at all.
 
