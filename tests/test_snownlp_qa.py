@@ -122,3 +122,16 @@ def test_squad_v1_fine_tunes_on_the_built_set(tmp_path):
   dev_ids = {q["id"] for _, q in questions(qa["dev"]["v1.1"])}
   assert set(preds) == dev_ids and all(isinstance(v, str) for v in preds.values())
   assert len(get_task("squad_v2").read("train", data)) == len(questions(qa["train"]["v2.0"]))
+
+
+def test_rule_baseline_answers_with_the_asked_entity_of_the_tags():
+  from experiments import baselines   # the classic baseline of the QA set (crfsuite tags + this rule)
+  context = "新华社记者李鹏到广州、深圳。"
+  tags = ["B-ORG", "I-ORG", "I-ORG", "O", "O", "B-PER", "I-PER", "O", "B-LOC", "I-LOC", "O", "B-LOC", "I-LOC",
+          "O"]
+  ask = {k: v[0] for k, v in snownlp_qa.QUESTION_TEMPLATES.items()}
+  assert baselines.qa_answer(ask[("first", "LOC")], tags, context) == "广州"
+  assert baselines.qa_answer(ask[("last", "LOC")], tags, context) == "深圳"
+  assert baselines.qa_answer(ask[("last", "PER")], tags, context) == "李鹏"
+  assert baselines.qa_answer(ask[("first", "ORG")], ["O"] * len(context), context) == ""
+  assert baselines.qa_answer("这是什么？", tags, context) == ""
