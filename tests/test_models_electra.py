@@ -33,17 +33,29 @@ def init(model, seed=0):
       jax.random.key(seed))
 
 
-def apply(model, params, b, key):
-  """The model's outputs on batch b (jitted: eager dispatch of a whole model costs seconds)."""
-  names = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
-  return jax.jit(lambda p, k, *a: model.apply({"params": p}, *a, rngs={"sample": k}))(
-      params, key, *(jnp.asarray(b[n]) for n in names))
+BATCH = {k: jnp.asarray(v) for k, v in make_batch(batch=8, length=24, preds=5).items()}
 
 
 @pytest.fixture(scope="module")
-def model_and_params():
+def electra_step():
+  """One compiled program (compiles dominate these tests): init, the model's outputs on BATCH with sample key
+  0 (the key the deterministic LossFn uses), the gradient of the discriminator's loss alone, and the LossFn's
+  loss and sums. Returns (params, outputs, disc-loss grads, loss, sums)."""
   model = electra_model()
-  return model, init(model)
+  lf = ts.pretraining_loss(model, ("electra",))
+  names = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+
+  def disc_loss(p, b):
+    out = model.apply({"params": p}, *(b[n] for n in names), rngs={"sample": jax.random.key(0)})
+    return electra.electra_sums(out, b)["disc_loss_sum"], out
+
+  def run(key, b):
+    params = nn.unbox(model.init({"params": key}, *dummy_inputs(model.config))["params"])
+    (_, out), grads = jax.value_and_grad(disc_loss, has_aux=True)(params, b)
+    loss, sums = lf.forward(params, b, None, lf.denominators(b))
+    return params, out, grads, loss, sums
+
+  return jax.jit(run)(jax.random.key(0), BATCH)
 
 
 def test_generator_config_is_the_fraction_of_the_discriminator_with_64_wide_heads():
@@ -63,8 +75,8 @@ def test_electra_stands_alone_among_the_targets():
     validate_targets(("electra", "nsp"))
 
 
-def test_params_put_the_discriminator_where_fine_tuning_looks_and_share_the_embeddings(model_and_params):
-  _, params = model_and_params
+def test_params_put_the_discriminator_where_fine_tuning_looks_and_share_the_embeddings(electra_step):
+  params = electra_step[0]
   assert set(params) == {"bert", "generator", "discriminator_predictions"}
   assert set(params["bert"]) == {"embeddings", "encoder", "pooler"}
   assert "embeddings" not in params["generator"]          # the generator reads bert/embeddings
@@ -74,10 +86,9 @@ def test_params_put_the_discriminator_where_fine_tuning_looks_and_share_the_embe
   assert params["discriminator_predictions"]["dense_prediction"]["kernel"].shape == (64, 1)
 
 
-def test_replacements_land_only_on_masked_positions_and_labels_mark_changed_tokens(model_and_params):
-  model, params = model_and_params
-  b = make_batch(batch=8, length=24, preds=5)
-  out = apply(model, params, b, jax.random.key(3))
+def test_replacements_land_only_on_masked_positions_and_labels_mark_changed_tokens(electra_step):
+  out = electra_step[1]
+  b = {k: np.asarray(v) for k, v in BATCH.items()}
   replaced, labels = np.asarray(out["replaced_ids"]), np.asarray(out["disc_labels"])
   original = b["input_ids"].copy()
   chosen = np.zeros_like(original, bool)
@@ -88,7 +99,6 @@ def test_replacements_land_only_on_masked_positions_and_labels_mark_changed_toke
   np.testing.assert_array_equal(replaced[~chosen], original[~chosen])        # untouched elsewhere
   np.testing.assert_array_equal(labels, (replaced != original) & (b["input_mask"] > 0))
   assert labels[~chosen].sum() == 0 and 0 < labels.sum() <= chosen.sum()
-  # The sampled tokens are the generator's: gathering at the positions gives its samples' ids.
   assert out["generator_logits"].shape == (8, 5, 96) and out["generator_logits"].dtype == jnp.float32
   assert out["disc_logits"].shape == (8, 24) and out["disc_logits"].dtype == jnp.float32
 
@@ -103,26 +113,15 @@ def test_gumbel_samples_follow_the_tempered_softmax():
     np.testing.assert_allclose(freq, want, atol=0.01)
 
 
-def test_no_gradient_flows_from_the_discriminator_loss_into_the_generator(model_and_params):
-  model, params = model_and_params
-  b = {k: jnp.asarray(v) for k, v in make_batch(batch=4, length=16, preds=3).items()}
-
-  def disc_loss(p):
-    out = model.apply({"params": p}, b["input_ids"], b["input_mask"], b["segment_ids"], b["masked_lm_positions"],
-                      b["masked_lm_ids"], b["masked_lm_weights"], rngs={"sample": jax.random.key(1)})
-    return electra.electra_sums(out, b)["disc_loss_sum"]
-
-  grads = jax.jit(jax.grad(disc_loss))(params)
-  assert all(float(jnp.max(jnp.abs(g))) == 0.0 for g in jax.tree.leaves(grads["generator"]))
-  assert float(jnp.max(jnp.abs(grads["bert"]["embeddings"]["word_embeddings"]["embedding"]))) > 0
+def test_no_gradient_flows_from_the_discriminator_loss_into_the_generator(electra_step):
+  grads = jax.device_get(electra_step[2])
+  assert all(np.abs(g).max() == 0.0 for g in jax.tree.leaves(grads["generator"]))
+  assert np.abs(grads["bert"]["embeddings"]["word_embeddings"]["embedding"]).max() > 0
 
 
-def test_loss_is_generator_mlm_plus_lambda_times_token_bce_and_metrics_match_numpy(model_and_params):
-  model, params = model_and_params
-  b = {k: jnp.asarray(v) for k, v in make_batch(batch=4, length=16, preds=3).items()}
-  lf = ts.pretraining_loss(model, ("electra",))
-  loss, sums = jax.jit(lambda p, b: lf.forward(p, b, None, lf.denominators(b)))(params, b)
-  out = apply(model, params, b, jax.random.key(0))
+def test_loss_is_generator_mlm_plus_lambda_times_token_bce_and_metrics_match_numpy(electra_step):
+  _, out, _, loss, sums = electra_step
+  b = BATCH
   logits, ids, w = map(np.asarray, (out["generator_logits"], b["masked_lm_ids"], b["masked_lm_weights"]))
   logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - logits.max(-1, keepdims=True)
   mlm = -(np.take_along_axis(logp, ids[..., None], -1)[..., 0] * w).sum() / w.sum()
