@@ -194,10 +194,10 @@ def test_a_late_resume_skips_whole_files_by_the_manifest_counts(tmp_path):
   files = sorted(str(out / f) for f in os.listdir(out) if f.endswith(".tfrecord"))
   assert len(files) == summary.num_shards >= 8 and not summary.skipped_shards
   assert manifest.record_counts(files) == [manifest.count_tfrecords(f) for f in files]
-  kwargs = dict(batch_size=16, max_seq_length=24, max_predictions_per_seq=4, vocab_file=str(d / "vocab.txt"),
+  kwargs = dict(batch_size=32, max_seq_length=24, max_predictions_per_seq=4, vocab_file=str(d / "vocab.txt"),
                 is_training=True, seed=5, masking="static", shuffle_buffer=16, cycle_length=2,
                 process_index=0, process_count=1)
-  per_epoch = summary.instances // 16
+  per_epoch = summary.instances // 32
   start = per_epoch + per_epoch // 2                 # the middle of the second epoch
   it = pretrain_dataset.make_pretraining_dataset(f"{out}/train-*.tfrecord", **kwargs)
   stream = [next(it) for _ in range(start + 3)]
@@ -205,7 +205,7 @@ def test_a_late_resume_skips_whole_files_by_the_manifest_counts(tmp_path):
   rs = pretrain_dataset._RecordStream(files, True, 5, 0, 1, 16, 2)  # pylint: disable=protected-access
   counts = manifest.record_counts(files)
   order = rs.file_order(1).numpy().tolist()
-  skip, windows = start * 16 - sum(counts), rs.window_counts(counts, 1)
+  skip, windows = start * 32 - sum(counts), rs.window_counts(counts, 1)
   passed = 0
   while skip >= windows[passed]:
     skip -= windows[passed]
