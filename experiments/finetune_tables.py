@@ -71,7 +71,7 @@ def base_config(data_dir: str, task: str, size: str, init: str, vocab: str, s: d
   name, sub = TASKS[task]
   spec = runs.FinetuneSpec(task=name, max_seq_length=64 if task != "qa" else 128, batch_size=32)
   c = runs.finetune_config(os.path.join(data_dir, sub), runs.ModelSpec(size=size), spec, init, vocab)
-  c.do_predict = False
+  c.do_predict = True        # test splits are scored only with do_predict (loop.load_data)
   c.save_best_checkpoint = False
   c.evals_per_epoch = s["evals_per_epoch"]
   c.early_stopping_patience = s["patience"]
@@ -331,14 +331,15 @@ def goals(d: dict) -> List[str]:
   sw, base, tm, out = d.get("sweeps", {}), d.get("baselines", {}), d.get("timing", {}), []
   for key, r in sorted(sw.items()):
     task, size, arm = key.split("/")
-    if arm == "none" or not r["test"]:
-      continue
+    split = "test" if r["test"] else "dev"     # dev where a run scored no test split
     none = sw.get(f"{task}/{size}/none")
-    if none and none["test"]:
-      gap = r["test"]["median"] - none["test"]["median"]
-      spread = max(r["test"]["std"], none["test"]["std"])
+    if arm == "none" or not r[split] or not none or not none[split]:
+      continue
+    if none:
+      gap = r[split]["median"] - none[split]["median"]
+      spread = max(r[split]["std"], none[split]["std"])
       ok = gap > spread
-      out.append(f"- {task}, {size}, pre-trained `{arm}` vs no pre-training: {100 * gap:+.1f} points (test median), "
+      out.append(f"- {task}, {size}, pre-trained `{arm}` vs no pre-training: {100 * gap:+.1f} points ({split} median), "
                  f"seed std {100 * spread:.1f}: " + ("met" if ok else f"missed by {100 * (spread - gap):.1f} points"))
   for key, r in sorted(sw.items()):
     task, size, arm = key.split("/")
