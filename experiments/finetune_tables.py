@@ -370,6 +370,9 @@ def notes(d: dict, s: dict) -> List[str]:
                "preset=budget, 3,000 steps x 32 x 64 tokens, ~8.5 minutes on 2 quiet cores) instead of the two "
                "15/60-minute budgets; BERT-mini was not fine-tuned. The goals on mini, on the full NER split "
                "and on two budgets need the full command.")
+  if any(not r["test"] for r in d.get("sweeps", {}).values()):
+    out.append("- Cells with '–' under test: that run scored only dev (the script had do_predict off, which also "
+               "skips the test split; fixed since), so their comparisons use dev medians.")
   out += ["- Seed spread: the min-max over seeds is the honest error bar of one run; a difference smaller than "
           "it is not a finding. BERT's rule (best dev run) reports a maximum over seeds and grid points, so it "
           "is optimistic by about half the range; the median column is what one run gives.",
