@@ -229,9 +229,10 @@ def test_stall_dead_host_preemption_of_one_host_then_resume_to_the_clean_params(
   assert "Extension modules" not in b.text(0)            # not JAX's SIGABRT (its heartbeat is 30 s later)
   assert any(n.startswith("20.") for n in os.listdir(workdir / "checkpoints"))     # the half-written save
 
-  # C: SIGTERM to host 1 alone, as soon as it has resumed: both stop at one agreed step, save it, exit 143.
+  # C: SIGTERM to host 1 alone, once it has resumed and run its first step: both stop at one agreed step,
+  # save it, exit 143.
   def sigterm_host_1(cluster):
-    assert cluster.wait_for_text(1, "starting at step 10", timeout=400), cluster.text(1)[-3000:]
+    assert cluster.wait_for_text(1, "start-up: ", timeout=400), cluster.text(1)[-3000:]   # after step 11
     cluster.signal(1, signal.SIGTERM)
 
   c, codes = _run(corpus, env, workdir, tmp_path / "c", during=sigterm_host_1)

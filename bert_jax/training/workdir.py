@@ -318,7 +318,11 @@ class StopSignals:
         if self.ckpt.reached_preemption(step):
           self.signum = self.signum or signal.SIGTERM
           return True
-      except Exception:  # noqa: BLE001 - preemption service unavailable
+      except Exception as e:  # noqa: BLE001 - preemption service unavailable
+        if not getattr(self, "_warned", False):
+          log.warning("the preemption sync point is unavailable (%s: %s); SIGTERM will not stop this run "
+                      "cleanly", type(e).__name__, e)
+          self._warned = True
         return False
       return False
     return self.signum is not None
