@@ -216,10 +216,11 @@ cmd_supervise() {
 $(rc_script)") || true
     codes=$(printf '%s\n' "$out" | sed -n 's/^rc=\([^ ]*\).*/\1/p' | sort -u)   # one per line
     if [ "$codes" = 0 ]; then echo "supervise: finished after $restarts restart(s)"; return 0; fi
-    # 75 (a host died or stalled) and 143 (preempted) are retried; 137 (a SIGKILLed host) too, once nothing
-    # runs; any other code (2: a user error, 1: a crash) stops the job.
-    rc=$(printf '%s\n' "$codes" | grep -Evx '0|75|143|137|running|none' | head -n 1 || true)
-    [ -n "$rc" ] || rc=$(printf '%s\n' "$codes" | grep -Ex '75|143' | head -n 1 || true)
+    # 75 (a host died or stalled), 134 (JAX's abort when host 0, its coordinator, is gone) and 143 (preempted)
+    # are retried; 137 (a SIGKILLed host) too, once nothing runs; any other code (2: a user error, 1: a
+    # crash) stops the job.
+    rc=$(printf '%s\n' "$codes" | grep -Evx '0|75|134|143|137|running|none' | head -n 1 || true)
+    [ -n "$rc" ] || rc=$(printf '%s\n' "$codes" | grep -Ex '75|134|143' | head -n 1 || true)
     if [ -z "$rc" ] && [ -z "$(printf '%s\n' "$codes" | grep -x running || true)" ]; then
       rc=$(printf '%s\n' "$codes" | grep -x 137 | head -n 1 || true)
     fi
@@ -229,7 +230,7 @@ $(rc_script)") || true
     on_workers all "$(prelude)
 $(stop_all_script)" || true
     case $rc in
-      75|143|137) ;;
+      75|134|143|137) ;;
       *) echo "supervise: exit $rc is not retryable (2: a user error, 1: a crash); not restarting" >&2
          return "$rc" ;;
     esac
