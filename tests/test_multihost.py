@@ -10,8 +10,9 @@ Launches (each pays TensorFlow's import, tokenization and a compile, so they are
          hosts, exit 75, host 1's log holds every thread's stack and names the stalled phase;
       B. die_in_save@20:1 (host 1 SIGKILLed while checkpoint 20 is written): host 0 prints the one
          `error: host 1 of 2 stopped responding ...` line and exits 75 within the heartbeat timeout;
-      C. SIGTERM to host 1 only: the hosts agree on one step (JAX's preemption sync point), both save it and
-         exit 143; this start resumed from checkpoint 10, not from the half-written 20 (which is gone);
+      C. SIGTERM to host 1 only (after its first resumed step): the hosts agree on one step (JAX's
+         preemption sync point), both save it and exit 143; this start resumed from checkpoint 10, not from
+         the half-written 20 (which is gone);
       D. the restart finishes: final params equal the clean run's.
 The compilation cache is shared by the launches (a restart loads the compiled step, as on a pod).
 """
