@@ -33,19 +33,19 @@ def _perturb(model):
   return model.eval()
 
 
-def _discriminator(vocab_size):
+def _discriminator(vocab_size, embedding_size=H):
   torch.manual_seed(0)
-  cfg = transformers.ElectraConfig(vocab_size=vocab_size, embedding_size=H, hidden_size=H, num_hidden_layers=LAYERS,
+  cfg = transformers.ElectraConfig(vocab_size=vocab_size, embedding_size=embedding_size, hidden_size=H, num_hidden_layers=LAYERS,
                                    num_attention_heads=HEADS, intermediate_size=FFN, max_position_embeddings=MAX_POS)
   return _perturb(transformers.ElectraForPreTraining(cfg))
 
 
-def _generator(vocab_size, embedding_size=H, disc=None):
-  """An ElectraForMaskedLM of width GEN_H; with `disc`, its embeddings are the discriminator's (shared, as
+def _generator(vocab_size, embedding_size=H, disc=None, hidden=GEN_H):
+  """An ElectraForMaskedLM of width `hidden`; with `disc`, its embeddings are the discriminator's (shared, as
   google-research/electra trains them)."""
   torch.manual_seed(2)
-  cfg = transformers.ElectraConfig(vocab_size=vocab_size, embedding_size=embedding_size, hidden_size=GEN_H,
-                                   num_hidden_layers=LAYERS, num_attention_heads=1, intermediate_size=4 * GEN_H,
+  cfg = transformers.ElectraConfig(vocab_size=vocab_size, embedding_size=embedding_size, hidden_size=hidden,
+                                   num_hidden_layers=LAYERS, num_attention_heads=1, intermediate_size=4 * hidden,
                                    max_position_embeddings=MAX_POS)
   gen = _perturb(transformers.ElectraForMaskedLM(cfg))
   if disc is not None:
@@ -85,11 +85,12 @@ def _vocab_size(tiny_vocab):
 
 def test_hf_electra_imports_equal_to_transformers_exports_and_reimports_exactly(tmp_path, tiny_vocab):
   v = _vocab_size(tiny_vocab)
-  ref = _discriminator(v)
+  ref = _discriminator(v, embedding_size=32)            # E 32 < H 64, as ELECTRA-Small's 128 < 256
   folder = _save(ref, tmp_path / "hf", tiny_vocab)
   assert convert_main(["import-hf", f"--input={folder}", f"--output={tmp_path / 'ours'}"]) == 0
   config, params, report = hf_electra.import_hf_electra(folder)
-  assert report.fresh_groups == ["pooler"] and report.loaded == 5 + 16 * LAYERS + 4
+  assert report.fresh_groups == ["pooler"] and report.loaded == 5 + 2 + 16 * LAYERS + 4   # + embeddings_project
+  assert config.embedding_size == 32 and params["bert"]["embeddings"]["projection"]["kernel"].shape == (32, H)
   assert set(params) == {"bert", "discriminator_predictions"}
   ids, mask, seg = _inputs(v)
   ours = jax.jit(ElectraDiscriminator(config).apply)({"params": params}, ids, mask, seg)
@@ -161,8 +162,8 @@ def test_google_electra_tf_checkpoint_imports_generator_and_discriminator(tmp_pa
   tf = pytest.importorskip("tensorflow")
   from test_convert_tf import _write_tf1_checkpoint
   v = _vocab_size(tiny_vocab)
-  disc = _discriminator(v)
-  gen = _generator(v, embedding_size=H, disc=disc)     # generator 32 wide on the shared 64-wide embeddings
+  disc = _discriminator(v, embedding_size=32)           # E 32 -> H 64 (electra/embeddings_project)
+  gen = _generator(v, embedding_size=32, disc=disc, hidden=16)   # Hg 16 on the shared 32-wide embeddings
   variables = _google_names(disc, "electra")
   variables.update({k: a for k, a in _google_names(gen, "generator").items() if "/embeddings/" not in k})
   for name in ("electra/embeddings/word_embeddings", "electra/encoder/layer_1/attention/self/query/kernel",
@@ -181,7 +182,8 @@ def test_google_electra_tf_checkpoint_imports_generator_and_discriminator(tmp_pa
   config_file = tmp_path / "config.json"
   config_file.write_text(json.dumps(disc.config.to_dict()))
   config, generator, params, report = hf_electra.import_tf_electra(prefix, str(config_file), str(tmp_path / "out"))
-  assert (generator.hidden_size, generator.num_hidden_layers) == (GEN_H, LAYERS)
+  assert (generator.hidden_size, generator.num_hidden_layers) == (16, LAYERS)
+  assert "electra/embeddings_project/kernel" in variables and variables["generator/embeddings_project/kernel"].shape == (32, 16)
   assert sorted(report.ignored) == sorted(set(saved) - set(variables))
 
   ids, mask, seg = _inputs(v)

@@ -34,9 +34,10 @@ class BertModel(nn.Module):
     if segment_ids is None:
       segment_ids = jnp.zeros_like(input_ids)
     embeddings = BertEmbeddings(cfg, deterministic=deterministic, name="embeddings")
+    if embeddings_only:   # ELECTRA's generator reads the shared embeddings [B, T, E] and runs its own encoder
+      return {"embedding_output": embeddings(input_ids, segment_ids, project=False),
+              "word_embeddings": embeddings.embedding_table()}
     x = embeddings(input_ids, segment_ids)
-    if embeddings_only:   # ELECTRA's generator reads the shared embeddings and runs its own encoder
-      return {"embedding_output": x, "word_embeddings": embeddings.embedding_table()}
     x = make_encoder(cfg, deterministic)(x, input_mask, causal=causal)
     first = x[:, 0]
     pooled = jnp.tanh(dense(cfg, cfg.hidden_size, (axes.EMBED, axes.MLP), "pooler", bias_axis=axes.MLP)(first))

@@ -60,8 +60,9 @@ def generator_config(disc: BertConfig, settings: ElectraSettings) -> BertConfig:
   while hidden % heads:
     heads -= 1
   layers = disc.num_hidden_layers if int(settings.generator_num_layers) <= 0 else int(settings.generator_num_layers)
+  # embedding_size 0: the generator has no tables of its own; it projects the shared E-wide embeddings itself.
   return disc.replace(hidden_size=hidden, num_attention_heads=heads, intermediate_size=4 * hidden,
-                      num_hidden_layers=layers)
+                      num_hidden_layers=layers, embedding_size=0, share_layers=False)
 
 
 class GeneratorHead(nn.Module):
@@ -84,7 +85,8 @@ class GeneratorHead(nn.Module):
 
 
 class ElectraGenerator(nn.Module):
-  """embedding_output [B, T, E] (the shared embeddings of the masked input), input_mask [B, T],
+  """embedding_output [B, T, E] (the shared embeddings of the masked input, before the discriminator's E -> H
+  projection when it has one), input_mask [B, T],
   masked_lm_positions [B, P], table [V, E] -> MLM logits [B, P, V] float32."""
 
   config: BertConfig       # the generator's architecture (generator_config)

@@ -36,7 +36,9 @@ class BertEmbeddings(nn.Module):
     self.projection = (dense(cfg, cfg.hidden_size, (None, axes.EMBED), "projection")
                        if cfg.factorised_embeddings else None)
 
-  def __call__(self, input_ids: jax.Array, segment_ids: jax.Array) -> jax.Array:
+  def __call__(self, input_ids: jax.Array, segment_ids: jax.Array, project: bool = True) -> jax.Array:
+    """project=False: the [B, T, E] sum before the E -> H projection (ELECTRA's generator reads it, as
+    google-research/electra's generator has its own E -> Hg projection)."""
     length = input_ids.shape[-1]
     if length > self.config.max_position_embeddings:
       raise ValueError(f"sequence length {length} exceeds max_position_embeddings="
@@ -46,7 +48,7 @@ class BertEmbeddings(nn.Module):
     x = x + self.token_type_embeddings(segment_ids)
     x = self.layer_norm(x)
     x = self.dropout(x, deterministic=self.deterministic)
-    if self.projection is not None:
+    if self.projection is not None and project:
       x = self.projection(x)
     return constrain(x, (axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED))
 

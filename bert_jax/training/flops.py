@@ -72,7 +72,8 @@ def flops_per_sequence(cfg: BertConfig, seq_len: int, num_predictions: int,
 def electra_flops_per_sequence(cfg: BertConfig, generator: BertConfig, seq_len: int, num_predictions: int) -> float:
   """ELECTRA's training FLOPs per sequence, generator included (models/electra.py): the equal-compute unit of
   experiments/objectives.py. cfg: the discriminator; generator: electra.generator_config(cfg, settings)."""
-  h, e, t, p, v = cfg.hidden_size, cfg.hidden_size, seq_len, num_predictions, cfg.vocab_size
+  # The generator reads the shared E-wide embeddings (E = cfg.embedding_width) and projects them to its Hg.
+  h, e, t, p, v = cfg.hidden_size, cfg.embedding_width, seq_len, num_predictions, cfg.vocab_size
   disc = flops_per_sequence(cfg, t, p, targets=()) + 6.0 * t * (h * h + h)
   hg = generator.hidden_size
   gen = flops_per_sequence(generator, t, p, targets=()) + 6.0 * p * (hg * e + e * v)
