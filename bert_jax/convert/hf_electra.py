@@ -32,8 +32,8 @@ What maps onto what (our params tree: models/electra.py):
 - Export writes the discriminator as an ElectraForPreTraining folder (--heads=pretraining) or ElectraModel
   (--heads=none); with a generator in the params, --heads=mlm writes the generator as ElectraForMaskedLM.
 
-Embedding width E != H (ELECTRA-small: E 128, H 256) needs factorised embeddings (model.embedding_size); where
-the model config has no such field the import is refused with a ConversionError saying so.
+Embedding width E != H (ELECTRA-Small: E 128, H 256) maps onto factorised embeddings (model.embedding_size = E,
+bert/embeddings/projection); the generator reads the E-wide embeddings before that projection, as Google's.
 """
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ def _electra(repo, L, H, E, V, language, corpus, note=""):
   fine-tuning uses) or "-generator" (ElectraForMaskedLM; imports as a BERT MLM). Heads H/64, FFN 4H."""
   kind = "electra-generator" if repo.endswith("-generator") else "electra-discriminator"
   if E != H:
-    note = (note + "; " if note else "") + f"factorised embeddings E={E} (needs model.embedding_size)"
+    note = (note + "; " if note else "") + f"factorised embeddings E={E} (model.embedding_size)"
   return ZooEntry(repo, L, H, H // 64, V, language, corpus, False, "hf", f"{HF}/{repo}", note=note, kind=kind,
                   embedding_size=E)
 
