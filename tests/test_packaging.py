@@ -25,9 +25,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INDIRECT_OR_OPTIONAL = {"etils", "ml_dtypes", "torch", "transformers", "rjieba"}
 # Extras that requirements.txt (the checkout's full environment) need not install.
 VIEWER_ONLY_EXTRAS = {"tensorboard"}
-# Extras for another environment: apache-beam (create_pretraining_data --runner) pins protobuf<7, pyarrow<26 and
-# pillow<13, below the versions tensorflow / matplotlib resolve to here, so the checkout does not install it.
-SEPARATE_ENV_EXTRAS = {"beam"}
+# Extras that requirements-test.txt installs instead: apache-beam (create_pretraining_data --runner) pins
+# protobuf<7, pyarrow<26 and pillow<13, so a user's checkout does not take it by default; the tests do (TensorFlow
+# 2.21 accepts protobuf 6) and run its DirectRunner.
+TEST_ENV_EXTRAS = {"beam"}
 
 
 def build_wheel(out_dir):
@@ -53,9 +54,9 @@ def _pyproject():
     return tomllib.load(f)["project"]
 
 
-def _requirements_txt():
+def _requirements_txt(name="requirements.txt"):
   out = {}
-  with open(os.path.join(ROOT, "requirements.txt"), encoding="utf-8") as f:
+  with open(os.path.join(ROOT, name), encoding="utf-8") as f:
     for line in f:
       line = line.split("#", 1)[0].strip()
       if line:
@@ -115,7 +116,7 @@ def test_pyproject_dependencies_match_requirements_txt():
   project, reqs = _pyproject(), _requirements_txt()
   declared = list(project["dependencies"])
   for extra, items in project["optional-dependencies"].items():
-    if extra not in VIEWER_ONLY_EXTRAS | SEPARATE_ENV_EXTRAS:
+    if extra not in VIEWER_ONLY_EXTRAS | TEST_ENV_EXTRAS:
       declared += items
   for requirement in declared:
     assert _name(requirement) in reqs, f"{requirement} (pyproject.toml) is missing from requirements.txt"
@@ -123,6 +124,11 @@ def test_pyproject_dependencies_match_requirements_txt():
   unexplained = set(reqs) - {_name(r) for r in declared}
   assert not unexplained, f"in requirements.txt but neither a dependency nor an extra of bert_jax: {unexplained}"
   assert [_name(r) for r in project["optional-dependencies"]["tensorboard"]] == ["tensorboard"]
+  test_reqs = _requirements_txt("requirements-test.txt")
+  for extra in TEST_ENV_EXTRAS:
+    for requirement in project["optional-dependencies"][extra]:
+      assert test_reqs.get(_name(requirement)) == requirement.replace(" ", ""), (
+          f"{requirement} (pyproject.toml's [{extra}]) must be in requirements-test.txt as written")
 
 
 def test_every_third_party_import_of_bert_jax_is_declared():

@@ -5,10 +5,12 @@ counts without reading the skipped files."""
 
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
 
+import bert_jax.input_pipeline
 from bert_jax import cli
 from bert_jax.errors import UserError
 from bert_jax.input_pipeline import create_pretraining_data as cpd
@@ -164,7 +166,6 @@ def test_a_rerun_with_other_flags_is_refused_with_one_error_line(corpus, one_wor
 
 @pytest.mark.slow   # Beam's DirectRunner starts in ~5 s
 def test_beam_direct_runner_writes_the_local_records(corpus, one_worker, tmp_path):
-  pytest.importorskip("apache_beam")
   from bert_jax.input_pipeline import beam_pipeline  # pylint: disable=g-import-not-at-top
   out1, _ = one_worker
   data = beam_pipeline.run(f"{corpus}/a.txt,{corpus}/b.txt", [str(tmp_path / "train.tfrecord")],
@@ -242,12 +243,12 @@ def test_the_plan_warns_about_uneven_host_files_and_large_raw_text(tmp_path):
   assert data_plan.data_layout_warnings("f", [str(text)], 2, raw_text_limit=799) == []   # 400 bytes per host
 
 
-def test_runner_without_apache_beam_is_one_error_line(corpus, tmp_path, capsys):
-  try:
-    import apache_beam  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-    pytest.skip("apache_beam is installed here")
-  except ImportError:
-    pass
+def test_runner_without_apache_beam_is_one_error_line(corpus, tmp_path, capsys, monkeypatch):
+  # The test environment installs the [beam] extra: hide it, as on a machine without it (a None entry in
+  # sys.modules makes `import apache_beam` raise ImportError; beam_pipeline must be imported afresh).
+  monkeypatch.setitem(sys.modules, "apache_beam", None)
+  monkeypatch.delitem(sys.modules, "bert_jax.input_pipeline.beam_pipeline", raising=False)
+  monkeypatch.delattr(bert_jax.input_pipeline, "beam_pipeline", raising=False)
   argv = [f"--input_file={corpus}/b.txt", f"--output_file={tmp_path}/t.tfrecord", f"--vocab_file={corpus}/vocab.txt",
           "--runner=DataflowRunner", "--project=p", "--progress=false"]
   with pytest.raises(SystemExit) as e:
