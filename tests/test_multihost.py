@@ -38,6 +38,11 @@ from bert_jax.errors import RETRYABLE_EXIT_CODE  # noqa: E402
 from bert_jax.pretrained import load_pretrained  # noqa: E402
 
 pytestmark = pytest.mark.slow
+# The launches cost 7 train.py start-ups (~4-5 min on a quiet 2-core machine, 11-16 min at load 12-16):
+# far over CI's budget for this file (~60 s), so they run when asked:
+#   BERT_JAX_MULTIHOST_TESTS=1 python -m pytest -q tests/test_multihost.py
+multihost = pytest.mark.skipif(not os.environ.get("BERT_JAX_MULTIHOST_TESTS"),
+                               reason="7 train.py launches; set BERT_JAX_MULTIHOST_TESTS=1 to run them")
 
 HEARTBEAT_S = 10
 DOCS = 120
@@ -137,6 +142,7 @@ runpy.run_path("train.py", run_name="__main__")
 '''
 
 
+@multihost
 def test_two_hosts_give_the_losses_and_params_of_one_host_with_four_devices(clean, corpus, env, tmp_path):
   workdir, cluster = clean
   assert sorted(os.listdir(workdir / "checkpoints")) == ["10", "20", "30"]
@@ -204,6 +210,7 @@ def _run(corpus, env, workdir, logs, *extra, timeout=600, during=None):
   return cluster, codes
 
 
+@multihost
 def test_stall_dead_host_preemption_of_one_host_then_resume_to_the_clean_params(clean, corpus, env, tmp_path):
   workdir = tmp_path / "w"
   # A: host 1's data iterator blocks before step 15; its heartbeats go on, only the watchdog can tell.
