@@ -229,6 +229,7 @@ def test_tpu_train_args_arrive_byte_for_byte_and_stop_saves_a_checkpoint(slice_e
   assert _pod(repo, env, "stop").stdout.count(": not running") == 2
 
 
+@pytest.mark.slow
 def test_tpu_supervise_restarts_all_workers_after_exit_75_and_status_shows_why(slice_env, tmp_path):
   repo, root, env, _ = slice_env
   for i in range(2):
