@@ -127,7 +127,8 @@ def _segmenters(cpd):
   except ImportError:
     pass
   if not out:
-    out.append(cpd.jieba_segmenter())
+    from bert_jax.input_pipeline import shard_builder  # pylint: disable=g-import-not-at-top
+    out.append(shard_builder.jieba_segmenter())
   return out
 
 
@@ -160,6 +161,7 @@ def main(argv=None):
   tf.config.threading.set_intra_op_parallelism_threads(1)
   from bert_jax.input_pipeline import build_vocab  # pylint: disable=g-import-not-at-top
   from bert_jax.input_pipeline import create_pretraining_data as cpd  # pylint: disable=g-import-not-at-top
+  from bert_jax.input_pipeline import shard_builder  # pylint: disable=g-import-not-at-top
   from bert_jax.input_pipeline import pretrain_dataset  # pylint: disable=g-import-not-at-top
   from data import sample_corpora  # pylint: disable=g-import-not-at-top
   from bert_jax.input_pipeline import text_io  # pylint: disable=g-import-not-at-top
@@ -218,7 +220,7 @@ def main(argv=None):
     runs += [("(a) records en, 128", english, en_vocab, cpd.Config(dupe_factor=5), None),
              ("(a) records en, wwm", english, en_vocab, cpd.Config(dupe_factor=5, do_whole_word_mask=True), None)]
   record_file = os.path.join(work, "records", "news_zh.tfrecord")
-  default_segmenter = cpd.jieba_segmenter
+  default_segmenter = shard_builder.jieba_segmenter
   # One untimed run first: lazy imports and first-call costs are start-up, not throughput (Google's tool is
   # timed after its imports too).
   cpd.create_pretraining_data(news, [_fresh(work, "warmup", "tmp.tfrecord")], zh_vocab, cpd.Config(dupe_factor=1),
@@ -227,11 +229,11 @@ def main(argv=None):
     # Each run into a fresh directory: a rerun into one with a manifest.json would resume (skip) or refuse.
     out = _fresh(work, "records" if name == "(a) records zh, news 128" else f"run{i}", "news_zh.tfrecord")
     if cut is not None:
-      cpd.jieba_segmenter = lambda cut=cut, name=name: (name, cut)   # noqa: E731
+      shard_builder.jieba_segmenter = lambda cut=cut, name=name: (name, cut)   # noqa: E731
       cut("预热")     # load the segmenter's dictionary outside the timing (start-up, not throughput)
     with CpuTimer() as t:
       summary = cpd.create_pretraining_data(src, [out], vocab, cfg, progress=False, verbose=False)
-    cpd.jieba_segmenter = default_segmenter
+    shard_builder.jieba_segmenter = default_segmenter
     anchor = google_rate or GOOGLE_ANCHOR
     note = f"{summary.instances / max(t.cpu, 1e-9) / anchor:.1f}x Google" if "zh" in name else ""
     if cfg.dupe_factor > 1:

@@ -11,6 +11,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from bert_jax.input_pipeline import create_pretraining_data as cpd  # noqa: E402
+from bert_jax.input_pipeline import shard_builder  # noqa: E402
 from bert_jax.input_pipeline import inspect as inspect_lib  # noqa: E402
 from bert_jax.input_pipeline import instances as instances_lib  # noqa: E402
 from bert_jax.input_pipeline import masking  # noqa: E402
@@ -467,11 +468,11 @@ def test_vectorised_chinese_wwm_equals_the_per_line_offsets_path(tmp_path):
   lines += ["Hello, worlds! 北京大学 1998年", "ab\x0bcd 中国人民", "", "  中国  ", "Ｈｅｌｌｏ中国", "Café 中国"]
   lines += lines[:50]   # repeated lines are segmented once
   bt = tokenization.fast_batch_tokenizer(tok)
-  cut = cpd.jieba_segmenter()[1]
+  cut = shard_builder.jieba_segmenter()[1]
   table = masking.continuation_table(tok.vocab)
-  ids_v, cont_v = cpd._chinese_wwm_vectorised(bt, lines, cut, table)
+  ids_v, cont_v = shard_builder._chinese_wwm_vectorised(bt, lines, cut, table)
   ids_o, spans = bt.encode_batch_with_offsets(lines)
-  cont_o = cpd._jieba_continuation(lines, spans, cut)
+  cont_o = shard_builder._jieba_continuation(lines, spans, cut)
   assert len(ids_v) == len(lines)
   for line, a, b, c, d in zip(lines, ids_v, ids_o, cont_v, cont_o):
     np.testing.assert_array_equal(a, b, err_msg=line)

@@ -230,7 +230,7 @@ def test_whole_word_masking_never_splits_a_word(rows):
 
 def test_jieba_whole_word_masking_keeps_chinese_words_whole(tmp_path):
   jieba = pytest.importorskip("jieba")
-  from bert_jax.input_pipeline import create_pretraining_data as cpd  # pylint: disable=g-import-not-at-top
+  from bert_jax.input_pipeline import shard_builder  # pylint: disable=g-import-not-at-top
   from data import sample_corpora  # pylint: disable=g-import-not-at-top
   from bert_jax.input_pipeline import tokenization  # pylint: disable=g-import-not-at-top
   chars = sorted({c for s in sample_corpora.chinese_review_sentences("neg", 400) for c in s
@@ -239,7 +239,7 @@ def test_jieba_whole_word_masking_keeps_chinese_words_whole(tmp_path):
   vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + chars) + "\n", encoding="utf-8")
   tok = tokenization.FullTokenizer(str(vocab))
   docs = [[s] for s in sample_corpora.chinese_review_sentences("neg", 400)]
-  ids, conts, _ = cpd.tokenize_documents(docs, tok, cpd.Config(chinese_wwm=True))
+  ids, conts, _ = shard_builder.tokenize_documents(docs, tok, shard_builder.Config(chinese_wwm=True))
   # Flags follow jieba: within a jieba word of CJK characters, all but the first are continuations.
   jieba.setLogLevel(60)
   for doc, doc_cont, doc_ids in list(zip(docs, conts, ids))[:50]:

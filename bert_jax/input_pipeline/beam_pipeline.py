@@ -32,9 +32,9 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from bert_jax.input_pipeline import create_pretraining_data as cpd
 from bert_jax.input_pipeline import fileio
 from bert_jax.input_pipeline import manifest
+from bert_jax.input_pipeline import shard_builder
 from bert_jax.input_pipeline import sharding
 from bert_jax.input_pipeline import tfrecord_io
 
@@ -94,7 +94,7 @@ class BeamRecordWriter:
 class BuildShard(beam.DoFn):
   """(shard pieces, index, output files) -> the shard's manifest entry, after writing its records."""
 
-  def __init__(self, vocab_text: bytes, cfg: cpd.Config, directory: str):
+  def __init__(self, vocab_text: bytes, cfg: shard_builder.Config, directory: str):
     super().__init__()
     self._vocab_text, self._cfg, self._directory = vocab_text, cfg, directory
     self._tokenizer = None
@@ -104,12 +104,12 @@ class BuildShard(beam.DoFn):
     fd, path = tempfile.mkstemp(suffix="-vocab.txt")
     with os.fdopen(fd, "wb") as f:
       f.write(self._vocab_text)
-    self._tokenizer = cpd.make_tokenizer(path, self._cfg)
+    self._tokenizer = shard_builder.make_tokenizer(path, self._cfg)
 
   def process(self, element):
     index, pieces, files = element
     shard = sharding.Shard(int(index), tuple((p, int(a), int(b)) for p, a, b in pieces))
-    result = cpd.build_shard(shard, files, self._tokenizer, self._cfg, open_fn=_open,
+    result = shard_builder.build_shard(shard, files, self._tokenizer, self._cfg, open_fn=_open,
                              open_writer=BeamRecordWriter)
     sizes = [FileSystems.match([f])[0].metadata_list[0].size_in_bytes for f in result.files]
     yield result.manifest_entry(shard, self._directory, sizes)
@@ -129,12 +129,12 @@ def _write_manifest(entries: List[Dict], path: str, data: Dict) -> int:
   return data["records"]
 
 
-def run(input_files, output_files: Sequence[str], vocab_file: str, cfg: cpd.Config, *, runner: str = "DirectRunner",
+def run(input_files, output_files: Sequence[str], vocab_file: str, cfg: shard_builder.Config, *, runner: str = "DirectRunner",
         beam_args: Sequence[str] = (), shard_bytes: int = sharding.DEFAULT_SHARD_BYTES,
         files_per_shard: int = 1, wait: bool = True) -> Dict:
   """Plans the shards here, runs the pending ones on `runner` with Beam's `beam_args`, and returns the final
   manifest (read back after the job when `wait`)."""
-  cpd.make_tokenizer(vocab_file, cfg)          # a vocab without the special tokens fails here, not on workers
+  shard_builder.make_tokenizer(vocab_file, cfg)          # a vocab without the special tokens fails here, not on workers
   plan = sharding.plan_run(input_files, output_files, vocab_file, cfg, shard_bytes, files_per_shard)
   todo = [(s.index, s.to_json(), files) for s, files in plan.todo()]
   print(f"{len(plan.shards)} shards, {len(plan.finished)} finished by an earlier run; {len(todo)} for {runner}")

@@ -68,7 +68,7 @@ import jax
 import numpy as np
 
 from bert_jax.errors import UserError
-from bert_jax.input_pipeline import create_pretraining_data as cpd
+from bert_jax.input_pipeline import shard_builder
 from bert_jax.input_pipeline import fileio
 from bert_jax.input_pipeline.data_plan import PretrainData
 from bert_jax.input_pipeline import instances as instances_lib
@@ -537,8 +537,8 @@ def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_
   documents = documents[process_index::process_count]
   if not documents:
     raise ValueError(f"no documents for host {process_index}/{process_count} in {files}")
-  docs_ids, docs_cont, _ = cpd.tokenize_documents(
-      documents, tokenizer, cpd.Config(do_lower_case=do_lower_case, chinese_wwm=chinese_wwm,
+  docs_ids, docs_cont, _ = shard_builder.tokenize_documents(
+      documents, tokenizer, shard_builder.Config(do_lower_case=do_lower_case, chinese_wwm=chinese_wwm,
                                        google_exact=google_exact))
   corpus = instances_lib.build_corpus(docs_ids, max_seq_length - 3, continuation=docs_cont,
                                       long_sentence_policy="keep" if google_exact else "split",
