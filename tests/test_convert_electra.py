@@ -83,6 +83,7 @@ def _vocab_size(tiny_vocab):
   return sum(1 for _ in open(tiny_vocab))
 
 
+@pytest.mark.slow   # torch models and a CLI round trip (~5 s each)
 def test_hf_electra_imports_equal_to_transformers_exports_and_reimports_exactly(tmp_path, tiny_vocab):
   v = _vocab_size(tiny_vocab)
   ref = _discriminator(v, embedding_size=32)            # E 32 < H 64, as ELECTRA-Small's 128 < 256
@@ -121,6 +122,7 @@ def test_hf_electra_imports_equal_to_transformers_exports_and_reimports_exactly(
       np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
 
 
+@pytest.mark.slow   # torch models and a CLI round trip (~5 s each)
 def test_hf_generator_imports_as_a_bert_mlm_with_transformers_logits(tmp_path, tiny_vocab):
   v = _vocab_size(tiny_vocab)
   ref = _generator(v, embedding_size=GEN_H)            # E = H: no projection (ELECTRA-base/large style)

@@ -75,6 +75,7 @@ def test_electra_stands_alone_among_the_targets():
     validate_targets(("electra", "nsp"))
 
 
+@pytest.mark.slow   # shares one compiled ELECTRA step (~9 s): the fast tier keeps the pure checks
 def test_params_put_the_discriminator_where_fine_tuning_looks_and_share_the_embeddings(electra_step):
   params = electra_step[0]
   assert set(params) == {"bert", "generator", "discriminator_predictions"}
@@ -86,6 +87,7 @@ def test_params_put_the_discriminator_where_fine_tuning_looks_and_share_the_embe
   assert params["discriminator_predictions"]["dense_prediction"]["kernel"].shape == (64, 1)
 
 
+@pytest.mark.slow   # shares one compiled ELECTRA step (~9 s): the fast tier keeps the pure checks
 def test_replacements_land_only_on_masked_positions_and_labels_mark_changed_tokens(electra_step):
   out = electra_step[1]
   b = {k: np.asarray(v) for k, v in BATCH.items()}
@@ -113,12 +115,14 @@ def test_gumbel_samples_follow_the_tempered_softmax():
     np.testing.assert_allclose(freq, want, atol=0.01)
 
 
+@pytest.mark.slow   # shares one compiled ELECTRA step (~9 s): the fast tier keeps the pure checks
 def test_no_gradient_flows_from_the_discriminator_loss_into_the_generator(electra_step):
   grads = jax.device_get(electra_step[2])
   assert all(np.abs(g).max() == 0.0 for g in jax.tree.leaves(grads["generator"]))
   assert np.abs(grads["bert"]["embeddings"]["word_embeddings"]["embedding"]).max() > 0
 
 
+@pytest.mark.slow   # shares one compiled ELECTRA step (~9 s): the fast tier keeps the pure checks
 def test_loss_is_generator_mlm_plus_lambda_times_token_bce_and_metrics_match_numpy(electra_step):
   _, out, _, loss, sums = electra_step
   b = BATCH
