@@ -252,25 +252,36 @@ def export_hf(input_dir: str, output: str, heads: str = "pretraining") -> mappin
 
 def write_hf(ckpt, output: str, heads: str = "pretraining", source: str = "") -> mapping.ConversionReport:
   """A loaded checkpoint (`load_pretrained`) -> a Hugging Face BERT folder (export_hf)."""
-  if heads not in HEADS:
-    raise ValueError(f"heads={heads!r}; expected one of {tuple(HEADS)}")
-  groups, architecture, prefix = HEADS[heads]
+  return write_model(ckpt, output, heads, source, heads_table=HEADS, pair_head="nsp", root="bert.",
+                     config_dict=hf_config_dict, layout=mapping.BERT,
+                     hint="use --heads=mlm (no NSP head) or --heads=none (encoder only)")
+
+
+def write_model(ckpt, output: str, heads: str, source: str, *, heads_table: dict, pair_head: str, root: str,
+                config_dict, layout: mapping.Layout, hint: str) -> mapping.ConversionReport:
+  """A loaded checkpoint -> a Hugging Face folder of one model family: `heads_table[heads]` gives the groups
+  exported, the architecture and the weights' prefix; `pair_head` is the family's sentence-pair head (nsp for
+  BERT, sop for ALBERT), `root` its encoder prefix ("bert.", "albert."), `config_dict(config, architecture,
+  pad_token_id=)` its config.json, `hint` what to do when a head is missing."""
+  if heads not in heads_table:
+    raise ValueError(f"heads={heads!r}; expected one of {tuple(heads_table)}")
+  groups, architecture, prefix = heads_table[heads]
   input_dir = source or ckpt.directory
   config, params, vocab_file = ckpt.config, ckpt.params, ckpt.require_vocab()
   report = mapping.ConversionReport(source=input_dir, fmt="hf")
-  need = {"pooler": "bert", "mlm": "mlm", "nsp": "nsp"}
+  need = {"pooler": "bert", "mlm": "mlm", pair_head: pair_head}
   absent = [g for g in groups if g in need and need[g] not in params]
   if absent:
     raise mapping.ConversionError(
         f"{input_dir}: params lack {absent} needed by --heads={heads} ({architecture}); top-level keys are "
-        f"{sorted(params)}; use --heads=mlm (no NSP head) or --heads=none (encoder only)")
-  extra = sorted(k for k in params if k not in ("bert",) + tuple(g for g in groups if g in ("mlm", "nsp")))
+        f"{sorted(params)}; {hint}")
+  extra = sorted(k for k in params if k not in ("bert",) + tuple(g for g in groups if g in ("mlm", pair_head)))
   if extra:
     report.notes.append(f"not exported (no {architecture} equivalent): params{extra}")
-  arrays = mapping.export_arrays(params, "hf", config, groups=groups)
-  if prefix != "bert.":
-    arrays = {(k[len("bert."):] if k.startswith("bert.") else k): v for k, v in arrays.items()}
-  write_folder(output, arrays, hf_config_dict(config, architecture, pad_token_id=_pad_id(vocab_file)),
+  arrays = mapping.export_arrays(params, "hf", config, groups=groups, layout=layout)
+  if prefix != root:
+    arrays = {(k[len(root):] if k.startswith(root) else k): v for k, v in arrays.items()}
+  write_folder(output, arrays, config_dict(config, architecture, pad_token_id=_pad_id(vocab_file)),
                vocab_file, ckpt.do_lower_case, config.max_position_embeddings)
   report.loaded = len(arrays)
   return report

@@ -232,25 +232,6 @@ def write_albert(ckpt, output: str, heads: str = "pretraining", source: str = ""
   """A loaded checkpoint (`load_pretrained`) with factorised embeddings -> a Hugging Face ALBERT folder
   (config.json, model.safetensors, vocab.txt, tokenizer_config.json with BertTokenizer, as the Chinese
   ALBERTs are used)."""
-  if heads not in HEADS:
-    raise ValueError(f"heads={heads!r}; expected one of {tuple(HEADS)}")
-  groups, architecture, prefix = HEADS[heads]
-  input_dir = source or ckpt.directory
-  config, params, vocab_file = ckpt.config, ckpt.params, ckpt.require_vocab()
-  report = mapping.ConversionReport(source=input_dir, fmt="hf")
-  need = {"pooler": "bert", "mlm": "mlm", "sop": "sop"}
-  absent = [g for g in groups if g in need and need[g] not in params]
-  if absent:
-    raise ConversionError(
-        f"{input_dir}: params lack {absent} needed by --heads={heads} ({architecture}); top-level keys are "
-        f"{sorted(params)}; pre-train with targets=('mlm', 'sop') (preset=albert), or use --heads=mlm / none")
-  extra = sorted(k for k in params if k not in ("bert",) + tuple(g for g in groups if g in ("mlm", "sop")))
-  if extra:
-    report.notes.append(f"not exported (no {architecture} equivalent): params{extra}")
-  arrays = mapping.export_arrays(params, "hf", config, groups=groups, layout=ALBERT)
-  if prefix != "albert.":
-    arrays = {(k[len("albert."):] if k.startswith("albert.") else k): v for k, v in arrays.items()}
-  hf.write_folder(output, arrays, albert_config_dict(config, architecture, pad_token_id=hf._pad_id(vocab_file)),
-                  vocab_file, ckpt.do_lower_case, config.max_position_embeddings)
-  report.loaded = len(arrays)
-  return report
+  return hf.write_model(ckpt, output, heads, source, heads_table=HEADS, pair_head="sop", root="albert.",
+                        config_dict=albert_config_dict, layout=ALBERT,
+                        hint="pre-train with targets=('mlm', 'sop') (preset=albert), or use --heads=mlm / none")
