@@ -144,24 +144,33 @@ def normalize_hf_state_dict(state: Dict[str, np.ndarray], report: mapping.Conver
     out[nk] = v
   if renamed:
     report.notes.append(f"renamed {renamed} old-style LayerNorm.gamma/beta keys")
-  if not any(k.startswith("bert.") for k in out) and any(k.startswith(_BARE_PREFIXES) for k in out):
-    out = {("bert." + k if k.startswith(_BARE_PREFIXES) else k): v for k, v in out.items()}
-    report.notes.append("bare BertModel checkpoint (keys without the 'bert.' prefix)")
-  word = out.get("bert.embeddings.word_embeddings.weight")
-  dec_w = out.pop("cls.predictions.decoder.weight", None)
+  return prefix_bare_keys_and_untie(out, report, root="bert.", head="cls.predictions", family="BERT",
+                                    model_class="BertModel")
+
+
+def prefix_bare_keys_and_untie(state: Dict[str, np.ndarray], report: mapping.ConversionReport, *, root: str,
+                               head: str, family: str, model_class: str) -> Dict[str, np.ndarray]:
+  """Keys of a bare `model_class` checkpoint get the `root` prefix ("bert.", "albert."); the MLM decoder
+  `head`.decoder.{weight,bias}, tied to the word embeddings and to `head`.bias, is checked and dropped."""
+  out = dict(state)
+  if not any(k.startswith(root) for k in out) and any(k.startswith(_BARE_PREFIXES) for k in out):
+    out = {(root + k if k.startswith(_BARE_PREFIXES) else k): v for k, v in out.items()}
+    report.notes.append(f"bare {model_class} checkpoint (keys without the '{root}' prefix)")
+  word = out.get(f"{root}embeddings.word_embeddings.weight")
+  dec_w = out.pop(f"{head}.decoder.weight", None)
   if dec_w is not None:
     if word is None or dec_w.shape != word.shape or not np.array_equal(dec_w, word):
       raise mapping.ConversionError(
-          f"{report.source}: cls.predictions.decoder.weight differs from bert.embeddings.word_embeddings.weight; "
-          "BERT ties them and so does our model: an untied decoder cannot be converted exactly")
-    report.notes.append("cls.predictions.decoder.weight equals the word embeddings (tied); dropped")
-  dec_b = out.pop("cls.predictions.decoder.bias", None)
+          f"{report.source}: {head}.decoder.weight differs from {root}embeddings.word_embeddings.weight; "
+          f"{family} ties them and so does our model: an untied decoder cannot be converted exactly")
+    report.notes.append(f"{head}.decoder.weight equals the word embeddings (tied); dropped")
+  dec_b = out.pop(f"{head}.decoder.bias", None)
   if dec_b is not None:
-    if "cls.predictions.bias" not in out:
-      out["cls.predictions.bias"] = dec_b
-    elif not np.array_equal(out["cls.predictions.bias"], dec_b):
-      raise mapping.ConversionError(f"{report.source}: cls.predictions.decoder.bias differs from "
-                                    "cls.predictions.bias (they are one tied tensor in BERT)")
+    if f"{head}.bias" not in out:
+      out[f"{head}.bias"] = dec_b
+    elif not np.array_equal(out[f"{head}.bias"], dec_b):
+      raise mapping.ConversionError(f"{report.source}: {head}.decoder.bias differs from "
+                                    f"{head}.bias (they are one tied tensor in {family})")
   return out
 
 

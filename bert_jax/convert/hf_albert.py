@@ -42,7 +42,6 @@ from bert_jax.convert.mapping import ConversionError, Entry
 from bert_jax.models.config import BertConfig
 from bert_jax.pretrained import params_dir
 
-_BARE_PREFIXES = ("embeddings.", "encoder.", "pooler.")
 
 HEADS = {
     # heads option: (groups, architecture, key prefix of the encoder)
@@ -143,25 +142,8 @@ def hf_config_to_albert(d: dict, source: str) -> BertConfig:
 def normalize_albert_state_dict(state: Dict[str, np.ndarray], report: mapping.ConversionReport
                                 ) -> Dict[str, np.ndarray]:
   """Bare AlbertModel keys (no "albert." prefix) and the tied decoder."""
-  out = dict(state)
-  if not any(k.startswith("albert.") for k in out) and any(k.startswith(_BARE_PREFIXES) for k in out):
-    out = {("albert." + k if k.startswith(_BARE_PREFIXES) else k): v for k, v in out.items()}
-    report.notes.append("bare AlbertModel checkpoint (keys without the 'albert.' prefix)")
-  word = out.get("albert.embeddings.word_embeddings.weight")
-  dec_w = out.pop("predictions.decoder.weight", None)
-  if dec_w is not None:
-    if word is None or dec_w.shape != word.shape or not np.array_equal(dec_w, word):
-      raise ConversionError(f"{report.source}: predictions.decoder.weight differs from the word embeddings; "
-                            "ALBERT ties them and so does our model: an untied decoder cannot be converted exactly")
-    report.notes.append("predictions.decoder.weight equals the word embeddings (tied); dropped")
-  dec_b = out.pop("predictions.decoder.bias", None)
-  if dec_b is not None:
-    if "predictions.bias" not in out:
-      out["predictions.bias"] = dec_b
-    elif not np.array_equal(out["predictions.bias"], dec_b):
-      raise ConversionError(f"{report.source}: predictions.decoder.bias differs from predictions.bias (one tied "
-                            "tensor in ALBERT)")
-  return out
+  return hf.prefix_bare_keys_and_untie(state, report, root="albert.", head="predictions", family="ALBERT",
+                                       model_class="AlbertModel")
 
 
 def _write_vocab_from_unigram(tokenizer_json: str, out_path: str) -> bool:
