@@ -34,15 +34,20 @@ def _losses(workdir):
 
 
 @pytest.mark.slow   # 2 compiled programs (the vmapped one and a separate run): ~20 s on 2 quiet cores
-def test_vmapped_runs_equal_separate_runs_with_the_same_seeds_and_learning_rates(tmp_path):
+def test_vmapped_runs_equal_separate_runs_with_the_same_seeds_and_learning_rates(tmp_path, monkeypatch):
   """2 replicas (two seeds and two learning rates, dropout on, layer-wise decay, an evaluation per epoch)
   against the same run made by loop.run_plan: every logged train loss, eval metric and the final results of
-  the second replica agree to float tolerance."""
+  the second replica agree to float tolerance. The vmapped train step compiles once for the whole run."""
   runs = [(1, 1e-3), (2, 3e-4)]
   extra = dict(layerwise_lr_decay=0.8, evals_per_epoch=1, early_stopping_patience=0)
   vm = _plans(tmp_path, "vmapped", runs, **extra)
   assert multirun.decide(vm).vmapped
+  steps, make_steps = [], multirun.make_steps
+  monkeypatch.setattr(multirun, "make_steps", lambda *a, **k: steps.append(make_steps(*a, **k)) or steps[-1])
   got = multirun.run_vmapped(vm)[1]
+  # one entry in the jit cache: the first step's arguments are placed like every later step's (an
+  # uncommitted optimizer state made the second step compile the program again)
+  assert steps[0][0]._cache_size() == 1
   # the second replica (not the first: its seed, learning rate, shuffle and dropout keys are all its own)
   want = loop.run_plan(_plans(tmp_path, "separate", runs[1:], **extra)[0])
   assert got["best"]["step"] == want["best"]["step"]
