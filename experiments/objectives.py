@@ -114,14 +114,12 @@ def make_config(arm: str, size: str, steps: int, inputs: str, vocab: str):
 def flops_per_step(arm: str, size: str, vocab_size: int) -> float:
   """Training FLOPs of one step (32 sequences) of an arm (bert_jax.training.flops)."""
   from bert_jax.models import BertConfig
-  from bert_jax.models.electra import ElectraSettings, generator_config
   from bert_jax.training import flops
   cfg = BertConfig.from_size(size, vocab_size=vocab_size)
   preds = max(1, math.ceil(0.25 * (SEQ - 2) - 1e-9))
-  if arm == "electra":
-    per = flops.electra_flops_per_sequence(cfg, generator_config(cfg, ElectraSettings()), SEQ, preds)
-  else:   # span masking: the same model; ALBERT sharing: the same compute per layer (fewer parameters)
-    per = flops.flops_per_sequence(cfg, SEQ, preds, ("mlm",))
+  # ELECTRA: generator included (default settings); span masking: the same model; ALBERT sharing: the same
+  # compute per layer (fewer parameters)
+  per = flops.training_flops_per_sequence(cfg, SEQ, preds, ("electra",) if arm == "electra" else ("mlm",))
   return BATCH * per
 
 

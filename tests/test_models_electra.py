@@ -235,6 +235,11 @@ def test_electra_training_flops_count_the_generator_by_hand():
   # T = 4, P = 2. Discriminator: 6 x 600 params x 4 + 12 x 16 x 8 (attention) + head 6 x 4 x (64 + 8) = 17,664.
   # Generator: 6 x 244 x 4 + 12 x 16 x 4 + MLM head 6 x 2 x (4 x 8 + 8 x 10) + projection 6 x 4 x 8 x 4 = 8,736.
   assert flops.electra_flops_per_sequence(disc, gen, 4, 2) == 17_664 + 8_736
+  # the MFU that pre-training logs for targets=("electra",) counts the same FLOPs (it counted the bare encoder)
+  settings = ElectraSettings(generator_hidden_fraction=0.5)
+  assert flops.training_flops_per_sequence(disc, 4, 2, ("electra",), settings) == 17_664 + 8_736
+  assert flops.mfu(10.0, disc, 4, 2, 2, 1e6, ("electra",), settings) == 10.0 * (17_664 + 8_736) / 2e6
+  assert flops.training_flops_per_sequence(disc, 4, 2, ("mlm",)) == flops.flops_per_sequence(disc, 4, 2, ("mlm",))
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -19,7 +19,9 @@ API:
                                                    per-token head 6 T (H^2 + H)) + generator (its encoder,
                                                    the E -> Hg projection, its MLM head on P positions)
   peak_flops_per_device(device=None, dtype="bfloat16", override=0.0) -> float (FLOP/s, from PEAK_FLOPS)
-  mfu(seq_per_sec, cfg, seq_len, num_predictions, num_devices, peak, targets) -> float
+  training_flops_per_sequence(cfg, seq_len, num_predictions, targets, electra=None) -> float   ELECTRA's
+                                                   (generator included) for its targets, else the above
+  mfu(seq_per_sec, cfg, seq_len, num_predictions, num_devices, peak, targets, electra=None) -> float
 """
 
 from __future__ import annotations
@@ -97,8 +99,20 @@ def peak_flops_per_device(device=None, dtype: str = "bfloat16", override: float 
   return None
 
 
+def training_flops_per_sequence(cfg: BertConfig, seq_len: int, num_predictions: int,
+                                targets: Sequence[str] = ("mlm", "nsp"), electra=None) -> float:
+  """What one training sequence costs for these targets: ELECTRA's (generator included, `electra` = the
+  plan's ElectraSettings) when the targets hold "electra", else flops_per_sequence."""
+  if "electra" in targets:
+    from bert_jax.models import electra as electra_lib
+    settings = electra if electra is not None else electra_lib.ElectraSettings()
+    return electra_flops_per_sequence(cfg, electra_lib.generator_config(cfg, settings), seq_len, num_predictions)
+  return flops_per_sequence(cfg, seq_len, num_predictions, targets)
+
+
 def mfu(seq_per_sec: float, cfg: BertConfig, seq_len: int, num_predictions: int, num_devices: int,
-        peak: Optional[float], targets: Sequence[str] = ("mlm", "nsp")) -> Optional[float]:
+        peak: Optional[float], targets: Sequence[str] = ("mlm", "nsp"), electra=None) -> Optional[float]:
   if not peak:
     return None
-  return seq_per_sec * flops_per_sequence(cfg, seq_len, num_predictions, targets) / (peak * num_devices)
+  flops = training_flops_per_sequence(cfg, seq_len, num_predictions, targets, electra)
+  return seq_per_sec * flops / (peak * num_devices)

@@ -389,7 +389,7 @@ def _log_window(run: _Run, phase: Phase, step: int, summary: dict, window: timin
   if seq_per_sec is not None:
     row.update(seq_per_sec=seq_per_sec, tokens_per_sec=seq_per_sec * phase.max_seq_length)
     m = flops.mfu(seq_per_sec, plan.model, phase.max_seq_length, phase.max_predictions_per_seq,
-                  jax.device_count(), run.peak_flops, plan.targets)
+                  jax.device_count(), run.peak_flops, plan.targets, plan.electra)
     if m is not None:
       row["mfu"] = m
   run.writer.write(step, row)
