@@ -33,7 +33,8 @@ def test_grid_values_take_the_type_of_the_config_field(config):
 
 @pytest.mark.parametrize("text,message", [
     ("optimizer.learnig_rate=1e-4", "no field 'optimizer.learnig_rate'; did you mean optimizer.learning_rate"),
-    ("batch_size=eight", "batch_size='eight' is not a int"),
+    ("batch_size=eight", "batch_size='eight' is not an int"),
+    ("num_train_epochs=3;num_train_epochs=4", "num_train_epochs is given twice"),
     ("optimizer.learning_rate", "is not FIELD=V1,V2"),
     ("seed=1,2", "seed is set by --seeds"),
     ("num_train_epochs=3,3", "lists a value twice"),

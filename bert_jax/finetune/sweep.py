@@ -90,7 +90,8 @@ def _convert(config, path: str, text: str):
     if isinstance(current, (tuple, list)):
       raise UserError(f"--grid: {path} is a tuple field; sweep scalar fields only")
   except ValueError as e:
-    raise UserError(f"--grid: {path}={text!r} is not a {type(current).__name__} (config.{path} = "
+    kind = type(current).__name__
+    raise UserError(f"--grid: {path}={text!r} is not {'an' if kind[0] in 'aeiou' else 'a'} {kind} (config.{path} = "
                     f"{current!r})") from e
   return text
 
@@ -103,6 +104,8 @@ def parse_grid(text: str, config) -> Dict[str, list]:
     path = path.strip()
     if not eq or not values.strip():
       raise UserError(f"--grid: {part!r} is not FIELD=V1,V2,... (points are joined by ';')")
+    if path in grid:
+      raise UserError(f"--grid: {path} is given twice; list its values once ({path}=V1,V2,...)")
     grid[path] = [v for v in values.split(",") if v.strip()]
   return check_grid(grid, config)
 
