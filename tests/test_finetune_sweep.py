@@ -90,7 +90,7 @@ def test_best_and_median_rules_select_different_points(tmp_path):
     else:
       assert out["result"] == {"dev": 0.8, "test": pytest.approx(0.7)}   # tests 0.55, 0.8, 0.7
     table = open(os.path.join(w, sweep.TABLE_NAME)).read()
-    assert f"**num_train_epochs={(3.0, 10.0)[want]:g}** **" in table
+    assert f"**num_train_epochs={(3.0, 10.0)[want]:g}** (selected)" in table
     assert os.path.getsize(os.path.join(w, sweep.PLOT_NAME)) > 1000
   p0 = out["points"][0]["dev"]
   assert p0["median"] == 0.5 and p0["min"] == 0.5 and p0["max"] == 0.9 and p0["n"] == 3

@@ -27,7 +27,7 @@ seeds, or, when there are fewer points than shards, a group of seeds of one poin
 takes its own; then `--report` (same --workdir) merges whatever runs exist into the report. Files in DIR:
   sweep_spec.json     the grid, seeds, rule, split names and points (a rerun must ask for the same sweep)
   sweep_results.json  per point: settings, per-seed runs, dev/test statistics, score; the selected point
-  sweep_table.md      the table (selected point marked **)
+  sweep_table.md      the table (the selected point in bold, marked "(selected)")
   sweep_spread.png    dev and test per seed for every point, the median marked
 """
 
@@ -331,7 +331,7 @@ def _fmt(s: Optional[dict], scale: float = 100.0) -> Tuple[str, str, str, str]:
 
 
 def table_markdown(results: dict) -> str:
-  """The per-point table; metrics x 100; the selected point in bold with a ** marker."""
+  """The per-point table; metrics x 100; the selected point in bold, marked (selected)."""
   m = results["main_metric"]
   rule = ("best dev run over seeds (BERT)" if results["select"] == "best" else "median dev over seeds (ELECTRA)")
   lines = [f"Task {results['task']}, {m} x 100 over seeds {results['seeds']}; selection: {rule}. "
@@ -340,7 +340,7 @@ def table_markdown(results: dict) -> str:
            "test min | test max |", "|" + "---|" * 10]
   for p in results["points"]:
     sel = p["index"] == results["selected"]
-    label = f"**{p['label']}** **" if sel else p["label"]
+    label = f"**{p['label']}** (selected)" if sel else p["label"]
     n = p["dev"]["n"] if p["dev"] else 0
     lines.append("| " + " | ".join((label, str(n)) + _fmt(p["dev"]) + _fmt(p["test"])) + " |")
   r = results.get("result")
