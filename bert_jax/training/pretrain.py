@@ -302,6 +302,9 @@ def _run_phases(plan, ckpt, model, mesh, tx, train_step, abstract, shardings, ba
              clock, step, progress,
              flops.peak_flops_per_device(dtype=plan.model.dtype, override=plan.peak_flops_per_device), guard)
   try:
+    if run.signals.start(step):
+      log.warning("stopped at step %d before training: a preemption notice arrived during start-up", step)
+      raise Interrupted(run.signals.signum or signal.SIGTERM, step)
     for phase in plan.phases:
       if phase.end <= step:
         continue

@@ -312,6 +312,28 @@ class StopSignals:
       if signum == signal.SIGINT:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
+  def start(self, step: int) -> bool:
+    """Called on every host once the run is restored at `step`, before its first step: True when a
+    preemption notice already arrived (stop now; the checkpoint at `step` is on disk).
+
+    JAX's preemption sync manager (XLA's PreemptionSyncManager) keeps, per process, the last counter given
+    to its sync point check (0 until the first call); a notice sets the sync point to the largest counter
+    the hosts report + 1, and the check is True only for exactly that counter. We give it the step, as
+    orbax's CheckpointManager does inside save(). A restart resumes at step k > 0: a SIGTERM during its
+    start-up, before any check, set the sync point to 1, which no later step equals, and the signal was
+    lost. So: check counter 1 (a notice already in), then set the counter to k (a later one gives k + 1,
+    the first step). A notice landing between the two checks on every host is still missed."""
+    if jax.process_count() == 1 or self.ckpt is None:
+      return self.signum is not None
+    try:
+      early = self.ckpt.reached_preemption(1)
+      self.ckpt.reached_preemption(step)
+    except Exception:  # noqa: BLE001 - preemption service unavailable: reached() warns once
+      return False
+    if early:
+      self.signum = self.signum or signal.SIGTERM
+    return early
+
   def reached(self, step: int) -> bool:
     if jax.process_count() > 1 and self.ckpt is not None:
       try:
