@@ -173,6 +173,9 @@ def get_config(arg=None):
   # 100 s (its abort: SIGABRT); 60 s = 10 missed beats (one every 6 s), detection within about a minute,
   # above a GC or file-system pause. JAX's heartbeat is set 30 s later, as the backstop.
   config.distributed.heartbeat_timeout_s = 60.0
+  # Every host must join jax.distributed within this (else one line and exit 75 on the hosts that did). JAX's
+  # own default, 300 s: a pod's VMs and containers start minutes apart; JAX's limit is set 30 s later.
+  config.distributed.initialization_timeout_s = 300.0
 
   # Step watchdog (bert_jax/training/watchdog.py): a host with no finished step for max(min_s, step_factor x
   # median step time) (+ an allowance while compiling, evaluating or checkpointing) dumps its threads' stacks,

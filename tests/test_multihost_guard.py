@@ -3,6 +3,7 @@ step watchdog on a simulated peer (a fake coordination-service client), the limi
 The real two-process faults are tests/test_multihost.py."""
 
 import json
+import os
 import time
 
 import pytest
@@ -37,12 +38,13 @@ def test_defaults_turn_the_watchdog_on_for_multi_host_runs_only_and_give_jax_a_l
   assert watchdog.resolve_guard(config, 2).watchdog and not watchdog.resolve_guard(config, 1).watchdog
   s = watchdog.resolve_guard(config, 2)
   assert (s.heartbeat_timeout_s, s.min_s, s.fault) == (60.0, 300.0, None)
-  assert watchdog.distributed_init_kwargs(config) == {"heartbeat_timeout_seconds": 90}
+  assert watchdog.distributed_init_kwargs(config) == {"heartbeat_timeout_seconds": 90, "initialization_timeout": 330}
   assert RETRYABLE_EXIT_CODE == 75 and RETRYABLE_EXIT_CODE not in (1, 2, 130, 143)
 
 
 @pytest.mark.parametrize("field, value, message", [
     ("distributed.heartbeat_timeout_s", 0.5, r"config.distributed.heartbeat_timeout_s=0.5"),
+    ("distributed.initialization_timeout_s", 1, r"config.distributed.initialization_timeout_s=1"),
     ("watchdog.enable", "sometimes", r"config.watchdog.enable='sometimes'; expected auto, true or false"),
     ("watchdog.step_factor", 0.5, r"config.watchdog.step_factor=0.5"),
     ("watchdog.fault", "stall_data", r"config.watchdog.fault='stall_data': expected KIND@STEP:HOST"),
@@ -55,6 +57,31 @@ def test_bad_guard_fields_are_user_errors_naming_the_field(field, value, message
   config[section][name] = value
   with pytest.raises(UserError, match=message):
     watchdog.resolve_guard(config, 2)
+
+
+def test_a_host_that_never_joins_gives_one_line_and_exit_75_at_the_start_up_deadline(tmp_path):
+  """Process 0 of 2 with no process 1: at config.distributed.initialization_timeout_s it prints the line and
+  exits 75 (JAX alone waits 300 s, then aborts with a native stack)."""
+  import socket
+  import subprocess
+  import sys
+  with socket.socket() as sock:
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+  script = ("import sys; from configs import pretrain as p; from bert_jax.training import pretrain\n"
+            "c = p.get_config('size=tiny'); d = c.distributed\n"
+            f"d.enable, d.coordinator_address, d.num_processes, d.process_id = True, '127.0.0.1:{port}', 2, 0\n"
+            "d.initialization_timeout_s = 3\n"
+            "pretrain.maybe_initialize_distributed(c); print('joined')\n")
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  t0 = time.time()
+  proc = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120,
+                        env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  assert proc.returncode == RETRYABLE_EXIT_CODE, proc.stderr[-2000:]
+  last = proc.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: not every host joined the job within 3 s (config.distributed."
+                         f"initialization_timeout_s; coordinator 127.0.0.1:{port}, 2 processes)"), last
+  assert "joined" not in proc.stdout and time.time() - t0 < 60
 
 
 def test_fault_spec_parses_and_shows_in_the_plan_description():

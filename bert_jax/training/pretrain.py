@@ -91,8 +91,7 @@ def maybe_initialize_distributed(config) -> None:
     kwargs["num_processes"] = int(d.num_processes)
   if int(d.process_id) >= 0:
     kwargs["process_id"] = int(d.process_id)
-  kwargs.update(watchdog.distributed_init_kwargs(config))     # JAX's heartbeat: the backstop behind ours
-  jax.distributed.initialize(**kwargs)
+  watchdog.initialize_distributed(config, **kwargs)     # JAX's heartbeat and start-up limit: behind ours
   log.info("jax.distributed: process %d of %d, %d local / %d global devices", jax.process_index(),
            jax.process_count(), jax.local_device_count(), jax.device_count())
 

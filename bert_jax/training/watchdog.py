@@ -114,9 +114,41 @@ def heartbeat_timeout(config) -> float:
   return float(config.distributed.get("heartbeat_timeout_s", 60))
 
 
+def initialization_timeout(config) -> float:
+  """config.distributed.initialization_timeout_s, checked."""
+  checks.check_range(config, "distributed.initialization_timeout_s", lo=2)
+  return float(config.distributed.get("initialization_timeout_s", 300))
+
+
 def distributed_init_kwargs(config) -> Dict[str, int]:
-  """jax.distributed.initialize's heartbeat argument: ours plus a margin, so this module acts first."""
-  return {"heartbeat_timeout_seconds": int(heartbeat_timeout(config) + JAX_HEARTBEAT_MARGIN_S)}
+  """jax.distributed.initialize's heartbeat and start-up timeouts: ours plus a margin, so this module acts
+  first (JAX's own end is an abort with a native stack, SIGABRT)."""
+  return {"heartbeat_timeout_seconds": int(heartbeat_timeout(config) + JAX_HEARTBEAT_MARGIN_S),
+          "initialization_timeout": int(initialization_timeout(config) + JAX_HEARTBEAT_MARGIN_S)}
+
+
+def initialize_distributed(config, **kwargs) -> None:
+  """jax.distributed.initialize(**kwargs, distributed_init_kwargs(config)), with a deadline: a host that does
+  not get every process into the job within config.distributed.initialization_timeout_s (a peer that never
+  started, or died before joining) prints one line and exits RETRYABLE_EXIT_CODE, where JAX would wait its
+  own timeout and abort."""
+  limit = initialization_timeout(config)
+  joined = threading.Event()
+  where = kwargs.get("coordinator_address") or "auto-detected"
+  expected = kwargs.get("num_processes") or "the auto-detected number of"
+
+  def deadline():
+    if not joined.wait(limit):
+      sys.stdout.flush()
+      sys.stderr.write(f"error: not every host joined the job within {limit:g} s "
+                       f"(config.distributed.initialization_timeout_s; coordinator {where}, {expected} processes): "
+                       "a host did not start or died before joining; nothing was trained; restart all hosts\n")
+      sys.stderr.flush()
+      os._exit(RETRYABLE_EXIT_CODE)
+
+  threading.Thread(target=deadline, name="bert_jax-init-deadline", daemon=True).start()
+  jax.distributed.initialize(**kwargs, **distributed_init_kwargs(config))
+  joined.set()
 
 
 def parse_fault(text: str, process_count: int, field: str = "config.watchdog.fault") -> Optional[Fault]:
@@ -139,6 +171,7 @@ def parse_fault(text: str, process_count: int, field: str = "config.watchdog.fau
 def resolve_guard(config, process_count: int) -> GuardSettings:
   """The guard's settings from config.distributed / config.watchdog (UserError naming the field)."""
   hb = heartbeat_timeout(config)
+  initialization_timeout(config)      # checked with the plan too (it is used before the plan, at start-up)
   w = config.get("watchdog")
   if w is None:
     return GuardSettings(hb, process_count > 1, 10.0, 300.0, 1800.0, 1800.0, 1800.0, None)
