@@ -87,6 +87,7 @@ def base_config(data_dir: str, task: str, size: str, init: str, vocab: str, s: d
     c.crf = True
   if task == "qa":
     c.doc_stride, c.max_query_length = 64, 24
+    c.test_splits = "test"     # SQuAD has no public test split (the task's default is none); this set has one
   return c
 
 
@@ -110,9 +111,11 @@ def run_sweeps(store: Store, workdir: str, data_dir: str, arms: Dict[str, Dict[s
         c = base_config(data_dir, task, size, init, vocab, s)
         t0 = time.time()
         res = sweep.run_sweep(c, grid, s["seeds"], os.path.join(workdir, "sweeps", key.replace("/", "_")))
+        # a resumed sweep adds its time to what the earlier process spent (finished runs are skipped)
+        seconds = out.get(key, {}).get("seconds", 0) + round(time.time() - t0)
         out[key] = {"result": res["result"], "selected": res["points"][res["selected"]]["label"],
                     "dev": res["points"][res["selected"]]["dev"], "test": res["points"][res["selected"]]["test"],
-                    "points": len(res["points"]), "seeds": len(res["seeds"]), "seconds": round(time.time() - t0)}
+                    "points": len(res["points"]), "seeds": len(res["seeds"]), "seconds": seconds}
         store.save()
 
 
@@ -125,25 +128,38 @@ STABILITY = [
 ]
 
 
+def selected_learning_rate(cell: Optional[dict], size: str) -> float:
+  """optimizer.learning_rate of a sweep cell's selected point, else fm.DEFAULT_LEARNING_RATES[size]."""
+  from bert_jax.finetune import model as fm
+  for part in ((cell or {}).get("selected") or "").split(","):
+    field, _, value = part.strip().partition("=")
+    if field == "optimizer.learning_rate":
+      return float(value)
+  return fm.DEFAULT_LEARNING_RATES[size]
+
+
 def run_stability(store: Store, workdir: str, data_dir: str, arms, s: dict, only: str = ""):
   from bert_jax.finetune import sweep
   size = s["sizes"][0]
   arm, init = sorted(arms.get(size, {}).items())[-1] if arms.get(size) else ("none", "")
   vocab = os.path.join(data_dir, "vocab.txt")
   out = store.data.setdefault("stability", {})
+  # the learning rate the sentiment sweep selected for this arm (else the size's default): a rate at which
+  # the runs diverge (tiny at 1e-3 stays at the majority class) would compare two chance-level rows
+  lr = selected_learning_rate(store.data.get("sweeps", {}).get(f"sentiment/{size}/{arm}"), size)
   for name, field, values, extra in STABILITY:
     if only and field not in only.split(","):
       continue
     c = base_config(data_dir, "sentiment", size, init, vocab, s)
     c.num_train_epochs = s["stability_epochs"]
-    c.learning_rate = 1e-3 if size == "tiny" else 3e-4
+    c.optimizer.learning_rate = lr
     for k, v in extra.items():
       setattr(c, k, v)
     if values is None:
       values = [s["stability_epochs"], 3 * s["stability_epochs"]]
     print(f"[stability] {name}", flush=True)
     res = sweep.run_sweep(c, {field: values}, s["seeds"], os.path.join(workdir, "stability", field), select="median")
-    out[name] = {"arm": f"{size}/{arm}", "field": field, "values": values,
+    out[name] = {"arm": f"{size}/{arm}", "learning_rate": lr, "field": field, "values": values,
                  "points": [{"label": p["label"], "dev": p["dev"], "test": p["test"]} for p in res["points"]]}
     store.save()
 
@@ -319,9 +335,12 @@ def write_markdown(store: Store, output: str, s: dict, scale: str, command: str,
     lines += ["", "### Goals", ""] + goals(d) + [""]
   st = d.get("stability", {})
   if st:
-    lines += ["## Stability options", "", "Sentiment, " + next(iter(st.values()))["arm"] + " arm, learning rate "
-              "1e-3 (tiny) / 3e-4 (mini), median over seeds (ELECTRA's rule); test median (range, ±std), dev "
-              "median in brackets.", "", "| option | value | test | dev median |", "|---|---|---|---|"]
+    first = next(iter(st.values()))
+    lr = f"learning rate {first['learning_rate']:g} (the sentiment sweep's selected point)" \
+        if "learning_rate" in first else "learning rate 1e-3 (tiny) / 3e-4 (mini)"
+    lines += ["## Stability options", "", f"Sentiment, {first['arm']} arm, {lr}, {s['stability_epochs']:g} epochs, "
+              "median over seeds (ELECTRA's rule); test median (range, ±std), dev median in the last column.", "",
+              "| option | value | test | dev median |", "|---|---|---|---|"]
     for name, r in st.items():
       for p in r["points"]:
         lines.append(f"| {name} | {p['label']} | {_spread(p['test'])} | {_pct((p['dev'] or {}).get('median'))} |")
