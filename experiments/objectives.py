@@ -4,8 +4,10 @@ masking and ALBERT-style sharing as extra rows, scored downstream on the bundled
   nice -n 5 python -m experiments.objectives --workdir=/tmp/objectives --output=experiments/objectives.md
       # full scale: tiny and mini, budgets of 600 and 2,400 BERT steps (32 x 64 tokens), every arm at equal
       # FLOPs and at equal wall-clock, 3 fine-tuning seeds per task (hours of 2 CPU cores; resumes from the JSON)
-  python -m experiments.objectives --scale=reduced --workdir=/tmp/objectives_r --output=experiments/objectives.md
-      # what this session ran: tiny, one budget of 100 BERT steps, BERT and ELECTRA, 60 / 80 fine-tuning steps
+  python -m experiments.objectives --scale=medium --workdir=/tmp/objectives_m --output=experiments/objectives.md
+      # tiny, one budget of 1,200 BERT steps, BERT and ELECTRA, 200 / 300 fine-tuning steps (~25 min quiet)
+  python -m experiments.objectives --scale=reduced --workdir=/tmp/objectives_r --output=/tmp/objectives_r/o.md
+      # a pipeline check: tiny, 100 BERT steps, 60 / 80 fine-tuning steps
   python -m experiments.objectives --quick --workdir=/tmp/objectives_q --output=/tmp/objectives_q/o.md   # smoke
 
 Protocol (every number of objectives.md comes from one run of this script, raw results in objectives.json):
@@ -61,6 +63,9 @@ def settings(scale: str) -> dict:
     return dict(sizes=("tiny",), budgets=(8,), arms=("bert", "electra"), wallclock=True, seeds=2,
                 ft=dict(sentiment=6, ner=6, evals=1), data=dict(train=200, dev=60, test=60, ner_train=150),
                 corpus_bytes=150_000)
+  if scale == "medium":    # about 25 minutes of 2 quiet cores: tiny, one budget past the unigram plateau
+    return dict(sizes=("tiny",), budgets=(1200,), arms=("bert", "electra"), wallclock=True, seeds=3,
+                ft=dict(sentiment=200, ner=300, evals=1), data=None, corpus_bytes=0)
   if scale == "reduced":
     return dict(sizes=("tiny",), budgets=(100,), arms=("bert", "electra"), wallclock=True, seeds=3,
                 ft=dict(sentiment=60, ner=80, evals=1), data=None, corpus_bytes=0)
@@ -368,8 +373,9 @@ def parse_args(argv=None):
   p.add_argument("--workdir", required=True, help="run directories, data and fine-tuning sweeps")
   p.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "objectives.md"))
   p.add_argument("--results", default="", help="results JSON (default: next to --output)")
-  p.add_argument("--scale", default="full", choices=("full", "reduced"), help="full: the issue's grid; reduced: "
-                 "tiny, one budget, BERT vs ELECTRA")
+  p.add_argument("--scale", default="full", choices=("full", "medium", "reduced"),
+                 help="full: the issue's grid; medium: tiny, 1,200 BERT steps, BERT vs ELECTRA, 3 seeds; reduced: "
+                 "tiny, 100 BERT steps (a pipeline check)")
   p.add_argument("--quick", action="store_true", help="a smoke run of a few steps on a data subset")
   p.add_argument("--stages", default="pretrain,none,downstream", help="comma-separated: pretrain (always), none "
                  "(random-init fine-tuning rows), downstream")
