@@ -141,3 +141,17 @@ def test_a_shard_runs_only_its_units(config, tmp_path, monkeypatch):
   w = str(tmp_path / "sw")
   assert sweep.run_sweep(config, {"num_train_epochs": [1.0, 2.0, 3.0]}, 2, w, shard=(1, 2)) == {}
   assert sorted(os.listdir(os.path.join(w, "runs"))) == ["p001_s0", "p001_s1"]
+
+
+@pytest.mark.parametrize("task, want", [("classification", "| 81.0 | 81.0 ± 1.0 | 80.0 | 82.0 |"),
+                                         ("squad_v1", "| 81.0 | 81.0 ± 1.0 | 80.0 | 82.0 |")])
+def test_the_table_prints_every_task_in_percent_once(task, want):
+  """Accuracy is a fraction (x 100); SQuAD's scorer already gives percent (x 1, not 8100)."""
+  k = 1.0 if task == "squad_v1" else 0.01
+  st = {"median": 81 * k, "mean": 81 * k, "std": 1 * k, "min": 80 * k, "max": 82 * k, "n": 2}
+  results = {"task": task, "main_metric": "f1", "select": "best", "seeds": [0, 1], "runs_total": 2,
+             "runs_missing": 0, "selected": 0, "result": {"dev": 82 * k, "test": 81 * k, "seed": 1},
+             "points": [{"index": 0, "label": "lr=1e-3", "dev": st, "test": st, "runs": []}]}
+  table = sweep.table_markdown(results)
+  assert want in table and "-> dev 82.0, test 81.0 (seed 1)" in table
+  assert ("in percent" if task == "squad_v1" else "x 100") in table.splitlines()[0]

@@ -330,11 +330,20 @@ def _fmt(s: Optional[dict], scale: float = 100.0) -> Tuple[str, str, str, str]:
           f"{scale * s['min']:.1f}", f"{scale * s['max']:.1f}")
 
 
+def _scale(results: dict) -> Tuple[float, str]:
+  """(factor, words) that print the task's main metric in percent: x 100 for fractions, x 1 for SQuAD's."""
+  from bert_jax.finetune.tasks import registry
+  cls = registry.TASKS.get(results["task"])
+  cls = registry.TASKS.get(cls, cls) if isinstance(cls, str) else cls
+  return (1.0, "in percent") if getattr(cls, "metrics_in_percent", False) else (100.0, "x 100")
+
+
 def table_markdown(results: dict) -> str:
-  """The per-point table; metrics x 100; the selected point in bold, marked (selected)."""
+  """The per-point table; metrics in percent; the selected point in bold, marked (selected)."""
   m = results["main_metric"]
+  k, words = _scale(results)
   rule = ("best dev run over seeds (BERT)" if results["select"] == "best" else "median dev over seeds (ELECTRA)")
-  lines = [f"Task {results['task']}, {m} x 100 over seeds {results['seeds']}; selection: {rule}. "
+  lines = [f"Task {results['task']}, {m} {words} over seeds {results['seeds']}; selection: {rule}. "
            f"{results['runs_total'] - results['runs_missing']}/{results['runs_total']} runs done.", "",
            "| point | n | dev median | dev mean ± std | dev min | dev max | test median | test mean ± std | "
            "test min | test max |", "|" + "---|" * 10]
@@ -342,11 +351,11 @@ def table_markdown(results: dict) -> str:
     sel = p["index"] == results["selected"]
     label = f"**{p['label']}** (selected)" if sel else p["label"]
     n = p["dev"]["n"] if p["dev"] else 0
-    lines.append("| " + " | ".join((label, str(n)) + _fmt(p["dev"]) + _fmt(p["test"])) + " |")
+    lines.append("| " + " | ".join((label, str(n)) + _fmt(p["dev"], k) + _fmt(p["test"], k)) + " |")
   r = results.get("result")
   if r:
-    test = "–" if r["test"] is None else f"{100 * r['test']:.1f}"
-    lines += ["", f"Selected: {results['points'][results['selected']]['label']} -> dev {100 * r['dev']:.1f}, "
+    test = "–" if r["test"] is None else f"{k * r['test']:.1f}"
+    lines += ["", f"Selected: {results['points'][results['selected']]['label']} -> dev {k * r['dev']:.1f}, "
                   f"test {test}" + (f" (seed {r['seed']})" if "seed" in r else " (medians)")]
   return "\n".join(lines) + "\n"
 
@@ -357,10 +366,11 @@ def plot_spread(results: dict, path: str) -> str:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # lazy: as above
   pts = results["points"]
+  k, words = _scale(results)
   fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(pts) + 2), 4))
   for j, (split, color, dx) in enumerate((("dev", "tab:blue", -0.12), ("test", "tab:orange", 0.12))):
     for i, p in enumerate(pts):
-      ys = [100 * r[split] for r in p["runs"] if r.get(split) is not None]
+      ys = [k * r[split] for r in p["runs"] if r.get(split) is not None]
       if ys:
         ax.scatter([i + dx] * len(ys), ys, color=color, s=14, alpha=0.7, label=split if i == 0 else None)
         ax.hlines(statistics.median(ys), i + dx - 0.1, i + dx + 0.1, color=color, lw=2)
@@ -368,7 +378,7 @@ def plot_spread(results: dict, path: str) -> str:
     ax.axvspan(results["selected"] - 0.4, results["selected"] + 0.4, color="0.9", zorder=0)
   ax.set_xticks(range(len(pts)))
   ax.set_xticklabels([p["label"].replace(", ", "\n") for p in pts], fontsize=7)
-  ax.set_ylabel(f"{results['main_metric']} x 100")
+  ax.set_ylabel(f"{results['main_metric']} {words}")
   ax.set_title(f"{results['task']}: spread over {len(results['seeds'])} seeds (selected point shaded)")
   ax.legend()
   fig.tight_layout()

@@ -63,6 +63,7 @@ class Task:
   label_list: Optional[List[str]] = None
   is_regression = False
   main_metric = ""
+  metrics_in_percent = False        # SQuAD's scorer reports EM/F1 in percent; the others are fractions
   train_split: Optional[str] = "train"
   eval_splits = ("dev",)
   test_splits = ("test",)

@@ -337,6 +337,7 @@ class SquadTask(Task):
   CMRC2018."""
   kind = "squad"
   head = "question_answering"
+  metrics_in_percent = True
   label_keys = ("start_positions", "end_positions")
   test_splits = ()
   # Evaluation windows carry no answer positions (only training reads locate the answers): no eval loss.
