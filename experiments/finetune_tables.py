@@ -494,14 +494,22 @@ def plot_cells(store: Store, path: str) -> Optional[str]:
   import matplotlib.pyplot as plt
   keys = sorted(sw)
   fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(keys) + 2), 4))
+  base = store.data.get("baselines", {})
   for i, key in enumerate(keys):
-    t, m = sw[key]["test"], _mult(key.split("/")[0])
+    task = key.split("/")[0]
+    t, m = (sw[key].get("median_rule") or sw[key])["test"], _mult(task)
     if t:
       ax.errorbar([i], [m * t["median"]], yerr=[[m * (t["median"] - t["min"])], [m * (t["max"] - t["median"])]],
                   fmt="o", capsize=4, color="C0" if key.endswith("/none") else "C1")
+    bl = baseline_test(base, task)
+    if bl is not None:
+      ax.plot([i], [m * bl], marker="x", color="0.4", label="classic baseline" if i == 0 else None)
   ax.set_xticks(range(len(keys)))
   ax.set_xticklabels([k.replace("/", "\n") for k in keys], fontsize=7)
-  ax.set_ylabel("test metric x 100 (median, min-max over seeds)")
+  ax.set_ylabel("test metric in percent\n(median, min-max over seeds)")
+  ax.set_title("each cell's point with the best dev median (blue: no pre-training)", fontsize=9)
+  if base:
+    ax.legend(fontsize=7)
   fig.tight_layout()
   fig.savefig(path, dpi=80)
   plt.close(fig)
