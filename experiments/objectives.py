@@ -5,7 +5,8 @@ masking and ALBERT-style sharing as extra rows, scored downstream on the bundled
       # full scale: tiny and mini, budgets of 600 and 2,400 BERT steps (32 x 64 tokens), every arm at equal
       # FLOPs and at equal wall-clock, 3 fine-tuning seeds per task (hours of 2 CPU cores; resumes from the JSON)
   python -m experiments.objectives --scale=medium --workdir=/tmp/objectives_m --output=experiments/objectives.md
-      # tiny, one budget of 1,200 BERT steps, BERT and ELECTRA, 200 / 300 fine-tuning steps (~25 min quiet)
+      # tiny, one budget of 1,200 BERT steps, BERT and ELECTRA, 200 / 300 fine-tuning steps (not run yet;
+      # about 25 min of 2 quiet cores, estimated from the measured step times)
   python -m experiments.objectives --scale=reduced --workdir=/tmp/objectives_r --output=/tmp/objectives_r/o.md
       # a pipeline check: tiny, 100 BERT steps, 60 / 80 fine-tuning steps
   python -m experiments.objectives --quick --workdir=/tmp/objectives_q --output=/tmp/objectives_q/o.md   # smoke
@@ -63,7 +64,7 @@ def settings(scale: str) -> dict:
     return dict(sizes=("tiny",), budgets=(8,), arms=("bert", "electra"), wallclock=True, seeds=2,
                 ft=dict(sentiment=6, ner=6, evals=1), data=dict(train=200, dev=60, test=60, ner_train=150),
                 corpus_bytes=150_000)
-  if scale == "medium":    # about 25 minutes of 2 quiet cores: tiny, one budget past the unigram plateau
+  if scale == "medium":    # tiny, one budget past the unigram plateau (~25 min of 2 quiet cores, estimated)
     return dict(sizes=("tiny",), budgets=(1200,), arms=("bert", "electra"), wallclock=True, seeds=3,
                 ft=dict(sentiment=200, ner=300, evals=1), data=None, corpus_bytes=0)
   if scale == "reduced":
