@@ -68,6 +68,8 @@ def fixtures(tmp_path_factory):
   return {"dir": d, "vocab": vocab, "glue": testing.write_glue(str(d / "glue"))}
 
 
+@pytest.mark.slow   # a whole fine-tuning run from a saved checkpoint (~14 s); the merge itself is unit-tested in
+#                     test_finetune_units (test_merge_loads_the_encoder_and_initialises_the_head)
 def test_sst2_from_a_pretrained_checkpoint_loads_the_encoder(fixtures, tmp_path):
   ckpt, pre = _write_pretrained_dir(tmp_path, fixtures["vocab"], sum(1 for _ in open(fixtures["vocab"])))
   # vocab_file empty: the checkpoint's vocab.txt is used. A ~zero learning rate keeps the weights at their

@@ -59,6 +59,7 @@ def test_bad_guard_fields_are_user_errors_naming_the_field(field, value, message
     watchdog.resolve_guard(config, 2)
 
 
+@pytest.mark.slow   # a subprocess importing JAX and waiting out the 3 s deadline
 def test_a_host_that_never_joins_gives_one_line_and_exit_75_at_the_start_up_deadline(tmp_path):
   """Process 0 of 2 with no process 1: at config.distributed.initialization_timeout_s it prints the line and
   exits 75 (JAX alone waits 300 s, then aborts with a native stack)."""
