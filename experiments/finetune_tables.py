@@ -281,12 +281,10 @@ def run_pretraining(store: Store, workdir: str, data_dir: str, s: dict) -> None:
 
 
 # ---- the report --------------------------------------------------------------------------------------------
-# the main metric's scale: accuracy and entity F1 are fractions; SQuAD's scorer reports EM/F1 in percent
-PERCENT_TASKS = ("qa",)
-
-
 def _mult(task: str) -> float:
-  return 1.0 if task in PERCENT_TASKS else 100.0
+  """What prints this table task's main metric in percent: the sweep's own rule (Task.metrics_in_percent)."""
+  from bert_jax.finetune import sweep
+  return sweep._scale({"task": TASKS[task][0]})[0]
 
 
 def _pct(x, mult: float = 100.0):
