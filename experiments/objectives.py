@@ -5,8 +5,8 @@ masking and ALBERT-style sharing as extra rows, scored downstream on the bundled
       # full scale: tiny and mini, budgets of 600 and 2,400 BERT steps (32 x 64 tokens), every arm at equal
       # FLOPs and at equal wall-clock, 3 fine-tuning seeds per task (hours of 2 CPU cores; resumes from the JSON)
   python -m experiments.objectives --scale=medium --workdir=/tmp/objectives_m --output=experiments/objectives.md
-      # tiny, one budget of 1,200 BERT steps, BERT and ELECTRA, 200 / 300 fine-tuning steps (not run yet;
-      # about 25 min of 2 quiet cores, estimated from the measured step times)
+      # tiny, one budget of 1,200 BERT steps, every arm, 200 / 300 fine-tuning steps (70 min on 2 cores:
+      # 22 min of pre-training on the quiet machine, then 48 min of fine-tuning, partly beside other work)
   python -m experiments.objectives --scale=reduced --workdir=/tmp/objectives_r --output=/tmp/objectives_r/o.md
       # a pipeline check: tiny, 100 BERT steps, 60 / 80 fine-tuning steps
   python -m experiments.objectives --quick --workdir=/tmp/objectives_q --output=/tmp/objectives_q/o.md   # smoke
@@ -61,11 +61,11 @@ SEQ, BATCH = 64, 32
 
 def settings(scale: str) -> dict:
   if scale == "quick":
-    return dict(sizes=("tiny",), budgets=(8,), arms=("bert", "electra"), wallclock=True, seeds=2,
+    return dict(sizes=("tiny",), budgets=(8,), arms=tuple(ARMS), wallclock=True, seeds=2,
                 ft=dict(sentiment=6, ner=6, evals=1), data=dict(train=200, dev=60, test=60, ner_train=150),
                 corpus_bytes=150_000)
-  if scale == "medium":    # tiny, one budget past the unigram plateau (~25 min of 2 quiet cores, estimated)
-    return dict(sizes=("tiny",), budgets=(1200,), arms=("bert", "electra"), wallclock=True, seeds=3,
+  if scale == "medium":    # tiny, one budget past the unigram plateau, every arm (~70 min of 2 cores)
+    return dict(sizes=("tiny",), budgets=(1200,), arms=tuple(ARMS), wallclock=True, seeds=3,
                 ft=dict(sentiment=200, ner=300, evals=1), data=None, corpus_bytes=0)
   if scale == "reduced":
     return dict(sizes=("tiny",), budgets=(100,), arms=("bert", "electra"), wallclock=True, seeds=3,
@@ -243,8 +243,9 @@ def run(args) -> dict:
             res.data["pretrain"][name] = dict(e, same_as=f"{size}_b{budget}_{arm}_flops")
           else:
             pretrain(name, arm, size, wsteps, workdir, inputs, vocab, res, args.redo)
+          ran = res.data["pretrain"][name].get("steps", wsteps)   # the equal-FLOPs run's steps when same_as
           rows[f"{size}/{budget}/{arm}/time"] = {"arm": arm, "size": size, "budget": budget, "compute": "wall-clock",
-                                                 "run": name, "flops": flops_per_step(arm, size, vocab_size) * wsteps}
+                                                 "run": name, "flops": flops_per_step(arm, size, vocab_size) * ran}
         res.save()
   res.save()
   if "downstream" in args.stages:
@@ -264,7 +265,10 @@ def run(args) -> dict:
 
 # ---------------------------------------------------------------------------------------------- reporting
 
-def _score(down: dict, run: str, task: str):
+def _score(down: dict, run: str, task: str, pre: Optional[dict] = None):
+  """The downstream result of a pre-training run on a task; a run that is the same as another (an equal-time
+  run within 5% of the equal-FLOPs one, `same_as`) reads that run's fine-tuning."""
+  run = ((pre or {}).get(run) or {}).get("same_as") or run
   d = down.get(f"{run}/{task}")
   return None if d is None or d.get("test") is None else d
 
@@ -294,7 +298,7 @@ def write_markdown(data: dict, output: str) -> None:
     sps = e.get("seconds_per_step")
     lines.append(f"| {row['size']} | {row['budget']} | {ARMS[row['arm']][0]} | {row['compute']} | "
                  f"{e.get('steps', '–')} | {row['flops'] / 1e9:,.0f} | {'–' if not sps else f'{sps:.3f}'} | "
-                 f"{fmt(_score(down, row['run'], 'sentiment'))} | {fmt(_score(down, row['run'], 'ner'))} |")
+                 f"{fmt(_score(down, row['run'], 'sentiment', pre))} | {fmt(_score(down, row['run'], 'ner', pre))} |")
   for size in s.get("sizes", []):
     if f"{size}/none/sentiment" in down:
       lines.append(f"| {size} | 0 | no pre-training (random init) | – | 0 | 0 | – | "
@@ -303,6 +307,8 @@ def write_markdown(data: dict, output: str) -> None:
             "| run | steps | seconds | load | last training metrics |", "|---|---|---|---|---|"]
   for name, e in pre.items():
     last = ", ".join(f"{k} {v:.3f}" for k, v in sorted(e.get("train_last", {}).items()))
+    if e.get("same_as"):
+      last = f"the same run as {e['same_as']} (equal wall-clock within 5% of equal FLOPs)"
     lines.append(f"| {name} | {e['steps']} | {e['seconds']:.0f} | {e.get('load_average', 0):.1f} | {last} |")
   lines += ["", "## Verdict", ""] + verdict(data) + ["", "## Reading the table", ""] + reading(data)
   os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
@@ -311,18 +317,20 @@ def write_markdown(data: dict, output: str) -> None:
 
 
 def verdict(data: dict) -> List[str]:
-  """Does ELECTRA beat BERT on both tasks by more than the seed spread, per (size, budget, compute)?"""
-  down, out = data.get("downstream", {}), []
+  """Does each arm (ELECTRA: the issue's goal; span masking and ALBERT sharing: extra rows) beat BERT on both
+  tasks by more than the seed spread, per (size, budget, compute)?"""
+  down, pre, out = data.get("downstream", {}), data.get("pretrain", {}), []
   rows = data.get("rows", {})
+  names = {"electra": "ELECTRA", "bert_span": "span masking", "albert": "ALBERT sharing"}
   for key, row in rows.items():
-    if row["arm"] != "electra":
+    if row["arm"] not in names:
       continue
     ref = f"{row['size']}/{row['budget']}/bert"
     if ref not in rows:
       continue
     parts, wins = [], 0
     for task in ("sentiment", "ner"):
-      a, b = _score(down, row["run"], task), _score(down, rows[ref]["run"], task)
+      a, b = _score(down, row["run"], task, pre), _score(down, rows[ref]["run"], task, pre)
       if a is None or b is None:
         parts.append(f"{task}: not run")
         continue
@@ -330,9 +338,10 @@ def verdict(data: dict) -> List[str]:
       win = delta > spread
       wins += win
       parts.append(f"{task} {100 * delta:+.1f} points (spread {100 * spread:.1f}: {'beats' if win else 'does not beat'})")
-    out.append(f"- {row['size']}, {row['budget']} BERT steps, equal {row['compute']}: ELECTRA vs BERT — " +
-               "; ".join(parts) + (" → **ELECTRA wins on both**" if wins == 2 else ""))
-  return out or ["- no ELECTRA row has both tasks scored yet"]
+    who = names[row["arm"]]
+    out.append(f"- {row['size']}, {row['budget']} BERT steps, equal {row['compute']}: {who} vs BERT — " +
+               "; ".join(parts) + (f" → **{who} wins on both**" if wins == 2 else ""))
+  return out or ["- no row beside BERT's has both tasks scored yet"]
 
 
 def reading(data: dict) -> List[str]:
@@ -375,7 +384,7 @@ def parse_args(argv=None):
   p.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "objectives.md"))
   p.add_argument("--results", default="", help="results JSON (default: next to --output)")
   p.add_argument("--scale", default="full", choices=("full", "medium", "reduced"),
-                 help="full: the issue's grid; medium: tiny, 1,200 BERT steps, BERT vs ELECTRA, 3 seeds; reduced: "
+                 help="full: the issue's grid; medium: tiny, 1,200 BERT steps, every arm, 3 seeds; reduced: "
                  "tiny, 100 BERT steps (a pipeline check)")
   p.add_argument("--quick", action="store_true", help="a smoke run of a few steps on a data subset")
   p.add_argument("--stages", default="pretrain,none,downstream", help="comma-separated: pretrain (always), none "
