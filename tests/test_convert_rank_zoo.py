@@ -93,6 +93,7 @@ def candidates(tmp_path, tiny_vocab):
   return str(text), [str(tmp_path / n) for n in ("random", "trained", "other")]
 
 
+@pytest.mark.slow      # a run of several seconds; CI runs it, the fast tier keeps the unit tests
 def test_rank_puts_the_model_trained_on_the_text_first_and_is_deterministic(candidates, tmp_path):
   text, dirs = candidates
   rows = rank.rank_checkpoints(dirs, text, num_sequences=24, max_seq_length=32, seed=3)

@@ -157,6 +157,7 @@ def test_squad_predictions_are_exact_context_substrings(fixtures, tmp_path, vers
   assert results["train"]["train_features"] > len(contexts)   # doc stride made extra windows
 
 
+@pytest.mark.slow      # a run of several seconds; CI runs it, the fast tier keeps the unit tests
 def test_ner_conll_output_and_entity_f1(fixtures, tmp_path):
   data = testing.write_conll(str(tmp_path / "ner"))
   out = str(tmp_path / "run")

@@ -129,6 +129,27 @@ def test_a_peer_that_stopped_the_job_is_repeated_with_this_hosts_stacks():
   assert g0.verdict() == ("host 1 of 2 stalled in data at step 15: ... (reported by host 1)", True)
 
 
+def test_host_0_leaves_last_it_waits_for_the_peers_still_beating_to_say_they_are_leaving(monkeypatch):
+  # Host 0 runs the coordination service: leaving first would get a peer aborted by JAX (SIGABRT) before that
+  # peer prints its own line (seen in the two-process stall: host 1 exited -6 instead of 75).
+  monkeypatch.setattr(watchdog, "LINGER_MAX_S", 0.6)
+  client, (g0, g1) = two_hosts()
+  g1.enter("data", 14)
+  g1._publish()
+  g0._read_peers()
+  assert g0.peers_still_here() == [1]
+  waited = g0.linger()                       # host 1 beats and has not said it is leaving: the whole bound
+  assert 0.5 <= waited < 2 and g0.peers_still_here() == [1]
+  g1._say_leaving()                          # what a non-zero host does right before its exit
+  assert json.loads(client.kv[f"{watchdog.KEY_PREFIX}1"])["leaving"] is True
+  assert g0.linger() < 0.5 and g0.peers_still_here() == []
+  _, (h0, h1) = two_hosts()                  # a dead peer (no heartbeat for longer than the timeout) or a
+  h0._peer_changed[1] -= 11                  # finished one is not waited for
+  assert h0.linger() < 0.5
+  h0._peers[1], h0._peer_changed[1] = {"beat": 5, "step": 30, "phase": "done"}, time.monotonic()
+  assert h0.peers_still_here() == []
+
+
 def test_the_watchdog_fires_after_the_limit_and_names_the_stuck_peer_and_phase():
   _, (g0, g1) = two_hosts()
   g0.step_done(14, synced=True)

@@ -173,6 +173,7 @@ def test_multilabel_reader_features_loss_and_metrics(tmp_path, tok):
     get_task("multilabel", label_list=["体育"]).read("train", str(tmp_path))
 
 
+@pytest.mark.slow      # a run of several seconds; CI runs it, the fast tier keeps the unit tests
 def test_c3_end_to_end_with_mean_pooling_masks_padded_choices(tmp_path):
   data = write_c3(str(tmp_path / "c3"))
   vocab = testing.write_vocab(str(tmp_path / "v"))

@@ -118,6 +118,7 @@ def _config(data_dir, vocab):
   return c
 
 
+@pytest.mark.slow         # a full fine-tuning run (~10 s); the fast tier keeps the registry's unit tests
 def test_a_kind_registered_in_one_line_fine_tunes_and_scores_with_its_own_metric(length_data, tmp_path,
                                                                                  monkeypatch):
   monkeypatch.setitem(registry.TASKS, "length_sign", LengthSignTask)

@@ -47,6 +47,7 @@ def single_device_mesh():
   return sharding.make_mesh((1, 1, 1), devices=jax.devices()[:1])
 
 
+@pytest.mark.slow      # a run of several seconds; CI runs it, the fast tier keeps the unit tests
 def test_skip_policy_leaves_state_untouched_on_a_nan_step_and_stops_after_max_consecutive(tmp_path):
   cfg = run_config(nan_policy="skip")
   model = BertForPreTraining(ONE_LAYER)
@@ -91,6 +92,7 @@ def test_skip_policy_leaves_state_untouched_on_a_nan_step_and_stops_after_max_co
   assert not [n for n in os.listdir(tmp_path / "checkpoints") if n[0].isdigit()]
 
 
+@pytest.mark.slow      # a run of several seconds; CI runs it, the fast tier keeps the unit tests
 def test_stop_policy_reports_the_first_bad_step_and_the_loop_raises():
   cfg = run_config(nan_policy="stop")
   model = BertForPreTraining(ONE_LAYER)

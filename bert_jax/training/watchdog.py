@@ -29,7 +29,10 @@ Either way the host prints every thread's stack (faulthandler; for a stall), the
   hosts to resume
 and exits with `errors.RETRYABLE_EXIT_CODE` (75, EX_TEMPFAIL) through `os._exit`: no `atexit` wait for the
 dead peer, no Orbax save left waiting for it. launch/tpu_pod.sh (supervised) and launch/slurm_gpu.sbatch
-restart or requeue on 75 as on 143. The half-written checkpoint a dying host leaves is an Orbax temporary
+restart or requeue on 75 as on 143. Host 0 leaves last: it runs the coordination service, and a peer whose JAX
+client loses it is aborted (SIGABRT) before printing its own line, so after its line host 0 waits until every
+peer that still beats has said it is leaving (at most 2 beats + 6 s; a dead or frozen one is not waited for).
+The half-written checkpoint a dying host leaves is an Orbax temporary
 directory (`<step>.orbax-checkpoint-tmp-*` locally, no `commit_success.txt` on gs://): never a step, never
 restored, deleted when the next run opens its Checkpointer.
 
@@ -74,6 +77,7 @@ log = logging.getLogger(__name__)
 KEY_PREFIX = "bert_jax/guard/"
 JAX_HEARTBEAT_MARGIN_S = 30     # JAX's own heartbeat fires this much later: ours gives the one-line outcome
 FINAL_PHASES = ("done", "stopped", "failed")
+LINGER_MAX_S = 20.0       # the longest host 0 waits, after its own line, for the peers to leave first
 FAULT_KINDS = ("stall_data", "die_in_save")
 
 
@@ -356,22 +360,26 @@ class HostGuard:
     record = dict(beat=self._beats, step=self.step, phase=self.phase, **extra)
     self._client.key_value_set(f"{KEY_PREFIX}{self.index}", json.dumps(record), True)
 
+  def _read_peers(self) -> None:
+    """The peers' newest records from the key-value store; a changed record is a heartbeat."""
+    entries = self._client.key_value_dir_get(KEY_PREFIX)
+    now = time.monotonic()
+    self._kv_ok = now
+    for key, value in entries:
+      i = int(key.rstrip("/").rsplit("/", 1)[-1])
+      if i == self.index:
+        continue
+      record = json.loads(value)
+      if record != self._peers.get(i):
+        self._peers[i] = record
+        self._peer_changed[i] = now
+
   def _beat_loop(self) -> None:
     warned = False
     while not self._stop.is_set():
       try:
         self._publish()
-        entries = self._client.key_value_dir_get(KEY_PREFIX)
-        now = time.monotonic()
-        self._kv_ok = now
-        for key, value in entries:
-          i = int(key.rstrip("/").rsplit("/", 1)[-1])
-          if i == self.index:
-            continue
-          record = json.loads(value)
-          if record != self._peers.get(i):
-            self._peers[i] = record
-            self._peer_changed[i] = now
+        self._read_peers()
       except Exception as e:  # noqa: BLE001 - the key-value store unreachable: timed by the check thread
         if not warned:
           log.warning("host guard: the coordination service did not answer (%s)", e)
@@ -455,8 +463,51 @@ class HostGuard:
           pass
       err.write(f"error: {line}\n")
       err.flush()
+      if self.multi_host and self._client is not None:
+        if self.index == 0:
+          self.linger()
+        else:
+          self._say_leaving()
     finally:
       os._exit(RETRYABLE_EXIT_CODE)   # no atexit: jax.distributed.shutdown would wait for the dead peer
+
+  def peers_still_here(self) -> list:
+    """The peers that beat within the heartbeat timeout and have neither finished nor said they are leaving."""
+    now = time.monotonic()
+    return [i for i, changed in sorted(self._peer_changed.items())
+            if now - changed <= self.settings.heartbeat_timeout_s and not self._peers.get(i, {}).get("leaving")
+            and self._peers.get(i, {}).get("phase") not in FINAL_PHASES]
+
+  def linger(self) -> float:
+    """Host 0 runs the coordination service: a peer whose JAX client loses it aborts (SIGABRT and JAX's list
+    of loaded modules) before it prints its own line. So host 0 leaves last: it waits until every peer that
+    is still beating has said it is leaving, at most 2 beats + 6 s (a reporting peer waits 2 beats + 0.5 s
+    for the others to read its report). A dead or frozen peer is not waited for. Returns the seconds waited."""
+    start = time.monotonic()
+    deadline = start + min(LINGER_MAX_S, 2 * self.beat_s + 6.0)
+    while time.monotonic() < deadline:
+      try:
+        self._read_peers()
+      except Exception:  # noqa: BLE001 - the store is in this process; nothing left to wait for
+        break
+      if not self.peers_still_here():
+        break
+      time.sleep(0.1)
+    return time.monotonic() - start
+
+  def _say_leaving(self) -> None:
+    """Tells host 0 that this host is leaving (best effort, at most 1 s: host 0 may already be gone)."""
+    self._stop.set()                          # the beat thread must not overwrite the record below
+
+    def publish():
+      try:
+        self._publish(leaving=True)
+      except Exception:  # noqa: BLE001
+        pass
+
+    t = threading.Thread(target=publish, name="host-guard-leaving", daemon=True)
+    t.start()
+    t.join(1.0)
 
   def fail(self, error: BaseException) -> None:
     """A multi-host run's step raised `error` and every host still looks alive (`await_verdict` returned):
