@@ -284,7 +284,7 @@ def run_pretraining(store: Store, workdir: str, data_dir: str, s: dict) -> None:
 def _mult(task: str) -> float:
   """What prints this table task's main metric in percent: the sweep's own rule (Task.metrics_in_percent)."""
   from bert_jax.finetune import sweep
-  return sweep._scale({"task": TASKS[task][0]})[0]
+  return sweep.percent_factor(TASKS[task][0])
 
 
 def _pct(x, mult: float = 100.0):

@@ -330,12 +330,19 @@ def _fmt(s: Optional[dict], scale: float = 100.0) -> Tuple[str, str, str, str]:
           f"{scale * s['min']:.1f}", f"{scale * s['max']:.1f}")
 
 
-def _scale(results: dict) -> Tuple[float, str]:
-  """(factor, words) that print the task's main metric in percent: x 100 for fractions, x 1 for SQuAD's."""
+def percent_factor(task: str) -> float:
+  """What prints task `task`'s metrics in percent: 100 for fractions, 1 for a task that reports percent
+  (SQuAD; Task.metrics_in_percent)."""
   from bert_jax.finetune.tasks import registry
-  cls = registry.TASKS.get(results["task"])
+  cls = registry.TASKS.get(task)
   cls = registry.TASKS.get(cls, cls) if isinstance(cls, str) else cls
-  return (1.0, "in percent") if getattr(cls, "metrics_in_percent", False) else (100.0, "x 100")
+  return 1.0 if getattr(cls, "metrics_in_percent", False) else 100.0
+
+
+def _scale(results: dict) -> Tuple[float, str]:
+  """(factor, words) that print the sweep's main metric in percent (percent_factor)."""
+  k = percent_factor(results["task"])
+  return (k, "in percent" if k == 1.0 else "x 100")
 
 
 def table_markdown(results: dict) -> str:
