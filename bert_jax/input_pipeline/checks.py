@@ -17,6 +17,7 @@ import math
 import os
 from typing import Iterable, List, Sequence
 
+from bert_jax import lean_imports
 from bert_jax.errors import UserError
 from bert_jax.input_pipeline import fileio, text_io, tokenization
 
@@ -109,7 +110,7 @@ def check_input_files(patterns: str, field: str) -> List[str]:
 
 def _size(path: str) -> int:
   if fileio.is_remote(path):
-    import tensorflow as tf  # lazy: TensorFlow only for gs:// and other remote paths
+    tf = lean_imports.tensorflow()  # lazy: TensorFlow only for gs:// and other remote paths
     return int(tf.io.gfile.stat(path).length)
   return os.path.getsize(path)
 

@@ -28,6 +28,8 @@ import shutil
 import time
 from typing import IO, List, Optional
 
+from bert_jax import lean_imports
+
 
 def is_remote(path: str) -> bool:
   """True for URL-style paths (gs://..., ram://..., s3://...) that need `tf.io.gfile`."""
@@ -36,7 +38,7 @@ def is_remote(path: str) -> bool:
 
 def _gfile():
   try:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top  # lazy: TensorFlow only for gs:// paths
+    tf = lean_imports.tensorflow()  # lazy: TensorFlow only for gs:// paths
   except ImportError as e:
     raise ImportError("paths with a URL scheme (gs://...) are read through tf.io.gfile: install "
                       "tensorflow") from e

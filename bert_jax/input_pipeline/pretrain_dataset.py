@@ -67,6 +67,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import jax
 import numpy as np
 
+from bert_jax import lean_imports
 from bert_jax.errors import UserError
 from bert_jax.input_pipeline import shard_builder
 from bert_jax.input_pipeline import fileio
@@ -95,7 +96,7 @@ class _TensorFlow:
   tf.data runs on the host: TensorFlow is kept off the GPUs that JAX uses."""
 
   def __getattr__(self, name):
-    import tensorflow  # lazy: see the class docstring
+    tensorflow = lean_imports.tensorflow()  # lazy: see the class docstring (and bert_jax/lean_imports.py)
     try:
       tensorflow.config.set_visible_devices([], "GPU")
     except Exception:  # noqa: BLE001 - already initialised, or no GPU build

@@ -22,6 +22,7 @@ from typing import Dict, Iterable, List, Sequence
 
 import numpy as np
 
+from bert_jax import lean_imports
 from bert_jax.input_pipeline import fileio
 
 INT_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
@@ -154,7 +155,7 @@ def google_example_arrays(batch: Dict[str, np.ndarray], include_continuation: bo
 
 def parse_spec(max_seq_length: int, max_predictions_per_seq: int, with_continuation: bool = False):
   """`tf.io.parse_example` spec for Google's schema (plus our optional word_continuation)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top  # lazy: TensorFlow only for tf.data readers
+  tf = lean_imports.tensorflow()  # lazy: TensorFlow only for tf.data readers
   spec = {
       "input_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
       "input_mask": tf.io.FixedLenFeature([max_seq_length], tf.int64),
@@ -291,7 +292,7 @@ class ShardedWriter:
     self._writers = []
     for f in self.output_files:
       if fileio.is_remote(f):
-        import tensorflow as tf  # pylint: disable=g-import-not-at-top  # lazy: TensorFlow only for gs:// paths
+        tf = lean_imports.tensorflow()  # lazy: TensorFlow only for gs:// paths
         self._writers.append(tf.io.TFRecordWriter(f))
       else:
         self._writers.append(_LocalRecordWriter(f))

@@ -61,6 +61,7 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
+from bert_jax import lean_imports
 from bert_jax.errors import Interrupted, UserError
 from bert_jax.input_pipeline import fileio, pretrain_dataset
 from bert_jax.models import pretraining_model
@@ -169,7 +170,7 @@ def _start_state(plan, clock, ckpt, model, mesh, tx, train_step, abstract, batch
         log.info("ahead-of-time compile of the train step skipped (%s: %s); the first step compiles it",
                  type(e).__name__, e)
   try:   # after the compile (off the GIL), which then overlaps the data thread's TensorFlow import
-    import tensorboardX  # noqa: F401  lazy: MetricWriter's import (~2 s), here off the data's critical path
+    lean_imports.tensorboardx()  # lazy: MetricWriter's import (~0.4 s), here off the data's critical path
   except ImportError:
     pass
   return state
