@@ -37,8 +37,9 @@ from bert_jax.pretrained import load_pretrained  # noqa: E402
 
 pytestmark = pytest.mark.slow
 # The chain is 9 train.py start-ups (each pays TensorFlow's, JAX's and Orbax's imports and a restore), about
-# 4 CPU-minutes. Measured in the full suite (`pytest -n 2`, 2 cores): 12 min 17 s and 12 min 56 s with it,
-# 11 min 0 s without it the same day, over CI's 12-minute budget. So it runs when asked:
+# 4 CPU-minutes. Measured in the full suite (`pytest -n 2`, 2 cores), the same day: 12 min 17 s with it in
+# place of the one-step two-process test (12 min 56 s in a second run), 10 min 54 s without it: over CI's
+# 12-minute budget. So it runs when asked:
 #   BERT_JAX_MULTIHOST_TESTS=1 python -m pytest -q tests/test_multihost.py
 # CI keeps the multi-process train step (tests/test_training_distributed.py) and this file's disjoint-streams
 # test.
