@@ -28,6 +28,7 @@ print("keras" in sys.modules)
 '''
 
 
+@pytest.mark.slow     # a fresh interpreter importing TensorFlow, tensorboardX and Keras: ~9 s
 def test_tensorflow_without_keras_then_keras_on_demand_and_tensorboardx_without_torch():
   pytest.importorskip("tensorflow")
   pytest.importorskip("tensorboardX")
