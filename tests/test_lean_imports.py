@@ -22,7 +22,8 @@ assert tf.data.Dataset.range(3).map(lambda x: x * 2).reduce(tf.constant(0, tf.in
 tbx = lean_imports.tensorboardx()
 assert "torch" not in sys.modules, "torch loaded"
 assert not [f for f in sys.meta_path if type(f).__module__ == "bert_jax.lean_imports"], sys.meta_path
-assert importlib.util.find_spec("torch") is not None       # still there for whoever wants it
+has_torch = importlib.util.find_spec("torch") is not None  # still there for whoever wants it, when installed
+assert has_torch == (sys.argv[1] == "1"), has_torch
 print("dense", tf.keras.layers.Dense.__name__)             # Keras imports normally once asked for
 print("keras" in sys.modules)
 '''
@@ -32,8 +33,9 @@ print("keras" in sys.modules)
 def test_tensorflow_without_keras_then_keras_on_demand_and_tensorboardx_without_torch():
   pytest.importorskip("tensorflow")
   pytest.importorskip("tensorboardX")
-  out = subprocess.run([sys.executable, "-c", CHILD], cwd=REPO, capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, BERT_JAX_LEAN_IMPORTS="1"))
+  has_torch = "1" if importlib.util.find_spec("torch") is not None else "0"
+  out = subprocess.run([sys.executable, "-c", CHILD, has_torch], cwd=REPO, capture_output=True, text=True,
+                       timeout=300, env=dict(os.environ, BERT_JAX_LEAN_IMPORTS="1"))
   assert out.returncode == 0, out.stderr[-3000:]
   assert out.stdout.split() == ["dense", "Dense", "True"], out.stdout
 
