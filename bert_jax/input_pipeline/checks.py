@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from typing import Iterable, List, Sequence
 
-from bert_jax import lean_imports
 from bert_jax.errors import UserError
 from bert_jax.input_pipeline import fileio, text_io, tokenization
 
@@ -103,16 +101,9 @@ def check_input_files(patterns: str, field: str) -> List[str]:
   except FileNotFoundError as e:
     raise UserError(f"{field}={patterns!r}: {e}") from e
   for path in files:
-    if _size(path) == 0:
+    if fileio.size(path) == 0:
       raise UserError(f"{field}={patterns!r}: {path} is empty")
   return files
-
-
-def _size(path: str) -> int:
-  if fileio.is_remote(path):
-    tf = lean_imports.tensorflow()  # lazy: TensorFlow only for gs:// and other remote paths
-    return int(tf.io.gfile.stat(path).length)
-  return os.path.getsize(path)
 
 
 def is_raw_text(files: Sequence[str]) -> bool:

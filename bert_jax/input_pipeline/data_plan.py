@@ -30,7 +30,7 @@ import logging
 from typing import List, Sequence, Tuple
 
 from bert_jax.errors import UserError
-from bert_jax.input_pipeline import checks, masking, sharding
+from bert_jax.input_pipeline import checks, fileio, masking
 
 _log = logging.getLogger("bert_jax")
 
@@ -160,7 +160,7 @@ def data_layout_warnings(field: str, files: Sequence[str], process_count: int,
   """Warnings about how `files` spread over `process_count` hosts (module docstring); [] when none."""
   out = []
   if checks.is_raw_text(files):
-    per_host = sum(sharding.file_size(f) for f in files) / process_count
+    per_host = sum(fileio.size(f) for f in files) / process_count
     if per_host > raw_text_limit:
       out.append(f"{field}: {per_host / 1e9:.1f} GB of raw text per host is read and tokenized in memory by "
                  "every host at every start-up; prepare records once with python -m "

@@ -220,6 +220,11 @@ def copy(src: str, dst: str) -> None:
   write_bytes_atomic(dst, read_bytes(src))
 
 
+def size(path: str) -> int:
+  """Bytes of `path` (OSError, or TensorFlow's NotFoundError for a remote path, when it is not there)."""
+  return int(_gfile().stat(path).length) if is_remote(path) else os.path.getsize(path)
+
+
 def mtime(path: str) -> Optional[float]:
   """Modification time in seconds since the epoch, None when the path does not exist."""
   try:

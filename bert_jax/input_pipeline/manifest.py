@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from typing import Dict, List, Optional, Sequence
 
 from bert_jax import __version__
@@ -102,9 +101,7 @@ def finished_shards(path: str, data: Dict) -> Dict[int, Dict]:
 def file_size(path: str) -> Optional[int]:
   """Bytes of `path`, None when it is not there."""
   try:
-    if fileio.is_remote(path):
-      return int(fileio._gfile().stat(path).length)  # pylint: disable=protected-access
-    return os.path.getsize(path)
+    return fileio.size(path)
   except Exception:  # noqa: BLE001 - OSError, or tf.errors.NotFoundError: the file is not there
     return None
 

@@ -58,12 +58,6 @@ def shard_seed(random_seed: int, shard_index: int, dupe_round: int, purpose: int
   return int(np.random.SeedSequence(words).generate_state(2, np.uint64)[0] >> np.uint64(1))
 
 
-def file_size(path: str) -> int:
-  if fileio.is_remote(path):
-    return int(fileio._gfile().stat(path).length)  # pylint: disable=protected-access
-  return os.path.getsize(path)
-
-
 def next_cut(f, size: int, position: int) -> int:
   """The first document boundary at or after `position`: the offset just past an empty line ("\\n\\n" or
   "\\n\\r\\n" ends there), or `size` when there is none. `f` is the file, open in binary mode."""
@@ -99,7 +93,7 @@ def plan_shards(files: Sequence[str], shard_bytes: int = DEFAULT_SHARD_BYTES,
   them as empty)."""
   if shard_bytes < 1:
     raise ValueError(f"shard_bytes must be >= 1, got {shard_bytes}")
-  sizes = [file_size(f) for f in files] if sizes is None else list(sizes)
+  sizes = [fileio.size(f) for f in files] if sizes is None else list(sizes)
   shards: List[Shard] = []
   group: List[Tuple[str, int, int]] = []
   group_bytes = 0
@@ -223,7 +217,7 @@ def plan_run(input_files, output_files: Sequence[str], vocab_file: str, cfg,
   Writes this run's manifest (complete=false) before any shard starts. Used by the local driver and Beam's
   launcher alike."""
   files = text_io.expand_globs(input_files)
-  sizes = [file_size(f) for f in files]
+  sizes = [fileio.size(f) for f in files]
   if not any(sizes):
     raise ValueError(f"no text in the input files {files} (empty files: {files})")
   shards = plan_shards(files, shard_bytes, sizes)
