@@ -37,7 +37,15 @@ from bert_jax.pretrained import load_pretrained  # noqa: E402
 
 pytestmark = pytest.mark.slow
 # The chain is 9 train.py start-ups (each pays TensorFlow's, JAX's and Orbax's imports and a restore), about
-# 4 CPU-minutes: the slow tier's largest test. It replaced the one-step two-process test, which it covers.
+# 3.5 CPU-minutes. Measured in the full suite (`pytest -n 2`, 2 cores) in place of the one-step two-process
+# test: 13 min 16 s and 12 min 42 s (two runs, the second with the reference alongside run A) against 11 min
+# 44 s without it the same day; the suite is CPU-bound (1,412 of 1,524 core-seconds busy), over CI's
+# 12-minute budget. So it runs when asked:
+#   BERT_JAX_MULTIHOST_TESTS=1 python -m pytest -q tests/test_multihost.py
+# CI keeps the multi-process train step (tests/test_training_distributed.py) and this file's disjoint-streams
+# test.
+multihost = pytest.mark.skipif(not os.environ.get("BERT_JAX_MULTIHOST_TESTS"),
+                               reason="9 train.py start-ups; set BERT_JAX_MULTIHOST_TESTS=1 to run them")
 
 HEARTBEAT_S = 10
 STEPS = 20              # checkpoints every 5, metrics every 5, evaluations every 10
@@ -170,9 +178,30 @@ def _run(corpus, env, workdir, logs, *extra, timeout=600, during=None):
   return cluster, codes
 
 
+@multihost
 def test_stall_dead_host_preemption_of_one_host_then_resume_to_the_one_host_losses_and_params(corpus, env,
                                                                                                tmp_path):
   workdir = tmp_path / "w"
+  # The reference, 1 process x 4 devices, uninterrupted, fed the same global batches, runs alongside run A
+  # (whose hosts wait out the stall; 2 cores).
+  script = tmp_path / "one_host.py"
+  script.write_text(REFERENCE)
+  ref_dir = tmp_path / "one_host"
+  with open(tmp_path / "one_host.log", "w") as log:
+    reference = subprocess.Popen([sys.executable, str(script)] + flags(corpus, ref_dir), cwd=REPO, stdout=log,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 env=dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+                                          JAX_PLATFORMS="cpu"))
+  try:
+    stop = _chain(corpus, env, workdir, tmp_path)
+    reference.wait(timeout=600)
+  finally:
+    reference.kill()
+  assert reference.returncode == 0, (tmp_path / "one_host.log").read_text()[-3000:]
+  _compare_with_the_reference(workdir, ref_dir, stop)
+
+
+def _chain(corpus, env, workdir, tmp_path):
   # A: host 1's data iterator blocks before step 8; its heartbeats go on, only the watchdog can tell.
   a, codes = _run(corpus, env, workdir, tmp_path / "a", "--config.watchdog.fault=stall_data@8:1")
   log1 = a.text(1)
@@ -220,15 +249,10 @@ def test_stall_dead_host_preemption_of_one_host_then_resume_to_the_one_host_loss
     assert not [l for l in d.text(i).splitlines() if l.startswith("error:") or "host guard" in l]
   assert sorted(os.listdir(workdir / "checkpoints"), key=int)[-1] == str(STEPS)
   assert (workdir / "plots" / "loss_curve.png").exists()
+  return stop
 
-  # The reference: 1 process x 4 devices, uninterrupted, the same global batches.
-  script = tmp_path / "one_host.py"
-  script.write_text(REFERENCE)
-  ref_dir = tmp_path / "one_host"
-  proc = subprocess.run([sys.executable, str(script)] + flags(corpus, ref_dir), cwd=REPO, capture_output=True,
-                        text=True, timeout=600,
-                        env=dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"))
-  assert proc.returncode == 0, proc.stderr[-3000:]
+
+def _compare_with_the_reference(workdir, ref_dir, stop):
   want = {r["step"]: r for r in rows(ref_dir)}
   assert sorted(want) == [5, 10, 15, 20]
   got = [r for r in rows(workdir) if r["step"] <= 5 or r["step"] - 5 >= stop]     # windows no restart cut

@@ -171,7 +171,7 @@ def kill_when(workdir, corpus, condition, signum=signal.SIGKILL):
   return finish(proc)
 
 
-TOTAL_STEPS = 40
+TOTAL_STEPS = 25
 
 
 @pytest.mark.slow
