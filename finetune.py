@@ -44,7 +44,8 @@ def main(argv):
   plan = resolve_finetune(FLAGS.config, FLAGS.workdir)   # a bad config fails before weights or data are read
   if plan.data.tfds_name:
     # TFDS readers import TensorFlow; keep it off the accelerators JAX uses.
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top  # lazy: only for TFDS tasks
+    from bert_jax import lean_imports  # pylint: disable=g-import-not-at-top
+    tf = lean_imports.tensorflow()  # lazy: only for TFDS tasks (without Keras: bert_jax/lean_imports.py)
     tf.config.set_visible_devices([], "GPU")
   results = loop.run_plan(plan)
   main_metric = results["main_metric"]

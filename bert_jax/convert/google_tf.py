@@ -14,6 +14,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
+from bert_jax import lean_imports
 from bert_jax.convert import mapping
 from bert_jax.pretrained import params_dir
 from bert_jax.models.config import BertConfig
@@ -47,7 +48,7 @@ def _checkpoint_prefix(path: str) -> str:
 
 def read_tf_checkpoint(path: str) -> Dict[str, np.ndarray]:
   """{variable name: array} of a TF checkpoint (prefix, e.g. .../bert_model.ckpt, or its folder)."""
-  import tensorflow as tf  # lazy: the only TensorFlow use in bert_jax.convert
+  tf = lean_imports.tensorflow()  # lazy: the only TensorFlow use in bert_jax.convert
 
   reader = tf.train.load_checkpoint(_checkpoint_prefix(path))
   return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}

@@ -50,6 +50,7 @@ import jax
 import numpy as np
 from flax import traverse_util
 
+from bert_jax import lean_imports
 from bert_jax.convert import google_tf, hf, mapping
 from bert_jax.convert.mapping import ConversionError, Entry, _dense, _ln
 from bert_jax.models import dummy_inputs
@@ -93,7 +94,7 @@ def is_electra_dir(directory: str) -> bool:
 
 def is_electra_tf_checkpoint(checkpoint: str) -> bool:
   """A google-research/electra checkpoint: its variables live under electra/ (Google BERT's under bert/)."""
-  import tensorflow as tf  # lazy, as google_tf.read_tf_checkpoint: only TF checkpoints need it
+  tf = lean_imports.tensorflow()  # lazy, as google_tf.read_tf_checkpoint: only TF checkpoints need it
   return any(n.startswith("electra/") for n, _ in tf.train.list_variables(google_tf._checkpoint_prefix(checkpoint)))
 
 

@@ -23,7 +23,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from bert_jax import errors
+from bert_jax import errors, lean_imports
 from bert_jax.input_warnings import warn_input
 
 IGNORE_INDEX = -100  # label id of positions that carry no loss (sub-tokens, [CLS], [SEP], padding)
@@ -270,7 +270,8 @@ def load_tfds(name: str, split: str, data_dir: Optional[str], download: bool = F
 
   download=False (default) never touches the network: the dataset must already be prepared in `data_dir`.
   """
-  import tensorflow_datasets as tfds  # lazy: TFDS pulls in TensorFlow, needed only for TFDS splits
+  lean_imports.tensorflow()  # TFDS pulls in TensorFlow: imported first without Keras (bert_jax/lean_imports.py)
+  import tensorflow_datasets as tfds  # lazy: needed only for TFDS splits
   try:
     ds, info = tfds.load(name, split=split, data_dir=data_dir, with_info=True, download=download,
                          shuffle_files=False)
