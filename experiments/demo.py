@@ -108,7 +108,10 @@ def run(args) -> dict:
   workdir = os.path.abspath(args.workdir)
   os.makedirs(workdir, exist_ok=True)
   watch = runs.Stopwatch()
-  model = runs.ModelSpec(size="tiny")
+  # The pre-training recipe's architecture (preset=budget: pre-LN) for the from-scratch runs too, so "no
+  # pre-training" differs from "pre-trained here" in the initial weights alone.
+  model = runs.ModelSpec(size="tiny", layer_norm_type=runs.load_config(
+      "pretrain", "size=tiny,preset=budget").model.layer_norm_type)
   n_stages = 5 if not args.skip_baselines else 4
 
   def stage(i, text):

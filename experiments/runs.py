@@ -57,13 +57,17 @@ class ModelSpec:
   # that stay unchanged (train accuracy 14%, held-out [MASK] accuracy still ~6%), and starts using context at
   # ~2,000-2,500 steps (train accuracy 30% at 5,000; experiments/corpus_choice.md, pre-training plot).
   initializer_range: float = 0.05
+  # "" = the config's (BERT's post-LN); "pre" where the pre-training recipe uses it (preset=budget), so the
+  # from-scratch runs have the pre-trained model's architecture.
+  layer_norm_type: str = ""
 
   def describe(self) -> str:
     from bert_jax.models.config import SIZES
     layers, hidden = SIZES[self.size]
     layers = self.num_hidden_layers if self.num_hidden_layers > 0 else layers
     hidden = self.hidden_size if self.hidden_size > 0 else hidden
-    return f"BERT-{self.size} (L={layers}, H={hidden}, A={max(1, hidden // 64)}, FFN={4 * hidden})"
+    ln = ", pre-LN" if self.layer_norm_type == "pre" else ""
+    return f"BERT-{self.size} (L={layers}, H={hidden}, A={max(1, hidden // 64)}, FFN={4 * hidden}{ln})"
 
 
 @dataclasses.dataclass
@@ -109,6 +113,8 @@ def pretrain_config(input_files: str, vocab_file: str, model: ModelSpec, spec: P
     c.model.intermediate_size = 4 * model.hidden_size
   c.model.max_position_embeddings = model.max_position_embeddings
   c.model.initializer_range = model.initializer_range
+  if model.layer_norm_type:
+    c.model.layer_norm_type = model.layer_norm_type
   c.model.hidden_dropout_prob = spec.dropout
   c.model.attention_probs_dropout_prob = spec.dropout
   c.data.input_files = input_files
@@ -140,6 +146,8 @@ def finetune_config(data_dir: str, model: ModelSpec, spec: FinetuneSpec, init_ch
   if model.hidden_size > 0:
     c.model.hidden_size = model.hidden_size
   c.model.max_position_embeddings = model.max_position_embeddings
+  if model.layer_norm_type and not init_checkpoint:     # from a checkpoint: the checkpoint's architecture
+    c.model.layer_norm_type = model.layer_norm_type
   c.model.dtype = "float32"
   c.max_seq_length = spec.max_seq_length
   c.batch_size = spec.batch_size
