@@ -25,7 +25,9 @@
 #                    of this checkout (REF default HEAD: committed files only)
 #   REMOTE_DIR       code directory on the workers, relative to $HOME (default bert_jax)
 #   VENV             virtual environment on the workers, relative to $HOME (default bert_jax_venv)
-#   RUN_DIR          pid file, exit code and log of each worker, relative to $HOME (default bert_jax_run)
+#   RUN_DIR          pid file, exit code and log of each worker, relative to $HOME (default bert_jax_run);
+#                    train.log is the current run's, train.log.1 .. .5 the previous runs' (a supervised
+#                    restart keeps the log that says why it restarted, e.g. a stalled host's thread stacks)
 #   JAX_TPU_SPEC     what setup installs for JAX (default jax[tpu]; pin it, e.g. 'jax[tpu]==0.6.2')
 #   STOP_TIMEOUT     seconds `stop` waits for the checkpoint and the exit (default 900)
 #   WORKER           the worker `tail` follows (default 0)
@@ -137,6 +139,8 @@ cmd_train() {
   on_workers all "$(prelude)
 if alive; then echo \"\$host: already running (pid \$(cat \"\$pidfile\")); stop it first\" >&2; exit 1; fi
 mkdir -p \"\$run_dir\" && rm -f \"\$pidfile\" \"\$rcfile\"
+for n in 4 3 2 1; do if [ -f \"\$log.\$n\" ]; then mv -f \"\$log.\$n\" \"\$log.\$((n + 1))\"; fi; done
+if [ -s \"\$log\" ]; then mv -f \"\$log\" \"\$log.1\"; fi
 cd \"\$code\"
 PIDFILE=\$pidfile RCFILE=\$rcfile nohup bash -c $(q "$wrapper") train \"\$venv/bin/python\" train.py \
 $(q --config="$CONFIG" --workdir="$WORKDIR" "$@") > \"\$log\" 2>&1 < /dev/null &

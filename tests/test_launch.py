@@ -244,6 +244,9 @@ def test_tpu_supervise_restarts_all_workers_after_exit_75_and_status_shows_why(s
   for i in range(2):
     assert (root / f"worker{i}" / "runs").read_text() == "2"        # every worker was started twice
     assert json.loads((root / f"worker{i}" / "argv.json").read_text())[-1] == "--config.x=1"
+  # the restart keeps the log that says why it restarted
+  assert "stand-in run 0 of worker1 exits 75" in (root / "worker1" / "bert_jax_run" / "train.log.1").read_text()
+  assert "exits 75" not in (root / "worker1" / "bert_jax_run" / "train.log").read_text()
   status = _pod(repo, env, "status").stdout
   assert "supervise: 1 restart(s) of at most 3; last reason: exit 75:" in status, status
   assert status.count("exited 0 (finished)") == 2

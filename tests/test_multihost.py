@@ -10,6 +10,9 @@ A dead, a stuck and a preempted host on that work dir, each run resuming the pre
      sync point), both save it and exit 143; this start resumed from checkpoint 5, not from the
      half-written 10 (which is gone);
   D. the restart finishes (both exit 0, the guard never fired).
+C and D run under `launch/tpu_pod.sh supervise` on tests/test_launch.py's stub slice (gcloud playing two TPU
+VMs on this machine): it sees the 143, restarts every worker and ends when both finish; the stopped run's
+log is kept as train.log.1.
 The reference is 1 process x 4 devices on the same mesh, fed the same global batches (the two hosts'
 streams, concatenated as jax.make_array_from_process_local_data lays them out): every metrics window that no
 restart cut, the evaluations and the final parameters of the interrupted two-host job equal it.
@@ -22,6 +25,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -30,7 +34,8 @@ import jax
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "launch"))
-from local_cluster import Cluster  # noqa: E402  launch/ is scripts, not a package
+from local_cluster import Cluster, free_port  # noqa: E402  launch/ is scripts, not a package
+from test_launch import GCLOUD_STUB  # noqa: E402  the stub slice (tests/ is on sys.path under pytest)
 
 from bert_jax.errors import RETRYABLE_EXIT_CODE  # noqa: E402
 from bert_jax.pretrained import load_pretrained  # noqa: E402
@@ -172,8 +177,8 @@ def _run(corpus, env, workdir, logs, *extra, timeout=600, during=None):
   return cluster, codes
 
 
-def test_stall_dead_host_preemption_of_one_host_then_resume_to_the_one_host_losses_and_params(corpus, env,
-                                                                                               tmp_path):
+def test_stall_dead_host_preemption_of_one_host_supervised_restart_to_the_one_host_losses_and_params(
+    corpus, env, tmp_path):
   workdir = tmp_path / "w"
   # The reference, 1 process x 4 devices, uninterrupted, fed the same global batches, runs alongside run A
   # (whose hosts wait out the stall; 2 cores).
@@ -219,30 +224,88 @@ def _chain(corpus, env, workdir, tmp_path):
   assert "Extension modules" not in b.text(0)            # not JAX's SIGABRT (its heartbeat is 30 s later)
   assert any(n.startswith("10.") for n in os.listdir(workdir / "checkpoints"))     # the half-written save
 
-  # C: SIGTERM to host 1 alone, once it has resumed and run its first step: both stop at one agreed step,
-  # save it, exit 143.
-  def sigterm_host_1(cluster):
-    assert cluster.wait_for_text(1, "start-up: ", timeout=400), cluster.text(1)[-3000:]   # after step 11
-    cluster.signal(1, signal.SIGTERM)
-
-  c, codes = _run(corpus, env, workdir, tmp_path / "c", during=sigterm_host_1)
-  assert codes == [143, 143], c.text(0)[-3000:] + c.text(1)[-3000:]
-  assert "resumed from" in c.text(0) and "at step 5" in c.text(0)
-  steps = [re.search(r"stopped at step (\d+)", c.text(i)) for i in range(2)]
-  assert steps[0] and steps[1] and steps[0].group(1) == steps[1].group(1), (c.last_line(0), c.last_line(1))
+  # C + D under launch/tpu_pod.sh supervise, on a stub slice: SIGTERM to host 1 alone, once it has resumed and
+  # run its first step; both stop at one agreed step, save it and exit 143; the supervisor restarts every
+  # worker, and the restart finishes (both exit 0, the guard ran and never fired).
+  slice_env, homes = _stub_slice(tmp_path / "slice", env, workdir)
+  supervisor = subprocess.Popen(["bash", os.path.join(REPO, "launch", "tpu_pod.sh"), "supervise",
+                                 *flags(corpus, workdir, *FAULT_FLAGS)[2:]],
+                                env=slice_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  try:
+    log1 = homes[1] / "bert_jax_run" / "train.log"
+    assert _wait_for_text(log1, "start-up: ", timeout=400), _tail(log1)     # after its first resumed step
+    os.kill(int((homes[1] / "bert_jax_run" / "train.pid").read_text()), signal.SIGTERM)
+    out, _ = supervisor.communicate(timeout=600)
+  finally:
+    supervisor.kill()
+    for home in homes:                        # nothing of the job outlives a failed test
+      pid = home / "bert_jax_run" / "train.pid"
+      if pid.exists():
+        try:
+          os.kill(int(pid.read_text()), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+          pass
+  assert supervisor.returncode == 0, out[-3000:] + _tail(homes[0] / "bert_jax_run" / "train.log")
+  assert re.search(r"supervise: a worker exited 143: \S+: interrupted: stopped by SIGTERM at step \d+", out), out
+  assert "supervise: restart 1 of 2" in out and "supervise: finished after 1 restart(s)" in out, out
+  c = [(home / "bert_jax_run" / "train.log.1").read_text() for home in homes]   # the run that was stopped
+  assert "resumed from" in c[0] and "at step 5" in c[0]
+  steps = [re.search(r"^interrupted: stopped by SIGTERM at step (\d+); checkpoint saved", t, re.M) for t in c]
+  assert steps[0] and steps[1] and steps[0].group(1) == steps[1].group(1), (c[0][-1500:], c[1][-1500:])
   stop = int(steps[0].group(1))
-  assert 5 < stop < STEPS and str(stop) in os.listdir(workdir / "checkpoints")
-  assert not [n for n in os.listdir(workdir / "checkpoints") if not n.isdigit()]   # the tmp 10 was deleted
-
-  # D: the restart finishes; the guard ran (heartbeats, default watchdog) and never fired.
-  d, codes = _run(corpus, env, workdir, tmp_path / "d")
-  assert codes == [0, 0], d.text(0)[-3000:]
-  assert f"at step {stop}" in d.text(0)
+  assert 5 < stop < STEPS
+  d = [(home / "bert_jax_run" / "train.log").read_text() for home in homes]     # the supervisor's restart
+  assert re.search(rf"resumed from \S+ at step {stop}\b", d[0]), d[0][-2000:]     # the step both saved
   for i in range(2):
-    assert not [l for l in d.text(i).splitlines() if l.startswith("error:") or "host guard" in l]
+    assert (homes[i] / "bert_jax_run" / "exit_code").read_text().strip() == "0"
+    assert not [l for l in d[i].splitlines() if l.startswith("error:") or "host guard" in l]
+  assert not [n for n in os.listdir(workdir / "checkpoints") if not n.isdigit()]   # the tmp 10 was deleted
   assert sorted(os.listdir(workdir / "checkpoints"), key=int)[-1] == str(STEPS)
   assert (workdir / "plots" / "loss_curve.png").exists()
   return stop
+
+
+def _stub_slice(root, env, workdir):
+  """A 2-worker TPU slice played by tests/test_launch.py's stub gcloud, whose workers run this checkout's
+  train.py as one jax.distributed job: each worker's venv python adds its process id and the coordinator (the
+  TPU runtime's part on a real slice). Returns (the environment for launch/tpu_pod.sh, the worker homes)."""
+  (root / "bin").mkdir(parents=True)
+  gcloud = root / "bin" / "gcloud"
+  gcloud.write_text(GCLOUD_STUB.format(py=sys.executable, n=2))
+  gcloud.chmod(0o755)
+  port, homes = free_port(), []
+  for i in range(2):
+    home = root / f"worker{i}"
+    (home / "bert_jax_venv" / "bin").mkdir(parents=True)
+    os.symlink(REPO, home / "bert_jax")        # tpu_pod.sh runs train.py from ~/bert_jax (setup's copy)
+    python = home / "bert_jax_venv" / "bin" / "python"
+    python.write_text(f"""#!/bin/bash
+if [ "$1" = train.py ]; then
+  exec {sys.executable} "$@" --config.distributed.enable=true --config.distributed.coordinator_address=127.0.0.1:{port} \\
+      --config.distributed.num_processes=2 --config.distributed.process_id={i}
+fi
+exec {sys.executable} "$@"
+""")
+    python.chmod(0o755)
+    homes.append(home)
+  slice_env = dict(env, PATH=f"{root / 'bin'}{os.pathsep}{env['PATH']}", STUB_ROOT=str(root), TPU_NAME="my-tpu",
+                   ZONE="us-central2-b", WORKDIR=str(workdir), CONFIG="configs/pretrain.py:size=tiny,runlocal",
+                   POLL_SECONDS="1", MAX_RESTARTS="2", STOP_TIMEOUT="120", STATE_DIR=str(root / "state"),
+                   XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+  return slice_env, homes
+
+
+def _wait_for_text(path, needle, timeout):
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    if path.exists() and needle in path.read_text(errors="replace"):
+      return True
+    time.sleep(0.1)
+  return False
+
+
+def _tail(path, n=3000):
+  return path.read_text(errors="replace")[-n:] if path.exists() else f"({path} missing)"
 
 
 def _compare_with_the_reference(workdir, ref_dir, stop):
