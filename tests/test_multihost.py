@@ -9,10 +9,11 @@ A dead, a stuck and a preempted host on that work dir, each run resuming the pre
   C. SIGTERM to host 1 only (after its first resumed step): the hosts agree on one step (JAX's preemption
      sync point), both save it and exit 143; this start resumed from checkpoint 5, not from the
      half-written 10 (which is gone);
-  D. the restart finishes (both exit 0, the guard never fired).
-C and D run under `launch/tpu_pod.sh supervise` on tests/test_launch.py's stub slice (gcloud playing two TPU
-VMs on this machine): it sees the 143, restarts every worker and ends when both finish; the stopped run's
-log is kept as train.log.1.
+  D. SIGTERM to both hosts (the whole slice preempted) after the restart's first step: the same;
+  E. the second restart finishes (both exit 0, the guard never fired).
+C, D and E run under `launch/tpu_pod.sh supervise` on tests/test_launch.py's stub slice (gcloud playing two
+TPU VMs on this machine): it sees each 143, restarts every worker and ends when both finish; the stopped
+runs' logs are kept as train.log.2 and train.log.1.
 The reference is 1 process x 4 devices on the same mesh, fed the same global batches (the two hosts'
 streams, concatenated as jax.make_array_from_process_local_data lays them out): every metrics window that no
 restart cut, the evaluations and the final parameters of the interrupted two-host job equal it.
@@ -41,7 +42,7 @@ from bert_jax.errors import RETRYABLE_EXIT_CODE  # noqa: E402
 from bert_jax.pretrained import load_pretrained  # noqa: E402
 
 pytestmark = pytest.mark.slow
-# The chain is 9 train.py start-ups (each pays TensorFlow's, JAX's and Orbax's imports and a restore). It
+# The chain is 11 train.py start-ups (each pays TensorFlow's, JAX's and Orbax's imports and a restore). It
 # replaced the one-step two-process train-step test, which it covers end to end (two hosts reproduce one
 # host's losses). In the full suite (`bash .ci/run`, clean clone, 2 cores) it took 132 s and made the run
 # 7 min 24 s against 6 min 25 s without it, back to back (824 against 718 CPU-seconds).
@@ -191,12 +192,12 @@ def test_stall_dead_host_preemption_of_one_host_supervised_restart_to_the_one_ho
                                  env=dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=4",
                                           JAX_PLATFORMS="cpu"))
   try:
-    stop = _chain(corpus, env, workdir, tmp_path)
+    stops = _chain(corpus, env, workdir, tmp_path)
     reference.wait(timeout=600)
   finally:
     reference.kill()
   assert reference.returncode == 0, (tmp_path / "one_host.log").read_text()[-3000:]
-  _compare_with_the_reference(workdir, ref_dir, stop)
+  _compare_with_the_reference(workdir, ref_dir, stops)
 
 
 def _chain(corpus, env, workdir, tmp_path):
@@ -224,45 +225,56 @@ def _chain(corpus, env, workdir, tmp_path):
   assert "Extension modules" not in b.text(0)            # not JAX's SIGABRT (its heartbeat is 30 s later)
   assert any(n.startswith("10.") for n in os.listdir(workdir / "checkpoints"))     # the half-written save
 
-  # C + D under launch/tpu_pod.sh supervise, on a stub slice: SIGTERM to host 1 alone, once it has resumed and
-  # run its first step; both stop at one agreed step, save it and exit 143; the supervisor restarts every
-  # worker, and the restart finishes (both exit 0, the guard ran and never fired).
+  # C, D, E under launch/tpu_pod.sh supervise, on a stub slice. C: SIGTERM to host 1 alone, once it has resumed
+  # and run its first step: both stop at one agreed step, save it and exit 143. The supervisor restarts every
+  # worker. D: SIGTERM to both hosts (the whole slice preempted) after the restart's first step: the same.
+  # E: the second restart finishes (both exit 0, the guard ran and never fired).
   slice_env, homes = _stub_slice(tmp_path / "slice", env, workdir)
+  run_dirs = [home / "bert_jax_run" for home in homes]
   supervisor = subprocess.Popen(["bash", os.path.join(REPO, "launch", "tpu_pod.sh"), "supervise",
                                  *flags(corpus, workdir, *FAULT_FLAGS)[2:]],
                                 env=slice_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   try:
-    log1 = homes[1] / "bert_jax_run" / "train.log"
-    assert _wait_for_text(log1, "start-up: ", timeout=400), _tail(log1)     # after its first resumed step
-    os.kill(int((homes[1] / "bert_jax_run" / "train.pid").read_text()), signal.SIGTERM)
+    for restart, targets in ((1, [1]), (2, [0, 1])):
+      for i in targets:   # after each target's first step
+        assert _wait_for_text(run_dirs[i] / "train.log", "start-up: ", timeout=400), _tail(run_dirs[i] / "train.log")
+      for i in targets:
+        os.kill(int((run_dirs[i] / "train.pid").read_text()), signal.SIGTERM)
+      for run_dir in run_dirs:   # the supervisor restarted both: the stopped run's log moved to train.log.1
+        assert _wait_for_text(run_dir / f"train.log.{restart}", "", timeout=300), out_so_far(run_dirs)
     out, _ = supervisor.communicate(timeout=600)
   finally:
     supervisor.kill()
-    for home in homes:                        # nothing of the job outlives a failed test
-      pid = home / "bert_jax_run" / "train.pid"
-      if pid.exists():
-        try:
-          os.kill(int(pid.read_text()), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-          pass
-  assert supervisor.returncode == 0, out[-3000:] + _tail(homes[0] / "bert_jax_run" / "train.log")
-  assert re.search(r"supervise: a worker exited 143: \S+: interrupted: stopped by SIGTERM at step \d+", out), out
-  assert "supervise: restart 1 of 2" in out and "supervise: finished after 1 restart(s)" in out, out
-  c = [(home / "bert_jax_run" / "train.log.1").read_text() for home in homes]   # the run that was stopped
-  assert "resumed from" in c[0] and "at step 5" in c[0]
-  steps = [re.search(r"^interrupted: stopped by SIGTERM at step (\d+); checkpoint saved", t, re.M) for t in c]
-  assert steps[0] and steps[1] and steps[0].group(1) == steps[1].group(1), (c[0][-1500:], c[1][-1500:])
-  stop = int(steps[0].group(1))
-  assert 5 < stop < STEPS
-  d = [(home / "bert_jax_run" / "train.log").read_text() for home in homes]     # the supervisor's restart
-  assert re.search(rf"resumed from \S+ at step {stop}\b", d[0]), d[0][-2000:]     # the step both saved
+    for run_dir in run_dirs:                  # nothing of the job outlives a failed test
+      try:
+        os.kill(int((run_dir / "train.pid").read_text()), signal.SIGKILL)
+      except (FileNotFoundError, ProcessLookupError, ValueError):
+        pass
+  assert supervisor.returncode == 0, out[-3000:] + _tail(run_dirs[0] / "train.log")
+  assert len(re.findall(r"supervise: a worker exited 143: \S+: interrupted: stopped by SIGTERM at step \d+", out)) == 2, out
+  assert "supervise: restart 2 of 3" in out and "supervise: finished after 2 restart(s)" in out, out
+  stops, resumed_at = [], 5
+  for n in (2, 1):                            # train.log.2: C (host 1 alone), train.log.1: D (both hosts)
+    logs = [(run_dir / f"train.log.{n}").read_text() for run_dir in run_dirs]
+    assert re.search(rf"resumed from \S+ at step {resumed_at}\b", logs[0]), logs[0][-2000:]
+    steps = [re.search(r"^interrupted: stopped by SIGTERM at step (\d+); checkpoint saved", t, re.M) for t in logs]
+    assert steps[0] and steps[1] and steps[0].group(1) == steps[1].group(1), (logs[0][-1500:], logs[1][-1500:])
+    resumed_at = int(steps[0].group(1))
+    stops.append(resumed_at)
+  assert 5 < stops[0] < stops[1] < STEPS, stops
+  e = [(run_dir / "train.log").read_text() for run_dir in run_dirs]          # the second restart
+  assert re.search(rf"resumed from \S+ at step {stops[1]}\b", e[0]), e[0][-2000:]
   for i in range(2):
-    assert (homes[i] / "bert_jax_run" / "exit_code").read_text().strip() == "0"
-    assert not [l for l in d[i].splitlines() if l.startswith("error:") or "host guard" in l]
+    assert (run_dirs[i] / "exit_code").read_text().strip() == "0"
+    assert not [l for l in e[i].splitlines() if l.startswith("error:") or "host guard" in l]
   assert not [n for n in os.listdir(workdir / "checkpoints") if not n.isdigit()]   # the tmp 10 was deleted
   assert sorted(os.listdir(workdir / "checkpoints"), key=int)[-1] == str(STEPS)
   assert (workdir / "plots" / "loss_curve.png").exists()
-  return stop
+  return stops
+
+
+def out_so_far(run_dirs):
+  return "\n".join(_tail(d / name, 1500) for d in run_dirs for name in ("train.log", "train.log.1"))
 
 
 def _stub_slice(root, env, workdir):
@@ -290,7 +302,7 @@ exec {sys.executable} "$@"
     homes.append(home)
   slice_env = dict(env, PATH=f"{root / 'bin'}{os.pathsep}{env['PATH']}", STUB_ROOT=str(root), TPU_NAME="my-tpu",
                    ZONE="us-central2-b", WORKDIR=str(workdir), CONFIG="configs/pretrain.py:size=tiny,runlocal",
-                   POLL_SECONDS="1", MAX_RESTARTS="2", STOP_TIMEOUT="120", STATE_DIR=str(root / "state"),
+                   POLL_SECONDS="1", MAX_RESTARTS="3", STOP_TIMEOUT="120", STATE_DIR=str(root / "state"),
                    XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
   return slice_env, homes
 
@@ -308,10 +320,12 @@ def _tail(path, n=3000):
   return path.read_text(errors="replace")[-n:] if path.exists() else f"({path} missing)"
 
 
-def _compare_with_the_reference(workdir, ref_dir, stop):
+def _compare_with_the_reference(workdir, ref_dir, stops):
   want = {r["step"]: r for r in rows(ref_dir)}
   assert sorted(want) == [5, 10, 15, 20]
-  got = [r for r in rows(workdir) if r["step"] <= 5 or r["step"] - 5 >= stop]     # windows no restart cut
+  # the metrics windows (5 steps each) that no stop cut short (a stop logs its partial window, the restart the
+  # rest of it)
+  got = [r for r in rows(workdir) if not any(r["step"] - 5 < s <= r["step"] for s in stops)]
   assert [r["step"] for r in got][0] == 5 and got[-1]["step"] == STEPS and len(got) >= 2
   for r in got:
     for k in ("loss", "mlm_loss", "nsp_loss", "grad_norm"):
