@@ -378,8 +378,9 @@ def reading(data: dict) -> List[str]:
     if b.get("seconds_per_step") and e.get("seconds_per_step"):
       f_ratio = row["flops"] / max(1, e.get("steps", 1)) / (data["rows"][f"{row['size']}/{row['budget']}/bert"]["flops"]
                                                            / max(1, b.get("steps", 1)))
-      out.append(f"- {row['size']}, {row['budget']} BERT steps: an ELECTRA step costs {f_ratio:.2f}x a BERT step in FLOPs but took "
-                 f"{e['seconds_per_step'] / b['seconds_per_step']:.2f}x its wall-clock here ({e['seconds_per_step']:.2f} "
+      out.append(f"- {row['size']}, {row['budget']} BERT steps: an ELECTRA step costs {f_ratio:.2f}x a BERT step "
+                 f"in FLOPs but took {e['seconds_per_step'] / b['seconds_per_step']:.2f}x its wall-clock here "
+                 f"({e['seconds_per_step']:.2f} "
                  f"vs {b['seconds_per_step']:.2f} s/step at load {e.get('load_average', 0):.0f} and "
                  f"{b.get('load_average', 0):.0f}): at tiny widths a step is dominated by per-op overhead, and ELECTRA "
                  "runs the embeddings twice, a second encoder, the sampling and the scatter, so equal wall-clock "

@@ -237,10 +237,11 @@ def _chain(corpus, env, workdir, tmp_path):
   try:
     for restart, targets in ((1, [1]), (2, [0, 1])):
       for i in targets:   # after each target's first step
-        assert _wait_for_text(run_dirs[i] / "train.log", "start-up: ", timeout=400), _tail(run_dirs[i] / "train.log")
+        log = run_dirs[i] / "train.log"
+        assert _wait_for_text(log, "start-up: ", timeout=400), _tail(log)
       for i in targets:
         os.kill(int((run_dirs[i] / "train.pid").read_text()), signal.SIGTERM)
-      for run_dir in run_dirs:   # the supervisor restarted both: the stopped run's log moved to train.log.1
+      for run_dir in run_dirs:   # the supervisor restarted both (each restart moves the logs up by one)
         assert _wait_for_text(run_dir / f"train.log.{restart}", "", timeout=300), out_so_far(run_dirs)
     out, _ = supervisor.communicate(timeout=600)
   finally:
@@ -251,7 +252,8 @@ def _chain(corpus, env, workdir, tmp_path):
       except (FileNotFoundError, ProcessLookupError, ValueError):
         pass
   assert supervisor.returncode == 0, out[-3000:] + _tail(run_dirs[0] / "train.log")
-  assert len(re.findall(r"supervise: a worker exited 143: \S+: interrupted: stopped by SIGTERM at step \d+", out)) == 2, out
+  stopped = r"supervise: a worker exited 143: \S+: interrupted: stopped by SIGTERM at step \d+"
+  assert len(re.findall(stopped, out)) == 2, out
   assert "supervise: restart 2 of 3" in out and "supervise: finished after 2 restart(s)" in out, out
   stops, resumed_at = [], 5
   for n in (2, 1):                            # train.log.2: C (host 1 alone), train.log.1: D (both hosts)
@@ -293,7 +295,8 @@ def _stub_slice(root, env, workdir):
     python = home / "bert_jax_venv" / "bin" / "python"
     python.write_text(f"""#!/bin/bash
 if [ "$1" = train.py ]; then
-  exec {sys.executable} "$@" --config.distributed.enable=true --config.distributed.coordinator_address=127.0.0.1:{port} \\
+  exec {sys.executable} "$@" --config.distributed.enable=true \\
+      --config.distributed.coordinator_address=127.0.0.1:{port} \\
       --config.distributed.num_processes=2 --config.distributed.process_id={i}
 fi
 exec {sys.executable} "$@"
