@@ -110,8 +110,7 @@ def run(args) -> dict:
   watch = runs.Stopwatch()
   # The pre-training recipe's architecture (preset=budget: pre-LN) for the from-scratch runs too, so "no
   # pre-training" differs from "pre-trained here" in the initial weights alone.
-  model = runs.ModelSpec(size="tiny", layer_norm_type=runs.load_config(
-      "pretrain", "size=tiny,preset=budget").model.layer_norm_type)
+  model = runs.ModelSpec(size="tiny", layer_norm_type=runs.budget_recipe_layer_norm("tiny"))
   n_stages = 5 if not args.skip_baselines else 4
 
   def stage(i, text):

@@ -164,6 +164,8 @@ def finetune(name: str, init_dir: str, size: str, data_dir: str, vocab: str, s: 
   """Sentiment and NER, 3 seeds each (one sweep point, vmapped), median over seeds."""
   from bert_jax.finetune import sweep
   down = res.data.setdefault("downstream", {})
+  # random init (the "none" rows): the recipe's architecture (preset=budget: pre-LN), as every arm has
+  model = runs.ModelSpec(size=size, initializer_range=0.02, layer_norm_type=runs.budget_recipe_layer_norm(size))
   for key, task, sub in (("sentiment", "classification", "sentiment"), ("ner", "ner", "ner")):
     row = f"{name}/{key}"
     if row in down and not redo:
@@ -172,10 +174,7 @@ def finetune(name: str, init_dir: str, size: str, data_dir: str, vocab: str, s: 
                              max_train_steps=s["ft"][key], evals=s["ft"]["evals"], seed=0)
     path = os.path.join(data_dir, sub)
     steps_per_epoch = -(-runs.count_rows(path, task) // BATCH)
-    # random init (the "none" rows): the recipe's architecture (preset=budget: pre-LN), as every arm has
-    layer_norm = runs.load_config("pretrain", f"size={size},preset=budget").model.layer_norm_type
-    config = runs.finetune_config(path, runs.ModelSpec(size=size, initializer_range=0.02,
-                                                       layer_norm_type=layer_norm), spec,
+    config = runs.finetune_config(path, model, spec,
                                   init_checkpoint=init_dir, vocab_file=vocab, steps_per_epoch=steps_per_epoch)
     out = os.path.join(workdir, "finetune", name, key)
     if redo and os.path.isdir(out):

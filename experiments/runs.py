@@ -134,6 +134,12 @@ def pretrain_config(input_files: str, vocab_file: str, model: ModelSpec, spec: P
   return c
 
 
+def budget_recipe_layer_norm(size: str) -> str:
+  """configs/pretrain.py preset=budget's layer_norm_type for `size` (pre-LN): the from-scratch runs beside a
+  budget-recipe checkpoint take it, so they differ from it in the initial weights alone."""
+  return load_config("pretrain", f"size={size},preset=budget").model.layer_norm_type
+
+
 def finetune_config(data_dir: str, model: ModelSpec, spec: FinetuneSpec, init_checkpoint: str = "",
                     vocab_file: str = "", steps_per_epoch: Optional[int] = None):
   c = load_config("finetune", f"task={spec.task},size={model.size}")

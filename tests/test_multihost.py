@@ -167,11 +167,9 @@ FAULT_FLAGS = ("--config.watchdog.min_s=10", "--config.watchdog.step_factor=2", 
 LINE = re.compile(r"^error: (.*); newest complete checkpoint: (step \d+|none.*); restart all hosts to resume$")
 
 
-def _run(corpus, env, workdir, logs, *extra, timeout=600, during=None):
+def _run(corpus, env, workdir, logs, *extra, timeout=600):
   cluster = Cluster(flags(corpus, workdir, *FAULT_FLAGS, *extra), str(logs), env=env).start()
   try:
-    if during is not None:
-      during(cluster)
     codes = cluster.wait(timeout=timeout)
   finally:
     cluster.kill()
@@ -242,7 +240,7 @@ def _chain(corpus, env, workdir, tmp_path):
       for i in targets:
         os.kill(int((run_dirs[i] / "train.pid").read_text()), signal.SIGTERM)
       for run_dir in run_dirs:   # the supervisor restarted both (each restart moves the logs up by one)
-        assert _wait_for_text(run_dir / f"train.log.{restart}", "", timeout=300), out_so_far(run_dirs)
+        assert _wait_for_text(run_dir / f"train.log.{restart}", "", timeout=300), _logs_so_far(run_dirs)
     out, _ = supervisor.communicate(timeout=600)
   finally:
     supervisor.kill()
@@ -275,7 +273,7 @@ def _chain(corpus, env, workdir, tmp_path):
   return stops
 
 
-def out_so_far(run_dirs):
+def _logs_so_far(run_dirs):
   return "\n".join(_tail(d / name, 1500) for d in run_dirs for name in ("train.log", "train.log.1"))
 
 
