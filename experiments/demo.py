@@ -157,7 +157,7 @@ def run(args) -> dict:
            f"{pspec.batch_size} sequences x {pspec.max_seq_length} tokens (preset=budget: packed MLM only)")
   watch.start("pre-training")
   pretrain_dir = os.path.join(workdir, "pretrain")
-  pre = run_budget_pretraining(pretrain_dir, inputs, vocab_file, model, pspec)
+  pre = runs.run_pretraining(pretrain_dir, inputs, vocab_file, model, pspec, budget=True)
   watch.stop()
   print(f"  MLM accuracy {pre.get('mlm_accuracy', float('nan')):.3f} at step {pre.get('step')}  "
         f"({pre['seconds']} s)", flush=True)
@@ -230,40 +230,6 @@ def run(args) -> dict:
   print(f"plots: {', '.join(os.path.join(workdir, p) for p in res['plots'])}")
   print(f"results: {os.path.join(workdir, 'results.json')}")
   return res
-
-
-def budget_pretrain_config(input_files: str, vocab_file: str, model: runs.ModelSpec, spec: runs.PretrainSpec):
-  """The demo's pre-training config: runs.pretrain_config (size, length, batch, steps) with the fields that
-  configs/pretrain.py's preset=budget sets (experiments/budget_recipe.md), the masked positions scaled to the
-  demo's length and the warmup to 5% of its steps."""
-  c = runs.pretrain_config(input_files, vocab_file, model, spec)
-  b = runs.load_config("pretrain", f"size={model.size},preset=budget")
-  c.targets = b.targets
-  c.data.pack_sequences = b.data.pack_sequences
-  c.model.layer_norm_type = b.model.layer_norm_type
-  c.model.hidden_dropout_prob = b.model.hidden_dropout_prob
-  c.model.attention_probs_dropout_prob = b.model.attention_probs_dropout_prob
-  c.model.initializer_range = 0.02                 # BERT's; the recipe was measured with it
-  c.optimizer.learning_rate = b.optimizer.learning_rate
-  c.data.masked_lm_prob = b.data.masked_lm_prob
-  c.data.max_predictions_per_seq = -(-int(b.data.masked_lm_prob * 100) * (spec.max_seq_length - 2) // 100)
-  c.warmup_steps = max(1, spec.steps // 20)
-  return c
-
-
-def run_budget_pretraining(workdir: str, input_files: str, vocab_file: str, model: runs.ModelSpec,
-                           spec: runs.PretrainSpec) -> dict:
-  """Pre-trains into a fresh `workdir` with `budget_pretrain_config`; returns the last metrics + seconds."""
-  import shutil
-  from bert_jax.training import pretrain
-  from bert_jax.training.plan import resolve_pretrain
-  if os.path.isdir(workdir):
-    shutil.rmtree(workdir)
-  t0 = time.time()
-  plan = resolve_pretrain(budget_pretrain_config(input_files, vocab_file, model, spec), workdir)
-  result = pretrain.run_plan(plan)
-  result["seconds"] = round(time.time() - t0, 1)
-  return result
 
 
 def _count_tsv(path: str) -> int:

