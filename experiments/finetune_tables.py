@@ -17,7 +17,7 @@ Stages (`--stages`, each resumes: a sweep skips its finished runs, results go to
              `--pretrained=SIZE:NAME=DIR` uses an existing pre-training work dir as an arm instead
   sweeps     for each task x size x arm (no pre-training, each pre-trained budget): a sweep
              (bert_jax.finetune.sweep) over the grid with `seeds` seeds, BERT's selection rule
-  stability  on the first pre-trained arm of the smallest size, sentiment: one sweep per option, its two
+  stability  on the longest-pre-trained arm of the smallest size, sentiment: one sweep per option, its two
              values on the grid (bias correction, layer-wise decay 0.8, re-initialised top layer, 4
              evaluations per epoch with early stopping, 3x the epochs), median and spread over the seeds
   ner_full   the NER goal's own protocol where the sweeps use a subset (medium): CRF-head NER on the full
@@ -156,7 +156,11 @@ def selected_learning_rate(cell: Optional[dict], size: str) -> float:
 def run_stability(store: Store, workdir: str, data_dir: str, arms, s: dict, only: str = ""):
   from bert_jax.finetune import sweep
   size = s["sizes"][0]
-  arm, init = sorted(arms.get(size, {}).items())[-1] if arms.get(size) else ("none", "")
+  # the longest pre-training of the size (this run's budgets by their steps; an arm from --pretrained counts
+  # as longest), else random init
+  steps = lambda name: store.data.get("pretrain", {}).get(f"{size}/{name}", {}).get("steps", float("inf"))  # noqa: E731
+  arm, init = max(sorted(arms.get(size, {}).items()), key=lambda kv: steps(kv[0])) if arms.get(size) \
+      else ("none", "")
   vocab = os.path.join(data_dir, "vocab.txt")
   out = store.data.setdefault("stability", {})
   # the learning rate the sentiment sweep selected for this arm (else the size's default): a rate at which
