@@ -134,12 +134,14 @@ def run_sweeps(store: Store, workdir: str, data_dir: str, arms: Dict[str, Dict[s
         store.save()
 
 
+# (row name, config field, its two values (None: computed in run_stability), other fields set for both)
 STABILITY = [
     ("bias_correction", "optimizer.bias_correction", [False, True], {}),
     ("layerwise_lr_decay", "layerwise_lr_decay", [1.0, 0.8], {}),
     ("reinit_top_layers", "reinit_top_layers", [0, 1], {}),
     ("evals_per_epoch (+ early stopping, patience 3)", "evals_per_epoch", [1, 4], {"early_stopping_patience": 3}),
     ("longer training (x3 epochs)", "num_train_epochs", None, {}),
+    ("lower learning rate (/3)", "optimizer.learning_rate", None, {}),
 ]
 
 
@@ -166,20 +168,37 @@ def run_stability(store: Store, workdir: str, data_dir: str, arms, s: dict, only
   # the learning rate the sentiment sweep selected for this arm (else the size's default): a rate at which
   # the runs diverge (tiny at 1e-3 stays at the majority class) would compare two chance-level rows
   lr = selected_learning_rate(store.data.get("sweeps", {}).get(f"sentiment/{size}/{arm}"), size)
-  for name, field, values, extra in STABILITY:
-    if only and field not in only.split(","):
-      continue
+  def configure(field, value, extra):
     c = base_config(data_dir, "sentiment", size, init, vocab, s)
     c.num_train_epochs = s["stability_epochs"]
     c.optimizer.learning_rate = lr
     for k, v in extra.items():
       setattr(c, k, v)
+    return sweep.point_config(c, {field: value}, 0)
+
+  # The base setting is one sweep shared by every option whose first value gives the same config (an option
+  # that changes another field for both values, such as the patience, runs its own first value).
+  base = configure("optimizer.learning_rate", lr, {})
+  shared = None
+  for name, field, values, extra in STABILITY:
+    if only and field not in only.split(","):
+      continue
     if values is None:
-      values = [s["stability_epochs"], 3 * s["stability_epochs"]]
+      values = {"num_train_epochs": [s["stability_epochs"], 3 * s["stability_epochs"]],
+                "optimizer.learning_rate": [lr, float(f"{lr / 3:.3g}")]}[field]
+    c = configure(field, values[0], extra)
     print(f"[stability] {name}", flush=True)
+    row = {"arm": f"{size}/{arm}", "learning_rate": lr, "field": field, "values": list(values)}
+    points = []
+    if c.to_dict() == base.to_dict():
+      if shared is None:
+        shared = sweep.run_sweep(base, {"optimizer.learning_rate": [lr]}, s["seeds"],
+                                 os.path.join(workdir, "stability", "base"), select="median")["points"][0]
+      points.append(dict(shared, label=sweep.point_label({field: values[0]})))
+      values = values[1:]
     res = sweep.run_sweep(c, {field: values}, s["seeds"], os.path.join(workdir, "stability", field), select="median")
-    out[name] = {"arm": f"{size}/{arm}", "learning_rate": lr, "field": field, "values": values,
-                 "points": [{"label": p["label"], "dev": p["dev"], "test": p["test"]} for p in res["points"]]}
+    points += res["points"]
+    out[name] = dict(row, points=[{"label": p["label"], "dev": p["dev"], "test": p["test"]} for p in points])
     store.save()
 
 

@@ -265,3 +265,36 @@ def test_finetune_tables_reads_the_ner_goal_on_the_full_split_against_crfsuite_o
   assert "CRF-head NER (tiny, `12min`) within 5 F1 of crfsuite, both on the full training split: 7.0 F1 behind: " \
          "missed by 2.0" in text
   assert "(tiny, `none`) within 5 F1" not in text          # the goal is about pre-trained models
+
+
+def test_stability_rows_share_one_base_sweep_where_the_base_config_is_the_same(tmp_path, monkeypatch):
+  """Each option's first value is the base setting: one shared sweep runs it, each option runs only its
+  other value, and an option that also changes another field (the patience) runs both of its own."""
+  from bert_jax.finetune import sweep
+  calls = []
+
+  def fake_sweep(config, grid, seeds, workdir, select="best"):
+    calls.append((os.path.basename(workdir), {k: list(v) for k, v in grid.items()}))
+    stats = {"n": seeds, "median": 0.7, "min": 0.6, "max": 0.8, "std": 0.1, "mean": 0.7}
+    (field, values), = grid.items()
+    return {"points": [{"label": sweep.point_label({field: v}), "dev": stats, "test": stats} for v in values]}
+
+  monkeypatch.setattr(sweep, "run_sweep", fake_sweep)
+  os.makedirs(tmp_path / "data" / "sentiment")
+  store = finetune_tables.Store(str(tmp_path / "tables.json"))
+  store.data = {"pretrain": {"tiny/long": {"steps": 900}, "tiny/short": {"steps": 100}},
+                "sweeps": {"sentiment/tiny/long": {"selected": "optimizer.learning_rate=0.0003"}}}
+  arms = {"tiny": {"long": str(tmp_path / "long"), "short": str(tmp_path / "short")}}
+  finetune_tables.run_stability(store, str(tmp_path), str(tmp_path / "data"), arms,
+                                finetune_tables.settings("medium"))
+  assert calls[0] == ("base", {"optimizer.learning_rate": [3e-4]})
+  assert sum(name == "base" for name, _ in calls) == 1
+  assert ("optimizer.bias_correction", {"optimizer.bias_correction": [True]}) in calls
+  assert ("num_train_epochs", {"num_train_epochs": [9.0]}) in calls
+  assert ("optimizer.learning_rate", {"optimizer.learning_rate": [1e-4]}) in calls
+  assert ("evals_per_epoch", {"evals_per_epoch": [1, 4]}) in calls          # patience 3 changes its base
+  rows = store.data["stability"]
+  assert {r["arm"] for r in rows.values()} == {"tiny/long"}                 # the longest pre-training
+  assert [p["label"] for p in rows["bias_correction"]["points"]] == [
+      "optimizer.bias_correction=False", "optimizer.bias_correction=True"]
+  assert rows["lower learning rate (/3)"]["values"] == [3e-4, 1e-4]
