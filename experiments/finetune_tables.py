@@ -21,7 +21,7 @@ Stages (`--stages`, each resumes: a sweep skips its finished runs, results go to
              values on the grid (bias correction, layer-wise decay 0.8, re-initialised top layer, 4
              evaluations per epoch with early stopping, 3x the epochs), median and spread over the seeds
   ner_full   the NER goal's own protocol where the sweeps use a subset (medium): CRF-head NER on the full
-             training split for every arm, at the learning rate the arm's NER sweep selected (median rule),
+             training split for random init and the longest pre-training, at the learning rate the arm's NER sweep selected (median rule),
              against crfsuite trained on the same full split
   timing     K = 4 and 8 runs (seeds), tiny and mini, a fixed number of steps: one vmapped program
              (bert_jax.finetune.multirun) against the same K runs one at a time, alternating, same process
@@ -155,14 +155,17 @@ def selected_learning_rate(cell: Optional[dict], size: str) -> float:
   return fm.DEFAULT_LEARNING_RATES[size]
 
 
+def longest_arm(store: Store, arms, size: str):
+  """(name, dir) of the size's longest pre-training (this run's budgets by their steps; an arm from
+  --pretrained counts as longest), else ("none", "")."""
+  steps = lambda name: store.data.get("pretrain", {}).get(f"{size}/{name}", {}).get("steps", float("inf"))  # noqa: E731
+  return max(sorted(arms.get(size, {}).items()), key=lambda kv: steps(kv[0])) if arms.get(size) else ("none", "")
+
+
 def run_stability(store: Store, workdir: str, data_dir: str, arms, s: dict, only: str = ""):
   from bert_jax.finetune import sweep
   size = s["sizes"][0]
-  # the longest pre-training of the size (this run's budgets by their steps; an arm from --pretrained counts
-  # as longest), else random init
-  steps = lambda name: store.data.get("pretrain", {}).get(f"{size}/{name}", {}).get("steps", float("inf"))  # noqa: E731
-  arm, init = max(sorted(arms.get(size, {}).items()), key=lambda kv: steps(kv[0])) if arms.get(size) \
-      else ("none", "")
+  arm, init = longest_arm(store, arms, size)
   vocab = os.path.join(data_dir, "vocab.txt")
   out = store.data.setdefault("stability", {})
   # the learning rate the sentiment sweep selected for this arm (else the size's default): a rate at which
@@ -204,8 +207,8 @@ def run_stability(store: Store, workdir: str, data_dir: str, arms, s: dict, only
 
 def run_ner_full(store: Store, workdir: str, full_data: str, arms, s: dict):
   """The NER goal ("within 5 F1 of crfsuite, trained on the full training split") where the sweeps ran on a
-  subset: one run per seed and arm on the full split, at the learning rate each arm's subset sweep selected
-  (its dev median), and crfsuite on the same split."""
+  subset: one run per seed on the full split for random init and for the longest pre-training of each size,
+  at the learning rate each arm's subset sweep selected (its dev median), and crfsuite on the same split."""
   from bert_jax.finetune import sweep
   from experiments import baselines
   spec = s.get("ner_full")
@@ -218,7 +221,7 @@ def run_ner_full(store: Store, workdir: str, full_data: str, arms, s: dict):
     store.save()
   vocab = os.path.join(full_data, "vocab.txt")
   for size in s["sizes"]:
-    for arm, init in [("none", "")] + sorted(arms.get(size, {}).items()):
+    for arm, init in dict([("none", ""), longest_arm(store, arms, size)]).items():
       key = f"{size}/{arm}"
       if key in out:
         continue
