@@ -17,12 +17,13 @@ Stages (`--stages`, each resumes: a sweep skips its finished runs, results go to
              `--pretrained=SIZE:NAME=DIR` uses an existing pre-training work dir as an arm instead
   sweeps     for each task x size x arm (no pre-training, each pre-trained budget): a sweep
              (bert_jax.finetune.sweep) over the grid with `seeds` seeds, BERT's selection rule
-  stability  on the longest-pre-trained arm of the smallest size, sentiment: one sweep per option, its two
-             values on the grid (bias correction, layer-wise decay 0.8, re-initialised top layer, 4
-             evaluations per epoch with early stopping, 3x the epochs), median and spread over the seeds
+  stability  on the longest-pre-trained arm of the smallest size, sentiment: one sweep of the base setting,
+             then one per option for its other value (bias correction, layer-wise decay 0.8, re-initialised
+             top layer, 4 evaluations per epoch with early stopping, 3x the epochs, a third of the learning
+             rate), median and spread over the seeds
   ner_full   the NER goal's own protocol where the sweeps use a subset (medium): CRF-head NER on the full
-             training split for random init and the longest pre-training, at the learning rate the arm's NER sweep selected (median rule),
-             against crfsuite trained on the same full split
+             training split for random init and the longest pre-training, each at the learning rate its NER
+             sweep selected (median rule), against crfsuite trained on the same full split
   timing     K = 4 and 8 runs (seeds), tiny and mini, a fixed number of steps: one vmapped program
              (bert_jax.finetune.multirun) against the same K runs one at a time, alternating, same process
   report     the markdown and the plot
@@ -171,6 +172,7 @@ def run_stability(store: Store, workdir: str, data_dir: str, arms, s: dict, only
   # the learning rate the sentiment sweep selected for this arm (else the size's default): a rate at which
   # the runs diverge (tiny at 1e-3 stays at the majority class) would compare two chance-level rows
   lr = selected_learning_rate(store.data.get("sweeps", {}).get(f"sentiment/{size}/{arm}"), size)
+
   def configure(field, value, extra):
     c = base_config(data_dir, "sentiment", size, init, vocab, s)
     c.num_train_epochs = s["stability_epochs"]
