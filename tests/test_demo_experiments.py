@@ -298,3 +298,47 @@ def test_stability_rows_share_one_base_sweep_where_the_base_config_is_the_same(t
   assert [p["label"] for p in rows["bias_correction"]["points"]] == [
       "optimizer.bias_correction=False", "optimizer.bias_correction=True"]
   assert rows["lower learning rate (/3)"]["values"] == [3e-4, 1e-4]
+
+
+def test_ner_full_reruns_an_arm_whose_epochs_changed_in_a_directory_of_its_own(tmp_path, monkeypatch):
+  """A stored full-split result is kept only for the epochs it was measured at: the stage's setting changed
+  from 2 to 4 epochs, so a rerun measures 4 (in its own sweep directory) instead of reusing the 2-epoch row."""
+  from bert_jax.finetune import sweep
+  from experiments import baselines
+  calls = []
+  stats = {"n": 3, "median": 0.8, "min": 0.79, "max": 0.81, "std": 0.01, "mean": 0.8}
+
+  def fake_sweep(config, grid, seeds, workdir, select="best"):
+    calls.append((os.path.basename(workdir), config.num_train_epochs, seeds, select))
+    return {"points": [{"dev": stats, "test": stats}]}
+
+  monkeypatch.setattr(sweep, "run_sweep", fake_sweep)
+  monkeypatch.setattr(baselines, "ner_baseline", lambda *a, **k: pytest.fail("the stored baseline is reused"))
+  store = finetune_tables.Store(str(tmp_path / "tables.json"))
+  old = {"learning_rate": 3e-4, "epochs": 2.0, "dev": stats, "test": stats, "seconds": 1}
+  store.data = {"ner_full": {"baseline": {"test_f1": 0.9}, "tiny/none": dict(old), "tiny/long": dict(old)},
+                "pretrain": {"tiny/long": {"steps": 900}}}
+  s = finetune_tables.settings("medium")
+  arms = {"tiny": {"long": str(tmp_path / "long")}}
+  finetune_tables.run_ner_full(store, str(tmp_path), str(tmp_path / "full"), arms, s)
+  assert s["ner_full"]["epochs"] == 4.0
+  assert sorted(calls) == [("tiny_long_4ep", 4.0, 3, "median"), ("tiny_none_4ep", 4.0, 3, "median")]
+  assert {store.data["ner_full"][k]["epochs"] for k in ("tiny/none", "tiny/long")} == {4.0}
+  calls.clear()
+  finetune_tables.run_ner_full(store, str(tmp_path), str(tmp_path / "full"), arms, s)
+  assert calls == []                                                # now measured at the stage's epochs
+
+
+@pytest.mark.parametrize("sizes,budgets,expected", [
+    ("mini", "", {"sizes": ("mini",)}),
+    ("", "12", {"budgets": (12.0,)}),
+    ("tiny,mini", "15,60", {"sizes": ("tiny", "mini"), "budgets": (15.0, 60.0)}),
+    ("huge", "", "--sizes='huge'"),
+    ("", "0", "--budgets='0'"),
+    ("", "x", "--budgets='x'")])
+def test_tables_size_and_budget_flags_name_the_flag_they_reject(sizes, budgets, expected):
+  if isinstance(expected, dict):
+    assert finetune_tables.override_settings(sizes, budgets) == expected
+  else:
+    with pytest.raises(ValueError, match=expected):
+      finetune_tables.override_settings(sizes, budgets)
