@@ -227,6 +227,21 @@ def test_train_py_electra_checkpoints_resumes_and_fine_tuning_loads_the_discrimi
   np.testing.assert_allclose(np.asarray(ours["disc_logits"]), ref, atol=1e-4)
 
 
+def test_electra_runs_show_and_plot_the_generator_and_the_discriminator(tmp_path):
+  """An ELECTRA run logs no mlm_loss: its progress bar and loss_curve.png show the generator's MLM and the
+  discriminator (a row each) instead of an empty MLM panel."""
+  from bert_jax.training import pretrain
+  rows = [{"step": s, "loss": 30.0 - s, "gen_mlm_loss": 6.0 - 0.1 * s, "gen_mlm_accuracy": 0.01 * s,
+           "disc_loss": 0.6 - 0.01 * s, "disc_accuracy": 0.7 + 0.01 * s} for s in (10, 20, 30)]
+  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  assert [c[0] for c in pretrain.curve_pairs(*rows)] == ["gen_mlm_loss", "disc_loss"]
+  assert [c[0] for c in pretrain.curve_pairs({"mlm_loss": 5.0, "mlm_accuracy": 0.1})] == ["mlm_loss"]
+  path = pretrain.plot_loss_curve(str(tmp_path))
+  from PIL import Image
+  width, height = Image.open(path).size
+  assert (width, height) == (1100, 800)                     # two rows of (loss, accuracy) at 4 in x 100 dpi
+
+
 def test_electra_training_flops_count_the_generator_by_hand():
   from bert_jax.training import flops
   disc = BertConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=1, intermediate_size=16)

@@ -398,8 +398,8 @@ def _log_window(run: _Run, phase: Phase, step: int, summary: dict, window: timin
   run.writer.write(step, row)
   run.last = row
   if run.progress is not None:
-    run.progress.set_postfix({k: f"{row[k]:.3g}" for k in ("mlm_loss", "mlm_accuracy", "seq_per_sec")
-                              if isinstance(row.get(k), float)})
+    keys = [k for pair in curve_pairs(row) for k in pair[:2]] + ["seq_per_sec"]
+    run.progress.set_postfix({k: f"{row[k]:.3g}" for k in keys if isinstance(row.get(k), float)})
   window.reset()
 
 
@@ -419,8 +419,20 @@ def evaluate(plan: PretrainPlan, eval_step, params, phase: Phase, batch_sharding
 
 
 # ---- plots ------------------------------------------------------------------------------------------
+# Each target's (loss, accuracy, title) in metrics.jsonl: what the progress bar shows and the curves plot.
+CURVES = (("mlm_loss", "mlm_accuracy", "MLM"), ("lm_loss", "lm_accuracy", "LM"),
+          ("gen_mlm_loss", "gen_mlm_accuracy", "ELECTRA generator MLM"),
+          ("disc_loss", "disc_accuracy", "ELECTRA discriminator"))
+
+
+def curve_pairs(*rows: dict) -> list:
+  """The CURVES entries whose loss one of `rows` has (MLM for BERT, generator + discriminator for ELECTRA)."""
+  return [c for c in CURVES if any(isinstance(r.get(c[0]), (int, float)) for r in rows)]
+
+
 def plot_loss_curve(workdir: str) -> Optional[str]:
-  """plots/loss_curve.png: MLM loss and accuracy (train and eval) against the step."""
+  """plots/loss_curve.png: each target's loss and accuracy (train and eval) against the step, one row per
+  target (MLM; LM; ELECTRA's generator and discriminator)."""
   if jax.process_index() != 0:
     return None
   rows = read_jsonl(fileio.join(workdir, "metrics.jsonl"))
@@ -430,8 +442,11 @@ def plot_loss_curve(workdir: str) -> Optional[str]:
   import matplotlib  # lazy: ~1 s of import, needed only once the run is over
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # lazy: as above
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-  for ax, key, title in ((axes[0], "mlm_loss", "MLM loss"), (axes[1], "mlm_accuracy", "MLM accuracy")):
+  pairs = curve_pairs(*rows) or CURVES[:1]
+  fig, axes = plt.subplots(len(pairs), 2, figsize=(11, 4 * len(pairs)), squeeze=False)
+  panels = [(axes[i][j], key, f"{title} {('loss', 'accuracy')[j]}")
+            for i, (loss, acc, title) in enumerate(pairs) for j, key in enumerate((loss, acc))]
+  for ax, key, title in panels:
     pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
     if pts:
       ax.plot(*zip(*pts), label="train")
@@ -441,7 +456,8 @@ def plot_loss_curve(workdir: str) -> Optional[str]:
     ax.set_xlabel("step")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend()
+    if ax.lines:
+      ax.legend()
   fig.tight_layout()
   path = fileio.join(workdir, "plots", "loss_curve.png")
   fileio.makedirs(fileio.join(workdir, "plots"))
