@@ -449,14 +449,17 @@ def write_markdown(store: Store, output: str, s: dict, scale: str, command: str,
     b = d["ner_full"]["baseline"]
     lines += ["## NER on the full training split", "",
               f"The NER goal's protocol: CRF head, all {b['train_sentences']:,} training sentences, "
-              f"{next(iter(nf.values()))['epochs']:g} epochs, each arm at the learning rate its NER sweep above "
-              "selected (dev median); entity F1 x 100, median (min–max, ±std) over the seeds. crfsuite trained on "
+              + (f"{s['ner_full']['epochs']:g} epochs (the stage's setting; each row says what it ran)"
+                 if s.get("ner_full") else "the epochs in each row")
+              + ", each arm at the learning rate its NER sweep above selected (dev median); entity F1 x 100, "
+              "median (min–max, ±std) over the seeds. crfsuite trained on "
               f"the same split: test F1 {100 * b['test_f1']:.1f} (dev {100 * b['dev_f1']:.1f}).", "",
-              "| size | arm | learning rate | seeds | test median (range, ±std) | dev median (range, ±std) | "
-              "behind crfsuite (test median) | seconds |", "|" + "---|" * 8]
+              "| size | arm | epochs | learning rate | seeds | test median (range, ±std) | dev median (range, ±std) | "
+              "behind crfsuite (test median) | seconds |", "|" + "---|" * 9]
     for key, r in sorted(nf.items()):
       size, arm = key.split("/")
-      lines.append(f"| {size} | {arm} | {r['learning_rate']:g} | {r['test']['n'] if r['test'] else '–'} | "
+      lines.append(f"| {size} | {arm} | {r['epochs']:g} | {r['learning_rate']:g} | "
+                   f"{r['test']['n'] if r['test'] else '–'} | "
                    f"{_spread(r['test'])} | {_spread(r['dev'])} | "
                    f"{100 * (b['test_f1'] - r['test']['median']):.1f} | {r['seconds']} |")
     lines += [""]
