@@ -464,7 +464,7 @@ def write_markdown(store: Store, output: str, s: dict, scale: str, command: str,
       lines.append(f"| {size} | {arm} | {r['epochs']:g} | {r['learning_rate']:g} | "
                    f"{r['test']['n'] if r['test'] else '–'} | "
                    f"{_spread(r['test'])} | {_spread(r['dev'])} | "
-                   f"{100 * (b['test_f1'] - r['test']['median']):.1f} | {r['seconds']} |")
+                   f"{100 * (b['test_f1'] - r['test']['median']):.1f} | {r['seconds'] or '–'} |")   # 0: resumed
     lines += [""]
   st = d.get("stability", {})
   if st:
@@ -568,8 +568,18 @@ def goals(d: dict) -> List[str]:
     ratio = eight["step_seconds"] / one["step_seconds"] / 8
     out.append(f"- the same goal in the steady state (compiled steps only, K = 8 against K = 1): {ratio:.2f}x: "
                + ("met" if ratio <= GOALS["vmap_ratio"] else f"missed by {ratio - GOALS['vmap_ratio']:.2f}x"))
-  if not any(k.startswith("mini/") for k in sw):
+  if not any(k.split("/")[1] == "mini" for k in sw):
     out.append("- BERT-mini vs TF-IDF+LR: not measured at this scale (mini was not fine-tuned).")
+  return out
+
+
+def _tasks_per_size(d: dict) -> Dict[str, List[str]]:
+  """{size: [tasks with a sweep cell]} in the tables' task order."""
+  out: Dict[str, List[str]] = {}
+  for key in sorted(d.get("sweeps", {}), key=lambda k: list(TASKS).index(k.split("/")[0])):
+    task, size, _ = key.split("/")
+    if task not in out.setdefault(size, []):
+      out[size].append(task)
   return out
 
 
@@ -582,13 +592,15 @@ def notes(d: dict, s: dict) -> List[str]:
     qa = sub.get("qa", {})
     out.append(f"- Scale: {s['seeds']} seeds per grid point; training subsets of {sub['train']} reviews, "
                f"{sub['ner_train']} NER sentences" + (f", {qa['train']} QA questions" if qa else "")
-               + f" (dev {sub['dev']}" + (f", QA dev {qa['dev']}" if qa else "") + "); sizes "
-               + ", ".join(s["sizes"]) + ". The full command adds BERT-mini, the full splits, 10-epoch grid points "
-               "and the 15/60-minute budgets.")
+               + f" (dev {sub['dev']}" + (f", QA dev {qa['dev']}" if qa else "") + "); "
+               + "; ".join(f"{size}: {', '.join(tasks)}" for size, tasks in _tasks_per_size(d).items())
+               + ". The full command adds "
+               + ("" if "mini" in s["sizes"] else "BERT-mini, ")
+               + "the full splits, 10-epoch grid points and the 15/60-minute budgets.")
   if pre:
     def arm(k, v):
       mlm = f", MLM accuracy {100 * v['mlm_accuracy']:.1f}%" if v.get("mlm_accuracy") is not None else ""
-      return f"`{k.split('/')[1]}` {v['steps']} steps in {v['seconds']:.0f} s wall{mlm}"
+      return f"{k.split('/')[0]} `{k.split('/')[1]}` {v['steps']} steps in {v['seconds']:.0f} s wall{mlm}"
     out.append("- Pre-trained arms made by this run (the budget recipe, configs/pretrain.py preset=budget: pre-LN, "
                "packed MLM, 25% masking; batch 32 x 64 tokens): " + "; ".join(
                    arm(k, v) for k, v in sorted(pre.items(), key=lambda kv: kv[1]["steps"])) + ". The arm with "

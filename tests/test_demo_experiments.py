@@ -138,6 +138,27 @@ def test_finetune_tables_report_keeps_each_task_in_its_own_scale(tmp_path):
   assert [r.split(" | ")[0] for r in rows[:5]] == ["| sentiment"] * 2 + ["| ner"] + ["| qa"] * 2   # task order
 
 
+def test_finetune_tables_reads_mini_cells_against_tf_idf_and_names_each_sizes_tasks(tmp_path):
+  """Cells added for BERT-mini (`--sizes=mini`) get the mini goal line, not "not measured", and the notes say
+  which tasks each size has."""
+  def stats(med, lo, hi):
+    return {"n": 5, "median": med, "min": lo, "max": hi, "std": (hi - lo) / 4, "mean": med}
+  cell = lambda med: {"result": {"dev": med, "test": med}, "selected": "lr=3e-4", "points": 2, "seeds": 5,  # noqa: E731
+                      "dev": stats(med, med - 0.01, med + 0.01), "test": stats(med, med - 0.01, med + 0.01),
+                      "seconds": 10}
+  store = finetune_tables.Store(str(tmp_path / "tables.json"))
+  store.data = {"baselines": {"sentiment": {"test_accuracy": 0.829}},
+                "sweeps": {"sentiment/tiny/none": cell(0.767), "ner/tiny/none": cell(0.55),
+                           "sentiment/mini/none": cell(0.756), "sentiment/mini/12min": cell(0.753)}}
+  out = str(tmp_path / "t.md")
+  s = dict(finetune_tables.settings("medium"), sizes=("tiny", "mini"))
+  finetune_tables.write_markdown(store, out, s, "medium", "cmd", None)
+  text = open(out, encoding="utf-8").read()
+  assert "- BERT-mini `12min` vs TF-IDF+LR on sentiment: -7.6 points: missed by 7.6" in text
+  assert "not measured at this scale" not in text
+  assert "tiny: sentiment, ner; mini: sentiment. The full command adds the full splits" in text
+
+
 def test_truncate_corpus_cuts_at_a_document_boundary(tmp_path):
   src = tmp_path / "c.txt"
   src.write_text("甲。\n乙。\n\n丙。\n丁。\n\n戊。\n", encoding="utf-8")
