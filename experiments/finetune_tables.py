@@ -394,6 +394,11 @@ def _spread(st, mult: float = 100.0):
                              f"±{mult * st['std']:.1f})")
 
 
+def cell_order(key: str):
+  """Sort key of a sweep cell "task/size/arm": the tables' task order, then the key."""
+  return list(TASKS).index(key.split("/")[0]), key
+
+
 def baseline_test(base: dict, task: str) -> Optional[float]:
   """The classic baseline's test score in the task's own scale (qa: the v1.1 F1 in percent)."""
   b = base.get(task, {})
@@ -426,14 +431,14 @@ def write_markdown(store: Store, output: str, s: dict, scale: str, command: str,
               + ", ".join(f"{t}: {n}" for t, n in BASELINE_NAMES.items()) + ", trained on the same training split.",
               "", "| task | size | arm | selected point | test median (range, ±std) | dev median (range, ±std) | "
               "result (test) | baseline (test) | seconds |", "|" + "---|" * 9]
-    for key, r in sorted(sw.items(), key=lambda kv: (list(TASKS).index(kv[0].split("/")[0]), kv[0])):
+    for key, r in sorted(sw.items(), key=lambda kv: cell_order(kv[0])):
       task, size, arm = key.split("/")
       m = _mult(task)
       bl = baseline_test(base, task)
       lines.append(f"| {task} | {size} | {arm} | {r['selected']} | {_spread(r['test'], m)} | {_spread(r['dev'], m)} | "
                    f"{_pct((r['result'] or {}).get('test'), m)} | {_pct(bl, m)} | "
                    f"{r['seconds']} |")
-    med = [(k, r) for k, r in sorted(sw.items(), key=lambda kv: (list(TASKS).index(kv[0].split("/")[0]), kv[0]))
+    med = [(k, r) for k, r in sorted(sw.items(), key=lambda kv: cell_order(kv[0]))
            if r.get("median_rule")]
     if med:
       lines += ["", "The same cells under ELECTRA's rule (the point with the best dev median; Mosbach et al. 2021 "
@@ -576,7 +581,7 @@ def goals(d: dict) -> List[str]:
 def _tasks_per_size(d: dict) -> Dict[str, List[str]]:
   """{size: [tasks with a sweep cell]} in the tables' task order."""
   out: Dict[str, List[str]] = {}
-  for key in sorted(d.get("sweeps", {}), key=lambda k: list(TASKS).index(k.split("/")[0])):
+  for key in sorted(d.get("sweeps", {}), key=lambda k: cell_order(k)[0]):     # within a task: store order
     task, size, _ = key.split("/")
     if task not in out.setdefault(size, []):
       out[size].append(task)
