@@ -140,3 +140,15 @@ def test_training_modules_import_without_tensorflow_or_ml_collections():
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_finetune_loop_imports_without_tensorflow_sklearn_or_seqeval():
+  """The fine-tuning loop and the vmapped runs (the tables' timing stage) run on the GPU machine, which has
+  none of the three: scikit-learn and seqeval are imported where a metric is computed."""
+  code = ("import sys; import bert_jax.finetune.loop, bert_jax.finetune.multirun, bert_jax.evaluation.glue, "
+          "bert_jax.evaluation.ner; "
+          "bad = [m for m in ('tensorflow', 'sklearn', 'seqeval') if m in sys.modules]; "
+          "assert not bad, bad")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  assert out.returncode == 0, out.stderr[-2000:]

@@ -41,7 +41,6 @@ from typing import Dict, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 import scipy.stats
-import sklearn.metrics
 
 # --------------------------------------------------------------------------------------------------------
 # Task tables.
@@ -123,12 +122,14 @@ def _pair(preds, labels, float_ok=False):
 def accuracy(preds, labels) -> float:
   """Fraction of exactly equal predictions."""
   p, y = _pair(preds, labels)
+  import sklearn.metrics   # here, not at the top: the training loop imports this module (none on the GPU image)
   return float(sklearn.metrics.accuracy_score(y, p))
 
 
 def f1_binary(preds, labels, pos_label=1) -> float:
   """F1 of the positive class; 0.0 when there are no true and no predicted positives (sklearn's default)."""
   p, y = _pair(preds, labels)
+  import sklearn.metrics
   # labels=[pos_label] scores that one class, so a label set without pos_label, or with more than two
   # labels, is still accepted (average="binary" would raise); on binary labels it is the same number.
   return float(sklearn.metrics.f1_score(y, p, labels=[pos_label], average=None, zero_division=0)[0])
@@ -137,6 +138,7 @@ def f1_binary(preds, labels, pos_label=1) -> float:
 def matthews_corrcoef(preds, labels) -> float:
   """Matthews correlation coefficient (multi-class R_K form); 0.0 when undefined, as in scikit-learn."""
   p, y = _pair(preds, labels)
+  import sklearn.metrics
   with warnings.catch_warnings():
     # A constant prediction equal to a constant label set makes sklearn warn about a 1x1 confusion
     # matrix; the 0.0 it returns is the documented value, so the warning is noise in eval logs.

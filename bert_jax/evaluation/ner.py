@@ -29,18 +29,22 @@ from __future__ import annotations
 
 import collections
 import os
-from typing import Dict, List, Optional, Sequence, Tuple, Type
-
-from seqeval import metrics as seqeval_metrics
-from seqeval import scheme as seqeval_scheme
-from seqeval.metrics import sequence_labeling as seqeval_labeling
+from typing import Dict, List, Optional, Sequence, Tuple
 
 Entity = Tuple[str, int, int]
 
-_SCHEMES = {"BIO": seqeval_scheme.IOB2, "BIOES": seqeval_scheme.IOBES}
+_SCHEMES = {"BIO": "IOB2", "BIOES": "IOBES"}     # seqeval.scheme's class for each tag scheme
 
 
-def _scheme_class(mode: str, scheme: str) -> Optional[Type[seqeval_scheme.Token]]:
+def _seqeval():
+  """seqeval's (metrics, scheme, sequence_labeling) modules, imported where entities are scored: the
+  fine-tuning loop imports this module, and an image without seqeval (the GPU machine's) can still train."""
+  from seqeval import metrics, scheme
+  from seqeval.metrics import sequence_labeling
+  return metrics, scheme, sequence_labeling
+
+
+def _scheme_class(mode: str, scheme: str) -> Optional[type]:
   """seqeval's scheme class for strict mode; None for the conlleval-compatible default mode."""
   if mode == "conlleval":
     return None
@@ -48,14 +52,14 @@ def _scheme_class(mode: str, scheme: str) -> Optional[Type[seqeval_scheme.Token]
     key = scheme.upper()
     if key not in _SCHEMES:
       raise ValueError(f"scheme must be 'BIO' or 'BIOES', got {scheme!r}")
-    return _SCHEMES[key]
+    return getattr(_seqeval()[1], _SCHEMES[key])
   raise ValueError(f"mode must be 'conlleval' or 'strict', got {mode!r}")
 
 
 def _strict_entities(seqs: List[List[str]], scheme: str, scheme_cls) -> List[List[Entity]]:
   """Per sentence, seqeval's strict entities as (type, start, end inclusive)."""
   try:
-    by_sentence = seqeval_scheme.Entities(seqs, scheme_cls).entities
+    by_sentence = _seqeval()[1].Entities(seqs, scheme_cls).entities
   except (KeyError, IndexError, ValueError) as err:
     # seqeval raises ValueError for a prefix outside the scheme and KeyError/IndexError for tags that
     # have no known prefix at all; all of them mean the same to the caller.
@@ -69,7 +73,8 @@ def _sentence_entities(seqs: List[List[str]], mode: str, scheme: str) -> List[Li
   if scheme_cls is None:
     # One call per sentence: seqeval's own flattening of nested lists would give offsets into the
     # concatenation rather than into the sentence.
-    return [seqeval_labeling.get_entities(s) for s in seqs]
+    get_entities = _seqeval()[2].get_entities
+    return [get_entities(s) for s in seqs]
   return _strict_entities(seqs, scheme, scheme_cls)
 
 
@@ -105,14 +110,14 @@ def evaluate(gold_seqs: Sequence[Sequence[str]], pred_seqs: Sequence[Sequence[st
 
   num_tokens = sum(len(g) for g in gold)
   result = {"precision": 0.0, "recall": 0.0, "f1": 0.0,
-            "accuracy": float(seqeval_metrics.accuracy_score(gold, pred)) if num_tokens else 0.0,
+            "accuracy": float(_seqeval()[0].accuracy_score(gold, pred)) if num_tokens else 0.0,
             "num_gold": 0, "num_pred": 0, "num_correct": 0, "num_tokens": num_tokens, "per_type": {}}
   if not counts:
     # No entity on either side: every rate is 0 (seqeval's zero_division=0 value). The report is skipped
     # because its macro average over zero types would be NaN with a NumPy warning.
     return result
   kw = {} if scheme_cls is None else {"mode": "strict", "scheme": scheme_cls}
-  report = seqeval_metrics.classification_report(gold, pred, output_dict=True, zero_division=0, **kw)
+  report = _seqeval()[0].classification_report(gold, pred, output_dict=True, zero_division=0, **kw)
   for type_ in sorted(counts):
     n_gold, n_pred, n_correct = counts[type_]
     row = report[type_]
