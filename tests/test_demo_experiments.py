@@ -363,3 +363,16 @@ def test_tables_size_and_budget_flags_name_the_flag_they_reject(sizes, budgets, 
   else:
     with pytest.raises(ValueError, match=expected):
       finetune_tables.override_settings(sizes, budgets)
+
+
+def test_budget_probe_reads_the_steady_state_not_the_warm_up_windows(tmp_path):
+  # a probe's first windows are slow (compilation, buffers filling); the budget must come from the later ones
+  path = tmp_path / "metrics.jsonl"
+  rows = [{"step": 25, "seq_per_sec": 100.0}, {"step": 50, "seq_per_sec": 150.0}, {"step": 100, "seq_per_sec": 300.0},
+          {"step": 125, "seq_per_sec": 320.0}, {"step": 150, "eval_mlm_accuracy": 0.1},
+          {"step": 175, "seq_per_sec": 400.0}, {"step": 200, "seq_per_sec": 310.0}]
+  path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  assert finetune_tables.probe_step_seconds(str(path), 32) == pytest.approx(32 / 320.0)
+  path.write_text(json.dumps({"step": 25, "seq_per_sec": 100.0}) + "\n")
+  with pytest.raises(ValueError, match="metrics.jsonl: no seq_per_sec logged after step 100"):
+    finetune_tables.probe_step_seconds(str(path), 32)
