@@ -3,7 +3,7 @@
 Metrics (scikit-learn / SciPy, as GLUE's baselines score them; values are fractions in
 [0, 1], correlations in [-1, 1]):
 
-    accuracy(preds, labels)                 -> float   sklearn.metrics.accuracy_score
+    accuracy(preds, labels)                 -> float   fraction equal (sklearn.metrics.accuracy_score's value)
     f1_binary(preds, labels, pos_label=1)   -> float   sklearn.metrics.f1_score of the positive class
     matthews_corrcoef(preds, labels)        -> float   sklearn.metrics.matthews_corrcoef (any #classes)
     pearson(x, y) / spearman(x, y)          -> float   scipy.stats.pearsonr / spearmanr (average ranks)
@@ -122,14 +122,13 @@ def _pair(preds, labels, float_ok=False):
 def accuracy(preds, labels) -> float:
   """Fraction of exactly equal predictions."""
   p, y = _pair(preds, labels)
-  import sklearn.metrics   # here, not at the top: the training loop imports this module (none on the GPU image)
-  return float(sklearn.metrics.accuracy_score(y, p))
+  return float(np.mean(p == y))     # sklearn's accuracy_score on 1-D labels
 
 
 def f1_binary(preds, labels, pos_label=1) -> float:
   """F1 of the positive class; 0.0 when there are no true and no predicted positives (sklearn's default)."""
   p, y = _pair(preds, labels)
-  import sklearn.metrics
+  import sklearn.metrics   # here, not at the top: the fine-tuning loop imports this module; scoring is its one use
   # labels=[pos_label] scores that one class, so a label set without pos_label, or with more than two
   # labels, is still accepted (average="binary" would raise); on binary labels it is the same number.
   return float(sklearn.metrics.f1_score(y, p, labels=[pos_label], average=None, zero_division=0)[0])
