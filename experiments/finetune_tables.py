@@ -420,8 +420,12 @@ def _spread(st, mult: float = 100.0):
 
 
 def cell_order(key: str):
-  """Sort key of a sweep cell "task/size/arm": the tables' task order, then the key."""
-  return list(TASKS).index(key.split("/")[0]), key
+  """Sort key of a sweep cell "task/size/arm": the tables' task order, the size, then the arm: no
+  pre-training first, the budgets by their minutes (3min before 12min before 60min), other names last."""
+  task, size, arm = key.split("/")
+  minutes = arm[:-3] if arm.endswith("min") else ""
+  rank = -1.0 if arm == "none" else float(minutes) if minutes.replace(".", "", 1).isdigit() else float("inf")
+  return list(TASKS).index(task), size, rank, arm
 
 
 def baseline_test(base: dict, task: str) -> Optional[float]:

@@ -376,3 +376,11 @@ def test_budget_probe_reads_the_steady_state_not_the_warm_up_windows(tmp_path):
   path.write_text(json.dumps({"step": 25, "seq_per_sec": 100.0}) + "\n")
   with pytest.raises(ValueError, match="metrics.jsonl: no seq_per_sec logged after step 100"):
     finetune_tables.probe_step_seconds(str(path), 32)
+
+
+def test_table_cells_order_arms_by_their_budget_not_their_spelling():
+  keys = ["ner/tiny/none", "sentiment/tiny/60min", "sentiment/tiny/none", "sentiment/tiny/12min",
+          "sentiment/tiny/3min", "sentiment/mini/12min", "sentiment/tiny/electra"]
+  assert sorted(keys, key=finetune_tables.cell_order) == [
+      "sentiment/mini/12min", "sentiment/tiny/none", "sentiment/tiny/3min", "sentiment/tiny/12min",
+      "sentiment/tiny/60min", "sentiment/tiny/electra", "ner/tiny/none"]
