@@ -130,25 +130,25 @@ def test_adamw_weight_decay_moves_only_masked_params():
   np.testing.assert_array_equal(upd["LayerNorm"]["scale"], 0.0)
 
 
-def test_training_modules_import_without_tensorflow_or_ml_collections():
-  """The GPU machines have JAX but neither TensorFlow nor ml_collections."""
-  code = ("import sys; import bert_jax.training.train_step, bert_jax.training.sharding, "
-          "bert_jax.training.optimizers, bert_jax.training.checkpoints, bert_jax.training.flops, "
-          "bert_jax.training.pretrain; "
-          "bad = [m for m in ('tensorflow', 'ml_collections') if m in sys.modules]; "
-          "assert not bad, bad")
+def _assert_imports_leave_out(modules, absent):
+  """Imports `modules` in a fresh interpreter and checks that none of `absent` got loaded on the way."""
+  code = (f"import sys; import {', '.join(modules)}; "
+          f"bad = [m for m in {tuple(absent)!r} if m in sys.modules]; assert not bad, bad")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_training_modules_import_without_tensorflow_or_ml_collections():
+  """The GPU machines have JAX but neither TensorFlow nor ml_collections."""
+  _assert_imports_leave_out(["bert_jax.training.train_step", "bert_jax.training.sharding",
+                             "bert_jax.training.optimizers", "bert_jax.training.checkpoints",
+                             "bert_jax.training.flops", "bert_jax.training.pretrain"],
+                            ["tensorflow", "ml_collections"])
 
 
 def test_finetune_loop_imports_without_tensorflow_sklearn_or_seqeval():
   """The fine-tuning loop and the vmapped runs (the tables' timing stage) run on the GPU machine, which has
-  none of the three: scikit-learn and seqeval are imported where a metric is computed."""
-  code = ("import sys; import bert_jax.finetune.loop, bert_jax.finetune.multirun, bert_jax.evaluation.glue, "
-          "bert_jax.evaluation.ner; "
-          "bad = [m for m in ('tensorflow', 'sklearn', 'seqeval') if m in sys.modules]; "
-          "assert not bad, bad")
-  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  assert out.returncode == 0, out.stderr[-2000:]
+  neither TensorFlow nor seqeval; scikit-learn and seqeval are imported only where a metric is computed."""
+  _assert_imports_leave_out(["bert_jax.finetune.loop", "bert_jax.finetune.multirun", "bert_jax.evaluation.glue",
+                             "bert_jax.evaluation.ner"], ["tensorflow", "sklearn", "seqeval"])
