@@ -29,7 +29,8 @@ Stages (`--stages`, each resumes: a sweep skips its finished runs, results go to
              sweep selected (median rule), against crfsuite trained on the same full split
   timing     K = 4 and 8 runs (seeds), tiny and mini, a fixed number of steps: one vmapped program
              (bert_jax.finetune.multirun) against the same K runs one at a time, alternating, same process
-  report     the markdown and the plot
+  report     the markdown and the plot; the page's hand-written "## Reading of this run" section (to the
+             end of the page) is carried over, everything above it is rewritten
 Tasks: review sentiment (classification), People's Daily NER (CRF head), and the People's Daily QA set
 (task squad_v1 on <data>/qa, character F1) when the data folder has one.
 
@@ -553,8 +554,26 @@ def write_markdown(store: Store, output: str, s: dict, scale: str, command: str,
   if plot:
     lines += [f"![spread per cell]({os.path.relpath(plot, os.path.dirname(os.path.abspath(output)))})", ""]
   lines += notes(d, s)
-  with open(output, "w", encoding="utf-8") as f:
-    f.write("\n".join(lines) + "\n")
+  text = "\n".join(lines) + "\n"
+  reading = hand_written_reading(output)
+  if reading:
+    text += "\n" + reading
+  from bert_jax.pretrained import params_dir
+  params_dir.write_bytes_atomic(output, text.encode("utf-8"))
+
+
+READING_HEADING = "## Reading of this run"
+
+
+def hand_written_reading(path: str) -> str:
+  """The section from READING_HEADING to the end of the page at `path` ("" if none): written by hand after a
+  run, it is carried over when the report regenerates the page, which rewrites everything above it."""
+  if not os.path.exists(path):
+    return ""
+  with open(path, encoding="utf-8") as f:
+    text = f.read()
+  at = text.find("\n" + READING_HEADING)
+  return text[at + 1:] if at >= 0 else ""
 
 
 def goals(d: dict) -> List[str]:

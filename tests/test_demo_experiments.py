@@ -384,3 +384,21 @@ def test_table_cells_order_arms_by_their_budget_not_their_spelling():
   assert sorted(keys, key=finetune_tables.cell_order) == [
       "sentiment/mini/12min", "sentiment/tiny/none", "sentiment/tiny/3min", "sentiment/tiny/12min",
       "sentiment/tiny/60min", "sentiment/tiny/electra", "ner/tiny/none"]
+
+
+def test_finetune_tables_report_keeps_the_hand_written_reading_section(tmp_path):
+  """Regenerating the page rewrites the tables and notes above "## Reading of this run" and carries that
+  section over word for word; a page without one gets none."""
+  store = finetune_tables.Store(str(tmp_path / "tables.json"))
+  store.data = {"baselines": {"sentiment": {"test_accuracy": 0.83}}}
+  out = tmp_path / "t.md"
+  out.write_text("# old tables\n\nstale row\n\n## Reading of this run (by hand)\n\n- the 60-minute arm: +1.6\n",
+                 encoding="utf-8")
+  finetune_tables.write_markdown(store, str(out), finetune_tables.settings("medium"), "medium", "cmd", None)
+  text = out.read_text(encoding="utf-8")
+  assert "stale row" not in text and text.startswith("# Fine-tuning tables")
+  assert text.endswith("\n\n## Reading of this run (by hand)\n\n- the 60-minute arm: +1.6\n")
+  assert text.count("## Reading of this run") == 1
+  fresh = tmp_path / "fresh.md"
+  finetune_tables.write_markdown(store, str(fresh), finetune_tables.settings("medium"), "medium", "cmd", None)
+  assert "## Reading of this run" not in fresh.read_text(encoding="utf-8")
