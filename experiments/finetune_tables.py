@@ -558,8 +558,8 @@ def write_markdown(store: Store, output: str, s: dict, scale: str, command: str,
   reading = hand_written_reading(output)
   if reading:
     text += "\n" + reading
-  from bert_jax.pretrained import params_dir
-  params_dir.write_bytes_atomic(output, text.encode("utf-8"))
+  from bert_jax.input_pipeline import fileio
+  fileio.write_text_atomic(output, text)
 
 
 READING_HEADING = "## Reading of this run"
@@ -568,10 +568,10 @@ READING_HEADING = "## Reading of this run"
 def hand_written_reading(path: str) -> str:
   """The section from READING_HEADING to the end of the page at `path` ("" if none): written by hand after a
   run, it is carried over when the report regenerates the page, which rewrites everything above it."""
-  if not os.path.exists(path):
+  from bert_jax.input_pipeline import fileio
+  if not fileio.exists(path):
     return ""
-  with open(path, encoding="utf-8") as f:
-    text = f.read()
+  text = fileio.read_text(path)
   at = text.find("\n" + READING_HEADING)
   return text[at + 1:] if at >= 0 else ""
 
