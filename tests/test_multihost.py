@@ -44,8 +44,8 @@ from bert_jax.pretrained import load_pretrained  # noqa: E402
 pytestmark = pytest.mark.slow
 # The chain is 11 train.py start-ups (each pays TensorFlow's, JAX's and Orbax's imports and a restore). It
 # replaced the one-step two-process train-step test, which it covers end to end (two hosts reproduce one
-# host's losses). In the full suite (`bash .ci/run`, clean clone, 2 cores) it took 181 s of 9 min 3 s; its
-# first form (9 start-ups) made the run 7 min 24 s against 6 min 25 s without it, back to back.
+# host's losses). In the full suite (`bash .ci/run`, clean clone, 2 quiet cores) it took 187 s of 9 min 35 s;
+# its first form (9 start-ups) made the run 7 min 24 s against 6 min 25 s without it, back to back.
 
 HEARTBEAT_S = 10
 STEPS = 20              # checkpoints every 5, metrics every 5, evaluations every 10
