@@ -53,6 +53,7 @@ import sys
 import time
 from typing import Dict, List, Optional
 
+from bert_jax.input_pipeline import fileio  # standard library only (TensorFlow for gs:// paths alone)
 from experiments import runs
 
 GOALS = {"vmap_ratio": 0.4, "ner_gap": 5.0}
@@ -558,7 +559,6 @@ def write_markdown(store: Store, output: str, s: dict, scale: str, command: str,
   reading = hand_written_reading(output)
   if reading:
     text += "\n" + reading
-  from bert_jax.input_pipeline import fileio
   fileio.write_text_atomic(output, text)
 
 
@@ -568,7 +568,6 @@ READING_HEADING = "## Reading of this run"
 def hand_written_reading(path: str) -> str:
   """The section from READING_HEADING to the end of the page at `path` ("" if none): written by hand after a
   run, it is carried over when the report regenerates the page, which rewrites everything above it."""
-  from bert_jax.input_pipeline import fileio
   if not fileio.exists(path):
     return ""
   text = fileio.read_text(path)
