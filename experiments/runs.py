@@ -26,6 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # configs/ and data/ live at the repository root
   sys.path.insert(0, ROOT)
 
+from bert_jax.input_pipeline import fileio  # noqa: E402  (standard library only; TensorFlow for gs:// alone)
+
 
 def quiet_logs():
   """Keeps the console to progress bars and the scripts' own lines (TF C++, absl, Orbax INFO muted)."""
@@ -306,6 +308,17 @@ def truncate_corpus(src: str, dst: str, max_bytes: int) -> str:
   return dst
 
 # -------------------------------------------------------------------------------------------- records
+
+def hand_written_section(path: str, heading: str) -> str:
+  """The page at `path` from the line starting `heading` to its end ("" if no page or no such line): sections
+  written by hand after a run, which a report stage carries over word for word when it rewrites the
+  generated part above them."""
+  if not fileio.exists(path):
+    return ""
+  text = fileio.read_text(path)
+  at = text.find("\n" + heading)
+  return text[at + 1:] if at >= 0 else ""
+
 
 def machine() -> Dict[str, str]:
   """CPU model, logical cores, load average, and the versions that matter for the timing."""

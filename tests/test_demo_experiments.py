@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from experiments import baselines, corpus_choice, finetune_tables, runs
+from experiments import baselines, corpus_choice, finetune_tables, objectives, runs
 from experiments.reproduce_paper import table
 
 NAMES = ["张伟", "李娜", "王芳", "刘洋"]
@@ -384,6 +384,27 @@ def test_table_cells_order_arms_by_their_budget_not_their_spelling():
   assert sorted(keys, key=finetune_tables.cell_order) == [
       "sentiment/mini/12min", "sentiment/tiny/none", "sentiment/tiny/3min", "sentiment/tiny/12min",
       "sentiment/tiny/60min", "sentiment/tiny/electra", "ner/tiny/none"]
+
+
+def test_objectives_report_keeps_the_sections_read_by_hand(tmp_path):
+  """experiments/objectives.md's runs read by hand (controls, ELECTRA at the tables' budget) sit below the
+  generated tables; regenerating the page from objectives.json rewrites the tables and keeps them."""
+  with open(os.path.join(runs.ROOT, "experiments", "objectives.json"), encoding="utf-8") as f:
+    data = json.load(f)
+  hand = ("## These runs, read by hand (2026-12-02)\n\n- the goal is missed\n\n"
+          "## ELECTRA at another budget (run by hand)\n\n| arm | F1 |\n|---|---|\n| electra | 51.6 |\n")
+  out = tmp_path / "o.md"
+  out.write_text("# old page\n\n| stale | row |\n\n" + hand, encoding="utf-8")
+  objectives.write_markdown(data, str(out))
+  text = out.read_text(encoding="utf-8")
+  assert text.startswith("# Pre-training objectives") and "stale" not in text
+  assert "## Verdict" in text and text.endswith("\n\n" + hand)
+  assert text.count("## These runs, read by hand") == 1
+  objectives.write_markdown(data, str(out))             # again: the same page, not a second copy
+  assert out.read_text(encoding="utf-8") == text
+  fresh = tmp_path / "fresh.md"
+  objectives.write_markdown(data, str(fresh))
+  assert "read by hand" not in fresh.read_text(encoding="utf-8")
 
 
 def test_finetune_tables_report_keeps_the_hand_written_reading_section(tmp_path):
