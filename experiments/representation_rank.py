@@ -18,10 +18,9 @@ that regime (BERT-mini's MLM keeps ~90), and that such a checkpoint fine-tunes b
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import sys
-from typing import Dict, List, Tuple
+from typing import Dict, List
 
 import numpy as np
 
@@ -44,37 +43,37 @@ def effective_rank(states: np.ndarray) -> float:
 
 
 def read_texts(path: str, column: str, limit: int) -> List[str]:
-  """The `column` of the first `limit` rows of a TSV with a header row; UserError naming the file otherwise."""
+  """The `column` of the first `limit` rows of a TSV with a header row (the fine-tuning readers' TSV rules:
+  literal quotes, UTF-8); UserError naming the file (and line) otherwise."""
+  from bert_jax.finetune.tasks.common import read_tsv_lines
   if not os.path.isfile(path):
     raise UserError(f"--tsv={path}: no such file")
-  with open(path, encoding="utf-8", newline="") as f:
-    reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-    header = next(reader, None)
-    if not header or column not in header:
-      raise UserError(f"{path}: the header row {header} has no column {column!r} (--column)")
-    at = header.index(column)
-    texts = []
-    for line, row in enumerate(reader, start=2):
-      if len(row) <= at:
-        raise UserError(f"{path}:{line}: {len(row)} fields, expected at least {at + 1} (column {column!r})")
-      texts.append(row[at])
-      if len(texts) == limit:
-        break
+  lines = read_tsv_lines(path)
+  _, header = next(lines, (None, None))
+  if not header or column not in header:
+    raise UserError(f"{path}: the header row {header} has no column {column!r} (--column)")
+  at = header.index(column)
+  texts = []
+  for line, row in lines:
+    if len(row) <= at:
+      raise UserError(f"{path}:{line}: {len(row)} fields, expected at least {at + 1} (column {column!r})")
+    texts.append(row[at])
+    if len(texts) == limit:
+      break
   if not texts:
     raise UserError(f"{path}: no rows below the header")
   return texts
 
 
-def encode(texts: List[str], vocab_file: str, do_lower_case: bool, max_seq_length: int) -> Tuple[np.ndarray, ...]:
+def encode(texts: List[str], vocab_file: str, do_lower_case: bool, max_seq_length: int) -> Dict[str, np.ndarray]:
+  """[CLS] text [SEP], truncated and padded as the fine-tuning tasks pack a single sentence."""
+  from bert_jax.finetune.tasks.common import model_inputs, pack_pair, special_ids
   from bert_jax.input_pipeline.tokenization import FullTokenizer
   tok = FullTokenizer(vocab_file, do_lower_case=do_lower_case)
-  ids = np.zeros((len(texts), max_seq_length), np.int32)
-  mask = np.zeros_like(ids)
-  for i, text in enumerate(texts):
-    tokens = ["[CLS]"] + tok.tokenize(text)[:max_seq_length - 2] + ["[SEP]"]
-    ids[i, :len(tokens)] = tok.convert_tokens_to_ids(tokens)
-    mask[i, :len(tokens)] = 1
-  return ids, mask
+  cls_id, sep_id = special_ids(tok)
+  packed = [pack_pair(tok.convert_tokens_to_ids(tok.tokenize(t)), None, cls_id, sep_id, max_seq_length)
+            for t in texts]
+  return model_inputs([ids for ids, _ in packed], [seg for _, seg in packed], max_seq_length)
 
 
 def layer_stats(config, params, ids: np.ndarray, mask: np.ndarray) -> List[Dict[str, float]]:
@@ -114,10 +113,10 @@ def main(argv=None) -> int:
     print("| checkpoint | layer norm | " + "per layer: |h| / effective rank (of H) |", "|---|---|---|", sep="\n")
     for name in filter(None, args.checkpoints.split(",")):
       ck = load_pretrained(name)
-      ids, mask = encode(texts, ck.require_vocab(), True if ck.do_lower_case is None else ck.do_lower_case,
-                         args.max_seq_length)
+      inputs = encode(texts, ck.require_vocab(), True if ck.do_lower_case is None else ck.do_lower_case,
+                      args.max_seq_length)
       cells = "; ".join(f"{s['name']} {s['norm']:.0f} / {s['rank']:.1f}"
-                        for s in layer_stats(ck.config, ck.params, ids, mask))
+                        for s in layer_stats(ck.config, ck.params, inputs["input_ids"], inputs["input_mask"]))
       print(f"| {name} | {ck.config.layer_norm_type} | {cells} (of {ck.config.hidden_size}) |", flush=True)
   except (UserError, FileNotFoundError) as e:   # a flag, file or row; anything else is a bug: traceback
     if args.verbose:
