@@ -85,6 +85,11 @@ def get_config(arg=None):
   config.electra.generator_num_layers = -1         # generator depth; -1 = the discriminator's (the paper's)
   config.electra.disc_weight = 50.0                # lambda: loss = generator MLM + lambda x discriminator BCE
   config.electra.temperature = 1.0                 # generator softmax temperature when sampling replacements
+  config.electra.initial_temperature = 1.0         # with temperature_anneal_steps > 0: the temperature at step 0,
+  config.electra.temperature_anneal_steps = 0      # falling log-linearly to `temperature` by this step (0: none)
+  config.electra.disc_bias_init = 0.0              # the discriminator's output bias at init (HF/paper: 0)
+  config.electra.disc_mlm_weight = 0.0             # > 0: the discriminator also predicts the original token at
+                                                   # the masked positions (BERT's MLM head), this x its loss
 
   # Data.
   config.data = ml_collections.ConfigDict()

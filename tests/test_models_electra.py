@@ -140,6 +140,37 @@ def test_loss_is_generator_mlm_plus_lambda_times_token_bce_and_metrics_match_num
                       "disc_replaced_prob", "disc_original_prob"}
 
 
+@pytest.mark.slow
+def test_the_discriminator_mlm_adds_bert_s_head_and_its_weighted_loss():
+  from bert_jax.models import BertForPreTraining
+  model = electra_model(disc_mlm_weight=2.0, temperature=1e-6)
+  params = init(model)
+  bert_mlm = jax.eval_shape(lambda k: BertForPreTraining(NO_DROPOUT, targets=("mlm",)).init(
+      {"params": k}, *dummy_inputs(NO_DROPOUT))["params"], jax.random.key(0))["mlm"]
+  # BertForPreTraining's MLM head, at the same place: the checkpoint also reads as a BERT MLM
+  assert jax.tree.map(lambda a: a.shape, params["mlm"]) == jax.tree.map(lambda a: a.shape, nn.unbox(bert_mlm))
+  names = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+  lf = ts.pretraining_loss(model, ("electra",))
+  out, (loss, sums) = jax.jit(lambda p: (
+      model.apply({"params": p}, *(BATCH[n] for n in names), rngs={"sample": jax.random.key(0)}),
+      lf.forward(p, BATCH, None, lf.denominators(BATCH))))(params)
+  ids, w = np.asarray(BATCH["masked_lm_ids"]), np.asarray(BATCH["masked_lm_weights"])
+
+  def mean_ce(logits):
+    logits = np.asarray(logits, np.float64)
+    top = logits.max(-1, keepdims=True)
+    logp = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+    return -(np.take_along_axis(logp, ids[..., None], -1)[..., 0] * w).sum() / w.sum()
+  z, y, m = (np.asarray(x, np.float64) for x in (out["disc_logits"], out["disc_labels"], BATCH["input_mask"]))
+  bce = ((np.maximum(z, 0) - z * y + np.log1p(np.exp(-np.abs(z)))) * m).sum() / m.sum()
+  want = mean_ce(out["generator_logits"]) + 50.0 * bce + 2.0 * mean_ce(out["mlm_logits"])
+  np.testing.assert_allclose(float(loss), want, rtol=2e-5)
+  got = ts.normalize(dict(sums, loss_sum=loss))
+  np.testing.assert_allclose(got["disc_mlm_loss"], mean_ce(out["mlm_logits"]), rtol=2e-5)
+  assert 0.0 <= got["disc_mlm_accuracy"] <= 1.0
+  assert "mlm" not in init(electra_model())                                   # off by default
+
+
 def electra_loss_and_grads(mesh, config, model):
   state, shardings = ts.create_train_state(config, model, mesh, keep_gradients())
   step = ts.make_train_step(config, model, keep_gradients(), mesh, shardings)
@@ -255,12 +286,18 @@ def test_electra_training_flops_count_the_generator_by_hand():
   assert flops.training_flops_per_sequence(disc, 4, 2, ("electra",), settings) == 17_664 + 8_736
   assert flops.mfu(10.0, disc, 4, 2, 2, 1e6, ("electra",), settings) == 10.0 * (17_664 + 8_736) / 2e6
   assert flops.training_flops_per_sequence(disc, 4, 2, ("mlm",)) == flops.flops_per_sequence(disc, 4, 2, ("mlm",))
+  # the discriminator's own MLM head (disc_mlm_weight > 0) costs what BERT's does: 6 x 2 x (8 x 8 + 8 x 10)
+  both = ElectraSettings(generator_hidden_fraction=0.5, disc_mlm_weight=1.0)
+  assert flops.training_flops_per_sequence(disc, 4, 2, ("electra",), both) == 17_664 + 8_736 + 1_728
 
 
 @pytest.mark.parametrize("overrides, message", [
     ({"electra.disc_weight": 0.0}, r"config.electra.disc_weight=0.0; expected > 0"),
     ({"electra.generator_hidden_fraction": 1.5}, r"config.electra.generator_hidden_fraction=1.5; expected > 0 and <= 1"),
     ({"electra.temperature": -1.0}, r"config.electra.temperature=-1.0; expected > 0"),
+    ({"electra.initial_temperature": 0.0}, r"config.electra.initial_temperature=0.0; expected > 0"),
+    ({"electra.temperature_anneal_steps": -1}, r"config.electra.temperature_anneal_steps=-1; expected >= 0"),
+    ({"electra.disc_mlm_weight": -0.5}, r"config.electra.disc_mlm_weight=-0.5; expected >= 0"),
     ({"targets": ("electra", "mlm")}, r"config.targets=.*'electra' .* stands alone"),
 ])
 def test_plan_checks_the_electra_fields_naming_them(files, tmp_path, overrides, message):
@@ -286,3 +323,62 @@ def test_plan_resolves_the_electra_settings_and_describes_them(files, tmp_path):
   assert "generator H x 0.5, lambda 50" in plan.describe()
   assert plan.to_dict()["electra"]["disc_weight"] == 50.0
   assert resolve_pretrain(pretrain_config(files), str(tmp_path / "w2"), num_devices=8, process_count=1).electra is None
+  annealed = resolve_pretrain(pretrain_config(files, targets=("electra",), **{
+      "electra.initial_temperature": 100.0, "electra.temperature_anneal_steps": 30, "electra.disc_bias_init": -1.2,
+      "electra.disc_mlm_weight": 0.5}), str(tmp_path / "w3"), num_devices=8, process_count=1)
+  assert annealed.electra == ElectraSettings(initial_temperature=100.0, temperature_anneal_steps=30, disc_bias_init=-1.2,
+                                             disc_mlm_weight=0.5)
+  assert ("temperature 100 -> 1 over 30 steps, disc bias -1.2 at init, discriminator MLM x 0.5"
+          in annealed.describe())
+
+
+def test_the_temperature_falls_log_linearly_from_the_initial_one_and_then_stays():
+  s = ElectraSettings(temperature=1.0, initial_temperature=100.0, temperature_anneal_steps=10)
+  got = [float(electra.annealed_temperature(s, step)) for step in (0, 5, 10, 50)]
+  np.testing.assert_allclose(got, [100.0, 10.0, 1.0, 1.0], rtol=1e-5)
+  assert electra.annealed_temperature(s, None) == 1.0                         # evaluation: the final one
+  assert electra.annealed_temperature(ElectraSettings(temperature=0.5), 0) == 0.5   # no annealing
+
+
+def test_the_discriminator_bias_starts_where_the_config_puts_it():
+  model = electra_model(disc_bias_init=-1.25)
+  shapes = jax.eval_shape(lambda k: model.init({"params": k}, *dummy_inputs(model.config))["params"],
+                          jax.random.key(0))
+  params = jax.jit(lambda k: nn.unbox(model.init({"params": k}, *dummy_inputs(model.config))["params"]))(
+      jax.random.key(0))
+  bias = params["discriminator_predictions"]["dense_prediction"]["bias"]
+  np.testing.assert_array_equal(np.asarray(bias), [-1.25])
+  # the partitioning names survive (the bias is replicated like HF's zeros-initialised one)
+  assert tuple(nn.get_partition_spec(shapes)["discriminator_predictions"]["dense_prediction"]["bias"]) == (None,)
+
+
+@pytest.mark.slow
+def test_the_train_step_hands_the_step_to_the_loss_and_the_sampler_follows_its_temperature():
+  # The step reaches the loss as denominators["step"], once per micro-batch (accumulation sums them).
+  def forward(params, batch, rng, denoms):
+    seen = denoms["step"].astype(jnp.float32)
+    return 0.0 * sum(jnp.sum(x) for x in jax.tree.leaves(params)), {"seen_step_sum": seen}
+  loss_fn = ts.LossFn(lambda b: {}, forward)
+  model = electra_model()
+  mesh = sharding.make_mesh((1, 1, 1), devices=jax.devices()[:1])
+  config = run_config(accum=2)
+  state, shardings = ts.create_train_state(config, model, mesh, keep_gradients())
+  step = ts.make_train_step(config, model, keep_gradients(), mesh, shardings, loss_fn=loss_fn)
+  seen = []
+  for _ in range(3):
+    state, metrics = step(state, make_batch())
+    seen.append(float(metrics["seen_step_sum"]))
+  assert seen == [0.0, 2.0, 4.0]
+  # ELECTRA's sampler: near-uniform draws at step 0 (other sample keys, other replacements, so another
+  # discriminator loss), the generator's argmax from the anneal's end on (the keys agree; no dropout here).
+  model = electra_model(temperature=1e-6, initial_temperature=1e6, temperature_anneal_steps=4)
+  params = init(model)
+  lf = ts.pretraining_loss(model, ("electra",))
+
+  @jax.jit
+  def disc_loss(key, step):
+    denoms = dict(lf.denominators(BATCH), step=step)
+    return lf.forward(params, BATCH, key, denoms)[1]["disc_loss_sum"]
+  hot = [float(disc_loss(jax.random.key(k), jnp.int32(0))) for k in (1, 2, 3)]
+  cold = [float(disc_loss(jax.random.key(k), jnp.int32(4))) for k in (1, 2, 3)]
+  assert len(set(hot)) > 1 and len(set(cold)) == 1

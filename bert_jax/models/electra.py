@@ -14,11 +14,14 @@ Parameters:
   generator/generator_predictions/{dense [Hg, E], LayerNorm [E]}, generator/output_bias [V]
                                          HF's ElectraGeneratorPredictions; the decoder is the shared word table
   discriminator_predictions/{dense [H, H], dense_prediction [H, 1]}   HF's ElectraDiscriminatorPredictions
+  mlm/...                                only with disc_mlm_weight > 0: BERT's MLM head on the discriminator
+                                         (BertForPreTraining's layout, so the checkpoint also reads as a BERT MLM)
 
 Metrics (sums + denominators, models.losses.normalize_metrics divides): gen_mlm_{loss,correct,weight}_sum
 (the generator's MLM accuracy over the masked tokens), disc_{loss,correct,weight}_sum over all real tokens,
 disc_replaced_sum (replaced tokens), disc_true_positive_sum, disc_predicted_replaced_sum (recall/precision)
-and disc_{replaced,original}_prob_sum (mean P(replaced) on each class: their gap is an AUC-like separation).
+and disc_{replaced,original}_prob_sum (mean P(replaced) on each class: their gap is an AUC-like separation);
+with disc_mlm_weight > 0 also disc_mlm_{loss,correct,weight}_sum (the discriminator's MLM on the masked tokens).
 """
 
 from __future__ import annotations
@@ -34,9 +37,9 @@ from bert_jax.models import axes
 from bert_jax.models.bert import BertForPreTraining, BertModel, validate_targets
 from bert_jax.models.config import BertConfig
 from bert_jax.models.encoders import make_encoder
-from bert_jax.models.layers import activation, constrain, dense, layer_norm, zeros_init
+from bert_jax.models.layers import activation, constrain, dense, kernel_init, layer_norm, zeros_init
 from bert_jax.models.losses import masked_lm_sums
-from bert_jax.models.targets import gather_positions
+from bert_jax.models.targets import LanguageModelHead, gather_positions
 
 TARGET = "electra"
 _SAMPLE_SALT = 0x5A3F   # folds the step's dropout key into an independent key for the generator's samples
@@ -50,6 +53,27 @@ class ElectraSettings:
   generator_num_layers: int = -1           # -1: as many layers as the discriminator (the paper's choice)
   disc_weight: float = 50.0                # lambda of loss = MLM_gen + lambda x BCE_disc
   temperature: float = 1.0                 # sampling temperature of the generator's softmax
+  # Annealing: the temperature falls log-linearly from initial_temperature at step 0 to `temperature` at step
+  # temperature_anneal_steps (0: constant). A hot start samples near-uniform replacements, which the
+  # discriminator can tell from context early, before the generator's samples become plausible.
+  initial_temperature: float = 1.0
+  temperature_anneal_steps: int = 0
+  disc_bias_init: float = 0.0              # the discriminator's output bias at init (HF: 0)
+  # A many-way signal beside the binary one: at the masked positions the discriminator also predicts the
+  # original token from the corrupted input (COCO-LM's corrective LM, on the masked positions), with BERT's
+  # MLM head under params["mlm"]; loss += disc_mlm_weight x its mean cross-entropy. 0: off (the paper's ELECTRA).
+  disc_mlm_weight: float = 0.0
+
+
+def annealed_temperature(settings_or_model, step):
+  """The sampling temperature at (0-based) `step`, a scalar or traced int (None: the final temperature)."""
+  final = float(settings_or_model.temperature)
+  steps = int(settings_or_model.temperature_anneal_steps)
+  if step is None or steps <= 0:
+    return final
+  frac = jnp.clip(jnp.asarray(step, jnp.float32) / steps, 0.0, 1.0)
+  start = float(settings_or_model.initial_temperature)
+  return jnp.exp((1.0 - frac) * jnp.log(start) + frac * jnp.log(final))
 
 
 def generator_config(disc: BertConfig, settings: ElectraSettings) -> BertConfig:
@@ -106,16 +130,21 @@ class ElectraGenerator(nn.Module):
 
 class DiscriminatorHead(nn.Module):
   """HF ElectraDiscriminatorPredictions: sequence_output [B, T, H] -> logits [B, T] float32
-  (dense H -> H, activation, dense H -> 1)."""
+  (dense H -> H, activation, dense H -> 1; that last bias starts at bias_init)."""
 
   config: BertConfig
+  bias_init: float = 0.0
 
   @nn.compact
   def __call__(self, sequence_output):
     cfg = self.config
     h = dense(cfg, cfg.hidden_size, (axes.EMBED, axes.MLP), "dense", bias_axis=axes.MLP)(sequence_output)
     h = activation(cfg.hidden_act)(h)
-    return dense(cfg, 1, (axes.MLP, None), "dense_prediction")(h)[..., 0].astype(jnp.float32)
+    out = nn.Dense(1, dtype=cfg.compute_dtype, param_dtype=cfg.parameter_dtype,
+                   kernel_init=kernel_init(cfg, (axes.MLP, None)),
+                   bias_init=nn.with_logical_partitioning(nn.initializers.constant(self.bias_init), (None,)),
+                   name="dense_prediction")
+    return out(h)[..., 0].astype(jnp.float32)
 
 
 class ElectraDiscriminator(nn.Module):
@@ -156,19 +185,23 @@ class ElectraForPreTraining(nn.Module):
   masked_lm_ids [B, P] (the original tokens), masked_lm_weights [B, P]) -> {
       "generator_logits" [B, P, V], "disc_logits" [B, T], "disc_labels" [B, T] int32 (1 = replaced),
       "replaced_ids" [B, T], "sequence_output" [B, T, H], "pooled_output" [B, H]}.
-  Samples with the "sample" rng stream; without one (init, or a caller that wants no noise) it takes the
-  generator's argmax. masked_lm_ids / weights default to "unchanged" / 1 (shape-only init).
+  Samples with the "sample" rng stream at the temperature of `step` (annealed_temperature; None: the final
+  one); without the stream (init, or a caller that wants no noise) it takes the generator's argmax. masked_lm_ids / weights default to "unchanged" / 1 (shape-only init).
   """
 
   config: BertConfig                     # the discriminator
   generator: BertConfig                  # generator_config(config, settings)
   disc_weight: float = 50.0
   temperature: float = 1.0
+  initial_temperature: float = 1.0
+  temperature_anneal_steps: int = 0
+  disc_bias_init: float = 0.0
+  disc_mlm_weight: float = 0.0
   targets: Sequence[str] = (TARGET,)
 
   @nn.compact
   def __call__(self, input_ids, input_mask, segment_ids=None, masked_lm_positions=None, masked_lm_ids=None,
-               masked_lm_weights=None, deterministic: bool = True):
+               masked_lm_weights=None, deterministic: bool = True, step=None):
     if masked_lm_positions is None:
       raise ValueError("the 'electra' target needs masked_lm_positions [batch, max_predictions_per_seq]")
     positions = masked_lm_positions.astype(jnp.int32)
@@ -180,23 +213,29 @@ class ElectraForPreTraining(nn.Module):
     gen_logits = ElectraGenerator(self.generator, name="generator")(
         emb["embedding_output"], input_mask, positions, emb["word_embeddings"], deterministic=deterministic)
     if self.has_rng("sample"):
-      sampled = gumbel_sample(self.make_rng("sample"), gen_logits, self.temperature)
+      sampled = gumbel_sample(self.make_rng("sample"), gen_logits, annealed_temperature(self, step))
     else:
       sampled = jnp.argmax(jax.lax.stop_gradient(gen_logits), axis=-1).astype(jnp.int32)
     original = scatter_at(input_ids, positions, masked_lm_ids, weights)
     replaced = jax.lax.stop_gradient(scatter_at(original, positions, sampled, weights))
     labels = ((replaced != original) & (input_mask > 0)).astype(jnp.int32)
     enc = bert(replaced, input_mask, segment_ids, deterministic=deterministic)
-    disc_logits = DiscriminatorHead(self.config, name="discriminator_predictions")(enc["sequence_output"])
-    return {"generator_logits": gen_logits, "disc_logits": disc_logits, "disc_labels": labels,
-            "replaced_ids": replaced, "sequence_output": enc["sequence_output"],
-            "pooled_output": enc["pooled_output"]}
+    disc_logits = DiscriminatorHead(self.config, self.disc_bias_init,
+                                    name="discriminator_predictions")(enc["sequence_output"])
+    out = {"generator_logits": gen_logits, "disc_logits": disc_logits, "disc_labels": labels,
+           "replaced_ids": replaced, "sequence_output": enc["sequence_output"],
+           "pooled_output": enc["pooled_output"]}
+    if self.disc_mlm_weight > 0:
+      hidden = gather_positions(enc["sequence_output"], positions)
+      out["mlm_logits"] = LanguageModelHead(self.config, name="mlm")(hidden, emb["word_embeddings"])
+    return out
 
   # ---- the target's own loss (train_step.pretraining_loss takes it from here) --------------------------
   def loss_parts(self):
     """(denominators(batch), forward(params, batch, rng, denominators)) of train_step.LossFn: generator MLM
     over the masked tokens of the whole batch + disc_weight x the discriminator's mean binary cross-entropy
-    over all real tokens of the whole batch (global denominators: gradient accumulation stays exact)."""
+    over all real tokens of the whole batch (global denominators: gradient accumulation stays exact).
+    The train step puts the 0-based step into the denominators ("step"): it sets the annealed temperature."""
     disc_weight = float(self.disc_weight)
 
     def denominators(batch):
@@ -210,9 +249,12 @@ class ElectraForPreTraining(nn.Module):
               {"dropout": rng, "sample": jax.random.fold_in(rng, _SAMPLE_SALT)})
       out = self.apply({"params": params}, batch["input_ids"], batch["input_mask"], batch.get("segment_ids"),
                        batch["masked_lm_positions"], batch["masked_lm_ids"], batch["masked_lm_weights"],
-                       deterministic=deterministic, rngs=rngs)
+                       deterministic=deterministic, step=None if deterministic else denoms.get("step"),
+                       rngs=rngs)
       sums = electra_sums(out, batch)
       loss = sums["gen_mlm_loss_sum"] / denoms["gen_mlm"] + disc_weight * sums["disc_loss_sum"] / denoms["disc"]
+      if "disc_mlm_loss_sum" in sums:
+        loss = loss + float(self.disc_mlm_weight) * sums["disc_mlm_loss_sum"] / denoms["gen_mlm"]
       return loss, sums
 
     return denominators, forward
@@ -234,6 +276,9 @@ def electra_sums(outputs, batch) -> dict:
       disc_replaced_sum=jnp.sum(y * w), disc_true_positive_sum=jnp.sum(pred * y * w),
       disc_predicted_replaced_sum=jnp.sum(pred * w), disc_replaced_prob_sum=jnp.sum(prob * y * w),
       disc_original_prob_sum=jnp.sum(prob * (1.0 - y) * w))
+  if "mlm_logits" in outputs:   # settings.disc_mlm_weight > 0: the discriminator's own MLM
+    sums.update(masked_lm_sums(outputs["mlm_logits"], batch["masked_lm_ids"], batch["masked_lm_weights"],
+                               prefix="disc_mlm"))
   return sums
 
 
@@ -244,5 +289,8 @@ def pretraining_model(config: BertConfig, targets: Sequence[str],
   if TARGET in targets:
     settings = electra or ElectraSettings()
     return ElectraForPreTraining(config, generator_config(config, settings), disc_weight=settings.disc_weight,
-                                 temperature=settings.temperature)
+                                 temperature=settings.temperature, initial_temperature=settings.initial_temperature,
+                                 temperature_anneal_steps=settings.temperature_anneal_steps,
+                                 disc_bias_init=settings.disc_bias_init,
+                                 disc_mlm_weight=settings.disc_mlm_weight)
   return BertForPreTraining(config, targets=targets)

@@ -71,9 +71,11 @@ def flops_per_sequence(cfg: BertConfig, seq_len: int, num_predictions: int,
   return flops
 
 
-def electra_flops_per_sequence(cfg: BertConfig, generator: BertConfig, seq_len: int, num_predictions: int) -> float:
+def electra_flops_per_sequence(cfg: BertConfig, generator: BertConfig, seq_len: int, num_predictions: int,
+                               disc_mlm: bool = False) -> float:
   """ELECTRA's training FLOPs per sequence, generator included (models/electra.py): the equal-compute unit of
-  experiments/objectives.py. cfg: the discriminator; generator: electra.generator_config(cfg, settings)."""
+  experiments/objectives.py. cfg: the discriminator; generator: electra.generator_config(cfg, settings);
+  disc_mlm: the discriminator also has BERT's MLM head (settings.disc_mlm_weight > 0)."""
   # The generator reads the shared E-wide embeddings (E = cfg.embedding_width) and projects them to its Hg.
   h, e, t, p, v = cfg.hidden_size, cfg.embedding_width, seq_len, num_predictions, cfg.vocab_size
   disc = flops_per_sequence(cfg, t, p, targets=()) + 6.0 * t * (h * h + h)
@@ -81,6 +83,8 @@ def electra_flops_per_sequence(cfg: BertConfig, generator: BertConfig, seq_len: 
   gen = flops_per_sequence(generator, t, p, targets=()) + 6.0 * p * (hg * e + e * v)
   if hg != e:
     gen += 6.0 * t * e * hg
+  if disc_mlm:
+    disc += flops_per_sequence(cfg, t, p, targets=("mlm",)) - flops_per_sequence(cfg, t, p, targets=())
   return disc + gen
 
 
@@ -106,7 +110,8 @@ def training_flops_per_sequence(cfg: BertConfig, seq_len: int, num_predictions: 
   if "electra" in targets:
     from bert_jax.models import electra as electra_lib
     settings = electra if electra is not None else electra_lib.ElectraSettings()
-    return electra_flops_per_sequence(cfg, electra_lib.generator_config(cfg, settings), seq_len, num_predictions)
+    return electra_flops_per_sequence(cfg, electra_lib.generator_config(cfg, settings), seq_len, num_predictions,
+                                      disc_mlm=settings.disc_mlm_weight > 0)
   return flops_per_sequence(cfg, seq_len, num_predictions, targets)
 
 

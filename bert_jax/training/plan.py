@@ -163,6 +163,12 @@ class PretrainPlan:
                optimizer=dataclasses.asdict(self.optimizer), phases=[dataclasses.asdict(p) for p in self.phases])
     return json.loads(json.dumps(out, default=list))
 
+  def _temperature_text(self) -> str:
+    e = self.electra
+    if e.temperature_anneal_steps <= 0:
+      return f"{e.temperature:g}"
+    return f"{e.initial_temperature:g} -> {e.temperature:g} over {e.temperature_anneal_steps} steps"
+
   def describe(self) -> str:
     """The plan as a short table (logged at start-up)."""
     m = self.model
@@ -175,7 +181,10 @@ class PretrainPlan:
                   f"{', scan' if m.scan_layers else ''}{'' if m.remat_policy == 'none' else ', remat ' + m.remat_policy}"),
         ("targets", ", ".join(self.targets) + (
             f" (generator H x {self.electra.generator_hidden_fraction:g}, lambda {self.electra.disc_weight:g}, "
-            f"temperature {self.electra.temperature:g})" if self.electra else "")),
+            f"temperature {self._temperature_text()}"
+            f"{'' if not self.electra.disc_bias_init else f', disc bias {self.electra.disc_bias_init:g} at init'}"
+            f"{'' if not self.electra.disc_mlm_weight else f', discriminator MLM x {self.electra.disc_mlm_weight:g}'})"
+            if self.electra else "")),
         ("vocab", f"{self.vocab_file} ({'lower-cased' if self.do_lower_case else 'cased'})"),
         ("data", f"{self.data.input_files}; masking {self.data.masking}, pairs {self.data.pair_mode}"
                  f"{', packed' if self.data.pack_sequences else ''}"
@@ -229,9 +238,13 @@ def _resolve_electra(config, targets) -> Optional[ElectraSettings]:
   checks.check_range(config, "electra.generator_num_layers", lo=1, allow=(-1,), integer=True)
   checks.check_range(config, "electra.disc_weight", lo=0, lo_open=True)
   checks.check_range(config, "electra.temperature", lo=0, lo_open=True)
+  checks.check_range(config, "electra.initial_temperature", lo=0, lo_open=True)
+  checks.check_range(config, "electra.temperature_anneal_steps", lo=0, integer=True)
+  checks.check_range(config, "electra.disc_bias_init", lo=-50, hi=50)
+  checks.check_range(config, "electra.disc_mlm_weight", lo=0)
   e, d = config.get("electra") or {}, ElectraSettings()
-  return ElectraSettings(**{f: type(getattr(d, f))(e.get(f, getattr(d, f))) for f in (
-      "generator_hidden_fraction", "generator_num_layers", "disc_weight", "temperature")})
+  return ElectraSettings(**{f.name: type(getattr(d, f.name))(e.get(f.name, getattr(d, f.name)))
+                            for f in dataclasses.fields(ElectraSettings)})
 
 
 def _check_positions(config, phases, max_positions: int) -> None:

@@ -269,12 +269,15 @@ def _check_batch(batch, divisor, what):
 
 
 def _make_grads_fn(loss_fn: LossFn, accum, mesh, b_spec, grad_shardings, shards):
-  """(params, batch, rng) -> (loss, metric sums, grads) of the global batch, accumulated over `accum`
-  strided micro-batches with lax.scan (rng None = deterministic forward)."""
+  """(params, batch, rng, step) -> (loss, metric sums, grads) of the global batch, accumulated over `accum`
+  strided micro-batches with lax.scan (rng None = deterministic forward). The step (0-based, as taken) reaches
+  the loss as denominators["step"], for losses with a schedule of their own (ELECTRA's temperature)."""
 
-  def grads_fn(params, batch, rng):
+  def grads_fn(params, batch, rng, step=None):
     b = _check_batch(batch, shards * accum, f"batch shards ({shards}) x grad_accum_steps ({accum})")
-    denoms = loss_fn.denominators(batch)
+    denoms = dict(loss_fn.denominators(batch))
+    if step is not None:
+      denoms["step"] = step
     grad_fn = jax.value_and_grad(lambda p, mb, r: loss_fn.forward(p, mb, r, denoms), has_aux=True)
     if accum == 1:
       (loss, sums), grads = grad_fn(params, batch, rng)
@@ -324,7 +327,7 @@ def make_train_step(config, model: nn.Module, tx, mesh, state_shardings, *, loss
   repl = sharding.replicated(mesh)
 
   def train_step(state: TrainState, batch: Mapping[str, jax.Array]):
-    loss, sums, grads = grads_fn(state.params, dict(batch), _dropout_key(state))
+    loss, sums, grads = grads_fn(state.params, dict(batch), _dropout_key(state), state.step)
     grad_norm = optax.global_norm(grads)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
