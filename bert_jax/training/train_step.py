@@ -34,7 +34,9 @@ optimizer.* (see optimizers.py) and, for the pre-training defaults, targets and 
 Loss functions. A LossFn has two parts so that gradient accumulation is exact:
   denominators(batch) -> dict      global normalisers of the FULL batch (e.g. the number of weighted masked
                                    tokens), computed once before the batch is split into micro-batches;
-  forward(params, batch, rng, denominators) -> (loss, metric sums)   rng None = deterministic.
+  forward(params, batch, rng, denominators) -> (loss, metric sums)   rng None = deterministic. In the train
+                                   step the denominators also hold "step" (the 0-based step being taken), for
+                                   a loss with a schedule of its own (ELECTRA's annealed temperature).
 Summing micro-batch losses normalised by the global denominators gives the full-batch loss, not a mean of
 per-micro-batch means. With config.grad_accum_steps = A the batch is split into A strided micro-batches
 (every device keeps 1/A of its rows per micro-batch) and lax.scan sums their gradients.
