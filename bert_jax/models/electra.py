@@ -184,9 +184,11 @@ class ElectraForPreTraining(nn.Module):
   __call__(input_ids (masked) [B, T], input_mask, segment_ids [B, T], masked_lm_positions [B, P],
   masked_lm_ids [B, P] (the original tokens), masked_lm_weights [B, P]) -> {
       "generator_logits" [B, P, V], "disc_logits" [B, T], "disc_labels" [B, T] int32 (1 = replaced),
-      "replaced_ids" [B, T], "sequence_output" [B, T, H], "pooled_output" [B, H]}.
+      "replaced_ids" [B, T], "sequence_output" [B, T, H], "pooled_output" [B, H],
+      "mlm_logits" [B, P, V] (the discriminator's MLM; only with disc_mlm_weight > 0)}.
   Samples with the "sample" rng stream at the temperature of `step` (annealed_temperature; None: the final
-  one); without the stream (init, or a caller that wants no noise) it takes the generator's argmax. masked_lm_ids / weights default to "unchanged" / 1 (shape-only init).
+  one); without the stream (init, or a caller that wants no noise) it takes the generator's argmax.
+  masked_lm_ids / weights default to "unchanged" / 1 (shape-only init).
   """
 
   config: BertConfig                     # the discriminator
