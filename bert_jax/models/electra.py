@@ -37,7 +37,7 @@ from bert_jax.models import axes
 from bert_jax.models.bert import BertForPreTraining, BertModel, validate_targets
 from bert_jax.models.config import BertConfig
 from bert_jax.models.encoders import make_encoder
-from bert_jax.models.layers import activation, constrain, dense, kernel_init, layer_norm, zeros_init
+from bert_jax.models.layers import activation, constrain, dense, layer_norm, zeros_init
 from bert_jax.models.losses import masked_lm_sums
 from bert_jax.models.targets import LanguageModelHead, gather_positions
 
@@ -65,14 +65,14 @@ class ElectraSettings:
   disc_mlm_weight: float = 0.0
 
 
-def annealed_temperature(settings_or_model, step):
+def annealed_temperature(settings: ElectraSettings, step):
   """The sampling temperature at (0-based) `step`, a scalar or traced int (None: the final temperature)."""
-  final = float(settings_or_model.temperature)
-  steps = int(settings_or_model.temperature_anneal_steps)
+  final = float(settings.temperature)
+  steps = int(settings.temperature_anneal_steps)
   if step is None or steps <= 0:
     return final
   frac = jnp.clip(jnp.asarray(step, jnp.float32) / steps, 0.0, 1.0)
-  start = float(settings_or_model.initial_temperature)
+  start = float(settings.initial_temperature)
   return jnp.exp((1.0 - frac) * jnp.log(start) + frac * jnp.log(final))
 
 
@@ -140,10 +140,7 @@ class DiscriminatorHead(nn.Module):
     cfg = self.config
     h = dense(cfg, cfg.hidden_size, (axes.EMBED, axes.MLP), "dense", bias_axis=axes.MLP)(sequence_output)
     h = activation(cfg.hidden_act)(h)
-    out = nn.Dense(1, dtype=cfg.compute_dtype, param_dtype=cfg.parameter_dtype,
-                   kernel_init=kernel_init(cfg, (axes.MLP, None)),
-                   bias_init=nn.with_logical_partitioning(nn.initializers.constant(self.bias_init), (None,)),
-                   name="dense_prediction")
+    out = dense(cfg, 1, (axes.MLP, None), "dense_prediction", bias_value=self.bias_init)
     return out(h)[..., 0].astype(jnp.float32)
 
 
@@ -193,12 +190,7 @@ class ElectraForPreTraining(nn.Module):
 
   config: BertConfig                     # the discriminator
   generator: BertConfig                  # generator_config(config, settings)
-  disc_weight: float = 50.0
-  temperature: float = 1.0
-  initial_temperature: float = 1.0
-  temperature_anneal_steps: int = 0
-  disc_bias_init: float = 0.0
-  disc_mlm_weight: float = 0.0
+  settings: ElectraSettings = ElectraSettings()   # lambda, temperature schedule, bias init, discriminator MLM
   targets: Sequence[str] = (TARGET,)
 
   @nn.compact
@@ -215,19 +207,19 @@ class ElectraForPreTraining(nn.Module):
     gen_logits = ElectraGenerator(self.generator, name="generator")(
         emb["embedding_output"], input_mask, positions, emb["word_embeddings"], deterministic=deterministic)
     if self.has_rng("sample"):
-      sampled = gumbel_sample(self.make_rng("sample"), gen_logits, annealed_temperature(self, step))
+      sampled = gumbel_sample(self.make_rng("sample"), gen_logits, annealed_temperature(self.settings, step))
     else:
       sampled = jnp.argmax(jax.lax.stop_gradient(gen_logits), axis=-1).astype(jnp.int32)
     original = scatter_at(input_ids, positions, masked_lm_ids, weights)
     replaced = jax.lax.stop_gradient(scatter_at(original, positions, sampled, weights))
     labels = ((replaced != original) & (input_mask > 0)).astype(jnp.int32)
     enc = bert(replaced, input_mask, segment_ids, deterministic=deterministic)
-    disc_logits = DiscriminatorHead(self.config, self.disc_bias_init,
+    disc_logits = DiscriminatorHead(self.config, self.settings.disc_bias_init,
                                     name="discriminator_predictions")(enc["sequence_output"])
     out = {"generator_logits": gen_logits, "disc_logits": disc_logits, "disc_labels": labels,
            "replaced_ids": replaced, "sequence_output": enc["sequence_output"],
            "pooled_output": enc["pooled_output"]}
-    if self.disc_mlm_weight > 0:
+    if self.settings.disc_mlm_weight > 0:
       hidden = gather_positions(enc["sequence_output"], positions)
       out["mlm_logits"] = LanguageModelHead(self.config, name="mlm")(hidden, emb["word_embeddings"])
     return out
@@ -238,7 +230,8 @@ class ElectraForPreTraining(nn.Module):
     over the masked tokens of the whole batch + disc_weight x the discriminator's mean binary cross-entropy
     over all real tokens of the whole batch (global denominators: gradient accumulation stays exact).
     The train step puts the 0-based step into the denominators ("step"): it sets the annealed temperature."""
-    disc_weight = float(self.disc_weight)
+    disc_weight = float(self.settings.disc_weight)
+    disc_mlm_weight = float(self.settings.disc_mlm_weight)
 
     def denominators(batch):
       return {"gen_mlm": jnp.sum(batch["masked_lm_weights"].astype(jnp.float32)) + 1e-5,
@@ -256,7 +249,7 @@ class ElectraForPreTraining(nn.Module):
       sums = electra_sums(out, batch)
       loss = sums["gen_mlm_loss_sum"] / denoms["gen_mlm"] + disc_weight * sums["disc_loss_sum"] / denoms["disc"]
       if "disc_mlm_loss_sum" in sums:
-        loss = loss + float(self.disc_mlm_weight) * sums["disc_mlm_loss_sum"] / denoms["gen_mlm"]
+        loss = loss + disc_mlm_weight * sums["disc_mlm_loss_sum"] / denoms["gen_mlm"]
       return loss, sums
 
     return denominators, forward
@@ -290,9 +283,5 @@ def pretraining_model(config: BertConfig, targets: Sequence[str],
   targets = validate_targets(targets)
   if TARGET in targets:
     settings = electra or ElectraSettings()
-    return ElectraForPreTraining(config, generator_config(config, settings), disc_weight=settings.disc_weight,
-                                 temperature=settings.temperature, initial_temperature=settings.initial_temperature,
-                                 temperature_anneal_steps=settings.temperature_anneal_steps,
-                                 disc_bias_init=settings.disc_bias_init,
-                                 disc_mlm_weight=settings.disc_mlm_weight)
+    return ElectraForPreTraining(config, generator_config(config, settings), settings)
   return BertForPreTraining(config, targets=targets)

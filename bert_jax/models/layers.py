@@ -55,10 +55,13 @@ def layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
                       bias_init=zeros_init((axes.EMBED,)), name=name)
 
 
-def dense(config: BertConfig, features: int, names, name: str, bias_axis=None) -> nn.Dense:
+def dense(config: BertConfig, features: int, names, name: str, bias_axis=None, bias_value: float = 0.0) -> nn.Dense:
+  """BERT's dense layer: kernel_init, a bias starting at bias_value (zeros unless asked), logical axis names."""
+  bias_names = (bias_axis or names[-1],)
+  bias_init = zeros_init(bias_names) if not bias_value else nn.with_logical_partitioning(
+      nn.initializers.constant(bias_value), bias_names)
   return nn.Dense(features, dtype=config.compute_dtype, param_dtype=config.parameter_dtype,
-                  kernel_init=kernel_init(config, names), bias_init=zeros_init((bias_axis or names[-1],)),
-                  name=name)
+                  kernel_init=kernel_init(config, names), bias_init=bias_init, name=name)
 
 
 def padding_mask(input_mask: Array) -> Array:
