@@ -202,6 +202,8 @@ def run_stability(store: Store, workdir: str, data_dir: str, arms, s: dict, only
   arm, init = longest_arm(store, arms, size)
   vocab = os.path.join(data_dir, "vocab.txt")
   out = store.data.setdefault("stability", {})
+  # each arm keeps its own rows and run folders: a later, longer pre-training adds a table beside the earlier
+  workdir = os.path.join(workdir, "stability", f"{size}_{arm}")
   # the learning rate the sentiment sweep selected for this arm (else the size's default): a rate at which
   # the runs diverge (tiny at 1e-3 stays at the majority class) would compare two chance-level rows
   lr = selected_learning_rate(store.data.get("sweeps", {}).get(f"sentiment/{size}/{arm}"), size)
@@ -231,12 +233,12 @@ def run_stability(store: Store, workdir: str, data_dir: str, arms, s: dict, only
     if c.to_dict() == base.to_dict():
       if shared is None:
         shared = sweep.run_sweep(base, {"optimizer.learning_rate": [lr]}, s["seeds"],
-                                 os.path.join(workdir, "stability", "base"), select="median")["points"][0]
+                                 os.path.join(workdir, "base"), select="median")["points"][0]
       points.append(dict(shared, label=sweep.point_label({field: values[0]})))
       values = values[1:]
-    res = sweep.run_sweep(c, {field: values}, s["seeds"], os.path.join(workdir, "stability", field), select="median")
+    res = sweep.run_sweep(c, {field: values}, s["seeds"], os.path.join(workdir, field), select="median")
     points += res["points"]
-    out[name] = dict(row, points=[{"label": p["label"], "dev": p["dev"], "test": p["test"]} for p in points])
+    out[f"{size}/{arm}: {name}"] = dict(row, name=name, points=[{"label": p["label"], "dev": p["dev"], "test": p["test"]} for p in points])
     store.save()
 
 
@@ -502,15 +504,17 @@ def write_markdown(store: Store, output: str, s: dict, scale: str, command: str,
                    f"{_spread(r['test'])} | {_spread(r['dev'])} | "
                    f"{100 * (b['test_f1'] - r['test']['median']):.1f} | {r['seconds'] or '–'} |")   # 0: resumed
     lines += [""]
-  st = d.get("stability", {})
-  if st:
-    first = next(iter(st.values()))
+  by_arm: Dict[str, list] = {}
+  for key, r in d.get("stability", {}).items():     # rows written before the per-arm keys: key = option name
+    by_arm.setdefault(r["arm"], []).append((r.get("name", key), r))
+  for arm_name, rows in by_arm.items():
+    first = rows[0][1]
     lr = f"learning rate {first['learning_rate']:g} (the sentiment sweep's selected point)" \
         if "learning_rate" in first else "learning rate 1e-3 (tiny) / 3e-4 (mini)"
-    lines += ["## Stability options", "", f"Sentiment, {first['arm']} arm, {lr}, {s['stability_epochs']:g} epochs, "
-              "median over seeds (ELECTRA's rule); test median (range, ±std), dev median in the last column.", "",
-              "| option | value | test | dev median |", "|---|---|---|---|"]
-    for name, r in st.items():
+    lines += [f"## Stability options: {arm_name}", "", f"Sentiment, {arm_name} arm, {lr}, "
+              f"{s['stability_epochs']:g} epochs, median over seeds (ELECTRA's rule); test median (range, ±std), "
+              "dev median in the last column.", "", "| option | value | test | dev median |", "|---|---|---|---|"]
+    for name, r in rows:
       for p in r["points"]:
         lines.append(f"| {name} | {p['label']} | {_spread(p['test'])} | {_pct((p['dev'] or {}).get('median'))} |")
     lines += [""]

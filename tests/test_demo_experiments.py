@@ -294,7 +294,10 @@ def test_stability_rows_share_one_base_sweep_where_the_base_config_is_the_same(t
   from bert_jax.finetune import sweep
   calls = []
 
+  workdirs = []
+
   def fake_sweep(config, grid, seeds, workdir, select="best"):
+    workdirs.append(workdir)
     calls.append((os.path.basename(workdir), {k: list(v) for k, v in grid.items()}))
     stats = {"n": seeds, "median": 0.7, "min": 0.6, "max": 0.8, "std": 0.1, "mean": 0.7}
     (field, values), = grid.items()
@@ -314,11 +317,22 @@ def test_stability_rows_share_one_base_sweep_where_the_base_config_is_the_same(t
   assert ("num_train_epochs", {"num_train_epochs": [9.0]}) in calls
   assert ("optimizer.learning_rate", {"optimizer.learning_rate": [1e-4]}) in calls
   assert ("evals_per_epoch", {"evals_per_epoch": [1, 4]}) in calls          # patience 3 changes its base
+  assert all(os.path.basename(os.path.dirname(w)) == "tiny_long" for w in workdirs)   # the arm's own folder
   rows = store.data["stability"]
   assert {r["arm"] for r in rows.values()} == {"tiny/long"}                 # the longest pre-training
-  assert [p["label"] for p in rows["bias_correction"]["points"]] == [
+  assert [p["label"] for p in rows["tiny/long: bias_correction"]["points"]] == [
       "optimizer.bias_correction=False", "optimizer.bias_correction=True"]
-  assert rows["lower learning rate (/3)"]["values"] == [3e-4, 1e-4]
+  assert rows["tiny/long: lower learning rate (/3)"]["values"] == [3e-4, 1e-4]
+  # an earlier arm's rows (stored under the bare option name) stay, and the report gives each arm its table
+  rows["bias_correction"] = dict(rows["tiny/long: bias_correction"], arm="tiny/short")
+  rows["bias_correction"].pop("name")
+  out = str(tmp_path / "tables.md")
+  store.data = {"stability": rows}
+  finetune_tables.write_markdown(store, out, finetune_tables.settings("medium"), "medium", "cmd", None)
+  text = open(out, encoding="utf-8").read()
+  assert "## Stability options: tiny/long" in text and "## Stability options: tiny/short" in text
+  short = text.split("## Stability options: tiny/short")[1].split("##")[0]
+  assert short.count("| bias_correction |") == 2 and "reinit_top_layers" not in short
 
 
 def test_ner_full_reruns_an_arm_whose_epochs_changed_in_a_directory_of_its_own(tmp_path, monkeypatch):
