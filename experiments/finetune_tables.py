@@ -135,6 +135,16 @@ def base_config(data_dir: str, task: str, size: str, init: str, vocab: str, s: d
   return c
 
 
+def cell_grid(s: dict, task: str, override: bool = True) -> dict:
+  """A task's sweep grid: the scale's, the task's own epochs (NER, QA), then --grid's fields if `override`."""
+  grid = dict(s["grid"])
+  if task == "ner" and s["ner_epochs"]:
+    grid["num_train_epochs"] = [s["ner_epochs"]]
+  if task == "qa" and s.get("qa_epochs"):
+    grid["num_train_epochs"] = [s["qa_epochs"]]
+  return dict(grid, **s.get("grid_override", {})) if override else grid
+
+
 def run_sweeps(store: Store, workdir: str, data_dir: str, arms: Dict[str, Dict[str, str]], s: dict, tasks: List[str],
                only_arms: str = ""):
   from bert_jax.finetune import sweep
@@ -147,11 +157,7 @@ def run_sweeps(store: Store, workdir: str, data_dir: str, arms: Dict[str, Dict[s
           continue
         key = f"{task}/{size}/{arm}"
         print(f"[sweep] {key}", flush=True)
-        grid = dict(s["grid"])
-        if task == "ner" and s["ner_epochs"]:
-          grid["num_train_epochs"] = [s["ner_epochs"]]
-        if task == "qa" and s.get("qa_epochs"):
-          grid["num_train_epochs"] = [s["qa_epochs"]]
+        grid = cell_grid(s, task)
         c = base_config(data_dir, task, size, init, vocab, s)
         t0 = time.time()
         res = sweep.run_sweep(c, grid, s["seeds"], os.path.join(workdir, "sweeps", key.replace("/", "_")))
@@ -164,7 +170,8 @@ def run_sweeps(store: Store, workdir: str, data_dir: str, arms: Dict[str, Dict[s
         out[key] = {"result": res["result"], "selected": res["points"][res["selected"]]["label"],
                     "dev": res["points"][res["selected"]]["dev"], "test": res["points"][res["selected"]]["test"],
                     "median_rule": med and {"selected": med["label"], "dev": med["dev"], "test": med["test"]},
-                    "points": len(res["points"]), "seeds": len(res["seeds"]), "seconds": seconds}
+                    "points": len(res["points"]), "seeds": len(res["seeds"]), "seconds": seconds,
+                    "grid": grid}
         store.save()
 
 
@@ -408,6 +415,11 @@ def run_pretraining(store: Store, workdir: str, data_dir: str, s: dict) -> None:
 
 
 # ---- the report --------------------------------------------------------------------------------------------
+def sweep_grid_text(grid: dict) -> str:
+  """{"a": [1, 2], "b": [3]} -> "a=1,2; b=3" (the sweep's --grid syntax)."""
+  return "; ".join(f"{f}={','.join(f'{v:g}' if isinstance(v, float) else str(v) for v in vs)}" for f, vs in grid.items())
+
+
 def _mult(task: str) -> float:
   """What prints this table task's main metric in percent: the sweep's own rule (Task.metrics_in_percent)."""
   from bert_jax.finetune import sweep
@@ -471,6 +483,11 @@ def write_markdown(store: Store, output: str, s: dict, scale: str, command: str,
       lines.append(f"| {task} | {size} | {arm} | {r['selected']} | {_spread(r['test'], m)} | {_spread(r['dev'], m)} | "
                    f"{_pct((r['result'] or {}).get('test'), m)} | {_pct(bl, m)} | "
                    f"{r['seconds']} |")
+    other = [f"{k} ({sweep_grid_text(r['grid'])})" for k, r in sorted(sw.items(), key=lambda kv: cell_order(kv[0]))
+             if r.get("grid") and r["grid"] != cell_grid(s, k.split("/")[0], override=False)]
+    if other:
+      lines += ["", f"Swept on another grid than the scale's ({sweep_grid_text(s['grid'])}): " + "; ".join(other)
+                + ". Each selected point is the best of its own grid only."]
     med = [(k, r) for k, r in sorted(sw.items(), key=lambda kv: cell_order(kv[0]))
            if r.get("median_rule")]
     if med:
@@ -716,6 +733,8 @@ def main(argv=None) -> int:
   p.add_argument("--sizes", default="", help="model sizes instead of the scale's (e.g. mini: add its cells to a "
                  "work dir that has tiny's)")
   p.add_argument("--budgets", default="", help="pre-training budgets in CPU-minutes instead of the scale's (e.g. 12)")
+  p.add_argument("--grid", default="", help="grid fields instead of the scale's, in the sweep's syntax (e.g. "
+                 "'optimizer.learning_rate=3e-4'); the report names every cell swept on another grid")
   p.add_argument("--arms", default="", help="only these arms of the sweeps stage (none, budget names)")
   p.add_argument("--stability_fields", default="", help="only these stability fields (default: all)")
   p.add_argument("--merge", default="", help="other work dirs whose tables.json join the report (stages run "
@@ -725,6 +744,13 @@ def main(argv=None) -> int:
   s = settings(args.scale)
   try:
     s.update(override_settings(args.sizes, args.budgets))
+    if args.grid:
+      from bert_jax.errors import UserError
+      from bert_jax.finetune import sweep
+      try:
+        s["grid_override"] = sweep.parse_grid(args.grid, runs.load_config("finetune", "task=classification"))
+      except UserError as e:
+        raise ValueError(str(e)) from None
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -379,6 +379,48 @@ def test_tables_size_and_budget_flags_name_the_flag_they_reject(sizes, budgets, 
       finetune_tables.override_settings(sizes, budgets)
 
 
+def test_tables_grid_flag_reaches_the_sweeps_and_the_report_names_the_cells_it_changed(tmp_path, monkeypatch, capsys):
+  """--grid replaces the scale's fields for the cells this call sweeps; each cell stores the grid it ran, and the
+  report lists the cells swept on another grid than the scale's (a task's own epochs are not a change)."""
+  from bert_jax.finetune import sweep
+  grids = {}
+  stats = {"n": 5, "median": 0.7, "min": 0.6, "max": 0.8, "std": 0.1, "mean": 0.7}
+
+  def fake_sweep(config, grid, seeds, workdir, select="best"):
+    grids[os.path.basename(workdir)] = grid
+    pts = sweep.grid_points(grid)
+    return {"result": {"dev": 0.8, "test": 0.7}, "selected": 0, "seeds": list(range(seeds)),
+            "points": [{"label": sweep.point_label(p), "dev": stats, "test": stats} for p in pts]}
+
+  monkeypatch.setattr(sweep, "run_sweep", fake_sweep)
+  monkeypatch.setattr(finetune_tables, "base_config", lambda *a: finetune_tables.runs.load_config(
+      "finetune", "task=classification"))
+  data = tmp_path / "data_subset"
+  os.makedirs(data)
+  (data / "vocab.txt").write_text("[PAD]\n")
+  os.makedirs(data / "qa")
+  assert finetune_tables.main([f"--workdir={tmp_path}", "--scale=medium", "--stages=sweeps,report", "--tasks=sentiment,ner",
+                               "--grid=optimizer.learning_rate=3e-4", f"--output={tmp_path / 't.md'}",
+                               f"--plot_dir={tmp_path}"]) == 0
+  assert grids["sentiment_tiny_none"] == {"optimizer.learning_rate": [3e-4], "num_train_epochs": [3.0]}
+  store = json.loads((tmp_path / "tables.json").read_text())
+  assert store["sweeps"]["ner/tiny/none"]["grid"]["optimizer.learning_rate"] == [3e-4]
+  text = (tmp_path / "t.md").read_text(encoding="utf-8")
+  assert ("Swept on another grid than the scale's (optimizer.learning_rate=0.0003,0.001; num_train_epochs=3): "
+          "sentiment/tiny/none (optimizer.learning_rate=0.0003; num_train_epochs=3); ner/tiny/none") in text
+  # a cell swept on the scale's grid is not listed
+  finetune_tables.main([f"--workdir={tmp_path}", "--scale=medium", "--stages=sweeps", "--tasks=qa"])
+  assert finetune_tables.main([f"--workdir={tmp_path}", "--scale=medium", "--stages=report",
+                               f"--output={tmp_path / 't.md'}", f"--plot_dir={tmp_path}"]) == 0
+  assert grids["qa_tiny_none"] == {"optimizer.learning_rate": [3e-4, 1e-3], "num_train_epochs": [2.0]}
+  text = (tmp_path / "t.md").read_text(encoding="utf-8")
+  assert "| qa | tiny | none |" in text and "qa/tiny/none" not in text.split("Swept on another grid")[1]
+  capsys.readouterr()
+  assert finetune_tables.main([f"--workdir={tmp_path}", "--grid=optimizer.learning_rat=1e-4"]) == 2
+  assert "error: --grid: config has no field 'optimizer.learning_rat'; did you mean optimizer.learning_rate" \
+      in capsys.readouterr().err
+
+
 def test_budget_probe_reads_the_steady_state_not_the_warm_up_windows(tmp_path):
   # a probe's first windows are slow (compilation, buffers filling); the budget must come from the later ones
   path = tmp_path / "metrics.jsonl"
