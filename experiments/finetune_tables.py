@@ -245,7 +245,10 @@ def run_stability(store: Store, workdir: str, data_dir: str, arms, s: dict, only
       values = values[1:]
     res = sweep.run_sweep(c, {field: values}, s["seeds"], os.path.join(workdir, field), select="median")
     points += res["points"]
-    out[f"{size}/{arm}: {name}"] = dict(row, name=name, points=[{"label": p["label"], "dev": p["dev"], "test": p["test"]} for p in points])
+    if out.get(name, {}).get("arm") == row["arm"]:     # this arm's row stored under the option's bare name
+      del out[name]
+    out[f"{size}/{arm}: {name}"] = dict(row, name=name, points=[{"label": p["label"], "dev": p["dev"],
+                                                                 "test": p["test"]} for p in points])
     store.save()
 
 
@@ -417,7 +420,8 @@ def run_pretraining(store: Store, workdir: str, data_dir: str, s: dict) -> None:
 # ---- the report --------------------------------------------------------------------------------------------
 def sweep_grid_text(grid: dict) -> str:
   """{"a": [1, 2], "b": [3]} -> "a=1,2; b=3" (the sweep's --grid syntax)."""
-  return "; ".join(f"{f}={','.join(f'{v:g}' if isinstance(v, float) else str(v) for v in vs)}" for f, vs in grid.items())
+  text = lambda v: f"{v:g}" if isinstance(v, float) else str(v)  # noqa: E731
+  return "; ".join(f"{f}={','.join(map(text, vs))}" for f, vs in grid.items())
 
 
 def _mult(task: str) -> float:

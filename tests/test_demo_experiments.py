@@ -307,7 +307,9 @@ def test_stability_rows_share_one_base_sweep_where_the_base_config_is_the_same(t
   os.makedirs(tmp_path / "data" / "sentiment")
   store = finetune_tables.Store(str(tmp_path / "tables.json"))
   store.data = {"pretrain": {"tiny/long": {"steps": 900}, "tiny/short": {"steps": 100}},
-                "sweeps": {"sentiment/tiny/long": {"selected": "optimizer.learning_rate=0.0003"}}}
+                "sweeps": {"sentiment/tiny/long": {"selected": "optimizer.learning_rate=0.0003"}},
+                # a row stored before the per-arm keys, for this arm: the new row replaces it
+                "stability": {"reinit_top_layers": {"arm": "tiny/long", "points": []}}}
   arms = {"tiny": {"long": str(tmp_path / "long"), "short": str(tmp_path / "short")}}
   finetune_tables.run_stability(store, str(tmp_path), str(tmp_path / "data"), arms,
                                 finetune_tables.settings("medium"))
@@ -319,6 +321,7 @@ def test_stability_rows_share_one_base_sweep_where_the_base_config_is_the_same(t
   assert ("evals_per_epoch", {"evals_per_epoch": [1, 4]}) in calls          # patience 3 changes its base
   assert all(os.path.basename(os.path.dirname(w)) == "tiny_long" for w in workdirs)   # the arm's own folder
   rows = store.data["stability"]
+  assert "reinit_top_layers" not in rows and "tiny/long: reinit_top_layers" in rows
   assert {r["arm"] for r in rows.values()} == {"tiny/long"}                 # the longest pre-training
   assert [p["label"] for p in rows["tiny/long: bias_correction"]["points"]] == [
       "optimizer.bias_correction=False", "optimizer.bias_correction=True"]
@@ -399,8 +402,8 @@ def test_tables_grid_flag_reaches_the_sweeps_and_the_report_names_the_cells_it_c
   os.makedirs(data)
   (data / "vocab.txt").write_text("[PAD]\n")
   os.makedirs(data / "qa")
-  assert finetune_tables.main([f"--workdir={tmp_path}", "--scale=medium", "--stages=sweeps,report", "--tasks=sentiment,ner",
-                               "--grid=optimizer.learning_rate=3e-4", f"--output={tmp_path / 't.md'}",
+  assert finetune_tables.main([f"--workdir={tmp_path}", "--scale=medium", "--stages=sweeps,report",
+                               "--tasks=sentiment,ner", "--grid=optimizer.learning_rate=3e-4", f"--output={tmp_path / 't.md'}",
                                f"--plot_dir={tmp_path}"]) == 0
   assert grids["sentiment_tiny_none"] == {"optimizer.learning_rate": [3e-4], "num_train_epochs": [3.0]}
   store = json.loads((tmp_path / "tables.json").read_text())
