@@ -53,6 +53,7 @@ import sys
 import time
 from typing import Dict, List, Optional
 
+from bert_jax.errors import UserError
 from bert_jax.input_pipeline import fileio  # standard library only (TensorFlow for gs:// paths alone)
 from experiments import runs
 
@@ -480,20 +481,20 @@ def write_markdown(store: Store, output: str, s: dict, scale: str, command: str,
               + ", ".join(f"{t}: {n}" for t, n in BASELINE_NAMES.items()) + ", trained on the same training split.",
               "", "| task | size | arm | selected point | test median (range, ±std) | dev median (range, ±std) | "
               "result (test) | baseline (test) | seconds |", "|" + "---|" * 9]
-    for key, r in sorted(sw.items(), key=lambda kv: cell_order(kv[0])):
+    cells = sorted(sw.items(), key=lambda kv: cell_order(kv[0]))
+    for key, r in cells:
       task, size, arm = key.split("/")
       m = _mult(task)
       bl = baseline_test(base, task)
       lines.append(f"| {task} | {size} | {arm} | {r['selected']} | {_spread(r['test'], m)} | {_spread(r['dev'], m)} | "
                    f"{_pct((r['result'] or {}).get('test'), m)} | {_pct(bl, m)} | "
                    f"{r['seconds']} |")
-    other = [f"{k} ({sweep_grid_text(r['grid'])})" for k, r in sorted(sw.items(), key=lambda kv: cell_order(kv[0]))
+    other = [f"{k} ({sweep_grid_text(r['grid'])})" for k, r in cells
              if r.get("grid") and r["grid"] != cell_grid(s, k.split("/")[0], override=False)]
     if other:
       lines += ["", f"Swept on another grid than the scale's ({sweep_grid_text(s['grid'])}): " + "; ".join(other)
                 + ". Each selected point is the best of its own grid only."]
-    med = [(k, r) for k, r in sorted(sw.items(), key=lambda kv: cell_order(kv[0]))
-           if r.get("median_rule")]
+    med = [(k, r) for k, r in cells if r.get("median_rule")]
     if med:
       lines += ["", "The same cells under ELECTRA's rule (the point with the best dev median; Mosbach et al. 2021 "
                 "report medians too): what one run of the chosen setting gives. The goals below use this rule.", "",
@@ -749,13 +750,9 @@ def main(argv=None) -> int:
   try:
     s.update(override_settings(args.sizes, args.budgets))
     if args.grid:
-      from bert_jax.errors import UserError
       from bert_jax.finetune import sweep
-      try:
-        s["grid_override"] = sweep.parse_grid(args.grid, runs.load_config("finetune", "task=classification"))
-      except UserError as e:
-        raise ValueError(str(e)) from None
-  except ValueError as e:
+      s["grid_override"] = sweep.parse_grid(args.grid, runs.load_config("finetune", "task=classification"))
+  except (ValueError, UserError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
   os.makedirs(args.workdir, exist_ok=True)

@@ -163,11 +163,17 @@ class PretrainPlan:
                optimizer=dataclasses.asdict(self.optimizer), phases=[dataclasses.asdict(p) for p in self.phases])
     return json.loads(json.dumps(out, default=list))
 
-  def _temperature_text(self) -> str:
+  def _electra_text(self) -> str:
+    """The ELECTRA settings after the targets' names in describe() ("" without the electra target)."""
     e = self.electra
-    if e.temperature_anneal_steps <= 0:
-      return f"{e.temperature:g}"
-    return f"{e.initial_temperature:g} -> {e.temperature:g} over {e.temperature_anneal_steps} steps"
+    if not e:
+      return ""
+    temperature = f"{e.temperature:g}" if e.temperature_anneal_steps <= 0 else (
+        f"{e.initial_temperature:g} -> {e.temperature:g} over {e.temperature_anneal_steps} steps")
+    bias = f", disc bias {e.disc_bias_init:g} at init" if e.disc_bias_init else ""
+    mlm = f", discriminator MLM x {e.disc_mlm_weight:g}" if e.disc_mlm_weight else ""
+    return (f" (generator H x {e.generator_hidden_fraction:g}, lambda {e.disc_weight:g}, "
+            f"temperature {temperature}{bias}{mlm})")
 
   def describe(self) -> str:
     """The plan as a short table (logged at start-up)."""
@@ -179,12 +185,7 @@ class PretrainPlan:
         ("model", f"L{m.num_hidden_layers}/H{m.hidden_size}/A{m.num_attention_heads}, vocab {m.vocab_size}, "
                   f"{m.encoder} {m.layer_norm_type}-LN, {m.dtype}, attention {m.attention_impl}"
                   f"{', scan' if m.scan_layers else ''}{'' if m.remat_policy == 'none' else ', remat ' + m.remat_policy}"),
-        ("targets", ", ".join(self.targets) + (
-            f" (generator H x {self.electra.generator_hidden_fraction:g}, lambda {self.electra.disc_weight:g}, "
-            f"temperature {self._temperature_text()}"
-            f"{'' if not self.electra.disc_bias_init else f', disc bias {self.electra.disc_bias_init:g} at init'}"
-            f"{'' if not self.electra.disc_mlm_weight else f', discriminator MLM x {self.electra.disc_mlm_weight:g}'})"
-            if self.electra else "")),
+        ("targets", ", ".join(self.targets) + self._electra_text()),
         ("vocab", f"{self.vocab_file} ({'lower-cased' if self.do_lower_case else 'cased'})"),
         ("data", f"{self.data.input_files}; masking {self.data.masking}, pairs {self.data.pair_mode}"
                  f"{', packed' if self.data.pack_sequences else ''}"
