@@ -52,16 +52,21 @@ def read_sentiment(data_dir):
   return out
 
 
-def sentiment_baseline(data_dir, max_train_examples=0, c=4.0, seed=0):
+def sentiment_baseline(data_dir, max_train_examples=0, c=4.0, seed=0, max_chars=0, truncation="head"):
   """TF-IDF (char 1-3-grams, sublinear tf) + logistic regression; returns accuracies on dev and test.
 
-  data_dir: the folder holding train.tsv/dev.tsv/test.tsv.
+  data_dir: the folder holding train.tsv/dev.tsv/test.tsv. max_chars > 0: every review cut to that many
+  characters, keeping the ones `truncation` says (the fine-tuning rule, common.keep_tokens), to compare with a
+  model that reads max_chars tokens of it.
   """
+  from bert_jax.finetune.tasks.common import keep_tokens
   from sklearn.feature_extraction.text import TfidfVectorizer
   from sklearn.linear_model import LogisticRegression
 
   t0 = time.time()
   data = read_sentiment(data_dir)
+  if max_chars > 0:
+    data = {k: (["".join(keep_tokens(x, max_chars, truncation)) for x in xs], ys) for k, (xs, ys) in data.items()}
   train_x, train_y = data["train"]
   if max_train_examples and max_train_examples > 0:
     train_x, train_y = train_x[:max_train_examples], train_y[:max_train_examples]
@@ -72,6 +77,8 @@ def sentiment_baseline(data_dir, max_train_examples=0, c=4.0, seed=0):
   model.fit(features, train_y)
   result = {"model": "TF-IDF char 1-3-grams + logistic regression", "train_examples": len(train_x),
             "features": len(vectorizer.vocabulary_)}
+  if max_chars > 0:
+    result.update(max_chars=max_chars, truncation=truncation)
   for split in ("dev", "test"):
     x, y = data[split]
     pred = model.predict(vectorizer.transform(x))

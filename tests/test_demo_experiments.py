@@ -482,3 +482,57 @@ def test_finetune_tables_report_keeps_the_hand_written_reading_section(tmp_path)
   fresh = tmp_path / "fresh.md"
   finetune_tables.write_markdown(store, str(fresh), finetune_tables.settings("medium"), "medium", "cmd", None)
   assert "## Reading of this run" not in fresh.read_text(encoding="utf-8")
+
+
+def test_sentiment_baseline_on_cut_reviews_sees_only_the_kept_characters(tiny_data):
+  """max_chars cuts every split's reviews the way the fine-tuning rule does: the polarity word sits after the
+  4th character of each 12-character fixture review, so 4 head characters leave nothing to learn and 9 cut
+  head_tail (2 + 7) keep it."""
+  d = os.path.join(tiny_data, "sentiment")
+  head = baselines.sentiment_baseline(d, max_chars=4, truncation="head")
+  tail = baselines.sentiment_baseline(d, max_chars=9, truncation="head_tail")
+  assert head["test_accuracy"] <= 0.7 and (head["max_chars"], head["truncation"]) == (4, "head")
+  assert tail["test_accuracy"] == 1.0 and tail["truncation"] == "head_tail"
+
+
+def test_truncation_stage_reruns_each_sizes_arms_at_their_selected_point_and_reads_the_goals(tmp_path, monkeypatch):
+  from bert_jax.finetune import sweep
+
+  def stats(med, lo, hi):
+    return {"n": 5, "median": med, "min": lo, "max": hi, "std": (hi - lo) / 4, "mean": med}
+  calls = []
+
+  def fake_sweep(config, grid, seeds, workdir, select="best"):
+    calls.append((os.path.basename(workdir), {k: list(v) for k, v in grid.items()}, config.init_checkpoint, select))
+    med = {"mini_none_head_tail": 0.78, "mini_long_head_tail": 0.84}[os.path.basename(workdir)]
+    return {"points": [{"dev": stats(med, med - 0.01, med + 0.01), "test": stats(med, med - 0.01, med + 0.01)}]}
+
+  monkeypatch.setattr(sweep, "run_sweep", fake_sweep)
+  monkeypatch.setattr(baselines, "sentiment_baseline", lambda d, max_chars, truncation: {
+      "dev_accuracy": 0.7, "test_accuracy": {"head": 0.79, "head_tail": 0.81}[truncation]})
+  cell = {"selected": "optimizer.learning_rate=0.001", "dev": stats(0.7, 0.6, 0.8), "test": stats(0.7, 0.6, 0.8),
+          "result": {"dev": 0.8, "test": 0.7}, "points": 2, "seeds": 5, "seconds": 10,
+          "median_rule": {"selected": "optimizer.learning_rate=0.0003, num_train_epochs=3",
+                          "dev": stats(0.76, 0.75, 0.77), "test": stats(0.75, 0.74, 0.76)}}
+  store = finetune_tables.Store(str(tmp_path / "tables.json"))
+  store.data = {"pretrain": {"mini/long": {"steps": 900, "seconds": 90}, "mini/short": {"steps": 100, "seconds": 9}},
+                "baselines": {"sentiment": {"test_accuracy": 0.83}},
+                "sweeps": {"sentiment/mini/none": cell, "sentiment/mini/long": cell, "sentiment/mini/short": cell}}
+  arms = {"mini": {"long": str(tmp_path / "long"), "short": str(tmp_path / "short")}}
+  s = dict(finetune_tables.settings("medium"), sizes=("mini",))
+  finetune_tables.run_truncation(store, str(tmp_path), str(tmp_path / "data"), arms, s)
+  grid = {"optimizer.learning_rate": [3e-4], "num_train_epochs": [3.0], "truncation": ["head_tail"]}
+  assert sorted(calls) == [("mini_long_head_tail", grid, str(tmp_path / "long"), "median"),
+                           ("mini_none_head_tail", grid, "", "median")]       # the longest arm only
+  finetune_tables.run_truncation(store, str(tmp_path), str(tmp_path / "data"), arms, s)
+  assert len(calls) == 2                                                     # resumed: nothing reruns
+  out = str(tmp_path / "t.md")
+  finetune_tables.write_markdown(store, out, s, "medium", "cmd", None)
+  text = open(out, encoding="utf-8").read()
+  assert "TF-IDF + LR on the same 62 characters of each review" in text and "head 79.0, head_tail 81.0" in text
+  assert ("| mini | long | optimizer.learning_rate=0.0003, num_train_epochs=3 | 75.0 (74.0–76.0, ±0.5) | "
+          "84.0 (83.0–85.0, ±0.5) | +9.0 | 76.0 / 84.0 |") in text
+  assert ("- sentiment with head_tail truncation, mini, pre-trained `long` vs no pre-training: +6.0 points (test "
+          "median), widest seed range 2.0: met") in text
+  assert ("- BERT-mini `long` with head_tail truncation vs TF-IDF+LR on whole reviews: +1.0 points: met; +3.0 "
+          "against TF-IDF+LR on the same 62 characters") in text

@@ -77,3 +77,8 @@ def test_runs_that_differ_in_shape_or_schedule_fall_back_with_the_reason(tmp_pat
   assert "over the limit" in multirun.decide(small).reason
   off = [dataclasses.replace(p, multirun=dict(p.multirun, enabled=False)) for p in plans]
   assert "enabled=false" in multirun.decide(off).reason
+  # the task's input and head options build each run's features and head: one program cannot hold two
+  for options in ({"truncation": "head_tail"}, {"pooling": "mean"}):
+    other = _plans(tmp_path, "b", [(2, 1e-3)], **options)[0]
+    d = multirun.decide([plans[0], other])
+    assert not d.vmapped and "task_options" in d.reason

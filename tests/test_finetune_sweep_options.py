@@ -86,3 +86,10 @@ def test_stability_fields_out_of_range_are_user_errors(base, tmp_path, field, va
   setattr(base, field, value)
   with pytest.raises(UserError, match=message):
     resolve_finetune(base, str(tmp_path / "w"))
+
+
+def test_the_plan_names_a_truncation_other_than_the_head(base, tmp_path):
+  assert "truncation" not in resolve_finetune(base, str(tmp_path / "w")).describe()
+  base.truncation = "head_tail"
+  assert "max_seq_length 32, truncation head_tail (0.25 from the start)" in resolve_finetune(
+      base, str(tmp_path / "w")).describe()

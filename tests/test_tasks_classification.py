@@ -77,3 +77,48 @@ def test_regression_and_unlabelled_test_rows(tmp_path, tok):
   assert task.evaluate(es, preds) == {}
   path = task.write_predictions(str(tmp_path / "out"), "test", es, preds)[0]
   assert open(path, encoding="utf-8").read() == "index\tprediction\n0\t1\n"
+
+
+def _config(task, data_dir, **fields):
+  from test_finetune_units import load_config_module
+  c = load_config_module().get_config(f"task={task}")
+  c.data_dir = data_dir
+  for k, v in fields.items():
+    setattr(c, k, v)
+  return c
+
+
+def test_truncation_from_the_config_keeps_the_end_of_a_long_review_and_reaches_the_predictor(tmp_path, tok):
+  """config.truncation=head_tail: a review longer than max_seq_length keeps its start and its end (where the
+  verdict often is); finetune_info.json records the rule, so the Predictor cuts new texts the same way."""
+  from bert_jax.finetune import data as finetune_data, plan
+  from bert_jax.finetune.predict import task_from_info
+  long_review = "这本书" * 6 + "很好"          # 20 characters; max_seq_length 8 holds 6
+  (tmp_path / "train.tsv").write_text(f"label\ttext_a\n1\t{long_review}\n0\t不好\n", encoding="utf-8")
+  v = tok.vocab
+  task = finetune_data.make_task(_config("classification", str(tmp_path), truncation="head_tail",
+                                         truncation_head_fraction=0.5))
+  es = task.read("train", str(tmp_path))
+  f = task.featurize(es, tok, 8)
+  assert f["input_ids"][0].tolist() == [v[t] for t in ["[CLS]", "这", "本", "书", "书", "很", "好", "[SEP]"]]
+  head = finetune_data.make_task(_config("classification", str(tmp_path)))
+  assert head.featurize(es, tok, 8)["input_ids"][0, 1:7].tolist() == [v[c] for c in "这本书这本书"]
+  info = plan._finetune_info(_config("classification", str(tmp_path)), task, True)
+  assert info["truncation"] == "head_tail" and info["truncation_head_fraction"] == 0.5
+  again = task_from_info(info)
+  assert again.featurize(es, tok, 8)["input_ids"].tolist() == f["input_ids"].tolist()
+  assert task_from_info({k: x for k, x in info.items() if not k.startswith("truncation")}).truncation == "head"
+
+
+@pytest.mark.parametrize("task,fields,message", [
+    ("classification", {"truncation": "middle"}, "config.truncation='middle'; expected one of head, tail, head_tail"),
+    ("classification", {"truncation_head_fraction": 1.5}, r"config.truncation_head_fraction=1.5; expected a number "
+                                                          r"in \[0, 1\]"),
+    ("ner", {"truncation": "tail"}, "config.truncation='tail' applies to sentence-level text tasks"),
+])
+def test_truncation_mistakes_name_the_field(tmp_path, task, fields, message):
+  from bert_jax.errors import UserError
+  from bert_jax.finetune import data as finetune_data
+  d = testing.write_conll(str(tmp_path / "ner")) if task == "ner" else testing.write_classification(str(tmp_path))
+  with pytest.raises(UserError, match=message):
+    finetune_data.make_task(_config(task, d, **fields))

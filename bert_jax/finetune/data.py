@@ -22,7 +22,7 @@ import numpy as np
 
 from bert_jax.errors import UserError
 from bert_jax.finetune.tasks import get_task, task_class  # noqa: F401  (get_task: part of this module's API)
-from bert_jax.finetune.tasks.common import ExampleSet
+from bert_jax.finetune.tasks.common import TRUNCATIONS, ExampleSet
 from bert_jax.finetune.tasks.registry import canonical_name
 
 _log = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ def make_task(config, label_list: Optional[Sequence[str]] = None):
     raise UserError(f"config.pooling={pooling!r} applies to sentence-level tasks; task {name!r} has a "
                     f"{task.head} head (leave pooling=cls)")
   task.pooling = pooling
+  set_truncation(task, config)
   if config.get("crf", False) and not getattr(task, "crf", False):
     raise UserError(f"config.crf=true applies to task=ner only (task={name!r})")
   if task.train_split is None:
@@ -61,6 +62,21 @@ def make_task(config, label_list: Optional[Sequence[str]] = None):
   task.prepare(data_dir, use_tfds=use_tfds(config), **_tfds_kwargs(config))
   check_tfds_name(task, config)
   return task
+
+
+def set_truncation(task, config):
+  """config.truncation / truncation_head_fraction onto a task whose featurize reads them; UserError else."""
+  truncation = str(config.get("truncation", "head"))
+  fraction = config.get("truncation_head_fraction", 0.25)
+  if truncation not in TRUNCATIONS:
+    raise UserError(f"config.truncation={truncation!r}; expected one of {', '.join(TRUNCATIONS)}")
+  if truncation != "head" and not task.uses_truncation:
+    raise UserError(f"config.truncation={truncation!r} applies to sentence-level text tasks (classification, "
+                    f"GLUE, multilabel); task {config.task!r} places its inputs itself (leave truncation=head)")
+  if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= float(fraction) <= 1.0:
+    raise UserError(f"config.truncation_head_fraction={fraction!r}; expected a number in [0, 1] (the share of "
+                    "the kept tokens taken from the start of a too-long text with truncation=head_tail)")
+  task.truncation, task.truncation_head_fraction = truncation, float(fraction)
 
 
 def _tfds_kwargs(config) -> dict:

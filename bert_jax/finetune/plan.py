@@ -124,7 +124,9 @@ class FinetunePlan:
     out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("config", "task")}
     out.update(task=self.task.name, label_list=self.task.label_list, num_labels=self.task.num_labels,
                model=self.model.to_dict(), size=fm.size_name(self.model), data=dataclasses.asdict(self.data),
-               optimizer=dataclasses.asdict(self.optimizer))
+               optimizer=dataclasses.asdict(self.optimizer),
+               # pooling / crf / truncation...: runs that differ in them cannot share one vmapped program
+               task_options=dict(self.task.head_options(), **self.task.input_options()))
     return json.loads(json.dumps(out, default=list))
 
   def describe(self) -> str:
@@ -134,7 +136,10 @@ class FinetunePlan:
     rows = [
         ("task", f"{t.name} ({type(t).__name__}, main metric {t.main_metric}); labels {labels}"),
         ("data", (f"TFDS {self.data.tfds_name}" if self.data.tfds_name else self.data.data_dir)
-         + f"; max_seq_length {self.data.max_seq_length}"),
+         + f"; max_seq_length {self.data.max_seq_length}"
+         + (f", truncation {t.truncation}" + (f" ({t.truncation_head_fraction:g} from the start)"
+                                              if t.truncation == "head_tail" else "")
+            if t.truncation != "head" else "")),
         ("start", (f"init_checkpoint {self.init_checkpoint}" + (" (with its head)" if self.load_head else ""))
          if self.init_checkpoint else f"random init (seed {self.seed})"),
         ("model", f"{fm.size_name(m)}: L{m.num_hidden_layers}/H{m.hidden_size}/A{m.num_attention_heads}, vocab "
@@ -291,6 +296,7 @@ def _finetune_info(config, task: Task, do_lower_case: bool) -> Dict[str, Any]:
           "ner_scheme": config.ner_scheme, "ner_mode": config.ner_mode,
           "classification": config_to_dict(config.classification)}
   info.update(task.head_options())   # pooling / crf / multilabel threshold: Predictor rebuilds the head
+  info.update(task.input_options())  # truncation: Predictor featurizes new texts as training did
   return info
 
 

@@ -75,6 +75,9 @@ class Task:
   uses_pooling = False   # the head reads `pooling` (sentence-level heads)
   takes_choices = False  # raw-input prediction takes {"context", "question", "choices"} dicts, not texts
   pooling = "cls"        # sentence vector of sentence-level heads (heads.POOLINGS); set by data.make_task
+  uses_truncation = False          # featurize keeps the tokens `truncation` says (sentence-level text tasks)
+  truncation = "head"              # head (Google's) | tail | head_tail (common.keep_tokens); set by make_task
+  truncation_head_fraction = 0.25  # head_tail: the share of the kept tokens taken from the start
 
   def __init__(self, on_error: str = "raise"):
     self.on_error = on_error
@@ -117,6 +120,12 @@ class Task:
   def head_options(self) -> dict:
     """What finetune_info.json must record to rebuild this task's head (Predictor)."""
     return {"pooling": self.pooling}
+
+  def input_options(self) -> dict:
+    """What finetune_info.json must record to featurize new inputs as training did (Predictor)."""
+    if not self.uses_truncation:
+      return {}
+    return {"truncation": self.truncation, "truncation_head_fraction": self.truncation_head_fraction}
 
   @property
   def num_labels(self) -> int:

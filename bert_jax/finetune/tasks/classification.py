@@ -2,6 +2,7 @@
 
 Features (`convert_examples_to_features`), one row per example:
   input_ids, input_mask, segment_ids  int32 [N, max_seq_length]   [CLS] a [SEP] (b [SEP]), Google truncation
+                                                                   (config.truncation: which tokens stay)
   label_ids      int32 [N] label id (index into label_list), -1 for unlabelled (test) rows;
                  float32 [N] for regression, NaN when unlabelled
   example_index  int32 [N] row in the ExampleSet
@@ -58,8 +59,10 @@ class ClassificationExample:
 # --------------------------------------------------------------------------------------------------------
 def convert_examples_to_features(examples: Sequence[ClassificationExample], tokenizer, max_seq_length: int,
                                  label_list: Optional[Sequence[str]] = None,
-                                 is_regression: bool = False) -> Dict[str, np.ndarray]:
-  """Tokenises, packs, pads; see the module docstring for the arrays."""
+                                 is_regression: bool = False, truncation: str = "head",
+                                 head_fraction: float = 0.25) -> Dict[str, np.ndarray]:
+  """Tokenises, packs, pads; see the module docstring for the arrays. Texts too long for max_seq_length keep
+  the tokens `truncation` says (common.keep_tokens: head, tail or head_tail with `head_fraction`)."""
   common.check_max_seq_length(max_seq_length)
   examples = list(examples)
   # Labels first: a bad label fails before any tokenisation work.
@@ -88,7 +91,7 @@ def convert_examples_to_features(examples: Sequence[ClassificationExample], toke
     ids_b[i] = ids
   id_rows, seg_rows = [], []
   for a, b in zip(ids_a, ids_b):
-    ids, seg = common.pack_pair(a, b, cls_id, sep_id, max_seq_length)
+    ids, seg = common.pack_pair(a, b, cls_id, sep_id, max_seq_length, truncation, head_fraction)
     id_rows.append(ids)
     seg_rows.append(seg)
   out = common.model_inputs(id_rows, seg_rows, max_seq_length)
@@ -311,11 +314,12 @@ class SequenceTask(Task):
   """One label (or score) per sentence or pair, from the pooled sentence vector."""
   head = "sequence_classification"
   uses_pooling = True
+  uses_truncation = True
 
   def featurize(self, example_set, tokenizer, max_seq_length, is_training=False):
     self._require_labels()
     return convert_examples_to_features(example_set, tokenizer, max_seq_length, self.label_list,
-                                        self.is_regression)
+                                        self.is_regression, self.truncation, self.truncation_head_fraction)
 
   def check_training_features(self, example_set, features):
     if not self.is_regression:   # regression rows without a score (NaN) weigh 0 instead

@@ -193,6 +193,9 @@ def special_ids(tokenizer) -> Tuple[int, int]:
   return vocab["[CLS]"], vocab["[SEP]"]
 
 
+TRUNCATIONS = ("head", "tail", "head_tail")
+
+
 def truncate_seq_pair(a: list, b: list, max_length: int):
   """Google's _truncate_seq_pair: pop from the end of the longer list until the total fits."""
   while len(a) + len(b) > max_length:
@@ -202,16 +205,56 @@ def truncate_seq_pair(a: list, b: list, max_length: int):
       b.pop()
 
 
-def pack_pair(ids_a: List[int], ids_b: Optional[List[int]], cls_id: int, sep_id: int, max_seq_length: int):
-  """[CLS] a [SEP] (b [SEP]) -> (input_ids, segment_ids), truncated with Google's rule, not padded."""
-  a = list(ids_a)
+def pair_lengths(la: int, lb: int, max_length: int) -> Tuple[int, int]:
+  """The lengths truncate_seq_pair leaves, without popping: the longer text loses tokens until the two are
+  equal, then they alternate, B first."""
+  excess = la + lb - max_length
+  if excess <= 0:
+    return la, lb
+  # cut the longer down to the shorter first, then alternate (B first when they are equal)
+  gap = abs(la - lb)
+  first = min(gap, excess)
+  if la > lb:
+    la -= first
+  else:
+    lb -= first
+  rest = excess - first
+  lb -= (rest + 1) // 2
+  la -= rest // 2
+  return la, lb
+
+
+def keep_tokens(ids: Sequence[int], n: int, truncation: str = "head", head_fraction: float = 0.25) -> List[int]:
+  """`ids` cut to `n` tokens: the first n (head, Google's), the last n (tail), or the first
+  round(n * head_fraction) and the rest from the end (head_tail; Sun et al. 2019, "How to Fine-Tune BERT for
+  Text Classification?", keep 128 + 382 of 510, a quarter from the head, for long reviews)."""
+  ids = list(ids)
+  if len(ids) <= n:
+    return ids
+  if n <= 0:
+    return []
+  if truncation == "head":
+    return ids[:n]
+  if truncation == "tail":
+    return ids[len(ids) - n:]
+  if truncation == "head_tail":
+    h = min(n, max(0, int(round(n * head_fraction))))
+    return ids[:h] + ids[len(ids) - (n - h):]
+  raise ValueError(f"truncation={truncation!r}; expected one of {', '.join(TRUNCATIONS)}")
+
+
+def pack_pair(ids_a: List[int], ids_b: Optional[List[int]], cls_id: int, sep_id: int, max_seq_length: int,
+              truncation: str = "head", head_fraction: float = 0.25):
+  """[CLS] a [SEP] (b [SEP]) -> (input_ids, segment_ids), not padded. Too long: Google's rule says how many
+  tokens each text keeps (the longer loses first), and `truncation` which ones (keep_tokens)."""
   if ids_b is not None:
-    b = list(ids_b)
-    truncate_seq_pair(a, b, max_seq_length - 3)
+    na, nb = pair_lengths(len(ids_a), len(ids_b), max_seq_length - 3)
+    a = keep_tokens(ids_a, na, truncation, head_fraction)
+    b = keep_tokens(ids_b, nb, truncation, head_fraction)
     ids = [cls_id] + a + [sep_id] + b + [sep_id]
     seg = [0] * (len(a) + 2) + [1] * (len(b) + 1)
   else:
-    a = a[:max_seq_length - 2]
+    a = keep_tokens(ids_a, max_seq_length - 2, truncation, head_fraction)
     ids = [cls_id] + a + [sep_id]
     seg = [0] * len(ids)
   return ids, seg

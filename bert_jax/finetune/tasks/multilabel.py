@@ -108,7 +108,8 @@ def infer_label_list(example_set) -> List[str]:
 
 
 def convert_examples_to_features(examples: Sequence[MultilabelExample], tokenizer, max_seq_length: int,
-                                 label_list: Sequence[str]) -> Dict[str, np.ndarray]:
+                                 label_list: Sequence[str], truncation: str = "head",
+                                 head_fraction: float = 0.25) -> Dict[str, np.ndarray]:
   examples = list(examples)
   label_map = {l: i for i, l in enumerate(label_list)}
   labels = np.zeros((len(examples), len(label_list)), np.int32)
@@ -121,7 +122,8 @@ def convert_examples_to_features(examples: Sequence[MultilabelExample], tokenize
         raise common.TaskDataError(e.guid, None, f"label {l!r} is not in the label set {list(label_list)}")
       labels[i, label_map[l]] = 1
   as_cls = [classification.ClassificationExample(e.guid, e.text_a, e.text_b, None) for e in examples]
-  out = classification.convert_examples_to_features(as_cls, tokenizer, max_seq_length, label_list)
+  out = classification.convert_examples_to_features(as_cls, tokenizer, max_seq_length, label_list,
+                                                    truncation=truncation, head_fraction=head_fraction)
   out["label_ids"] = labels
   return out
 
@@ -150,6 +152,7 @@ class MultilabelTask(Task):
   head = "sequence_classification"
   main_metric = "micro_f1"
   uses_pooling = True
+  uses_truncation = True
 
   def __init__(self, label_list: Optional[Sequence[str]] = None, text_a="text_a", text_b=None, label="label",
                header: Optional[bool] = None, file_format: Optional[str] = None, separator: str = "|",
@@ -195,7 +198,8 @@ class MultilabelTask(Task):
 
   def featurize(self, example_set, tokenizer, max_seq_length, is_training=False):
     self._require_labels()
-    return convert_examples_to_features(example_set, tokenizer, max_seq_length, self.label_list)
+    return convert_examples_to_features(example_set, tokenizer, max_seq_length, self.label_list,
+                                        self.truncation, self.truncation_head_fraction)
 
   def build_head(self, bert_cfg, dropout_rate=None):
     return heads.BertForSequenceClassification(bert_cfg, self.num_labels, dropout_rate=dropout_rate,
