@@ -266,12 +266,15 @@ def run_truncation(store: Store, workdir: str, data_dir: str, arms, s: dict, tru
   out = store.data.setdefault("truncation", {})
   vocab = os.path.join(data_dir, "vocab.txt")
   length = 64 - 2     # base_config's max_seq_length for sentiment, less [CLS] and [SEP]
+  sentiment_dir = os.path.join(data_dir, TASKS["sentiment"][1])
   if "baseline" not in out:
-    out["baseline"] = {t: baselines.sentiment_baseline(os.path.join(data_dir, TASKS["sentiment"][1]),
-                                                       max_chars=length, truncation=t)
+    out["baseline"] = {t: baselines.sentiment_baseline(sentiment_dir, max_chars=length, truncation=t)
                        for t in ("head", truncation)}
     out["baseline"]["max_chars"] = length
-    store.save()
+  if "long_fraction" not in out["baseline"]:     # the share of training reviews the cut shortens
+    texts = baselines.read_sentiment(sentiment_dir)["train"][0]
+    out["baseline"]["long_fraction"] = sum(len(t) > length for t in texts) / len(texts)
+  store.save()
   for size in s["sizes"]:
     for arm, init in dict([("none", ""), longest_arm(store, arms, size)]).items():
       key = f"{size}/{arm}/{truncation}"
@@ -643,9 +646,12 @@ def truncation_section(d: dict) -> List[str]:
   rows, b = truncation_rows(d), d.get("truncation", {}).get("baseline")
   if not rows and not b:
     return []
+  n = b["max_chars"] if b else 62
+  share = f"{100 * b['long_fraction']:.0f}% of the training reviews are" if b and "long_fraction" in b else \
+      "Reviews are often"
   lines = ["## Truncation: the head of a long review, or its head and tail", "",
-           "38% of the training reviews are longer than the 62 tokens a 64-token input holds; the sweeps keep the "
-           "first 62 (Google's rule), `truncation=head_tail` the first quarter and the last three quarters (Sun "
+           f"{share} longer than the {n} characters a {n + 2}-token input holds; the sweeps keep the "
+           f"first {n} (Google's rule), `truncation=head_tail` the first quarter and the last three quarters (Sun "
            "et al. 2019 keep 128 + 382 of 510). Each row reruns a sentiment cell above at the point its dev "
            "medians selected, with the same seeds; test median (range, ±std), dev medians in the last column."]
   if b:

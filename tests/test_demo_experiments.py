@@ -520,6 +520,11 @@ def test_truncation_stage_reruns_each_sizes_arms_at_their_selected_point_and_rea
                 "sweeps": {"sentiment/mini/none": cell, "sentiment/mini/long": cell, "sentiment/mini/short": cell}}
   arms = {"mini": {"long": str(tmp_path / "long"), "short": str(tmp_path / "short")}}
   s = dict(finetune_tables.settings("medium"), sizes=("mini",))
+  os.makedirs(tmp_path / "data" / "sentiment")      # 2 of 5 training reviews longer than 62 characters
+  for split in ("train", "dev", "test"):
+    (tmp_path / "data" / "sentiment" / f"{split}.tsv").write_text(
+        "label\ttext_a\n" + "".join(f"{i % 2}\t{'好' * n}\n" for i, n in enumerate((5, 62, 63, 100, 1))),
+        encoding="utf-8")
   finetune_tables.run_truncation(store, str(tmp_path), str(tmp_path / "data"), arms, s)
   grid = {"optimizer.learning_rate": [3e-4], "num_train_epochs": [3.0], "truncation": ["head_tail"]}
   assert sorted(calls) == [("mini_long_head_tail", grid, str(tmp_path / "long"), "median"),
@@ -530,6 +535,7 @@ def test_truncation_stage_reruns_each_sizes_arms_at_their_selected_point_and_rea
   finetune_tables.write_markdown(store, out, s, "medium", "cmd", None)
   text = open(out, encoding="utf-8").read()
   assert "TF-IDF + LR on the same 62 characters of each review" in text and "head 79.0, head_tail 81.0" in text
+  assert "40% of the training reviews are longer than the 62 characters a 64-token input holds" in text
   assert ("| mini | long | optimizer.learning_rate=0.0003, num_train_epochs=3 | 75.0 (74.0–76.0, ±0.5) | "
           "84.0 (83.0–85.0, ±0.5) | +9.0 | 76.0 / 84.0 |") in text
   assert ("- sentiment with head_tail truncation, mini, pre-trained `long` vs no pre-training: +6.0 points (test "
