@@ -122,9 +122,14 @@ def model_spec(size: str) -> runs.ModelSpec:
   return runs.ModelSpec(size=size, layer_norm_type=runs.budget_recipe_layer_norm(size))
 
 
+def seq_length(task: str) -> int:
+  """The tables' max_seq_length of a task (tokens, [CLS] and [SEP] included)."""
+  return 128 if task == "qa" else 64
+
+
 def base_config(data_dir: str, task: str, size: str, init: str, vocab: str, s: dict):
   name, sub = TASKS[task]
-  spec = runs.FinetuneSpec(task=name, max_seq_length=64 if task != "qa" else 128, batch_size=32)
+  spec = runs.FinetuneSpec(task=name, max_seq_length=seq_length(task), batch_size=32)
   c = runs.finetune_config(os.path.join(data_dir, sub), model_spec(size), spec, init, vocab)
   c.do_predict = True        # test splits are scored only with do_predict (loop.load_data)
   c.save_best_checkpoint = False
@@ -265,7 +270,7 @@ def run_truncation(store: Store, workdir: str, data_dir: str, arms, s: dict, tru
   from experiments import baselines
   out = store.data.setdefault("truncation", {})
   vocab = os.path.join(data_dir, "vocab.txt")
-  length = 64 - 2     # base_config's max_seq_length for sentiment, less [CLS] and [SEP]
+  length = seq_length("sentiment") - 2     # the text's share: less [CLS] and [SEP]
   sentiment_dir = os.path.join(data_dir, TASKS["sentiment"][1])
   if "baseline" not in out:
     out["baseline"] = {t: baselines.sentiment_baseline(sentiment_dir, max_chars=length, truncation=t)
@@ -281,7 +286,8 @@ def run_truncation(store: Store, workdir: str, data_dir: str, arms, s: dict, tru
       cell = store.data.get("sweeps", {}).get(f"sentiment/{size}/{arm}")
       if key in out or not cell:
         continue
-      point = (cell.get("median_rule") or cell)["selected"]
+      head = cell.get("median_rule") or cell
+      point = head["selected"]
       grid = dict(sweep.parse_grid(point.replace(", ", ";"), runs.load_config("finetune", "task=classification")),
                   truncation=[truncation])
       print(f"[truncation] {key}: {point}", flush=True)
@@ -290,7 +296,6 @@ def run_truncation(store: Store, workdir: str, data_dir: str, arms, s: dict, tru
       res = sweep.run_sweep(c, grid, s["seeds"], os.path.join(workdir, "truncation", key.replace("/", "_")),
                             select="median")
       p = res["points"][0]
-      head = cell.get("median_rule") or cell
       out[key] = {"size": size, "arm": arm, "truncation": truncation, "point": point, "dev": p["dev"],
                   "test": p["test"], "head": {"dev": head["dev"], "test": head["test"]},
                   "seconds": round(time.time() - t0)}
@@ -671,6 +676,15 @@ def truncation_section(d: dict) -> List[str]:
   return lines + [""]
 
 
+def beyond_spread(st: dict, none: dict, mult: float = 100.0) -> str:
+  """"+G points (test median), widest seed range S: met|missed by X points" for a cell's stats against
+  random init's: the gap counts when it is wider than the wider of the two min-max ranges."""
+  gap = st["median"] - none["median"]
+  spread = max(st["max"] - st["min"], none["max"] - none["min"])
+  return (f"{mult * gap:+.1f} points (test median), widest seed range {mult * spread:.1f}: "
+          + ("met" if gap > spread else f"missed by {mult * (spread - gap):.1f} points"))
+
+
 def truncation_goals(d: dict) -> List[str]:
   """The sentiment goals again on the head_tail rows: pre-trained vs random init beyond the wider seed range,
   and BERT-mini against TF-IDF + LR (on whole reviews, as the goal says, and on the same characters)."""
@@ -683,11 +697,8 @@ def truncation_goals(d: dict) -> List[str]:
       continue
     n = none.get(r["size"])
     if n:
-      gap = r["test"]["median"] - n["test"]["median"]
-      spread = max(r["test"]["max"] - r["test"]["min"], n["test"]["max"] - n["test"]["min"])
       out.append(f"- sentiment with head_tail truncation, {r['size']}, pre-trained `{r['arm']}` vs no pre-training: "
-                 f"{100 * gap:+.1f} points (test median), widest seed range {100 * spread:.1f}: "
-                 + ("met" if gap > spread else f"missed by {100 * (spread - gap):.1f} points"))
+                 + beyond_spread(r["test"], n["test"]))
     if r["size"] == "mini" and whole is not None:
       gap = r["test"]["median"] - whole
       same = f"; {100 * (r['test']['median'] - b['head_tail']['test_accuracy']):+.1f} against TF-IDF+LR on the " \
@@ -706,13 +717,8 @@ def goals(d: dict) -> List[str]:
     none = sw.get(f"{task}/{size}/none")
     if arm == "none" or not r[split] or not none or not none[split]:
       continue
-    m = _mult(task)
-    gap = r[split]["median"] - none[split]["median"]
-    spread = max(r[split]["max"] - r[split]["min"], none[split]["max"] - none[split]["min"])
-    ok = gap > spread
-    out.append(f"- {task}, {size}, pre-trained `{arm}` vs no pre-training: {m * gap:+.1f} points ({split} median), "
-               f"widest seed range {m * spread:.1f}: "
-               + ("met" if ok else f"missed by {m * (spread - gap):.1f} points"))
+    out.append(f"- {task}, {size}, pre-trained `{arm}` vs no pre-training: "
+               + beyond_spread(r[split], none[split], _mult(task)).replace("(test median)", f"({split} median)"))
   for key, r in sorted(sw.items()):
     task, size, arm = key.split("/")
     if task == "sentiment" and size == "mini" and arm != "none" and base.get("sentiment"):

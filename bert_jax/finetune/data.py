@@ -66,8 +66,8 @@ def make_task(config, label_list: Optional[Sequence[str]] = None):
 
 def set_truncation(task, config):
   """config.truncation / truncation_head_fraction onto a task whose featurize reads them; UserError else."""
-  truncation = str(config.get("truncation", "head"))
-  fraction = config.get("truncation_head_fraction", 0.25)
+  truncation = str(config.get("truncation", task.truncation))
+  fraction = config.get("truncation_head_fraction", task.truncation_head_fraction)
   if truncation not in TRUNCATIONS:
     raise UserError(f"config.truncation={truncation!r}; expected one of {', '.join(TRUNCATIONS)}")
   if truncation != "head" and not task.uses_truncation:

@@ -43,8 +43,8 @@ def task_from_info(info: dict) -> Task:
   registry entry; older files without the head options get the defaults)."""
   task = task_class(info["task"]).from_info(info["task"], info)
   task.pooling = info.get("pooling", "cls")
-  task.truncation = info.get("truncation", "head")
-  task.truncation_head_fraction = float(info.get("truncation_head_fraction", 0.25))
+  task.truncation = info.get("truncation", task.truncation)
+  task.truncation_head_fraction = float(info.get("truncation_head_fraction", task.truncation_head_fraction))
   return task
 
 
