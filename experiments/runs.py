@@ -84,6 +84,7 @@ class PretrainSpec:
   dropout: float = 0.0               # a few thousand steps underfit; dropout would only slow them (fine-tuning: 0.1)
   log_every_steps: int = 25
   seed: int = 0
+  init_checkpoint: str = ""          # a pre-training work dir whose params start the run (a second phase)
 
 
 @dataclasses.dataclass
@@ -133,6 +134,7 @@ def pretrain_config(input_files: str, vocab_file: str, model: ModelSpec, spec: P
   c.keep_checkpoints = 1
   c.eval_every_steps = 0
   c.seed = spec.seed
+  c.init_checkpoint = spec.init_checkpoint
   return c
 
 

@@ -542,3 +542,70 @@ def test_truncation_stage_reruns_each_sizes_arms_at_their_selected_point_and_rea
           "median), widest seed range 2.0: met") in text
   assert ("- BERT-mini `long` with head_tail truncation vs TF-IDF+LR on whole reviews: +1.0 points: met; +3.0 "
           "against TF-IDF+LR on the same 62 characters") in text
+
+
+def test_length_stage_continues_the_longest_pretraining_at_128_then_reruns_sentiment_and_reads_the_goals(
+    tmp_path, monkeypatch, capsys):
+  from bert_jax.finetune import sweep
+
+  def stats(med, lo, hi):
+    return {"n": 5, "median": med, "min": lo, "max": hi, "std": (hi - lo) / 4, "mean": med}
+  pretrainings, calls = [], []
+
+  def fake_pretraining(workdir, inputs, vocab, model, spec, budget=False):
+    pretrainings.append((os.path.basename(workdir), spec.steps, spec.max_seq_length, spec.init_checkpoint, budget))
+    return {"seconds": 12.0, "mlm_accuracy": 0.41}
+
+  def fake_sweep(config, grid, seeds, workdir, select="best"):
+    calls.append((os.path.basename(workdir), {k: list(v) for k, v in grid.items()}, config.init_checkpoint,
+                  config.max_seq_length, select))
+    med = {"mini_none_sentiment": 0.80, "mini_long+128_sentiment": 0.86, "mini_long_sentiment": 0.77}[
+        os.path.basename(workdir)]
+    return {"points": [{"dev": stats(med, med - 0.01, med + 0.01), "test": stats(med, med - 0.01, med + 0.01)}]}
+
+  monkeypatch.setattr(finetune_tables.runs, "run_pretraining", fake_pretraining)
+  monkeypatch.setattr(sweep, "run_sweep", fake_sweep)
+  monkeypatch.setattr(baselines, "sentiment_baseline", lambda d, max_chars, truncation: {
+      "dev_accuracy": 0.7, "test_accuracy": 0.82, "max_chars": max_chars, "truncation": truncation})
+  cell = {"selected": "optimizer.learning_rate=0.001", "dev": stats(0.7, 0.6, 0.8), "test": stats(0.7, 0.6, 0.8),
+          "result": {"dev": 0.8, "test": 0.7}, "points": 2, "seeds": 5, "seconds": 10,
+          "median_rule": {"selected": "optimizer.learning_rate=0.0003, num_train_epochs=3",
+                          "dev": stats(0.76, 0.75, 0.77), "test": stats(0.75, 0.74, 0.76)}}
+  store = finetune_tables.Store(str(tmp_path / "tables.json"))
+  store.data = {"pretrain": {"mini/long": {"steps": 2000, "seconds": 90}, "mini/short": {"steps": 100, "seconds": 9}},
+                "baselines": {"sentiment": {"test_accuracy": 0.85}},
+                "sweeps": {"sentiment/mini/none": cell, "sentiment/mini/long": cell, "sentiment/mini/short": cell}}
+  arms = {"mini": {"long": str(tmp_path / "long"), "short": str(tmp_path / "short")},
+          "tiny": {"theirs": str(tmp_path / "theirs")}}     # from --pretrained: no steps to take a tenth of
+  s = dict(finetune_tables.settings("medium"), sizes=("mini", "tiny"))
+  os.makedirs(tmp_path / "data" / "sentiment")      # 1 of 4 training reviews longer than 126 characters
+  for split in ("train", "dev", "test"):
+    (tmp_path / "data" / "sentiment" / f"{split}.tsv").write_text(
+        "label\ttext_a\n" + "".join(f"{i % 2}\t{'好' * n}\n" for i, n in enumerate((5, 126, 127, 1))),
+        encoding="utf-8")
+  finetune_tables.run_length(store, str(tmp_path), str(tmp_path / "data"), arms, s)
+  long_dir = str(tmp_path / "length" / "mini_long+128")
+  assert "[length] tiny: skipped: `theirs` came from --pretrained, so its step count" in capsys.readouterr().out
+  # a tenth of the longest arm's steps, at 128 tokens, from its checkpoint, with the budget recipe
+  assert pretrainings == [("mini_long+128", 200, 128, str(tmp_path / "long"), True)]
+  grid = {"optimizer.learning_rate": [3e-4], "num_train_epochs": [3.0]}
+  assert calls == [("mini_none_sentiment", grid, "", 128, "median"),
+                   ("mini_long+128_sentiment", grid, long_dir, 128, "median"),
+                   ("mini_long_sentiment", grid, str(tmp_path / "long"), 128, "median")]   # the control last
+  finetune_tables.run_length(store, str(tmp_path), str(tmp_path / "data"), arms, s)
+  assert len(pretrainings) == 1 and len(calls) == 3                         # resumed: nothing reruns
+  out = str(tmp_path / "t.md")
+  finetune_tables.write_markdown(store, out, s, "medium", "cmd", None)
+  text = open(out, encoding="utf-8").read()
+  assert "## Longer inputs: 128 tokens, with a second pre-training phase at 128" in text
+  assert ("25% of the training reviews are longer than the 126 characters a 128-token input holds. TF-IDF + LR "
+          "on the same 126 characters: 82.0 (dev 70.0); on whole reviews 85.0.") in text
+  assert "| mini | long+128 | long | 200 | 12 | 41.0 |" in text
+  assert ("| mini | long+128 (64: long) | optimizer.learning_rate=0.0003, num_train_epochs=3 | 75.0 (74.0–76.0, "
+          "±0.5) | 86.0 (85.0–87.0, ±0.5) | +11.0 | 76.0 / 86.0 |") in text
+  assert "| mini | long (no phase at 128) | optimizer.learning_rate=0.0003, num_train_epochs=3 | 75.0" in text
+  assert "BERT-mini `long` at 128" not in text and "128 tokens, mini, pre-trained `long` vs" not in text  # control
+  assert ("- sentiment at 128 tokens, mini, pre-trained `long+128` vs no pre-training: +6.0 points (test median), "
+          "widest seed range 2.0: met") in text
+  assert ("- BERT-mini `long+128` at 128 tokens vs TF-IDF+LR on whole reviews: +1.0 points: met; +4.0 against "
+          "TF-IDF+LR on the same 126 characters") in text
