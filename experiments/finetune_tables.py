@@ -759,27 +759,38 @@ def beyond_spread(st: dict, none: dict, mult: float = 100.0) -> str:
           + ("met" if gap > spread else f"missed by {mult * (spread - gap):.1f} points"))
 
 
-def truncation_goals(d: dict) -> List[str]:
-  """The sentiment goals again on the head_tail rows: pre-trained vs random init beyond the wider seed range,
-  and BERT-mini against TF-IDF + LR (on whole reviews, as the goal says, and on the same characters)."""
-  rows, out = truncation_rows(d), []
-  b = d.get("truncation", {}).get("baseline")
-  whole = d.get("baselines", {}).get("sentiment", {}).get("test_accuracy")
-  none = {r["size"]: r for r in rows if r["arm"] == "none"}
+def sentiment_goals(rows: List[dict], phrase: str, same: Optional[float], chars: Optional[int],
+                    skip=lambda r: r["arm"] == "none") -> List[str]:
+  """The sentiment goals on a stage's rows ("with head_tail truncation", "at 128 tokens"): pre-trained vs
+  random init beyond the wider seed range, and BERT-mini against TF-IDF + LR on whole reviews (as the goal
+  says) and, given `same`, its accuracy on the same `chars` characters. Rows that `skip` names have no line."""
+  out, none = [], {r["size"]: r for r in rows if r["arm"] == "none"}
   for r in rows:
-    if r["arm"] == "none":
+    if skip(r):
       continue
     n = none.get(r["size"])
     if n:
-      out.append(f"- sentiment with head_tail truncation, {r['size']}, pre-trained `{r['arm']}` vs no pre-training: "
+      out.append(f"- sentiment {phrase}, {r['size']}, pre-trained `{r['arm']}` vs no pre-training: "
                  + beyond_spread(r["test"], n["test"]))
-    if r["size"] == "mini" and whole is not None:
-      gap = r["test"]["median"] - whole
-      same = f"; {100 * (r['test']['median'] - b['head_tail']['test_accuracy']):+.1f} against TF-IDF+LR on the " \
-             f"same {b['max_chars']} characters" if b else ""
-      out.append(f"- BERT-mini `{r['arm']}` with head_tail truncation vs TF-IDF+LR on whole reviews: {100 * gap:+.1f} "
-                 f"points: " + ("met" if gap > 0 else f"missed by {-100 * gap:.1f}") + same)
+    if r["size"] == "mini" and r.get("whole") is not None:
+      gap = r["test"]["median"] - r["whole"]
+      tail = f"; {100 * (r['test']['median'] - same):+.1f} against TF-IDF+LR on the same {chars} characters" \
+          if same is not None else ""
+      out.append(f"- BERT-mini `{r['arm']}` {phrase} vs TF-IDF+LR on whole reviews: {100 * gap:+.1f} points: "
+                 + ("met" if gap > 0 else f"missed by {-100 * gap:.1f}") + tail)
   return out
+
+
+def _with_whole(d: dict, rows: List[dict]) -> List[dict]:
+  whole = d.get("baselines", {}).get("sentiment", {}).get("test_accuracy")
+  return [dict(r, whole=whole) for r in rows]
+
+
+def truncation_goals(d: dict) -> List[str]:
+  """The sentiment goals again on the head_tail rows."""
+  b = d.get("truncation", {}).get("baseline")
+  return sentiment_goals(_with_whole(d, truncation_rows(d)), "with head_tail truncation",
+                         b and b["head_tail"]["test_accuracy"], b and b["max_chars"])
 
 
 def length_rows(d: dict) -> List[dict]:
@@ -829,26 +840,12 @@ def length_section(d: dict) -> List[str]:
 
 
 def length_goals(d: dict) -> List[str]:
-  """The sentiment goals on the length stage's rows: pre-trained vs random init beyond the wider seed range,
-  and BERT-mini against TF-IDF + LR (on whole reviews, and on the same characters)."""
-  rows, out = length_rows(d), []
-  b = d.get("length", {}).get("baseline")
-  whole = d.get("baselines", {}).get("sentiment", {}).get("test_accuracy")
-  none = {r["size"]: r for r in rows if r["arm"] == "none"}
-  for r in rows:
-    if r["arm"] == r["from"]:       # random init, and the control without the second phase
-      continue
-    n, tokens = none.get(r["size"]), f"{r['length']} tokens"
-    if n:
-      out.append(f"- sentiment at {tokens}, {r['size']}, pre-trained `{r['arm']}` vs no pre-training: "
-                 + beyond_spread(r["test"], n["test"]))
-    if r["size"] == "mini" and whole is not None:
-      gap = r["test"]["median"] - whole
-      same = f"; {100 * (r['test']['median'] - b['head']['test_accuracy']):+.1f} against TF-IDF+LR on the same " \
-             f"{b['max_chars']} characters" if b else ""
-      out.append(f"- BERT-mini `{r['arm']}` at {tokens} vs TF-IDF+LR on whole reviews: {100 * gap:+.1f} points: "
-                 + ("met" if gap > 0 else f"missed by {-100 * gap:.1f}") + same)
-  return out
+  """The sentiment goals on the length stage's rows (the control without the second phase has none)."""
+  rows, b = length_rows(d), d.get("length", {}).get("baseline")
+  if not rows:
+    return []
+  return sentiment_goals(_with_whole(d, rows), f"at {rows[0]['length']} tokens", b and b["head"]["test_accuracy"],
+                         b and b["max_chars"], skip=lambda r: r["arm"] == r["from"])
 
 
 def goals(d: dict) -> List[str]:
