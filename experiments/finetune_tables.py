@@ -280,8 +280,7 @@ def run_truncation(store: Store, workdir: str, data_dir: str, arms, s: dict, tru
                        for t in ("head", truncation)}
     out["baseline"]["max_chars"] = length
   if "long_fraction" not in out["baseline"]:     # the share of training reviews the cut shortens
-    texts = baselines.read_sentiment(sentiment_dir)["train"][0]
-    out["baseline"]["long_fraction"] = sum(len(t) > length for t in texts) / len(texts)
+    out["baseline"]["long_fraction"] = long_fraction(sentiment_dir, length)
   store.save()
   for size in s["sizes"]:
     for arm, init in dict([("none", ""), longest_arm(store, arms, size)]).items():
@@ -302,6 +301,13 @@ def run_truncation(store: Store, workdir: str, data_dir: str, arms, s: dict, tru
                   "test": p["test"], "head": {"dev": head["dev"], "test": head["test"]},
                   "seconds": round(time.time() - t0)}
       store.save()
+
+
+def long_fraction(sentiment_dir: str, chars: int) -> float:
+  """The share of training reviews longer than `chars` characters (those a cut to `chars` shortens)."""
+  from experiments import baselines
+  texts = baselines.read_sentiment(sentiment_dir)["train"][0]
+  return sum(len(t) > chars for t in texts) / len(texts)
 
 
 def point_grid(point: str) -> dict:
@@ -331,9 +337,8 @@ def run_length(store: Store, workdir: str, data_dir: str, arms, s: dict, length:
   chars = length - 2
   sentiment_dir = os.path.join(data_dir, TASKS["sentiment"][1])
   if "baseline" not in out:
-    texts = baselines.read_sentiment(sentiment_dir)["train"][0]
     out["baseline"] = {"head": baselines.sentiment_baseline(sentiment_dir, max_chars=chars, truncation="head"),
-                       "max_chars": chars, "long_fraction": sum(len(t) > chars for t in texts) / len(texts)}
+                       "max_chars": chars, "long_fraction": long_fraction(sentiment_dir, chars)}
     store.save()
   phase = out.setdefault("pretrain", {})
   sweeps = store.data.get("sweeps", {})
@@ -734,7 +739,7 @@ def truncation_section(d: dict) -> List[str]:
            "et al. 2019 keep 128 + 382 of 510). Each row reruns a sentiment cell above at the point its dev "
            "medians selected, with the same seeds; test median (range, ±std), dev medians in the last column."]
   if b:
-    whole = d.get("baselines", {}).get("sentiment", {}).get("test_accuracy")
+    whole = whole_review_accuracy(d)
     lines += ["", f"TF-IDF + LR on the same {b['max_chars']} characters of each review (train, dev and test cut "
               f"alike): head {_pct(b['head']['test_accuracy'])}, head_tail {_pct(b['head_tail']['test_accuracy'])} "
               f"(dev {_pct(b['head']['dev_accuracy'])} / {_pct(b['head_tail']['dev_accuracy'])}); on whole reviews "
@@ -759,11 +764,12 @@ def beyond_spread(st: dict, none: dict, mult: float = 100.0) -> str:
           + ("met" if gap > spread else f"missed by {mult * (spread - gap):.1f} points"))
 
 
-def sentiment_goals(rows: List[dict], phrase: str, same: Optional[float], chars: Optional[int],
-                    skip=lambda r: r["arm"] == "none") -> List[str]:
+def sentiment_goals(rows: List[dict], phrase: str, whole: Optional[float], same: Optional[float],
+                    chars: Optional[int], skip=lambda r: r["arm"] == "none") -> List[str]:
   """The sentiment goals on a stage's rows ("with head_tail truncation", "at 128 tokens"): pre-trained vs
-  random init beyond the wider seed range, and BERT-mini against TF-IDF + LR on whole reviews (as the goal
-  says) and, given `same`, its accuracy on the same `chars` characters. Rows that `skip` names have no line."""
+  random init beyond the wider seed range, and BERT-mini against TF-IDF + LR's accuracy on whole reviews
+  (`whole`, as the goal says) and, given `same`, on the same `chars` characters. Rows that `skip` names have
+  no line."""
   out, none = [], {r["size"]: r for r in rows if r["arm"] == "none"}
   for r in rows:
     if skip(r):
@@ -772,8 +778,8 @@ def sentiment_goals(rows: List[dict], phrase: str, same: Optional[float], chars:
     if n:
       out.append(f"- sentiment {phrase}, {r['size']}, pre-trained `{r['arm']}` vs no pre-training: "
                  + beyond_spread(r["test"], n["test"]))
-    if r["size"] == "mini" and r.get("whole") is not None:
-      gap = r["test"]["median"] - r["whole"]
+    if r["size"] == "mini" and whole is not None:
+      gap = r["test"]["median"] - whole
       tail = f"; {100 * (r['test']['median'] - same):+.1f} against TF-IDF+LR on the same {chars} characters" \
           if same is not None else ""
       out.append(f"- BERT-mini `{r['arm']}` {phrase} vs TF-IDF+LR on whole reviews: {100 * gap:+.1f} points: "
@@ -781,15 +787,15 @@ def sentiment_goals(rows: List[dict], phrase: str, same: Optional[float], chars:
   return out
 
 
-def _with_whole(d: dict, rows: List[dict]) -> List[dict]:
-  whole = d.get("baselines", {}).get("sentiment", {}).get("test_accuracy")
-  return [dict(r, whole=whole) for r in rows]
+def whole_review_accuracy(d: dict) -> Optional[float]:
+  """TF-IDF + LR's test accuracy on whole reviews (the baselines stage), else None."""
+  return d.get("baselines", {}).get("sentiment", {}).get("test_accuracy")
 
 
 def truncation_goals(d: dict) -> List[str]:
   """The sentiment goals again on the head_tail rows."""
   b = d.get("truncation", {}).get("baseline")
-  return sentiment_goals(_with_whole(d, truncation_rows(d)), "with head_tail truncation",
+  return sentiment_goals(truncation_rows(d), "with head_tail truncation", whole_review_accuracy(d),
                          b and b["head_tail"]["test_accuracy"], b and b["max_chars"])
 
 
@@ -814,7 +820,7 @@ def length_section(d: dict) -> List[str]:
            f"medians selected, with the same seeds; the 64-token checkpoint itself at {length} tokens is the "
            "control (what the second phase adds)."]
   if b:
-    whole = d.get("baselines", {}).get("sentiment", {}).get("test_accuracy")
+    whole = whole_review_accuracy(d)
     lines += ["", f"{100 * b['long_fraction']:.0f}% of the training reviews are longer than the {b['max_chars']} "
               f"characters a {length}-token input holds. TF-IDF + LR on the same {b['max_chars']} characters: "
               f"{_pct(b['head']['test_accuracy'])} (dev {_pct(b['head']['dev_accuracy'])}); on whole reviews "
@@ -844,8 +850,8 @@ def length_goals(d: dict) -> List[str]:
   rows, b = length_rows(d), d.get("length", {}).get("baseline")
   if not rows:
     return []
-  return sentiment_goals(_with_whole(d, rows), f"at {rows[0]['length']} tokens", b and b["head"]["test_accuracy"],
-                         b and b["max_chars"], skip=lambda r: r["arm"] == r["from"])
+  return sentiment_goals(rows, f"at {rows[0]['length']} tokens", whole_review_accuracy(d),
+                         b and b["head"]["test_accuracy"], b and b["max_chars"], skip=lambda r: r["arm"] == r["from"])
 
 
 def goals(d: dict) -> List[str]:
