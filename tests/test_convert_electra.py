@@ -236,3 +236,56 @@ def test_zoo_electra_entries_count_what_transformers_builds_from_their_architect
     model = cls(cfg)
   assert x.params == sum(p.numel() for p in model.parameters())
   assert "import-hf" in x.how_to_convert() and x.fmt == "hf"
+
+
+@pytest.mark.slow   # torch model and a CLI round trip
+def test_imported_released_generator_exports_back_as_electra_for_masked_lm(tmp_path, tiny_vocab):
+  """A released generator (ElectraForMaskedLM, E != H as electra-base-generator's 768 vs 256) imports as a
+  BERT MLM; `export-hf --heads=mlm` writes it back as an ElectraForMaskedLM with the same logits."""
+  v = _vocab_size(tiny_vocab)
+  ref = _generator(v, embedding_size=H)               # E 64 -> Hg 32: electra.embeddings_project
+  folder = _save(ref, tmp_path / "gen", tiny_vocab)
+  ours, exported = str(tmp_path / "ours"), str(tmp_path / "exported")
+  assert convert_main(["import-hf", f"--input={folder}", f"--output={ours}"]) == 0
+  assert convert_main(["export-hf", f"--input={ours}", f"--output={exported}", "--heads=mlm"]) == 0
+  back, info = transformers.ElectraForMaskedLM.from_pretrained(exported, output_loading_info=True)
+  assert not info["missing_keys"] and not info["unexpected_keys"], info
+  ids, mask, seg = _inputs(v)
+  real = mask.astype(bool)
+  want = _torch_out(ref, ids, mask, seg).logits.numpy()
+  assert np.abs(_torch_out(back.eval(), ids, mask, seg).logits.numpy() - want)[real].max() < 1e-5
+  from bert_jax.errors import UserError
+  with pytest.raises(UserError, match="--heads=mlm"):   # no discriminator head: the message says what works
+    convert_main(["export-hf", f"--input={ours}", f"--output={tmp_path / 'x'}"])
+
+
+@pytest.mark.slow   # writes a TF checkpoint
+def test_import_tf_electra_takes_a_checkpoint_folder_with_its_config_and_vocab(tmp_path, tiny_vocab):
+  pytest.importorskip("tensorflow")
+  from test_convert_tf import _write_tf1_checkpoint
+  v = _vocab_size(tiny_vocab)
+  disc = _discriminator(v)
+  gen = _generator(v, embedding_size=H, disc=disc)
+  variables = _google_names(disc, "electra")
+  variables.update({k: a for k, a in _google_names(gen, "generator").items() if "/embeddings/" not in k})
+  folder = tmp_path / "electra_small"                  # google-research/electra's zip: a folder of one ckpt
+  folder.mkdir()
+  _write_tf1_checkpoint(str(folder / "electra_small"), variables)
+  (folder / "vocab.txt").write_text(open(tiny_vocab).read())
+  (folder / "config.json").write_text(json.dumps(disc.config.to_dict()))
+  assert convert_main(["import-tf", f"--checkpoint={folder}", f"--output={tmp_path / 'out'}"]) == 0
+  assert set(load_pretrained(str(tmp_path / "out")).params) == {"bert", "discriminator_predictions", "generator"}
+  with pytest.raises(FileNotFoundError, match="missing.txt"):   # the vocab the user named, not vocab.txt
+    hf_electra.import_hf_electra(_save(disc, tmp_path / "hf", tiny_vocab), vocab_file=str(tmp_path / "missing.txt"))
+
+
+@pytest.mark.parametrize("dtype", [None, "bfloat16"])
+def test_hugging_face_dtype_key_is_not_taken_as_the_compute_dtype(dtype):
+  """transformers >= 4.56 writes the stored weights' torch dtype as config.json's "dtype" (null in a fresh
+  config's to_dict()); it is not our compute dtype."""
+  from bert_jax.convert import hf, hf_albert
+  d = dict(vocab_size=99, hidden_size=64, num_hidden_layers=1, num_attention_heads=2, intermediate_size=96,
+           embedding_size=32, dtype=dtype)
+  assert hf_electra.electra_config_to_bert(dict(d, model_type="electra"), "c").dtype == "float32"
+  assert hf_albert.hf_config_to_albert(dict(d, model_type="albert"), "c").dtype == "float32"
+  assert hf.hf_config_to_bert(dict(d, model_type="bert", embedding_size=0), "c").dtype == "float32"

@@ -106,7 +106,8 @@ def main(argv=None) -> int:
 
   try:
     if args.command == "import-tf" and hf_electra.is_electra_tf_checkpoint(args.checkpoint):
-      folder = os.path.dirname(os.path.abspath(args.checkpoint))
+      folder = (args.checkpoint if os.path.isdir(args.checkpoint)   # the unzipped folder, or a prefix in it
+                else os.path.dirname(os.path.abspath(args.checkpoint)))
       _, _, _, report = hf_electra.import_tf_electra(args.checkpoint, args.config or os.path.join(folder, "config.json"),
                                                      args.output, vocab_file=args.vocab, do_lower_case=args.do_lower_case)
       print(report.summary())

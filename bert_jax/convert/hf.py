@@ -118,6 +118,13 @@ def _write_vocab_from_tokenizer_json(tokenizer_json: str, out_path: str) -> None
     f.writelines(tok + "\n" for tok, _ in by_id)
 
 
+def architecture_dict(config_dict: dict) -> dict:
+  """A Hugging Face config.json less the keys whose meaning differs from BertConfig's field of that name:
+  "dtype" (transformers >= 4.56's name for the stored weights' torch dtype, null in a fresh config's
+  to_dict()) is not our compute dtype, a runtime choice."""
+  return {k: v for k, v in config_dict.items() if k != "dtype"}
+
+
 def hf_config_to_bert(config_dict: dict, source: str) -> BertConfig:
   model_type = config_dict.get("model_type", "bert")
   if model_type != "bert":
@@ -131,7 +138,7 @@ def hf_config_to_bert(config_dict: dict, source: str) -> BertConfig:
                          "intermediate_size") if k not in config_dict]
   if missing:
     raise mapping.ConversionError(f"{source}: config lacks {missing}")
-  return BertConfig.from_dict(config_dict)
+  return BertConfig.from_dict(architecture_dict(config_dict))
 
 
 def normalize_hf_state_dict(state: Dict[str, np.ndarray], report: mapping.ConversionReport) -> Dict[str, np.ndarray]:

@@ -132,8 +132,8 @@ def hf_config_to_albert(d: dict, source: str) -> BertConfig:
   if inner != 1 or groups not in (1, layers):
     raise ConversionError(f"{source}: num_hidden_groups={groups}, inner_group_num={inner}; supported are one "
                           f"layer shared by all (1, 1) or one per layer ({layers}, 1)")
-  fields = dict(d, hidden_act=d.get("hidden_act", "gelu_new"), embedding_size=int(d.get("embedding_size", 128)),
-                share_layers=groups == 1 and layers > 1)
+  fields = dict(hf.architecture_dict(d), hidden_act=d.get("hidden_act", "gelu_new"),
+                embedding_size=int(d.get("embedding_size", 128)), share_layers=groups == 1 and layers > 1)
   if layers == 1:
     fields["share_layers"] = False   # one layer: the same either way; the per-layer layout is the simpler one
   return BertConfig.from_dict(fields)

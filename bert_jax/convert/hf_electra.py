@@ -30,7 +30,8 @@ What maps onto what (our params tree: models/electra.py):
   --config.electra.generator_hidden_fraction with --config.init_checkpoint=DIR). Adam slots, global_step and
   ELECTRA's `temperature` bookkeeping are ignored and reported.
 - Export writes the discriminator as an ElectraForPreTraining folder (--heads=pretraining) or ElectraModel
-  (--heads=none); with a generator in the params, --heads=mlm writes the generator as ElectraForMaskedLM.
+  (--heads=none); with a generator in the params, --heads=mlm writes the generator as ElectraForMaskedLM (an
+  imported ElectraForMaskedLM's bert + mlm params go back the same way).
 
 Embedding width E != H (ELECTRA-Small: E 128, H 256) maps onto factorised embeddings (model.embedding_size = E,
 bert/embeddings/projection); the generator reads the E-wide embeddings before that projection, as Google's.
@@ -241,7 +242,7 @@ def electra_config_to_bert(d: dict, source: str) -> BertConfig:
   pos = d.get("position_embedding_type", "absolute")
   if pos != "absolute":
     raise ConversionError(f"{source}: position_embedding_type={pos!r}; only 'absolute' is supported")
-  config = BertConfig.from_dict({k: v for k, v in d.items() if k != "embedding_size"})
+  config = BertConfig.from_dict({k: v for k, v in hf.architecture_dict(d).items() if k != "embedding_size"})
   width = int(d.get("embedding_size") or config.hidden_size)
   if width != config.hidden_size:
     if "embedding_size" not in {f.name for f in dataclasses.fields(BertConfig)}:
@@ -300,6 +301,8 @@ def import_hf_electra(folder: str, output: Optional[str] = None, vocab_file: Opt
   flat = _assign(state, "hf", table, shapes, report, ignorable)
   _fresh_pooler(config, flat, report, seed)
   params = traverse_util.unflatten_dict(flat)
+  if vocab_file and not os.path.exists(vocab_file):
+    raise FileNotFoundError(f"vocab not found: {vocab_file}")
   vocab_file = vocab_file or os.path.join(folder, "vocab.txt")
   if not os.path.exists(vocab_file):
     raise FileNotFoundError(f"{folder}: no vocab.txt; pass --vocab=PATH")
@@ -407,7 +410,15 @@ def write_electra(ckpt, output: str, heads: str = "pretraining", source: str = "
   config, params, vocab_file = ckpt.config, ckpt.params, ckpt.require_vocab()
   report = mapping.ConversionReport(source=source, fmt="hf")
   flat = traverse_util.flatten_dict(dict(params))
-  if heads == "mlm":
+  if heads == "mlm" and "generator" not in params and "mlm" in params:
+    # An imported ElectraForMaskedLM (a released generator: bert + mlm, generator_as_bert_table) goes back
+    # the way it came.
+    arrays = _export(generator_as_bert_table(config), flat,
+                     _shapes(BertForPreTraining(config, targets=("mlm",))))
+    arrays["generator_lm_head.weight"] = arrays["electra.embeddings.word_embeddings.weight"]
+    d = electra_config_dict(config, HEADS[heads], hf._pad_id(vocab_file))
+    report.notes.append("not exported: bert/pooler (HF ELECTRA has none)")
+  elif heads == "mlm":
     if "generator" not in params:
       raise ConversionError(f"{source}: --heads=mlm writes the ELECTRA generator, and these params have none "
                             f"(top-level keys {sorted(params)})")
@@ -426,7 +437,9 @@ def write_electra(ckpt, output: str, heads: str = "pretraining", source: str = "
       table = [e for e in table if e.group != "discriminator"]
     elif "discriminator_predictions" not in params:
       raise ConversionError(f"{source}: params lack discriminator_predictions needed by --heads=pretraining "
-                            f"(ElectraForPreTraining); use --heads=none (ElectraModel)")
+                            f"(ElectraForPreTraining); use --heads=none (ElectraModel)" +
+                            (" or --heads=mlm (ElectraForMaskedLM: these params are a generator's)"
+                             if "mlm" in params else ""))
     arrays = _export(table, flat, _shapes(ElectraDiscriminator(config)))
     d = electra_config_dict(config, HEADS[heads], hf._pad_id(vocab_file))
     skipped = sorted(k for k in params if k not in ("bert", "discriminator_predictions"))
