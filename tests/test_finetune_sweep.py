@@ -135,6 +135,34 @@ def test_sweep_runs_every_point_and_seed_once_and_a_rerun_skips_finished_runs(co
     sweep.run_sweep(config, {"optimizer.learning_rate": [1e-3]}, 2, w)
 
 
+def test_a_rerun_with_another_base_config_is_refused_not_mixed_in(config, tmp_path, monkeypatch):
+  """Finished runs are skipped on a rerun, so a rerun that changed a field off the grid (here the sequence
+  length) would report old runs as if trained with the new config: one error naming the field instead."""
+  calls = []
+  monkeypatch.setattr(sweep.multirun, "run_plans", _fake_training(calls))
+  w = str(tmp_path / "sw")
+  sweep.run_sweep(config, {"optimizer.learning_rate": [1e-3]}, 1, w, report=False)
+  changed = config.copy_and_resolve_references()
+  changed.max_seq_length = 48
+  changed.multirun.enabled = False        # how runs execute may change on a resume
+  with pytest.raises(UserError, match=r"another config \(config.max_seq_length: 32 in the sweep vs 48 now\)"):
+    sweep.run_sweep(changed, {"optimizer.learning_rate": [1e-3]}, 1, w, report=False)
+  changed.max_seq_length = config.max_seq_length
+  calls.clear()
+  sweep.run_sweep(changed, {"optimizer.learning_rate": [1e-3]}, 1, w, report=False)
+  assert calls == []                      # resumed: nothing left to run
+
+
+def test_a_missing_dev_split_fails_before_any_run(config, tmp_path, monkeypatch):
+  """The sweep selects on dev: without the dev file every run would train and none could be selected."""
+  calls = []
+  monkeypatch.setattr(sweep.multirun, "run_plans", _fake_training(calls))
+  os.remove(os.path.join(config.data_dir, "dev.tsv"))
+  with pytest.raises(UserError, match=r"has no 'dev' split for task classification, and the sweep selects on it"):
+    sweep.run_sweep(config, {"optimizer.learning_rate": [1e-3, 3e-4]}, 2, str(tmp_path / "sw"))
+  assert calls == [] and not os.path.exists(tmp_path / "sw" / "runs")
+
+
 def test_a_shard_runs_only_its_units(config, tmp_path, monkeypatch):
   calls = []
   monkeypatch.setattr(sweep.multirun, "run_plans", _fake_training(calls))

@@ -11,8 +11,10 @@ Any config field can be on the grid (`field=v1,v2` joined by `;`); a field the c
 the wrong type or out of range, is one `error:` line before anything runs (every point is resolved into its
 plan first). Seeds are `config.seed + 0 .. seeds-1`. Each (point, seed) run is an ordinary fine-tuning work
 directory, DIR/runs/p<point>_s<seed>/; a run whose eval_results.json exists is done, so a rerun of the same
-command resumes (finished runs are skipped). Runs that differ only in seed and learning rate train together
-as one vmapped program (finetune/multirun.py); anything else one at a time.
+command resumes (finished runs are skipped; a rerun that changes a config field off the grid is an error, not a
+mix of old and new runs). A missing dev split, which selection needs, is an error before any run. Runs that
+differ only in seed and learning rate train together as one vmapped program (finetune/multirun.py); anything
+else one at a time.
 
 Selection on the dev split by the task's main metric (`--select`):
   best    (default) BERT's rule (Devlin et al. 2019, Sec. 4.1 and its restarts on small sets): every run of
@@ -25,7 +27,9 @@ Either way the table shows, per point, dev and test median, mean +- std, min and
 Launchers: `--shard=i/n` runs the i-th of n shares of the work units (a unit is a grid point with all its
 seeds, or, when there are fewer points than shards, a group of seeds of one point), so each host or slice
 takes its own; then `--report` (same --workdir) merges whatever runs exist into the report. Files in DIR:
-  sweep_spec.json     the grid, seeds, rule, split names and points (a rerun must ask for the same sweep)
+  sweep_spec.json     the grid, seeds, rule, split names, points and the config's other fields (a rerun must
+                      ask for the same sweep; fields that only change how runs execute, such as multirun.*,
+                      may differ)
   sweep_results.json  per point: settings, per-seed runs, dev/test statistics, score; the selected point
   sweep_table.md      the table (the selected point in bold, marked "(selected)")
   sweep_spread.png    dev and test per seed for every point, the median marked
@@ -49,6 +53,7 @@ from ml_collections import config_flags
 
 from bert_jax import cli
 from bert_jax.errors import UserError
+from bert_jax.finetune import data as ft
 from bert_jax.finetune import multirun
 from bert_jax.finetune.plan import FinetunePlan, resolve_finetune
 from bert_jax.input_pipeline import checks, fileio
@@ -193,13 +198,60 @@ def work_units(points: int, seeds: Sequence[int], shards: int) -> List[List[Tupl
           if seeds[g * size:(g + 1) * size]]
 
 
+# Fields that change how a run executes but not what it computes: a resume may change them.
+_RUNTIME_FIELDS = ("compilation_cache_dir", "multirun", "mesh", "logical_axis_rules", "log_every_steps",
+                   "eval_batch_size", "save_best_checkpoint", "tfds_data_dir", "model.attention_impl",
+                   "model.scan_layers", "model.remat_policy")
+_ALIASES = ("learning_rate", "weight_decay")   # deprecated aliases of optimizer.* (the same values)
+
+
+def _flat(d, prefix: str = "") -> Dict[str, Any]:
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(_flat(v, f"{prefix}{k}."))
+    else:
+      out[prefix + k] = v
+  return out
+
+
+def base_settings(config, grid) -> Dict[str, Any]:
+  """The config's fields that decide the runs' results, less the grid's fields and the seed (which the sweep
+  sets per run): what a resume must keep (a run skipped as finished was trained with them). `config`: a
+  ConfigDict or its dict (a run's config.json)."""
+  flat = json.loads(json.dumps(_flat(config if isinstance(config, dict) else config.to_dict()), default=str))
+  skip = set(grid) | {"seed"} | set(_ALIASES)
+  return {k: v for k, v in sorted(flat.items())
+          if k not in skip and not any(k == f or k.startswith(f + ".") for f in _RUNTIME_FIELDS)}
+
+
 def _spec(config, grid, seeds, select, plan: FinetunePlan) -> dict:
   task = plan.task
   return {"task": task.name, "main_metric": task.main_metric,
           "dev_split": (list(plan.data.eval_splits) or list(task.eval_splits) or [None])[0],
           "test_splits": list(plan.data.test_splits) or list(task.test_splits),
           "grid": grid, "seeds": list(seeds), "select": select,
-          "points": [{"index": i, "settings": s, "label": point_label(s)} for i, s in enumerate(grid_points(grid))]}
+          "points": [{"index": i, "settings": s, "label": point_label(s)} for i, s in enumerate(grid_points(grid))],
+          "config": base_settings(config, grid)}
+
+
+def _check_dev_split(plans: Sequence[FinetunePlan], split: Optional[str]) -> None:
+  """The sweep selects on `split`: it must exist for the runs about to train (one read per data source), or
+  every run would train and none could be selected."""
+  seen = set()
+  for plan in plans:
+    d = plan.data
+    key = (d.data_dir, d.tfds_name, split)
+    if key in seen:
+      continue
+    seen.add(key)
+    where = f"TFDS {d.tfds_name}" if d.tfds_name else f"--config.data_dir={d.data_dir!r}"
+    if split is None:
+      raise UserError(f"task {plan.task.name} has no dev split to select on; set --config.eval_splits")
+    if ft.read_split(plan.task, d, split) is None:
+      raise UserError(f"{where} has no {split!r} split for task {plan.task.name}, and the sweep selects on it "
+                      f"(the task's dev split, or the first of --config.eval_splits); add it or name another "
+                      "with --config.eval_splits")
 
 
 def run_sweep(config, grid, seeds: int = 5, workdir: str = "sweep", *, select: str = "best",
@@ -229,6 +281,8 @@ def run_sweep(config, grid, seeds: int = 5, workdir: str = "sweep", *, select: s
   units = work_units(len(points), seed_list, count)
   mine = [r for u, unit in enumerate(units) if u % count == index for r in unit]
   todo = [(i, s) for i, s in mine if not is_done(Run(i, s, run_dir(workdir, i, s)))]
+  if todo:
+    _check_dev_split([plans[r] for r in todo], spec["dev_split"])
   _log.info("sweep: %d points x %d seeds; shard %d/%d has %d runs, %d already done", len(points), len(seed_list),
             index, count, len(mine), len(mine) - len(todo))
   for group in _vmap_groups([plans[r] for r in todo]):
@@ -252,12 +306,35 @@ def _vmap_groups(plans: Sequence[FinetunePlan]) -> List[List[FinetunePlan]]:
   return list(groups.values())
 
 
+def _finished_run_settings(workdir: str, grid) -> Optional[Dict[str, Any]]:
+  """base_settings of a finished run's config.json (a sweep directory from before the spec held them)."""
+  runs = os.path.join(workdir, "runs")
+  for name in sorted(os.listdir(runs)) if os.path.isdir(runs) else []:
+    d = os.path.join(runs, name)
+    if os.path.exists(os.path.join(d, "eval_results.json")) and os.path.exists(os.path.join(d, "config.json")):
+      with open(os.path.join(d, "config.json"), encoding="utf-8") as f:
+        return base_settings(json.load(f), grid)
+  return None
+
+
 def _write_spec(workdir: str, spec: dict) -> None:
   path = os.path.join(workdir, SPEC_NAME)
   if os.path.exists(path):
     with open(path, encoding="utf-8") as f:
       old = json.load(f)
-    if json.loads(json.dumps(spec)) != old:
+    new = json.loads(json.dumps(spec))
+    if "config" not in old:   # written before the spec recorded the config: a finished run's, if any
+      old["config"] = _finished_run_settings(workdir, old.get("grid") or {}) or {}
+    # Fields both know (a field added to or dropped from configs/finetune.py since does not block a resume).
+    was, now = old.pop("config"), new.pop("config")
+    diff = [k for k in sorted(set(was) & set(now)) if was[k] != now[k]]
+    if diff:
+      shown = "; ".join(f"config.{k}: {was[k]!r} in the sweep vs {now[k]!r} now" for k in diff[:3]) + (
+          f"; and {len(diff) - 3} more" if len(diff) > 3 else "")
+      raise UserError(f"--workdir={workdir} holds a sweep run with another config ({shown}): its finished runs "
+                      "would be reused as if run with this one; use a new directory, or the same --config "
+                      "flags to resume it")
+    if new != old:
       raise UserError(f"--workdir={workdir} holds another sweep ({SPEC_NAME}: task {old.get('task')}, grid "
                       f"{old.get('grid')}, seeds {old.get('seeds')}, select {old.get('select')}); use a new "
                       "directory, or the same flags to resume it")
