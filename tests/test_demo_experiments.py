@@ -618,3 +618,21 @@ def test_length_stage_continues_the_longest_pretraining_at_128_then_reruns_senti
           "widest seed range 2.0: met") in text
   assert ("- BERT-mini `long+128` at 128 tokens vs TF-IDF+LR on whole reviews: +1.0 points: met; +4.0 against "
           "TF-IDF+LR on the same 126 characters") in text
+
+
+def test_reproduce_paper_run_exits_non_zero_when_a_sweep_fails(tmp_path, monkeypatch, capsys):
+  """A failed task's sweep (here: no converted checkpoint under --root) is reported and makes the exit code
+  non-zero, after the other tasks ran and the table was written."""
+  from experiments.reproduce_paper import run as repro_run
+  codes = {"mrpc": 2, "sst2": 0}
+  monkeypatch.setattr(repro_run.subprocess, "call",
+                      lambda cmd, cwd=None: codes["mrpc" if "task=mrpc" in " ".join(cmd) else "sst2"])
+  out = tmp_path / "runs"
+  rc = repro_run.main([f"--root={tmp_path}", f"--output_dir={out}", "--tasks=mrpc,sst2", "--seeds=1"])
+  err = capsys.readouterr().err
+  assert rc == 1 and "1 of 2 sweeps failed: mrpc" in err
+  assert (out / "results.md").exists()
+  codes["mrpc"] = 0
+  assert repro_run.main([f"--root={tmp_path}", f"--output_dir={out}", "--tasks=mrpc,sst2", "--seeds=1"]) == 0
+  assert repro_run.main([f"--root={tmp_path}", f"--output_dir={tmp_path / 'dry'}", "--dry_run", "--report"]) == 0
+  assert not (tmp_path / "dry").exists()

@@ -94,6 +94,7 @@ def main(argv=None):
   log_path = os.path.join(args.output_dir, "commands.log")
   if not args.dry_run:
     os.makedirs(args.output_dir, exist_ok=True)
+  failed = []
   for task in tasks:
     cmd, _ = command(task, args)
     line = " ".join(shlex.quote(c) for c in cmd)
@@ -105,11 +106,17 @@ def main(argv=None):
     with open(log_path, "a", encoding="utf-8") as f:
       f.write(json.dumps({"task": task, "rc": rc, "seconds": round(time.time() - t0, 1), "command": line}) + "\n")
     if rc:
+      failed.append(task)
       print(f"  FAILED (exit {rc}): {task}; continuing", flush=True)
-  if not args.dry_run and args.shard in ("0/1", "") or args.report:
+  if not args.dry_run and (args.shard in ("0/1", "") or args.report):
     path = table.write_results(args.output_dir, os.path.join(args.output_dir, "results.md"))
     print(open(path, encoding="utf-8").read())
+  if failed:
+    print(f"error: {len(failed)} of {len(tasks)} sweeps failed: {', '.join(failed)} (their errors above; "
+          f"{log_path})", file=sys.stderr, flush=True)
+    return 1
+  return 0
 
 
 if __name__ == "__main__":
-  main()
+  sys.exit(main())
