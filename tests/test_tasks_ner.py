@@ -74,3 +74,29 @@ def test_bad_tags_and_missing_columns_name_file_and_line(tmp_path):
   assert es[0].labels is None and es[0].words == ["John", "Smith"]
   with pytest.raises(TaskDataError, match="tag 'B-X' not in the label set"):
     ner.convert_examples_to_features([ner.NerExample("f:1", ["a"], ["B-X"])], None, 8, ["O"])
+
+
+_IOB1 = ("-DOCSTART- -X- -X- O\n\nEU NNP I-NP I-ORG\nrejects VBZ I-VP O\nGerman JJ I-NP I-MISC\ncall NN I-NP O\n"
+         "Peter NNP I-NP I-PER\nBlackburn NNP I-NP I-PER\nSmith NNP I-NP B-PER\n\n")
+
+
+def test_the_crf_reads_conll2003_iob1_files_as_iob2(tmp_path):
+  """CoNLL-2003's original files are IOB1 (an entity starts with I-X). The CRF's BIO constraints forbid I-X
+  after O, so those gold paths were impossible (train loss ~1e3 per sentence, no entity predicted): with the
+  CRF the tags are read as IOB2, and B-PER joins the label list although the files never write it."""
+  from bert_jax.models import crf as crf_lib
+  for split in ("train", "dev"):
+    (tmp_path / f"{split}.txt").write_text(_IOB1)
+  task = ner.NerTask(crf=True).prepare(data_dir=str(tmp_path))
+  assert {"B-ORG", "B-MISC", "B-PER", "I-PER"} <= set(task.label_list)
+  labels = task.read("train", str(tmp_path))[0].labels
+  assert labels == ["B-ORG", "O", "B-MISC", "O", "B-PER", "I-PER", "B-PER"]
+  allowed = crf_lib.transition_constraints(task.label_list, "BIO")
+  ids = [task.label_list.index(t) for t in labels]
+  assert allowed.start[ids[0]] and all(allowed.transitions[a, b] for a, b in zip(ids, ids[1:]))
+  # conlleval reads the same entities from both
+  from bert_jax.evaluation import ner as ner_eval
+  raw = ["I-ORG", "O", "I-MISC", "O", "I-PER", "I-PER", "B-PER"]
+  assert ner_eval.get_entities(raw, "conlleval", "BIO") == ner_eval.get_entities(labels, "conlleval", "BIO")
+  # the softmax head keeps the file's tags
+  assert ner.NerTask().prepare(data_dir=str(tmp_path)).read("train", str(tmp_path))[0].labels == raw

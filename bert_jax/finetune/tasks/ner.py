@@ -14,7 +14,8 @@ sentence; `-DOCSTART-` lines (document boundaries) are dropped. A tag outside `l
 a tag in a labelled file, raises TaskDataError naming file and line (or is a counted skip of the sentence with
 on_error="skip"). Without a label list (no labels.txt: the tags are inferred from the files) every tag must
 fit the BIO / IOB / BIOES scheme, "O" or B-/I-/E-/S-<type>; other tags (X-FOO, PER) are the same error,
-with a labels.txt listing the tags as the way to use them.
+with a labels.txt listing the tags as the way to use them. With the CRF and the BIO scheme, IOB1 files
+(CoNLL-2003's original release: entities start with I-X) are read as IOB2, whose paths the CRF allows.
 
 Features, one row per window ([CLS] sub-tokens [SEP]):
   input_ids, input_mask, segment_ids  int32 [N, T]
@@ -66,6 +67,19 @@ def is_scheme_tag(tag: str) -> bool:
     return True
   prefix, sep, entity_type = tag.partition("-")
   return bool(sep) and prefix in SCHEME_PREFIXES and bool(entity_type.strip("-"))
+
+
+def iob1_to_iob2(tags: Sequence[str]) -> List[str]:
+  """IOB1 (CoNLL-2003's original files: an entity starts with I-X, B-X only right after another X entity) as
+  IOB2 / BIO (every entity starts with B-X). IOB2 tags, BIOES tags and tags outside the scheme are unchanged;
+  conlleval reads the same entities from both."""
+  out, prev = [], "O"
+  for t in tags:
+    if t.startswith("I-") and not (prev[:2] in ("B-", "I-") and prev[2:] == t[2:]):
+      t = "B-" + t[2:]
+    out.append(t)
+    prev = t
+  return out
 
 
 def read_conll(path: str, label_list: Optional[Sequence[str]] = None, split: str = "train",
@@ -331,22 +345,44 @@ class NerTask(Task):
       raise ValueError("data_dir is required to infer the NER label list")
     labels_file = os.path.join(data_dir, "labels.txt")
     if os.path.exists(labels_file):  # an explicit label file fixes the order (and ids) of the tags
-      self.label_list = read_label_file(labels_file)
+      self.label_list = self._with_crf_tags(read_label_file(labels_file))
       return self
-    sets = [read_conll_split(data_dir, "train", None, self.on_error)]
+    sets = [self._as_crf_tags(read_conll_split(data_dir, "train", None, self.on_error))]
     try:
-      sets.append(read_conll_split(data_dir, "dev", None, self.on_error))
+      sets.append(self._as_crf_tags(read_conll_split(data_dir, "dev", None, self.on_error)))
     except FileNotFoundError:
       pass
-    self.label_list = infer_label_list(sets)
+    self.label_list = self._with_crf_tags(infer_label_list(sets))
     return self
+
+  def _with_crf_tags(self, label_list):
+    """With the CRF and the BIO scheme, B-X and I-X for every type X of `label_list` (missing ones appended, so
+    the ids of the listed tags stay): IOB1 files become IOB2 (_as_crf_tags), which may write B-X where the files
+    never do, and a test file's I-X must still be readable."""
+    if not (self.crf and self.scheme.upper() == "BIO"):
+      return label_list
+    out = list(label_list)
+    for t in label_list:
+      if t[:2] in ("B-", "I-"):
+        out += [x for x in (f"B-{t[2:]}", f"I-{t[2:]}") if x not in out]
+    return out
+
+  def _as_crf_tags(self, example_set):
+    """With the CRF and the BIO scheme, IOB1 tags (CoNLL-2003's original files) as IOB2: the CRF's BIO
+    constraints forbid I-X after O, so an IOB1 gold path would be impossible (a loss of ~1e4 per entity and
+    entities never predicted). The softmax head reads the tags as they are."""
+    if self.crf and self.scheme.upper() == "BIO":
+      for ex in example_set:
+        if ex.labels is not None:
+          ex.labels = iob1_to_iob2(ex.labels)
+    return example_set
 
   def read(self, split, data_dir=None, *, use_tfds=False, tfds_data_dir=None, download=False, on_error=None):
     if use_tfds:
       return read_conll2003_tfds(split, tfds_data_dir or data_dir, download, on_error or self.on_error)
     if data_dir is None:
       raise ValueError("data_dir is required to read CoNLL files")
-    return read_conll_split(data_dir, split, self.label_list, on_error or self.on_error)
+    return self._as_crf_tags(read_conll_split(data_dir, split, self.label_list, on_error or self.on_error))
 
   def featurize(self, example_set, tokenizer, max_seq_length, is_training=False):
     self._require_labels()
