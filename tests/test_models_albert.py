@@ -240,3 +240,17 @@ def test_albert_flops_count_the_projection_and_the_narrow_mlm_head():
   diff = flops.flops_per_sequence(bert, t, p, ("mlm", "sop")) - flops.flops_per_sequence(albert, t, p, ("mlm", "sop"))
   # Same encoder FLOPs (a shared layer is still applied 12 times); the MLM head shrinks, the projection is added.
   assert diff == 6.0 * p * (h * h + h * v) - 6.0 * p * (h * e + e * v) - 6.0 * t * e * h
+
+
+def test_sentencepiece_vocab_of_the_english_alberts_loads_as_a_bert_vocab_with_ids_in_place(tmp_path):
+  """albert-*-v2 ship tokenizer.json with a Unigram model: <pad> 0, <unk> 1, [CLS] 2, [SEP] 3, [MASK] 4, then
+  pieces. The vocab.txt written from it must load with this package's tokenizer (which needs [PAD] and [UNK];
+  otherwise predict / fine-tune / rank stop on the imported model) and keep every id."""
+  from bert_jax.input_pipeline import tokenization
+  pieces = [["<pad>", 0.0], ["<unk>", 0.0], ["[CLS]", 0.0], ["[SEP]", 0.0], ["[MASK]", 0.0], ["(", -8.5],
+            ["\u2581the", -2.0], ["s", -3.1]]
+  (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "Unigram", "unk_id": 1, "vocab": pieces}}))
+  out = tmp_path / "vocab.txt"
+  assert hf_albert._write_vocab_from_unigram(str(tmp_path / "tokenizer.json"), str(out))
+  vocab = tokenization.load_vocab(str(out))
+  assert [vocab[t] for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "\u2581the", "s")] == [0, 1, 2, 3, 4, 6, 7]

@@ -147,13 +147,19 @@ def normalize_albert_state_dict(state: Dict[str, np.ndarray], report: mapping.Co
 
 
 def _write_vocab_from_unigram(tokenizer_json: str, out_path: str) -> bool:
-  """SentencePiece pieces of tokenizer.json's Unigram model -> vocab.txt in id order; False if not Unigram."""
+  """SentencePiece pieces of tokenizer.json's Unigram model -> vocab.txt in id order; False if not Unigram.
+  SentencePiece's <pad> and <unk> (ids 0 and 1 in ALBERT's) are written as BERT's [PAD] and [UNK], the names
+  this package's tokenizer requires, so that the vocab loads; every id stays in place."""
   with open(tokenizer_json, encoding="utf-8") as f:
     model = json.load(f).get("model", {})
   if model.get("type") != "Unigram" or not isinstance(model.get("vocab"), list):
     return False
+  pieces = [str(piece[0]).replace("\n", " ") for piece in model["vocab"]]
+  for sp, bert in (("<pad>", "[PAD]"), ("<unk>", "[UNK]")):
+    if sp in pieces and bert not in pieces:
+      pieces[pieces.index(sp)] = bert
   with open(out_path, "w", encoding="utf-8") as f:
-    f.writelines(str(piece[0]).replace("\n", " ") + "\n" for piece in model["vocab"])
+    f.writelines(p + "\n" for p in pieces)
   return True
 
 
