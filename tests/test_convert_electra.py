@@ -289,3 +289,16 @@ def test_hugging_face_dtype_key_is_not_taken_as_the_compute_dtype(dtype):
   assert hf_electra.electra_config_to_bert(dict(d, model_type="electra"), "c").dtype == "float32"
   assert hf_albert.hf_config_to_albert(dict(d, model_type="albert"), "c").dtype == "float32"
   assert hf.hf_config_to_bert(dict(d, model_type="bert", embedding_size=0), "c").dtype == "float32"
+
+
+def test_fine_tuned_electra_folder_error_names_the_ignore_flag(tmp_path, tiny_vocab):
+  """Most ELECTRA folders on the Hub are fine-tuned (ElectraForSequenceClassification): the refusal says how
+  to drop the task head, and with --ignore the encoder imports."""
+  v = _vocab_size(tiny_vocab)
+  cfg = transformers.ElectraConfig(vocab_size=v, embedding_size=32, hidden_size=H, num_hidden_layers=1,
+                                   num_attention_heads=HEADS, intermediate_size=FFN, max_position_embeddings=MAX_POS)
+  folder = _save(transformers.ElectraForSequenceClassification(cfg), tmp_path / "cls", tiny_vocab)
+  with pytest.raises(ConversionError, match=r"classifier\.out_proj\.weight.*--ignore="):
+    hf_electra.import_hf_electra(folder)
+  _, params, _ = hf_electra.import_hf_electra(folder, ignore=[r"^classifier\."])
+  assert set(params) == {"bert"}

@@ -70,6 +70,8 @@ HEADS = {
 # ELECTRA's TF bookkeeping beside the weights (its Gumbel temperature is a non-trainable variable).
 _TF_IGNORABLE = re.compile(r"(^|/)temperature$")
 _HF_BUFFERS = re.compile(r"(^|\.)(position_ids|token_type_ids)$")
+_IGNORE_HINT = ("; a fine-tuned model's task head (e.g. classifier.*) is dropped on purpose with "
+                "--ignore='^classifier\\.'")
 
 
 def is_electra_folder(folder: str) -> bool:
@@ -192,7 +194,7 @@ def _assign(source: Dict[str, np.ndarray], fmt: str, table: List[Entry], shapes,
   unknown = sorted(n for n in source if n not in by_source and not ignorable(n))
   if unknown:
     raise ConversionError(f"{report.source}: {len(unknown)} {fmt} variable(s) map to no ELECTRA parameter: "
-                          f"{unknown[:20]}")
+                          f"{unknown[:20]}" + (_IGNORE_HINT if fmt == "hf" else ""))
   report.ignored = sorted(n for n in source if n not in by_source)
   missing = [e for e in table if e.source(fmt) not in source]
   if missing:

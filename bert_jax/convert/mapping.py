@@ -295,7 +295,8 @@ def assign_params(source: Mapping[str, np.ndarray], fmt: str, config: BertConfig
   if unknown:
     raise ConversionError(
         f"{report.source}: {len(unknown)} {fmt} variable(s) map to no parameter of BertForPreTraining: "
-        f"{unknown}")
+        f"{unknown}" + ("; a fine-tuned model's task head (e.g. classifier.*) is dropped on purpose with "
+                        "--ignore='^classifier\\.'" if fmt == "hf" else ""))
   report.ignored = sorted(n for n in source if n not in by_source)
 
   present_groups = {e.group for e in table if e.source(fmt) in source}
