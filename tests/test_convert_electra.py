@@ -302,3 +302,33 @@ def test_fine_tuned_electra_folder_error_names_the_ignore_flag(tmp_path, tiny_vo
     hf_electra.import_hf_electra(folder)
   _, params, _ = hf_electra.import_hf_electra(folder, ignore=[r"^classifier\."])
   assert set(params) == {"bert"}
+
+
+def test_zoo_hfl_small_ex_has_the_embedding_width_of_its_published_config():
+  """ymcui/Chinese-ELECTRA's config/small_ex_discriminator_config.json: 24 layers, hidden 256, embedding_size
+  256 (not Small's 128): no E -> H projection, 24.6M parameters."""
+  from bert_jax.pretrained import zoo
+  x = zoo.REGISTRY["hfl/chinese-electra-180g-small-ex-discriminator"]
+  assert (x.layers, x.hidden, x.embedding_size or x.hidden) == (24, 256, 256)
+  assert round(x.params / 1e5) == 246
+
+
+@pytest.mark.slow   # writes a TF checkpoint
+def test_import_tf_electra_reads_the_discriminator_json_of_hfl_zips(tmp_path, tiny_vocab):
+  """HFL's Chinese ELECTRA TF zips hold electra_small.* + vocab.txt + discriminator.json + generator.json (no
+  config.json): import-tf takes discriminator.json by default."""
+  pytest.importorskip("tensorflow")
+  from test_convert_tf import _write_tf1_checkpoint
+  v = _vocab_size(tiny_vocab)
+  disc = _discriminator(v)
+  gen = _generator(v, embedding_size=H, disc=disc)
+  variables = _google_names(disc, "electra")
+  variables.update({k: a for k, a in _google_names(gen, "generator").items() if "/embeddings/" not in k})
+  folder = tmp_path / "chinese_electra_small_L-12_H-256_A-4"
+  folder.mkdir()
+  _write_tf1_checkpoint(str(folder / "electra_small"), variables)
+  (folder / "vocab.txt").write_text(open(tiny_vocab).read())
+  (folder / "discriminator.json").write_text(json.dumps(disc.config.to_dict()))
+  (folder / "generator.json").write_text(json.dumps(gen.config.to_dict()))
+  assert convert_main(["import-tf", f"--checkpoint={folder / 'electra_small'}", f"--output={tmp_path / 'out'}"]) == 0
+  assert convert_main(["import-tf", f"--checkpoint={folder}", f"--output={tmp_path / 'out2'}"]) == 0

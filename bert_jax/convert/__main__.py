@@ -108,8 +108,11 @@ def main(argv=None) -> int:
     if args.command == "import-tf" and hf_electra.is_electra_tf_checkpoint(args.checkpoint):
       folder = (args.checkpoint if os.path.isdir(args.checkpoint)   # the unzipped folder, or a prefix in it
                 else os.path.dirname(os.path.abspath(args.checkpoint)))
-      _, _, _, report = hf_electra.import_tf_electra(args.checkpoint, args.config or os.path.join(folder, "config.json"),
-                                                     args.output, vocab_file=args.vocab, do_lower_case=args.do_lower_case)
+      # HFL's Chinese ELECTRA zips ship discriminator.json (+ generator.json) instead of a config.json.
+      config = args.config or next((os.path.join(folder, n) for n in ("config.json", "discriminator.json")
+                                    if os.path.exists(os.path.join(folder, n))), os.path.join(folder, "config.json"))
+      _, _, _, report = hf_electra.import_tf_electra(args.checkpoint, config, args.output, vocab_file=args.vocab,
+                                                     do_lower_case=args.do_lower_case)
       print(report.summary())
       print(f"wrote {args.output}")
     elif args.command == "import-tf":

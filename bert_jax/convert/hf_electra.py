@@ -344,7 +344,9 @@ def import_tf_electra(checkpoint: str, config_file: str, output: Optional[str] =
   vocab_file = vocab_file or os.path.join(folder, "vocab.txt")
   if not os.path.exists(config_file):
     raise FileNotFoundError(f"model config not found: {config_file} (google-research/electra builds it from "
-                            "model_size; write the HF ElectraConfig JSON of that size and pass --config=PATH)")
+                            "model_size; write the HF ElectraConfig JSON of that size, e.g. google/electra-small-"
+                            "discriminator's config.json, and pass --config=PATH; HFL's zips hold "
+                            "discriminator.json)")
   if not os.path.exists(vocab_file):
     raise FileNotFoundError(f"vocab not found: {vocab_file}; pass --vocab=PATH")
   with open(config_file, encoding="utf-8") as f:

@@ -204,7 +204,8 @@ def _build() -> Dict[str, ZooEntry]:
   c180 = "180 GB Chinese text (Wikipedia, EXT, CommonCrawl)"
   e += [
       _electra("hfl/chinese-electra-180g-small-discriminator", 12, 256, 128, 21128, "Chinese", c180),
-      _electra("hfl/chinese-electra-180g-small-ex-discriminator", 24, 256, 128, 21128, "Chinese", c180),
+      _electra("hfl/chinese-electra-180g-small-ex-discriminator", 24, 256, 256, 21128, "Chinese", c180,
+               note="embedding_size 256 (ymcui/Chinese-ELECTRA config/small_ex_discriminator_config.json)"),
       _electra("hfl/chinese-electra-180g-base-discriminator", 12, 768, 768, 21128, "Chinese", c180),
       _electra("hfl/chinese-electra-180g-large-discriminator", 24, 1024, 1024, 21128, "Chinese", c180),
   ]
