@@ -158,9 +158,11 @@ def test_a_missing_dev_split_fails_before_any_run(config, tmp_path, monkeypatch)
   calls = []
   monkeypatch.setattr(sweep.multirun, "run_plans", _fake_training(calls))
   os.remove(os.path.join(config.data_dir, "dev.tsv"))
-  with pytest.raises(UserError, match=r"has no 'dev' split for task classification, and the sweep selects on it"):
+  with pytest.raises(UserError, match=r"has no 'dev' split for task classification \(.*dev.*\), and the sweep "
+                                     r"selects on it"):
     sweep.run_sweep(config, {"optimizer.learning_rate": [1e-3, 3e-4]}, 2, str(tmp_path / "sw"))
   assert calls == [] and not os.path.exists(tmp_path / "sw" / "runs")
+  assert not os.path.exists(tmp_path / "sw" / sweep.SPEC_NAME)   # the corrected command is not "another sweep"
 
 
 def test_a_shard_runs_only_its_units(config, tmp_path, monkeypatch):

@@ -249,9 +249,15 @@ def _check_dev_split(plans: Sequence[FinetunePlan], split: Optional[str]) -> Non
     if split is None:
       raise UserError(f"task {plan.task.name} has no dev split to select on; set --config.eval_splits")
     if ft.read_split(plan.task, d, split) is None:
-      raise UserError(f"{where} has no {split!r} split for task {plan.task.name}, and the sweep selects on it "
-                      f"(the task's dev split, or the first of --config.eval_splits); add it or name another "
-                      "with --config.eval_splits")
+      reason = ""
+      if not d.tfds_name:   # read_split logs why; say it here too
+        try:
+          plan.task.read(split, d.data_dir or None)
+        except (FileNotFoundError, ValueError) as e:
+          reason = f" ({e})"
+      raise UserError(f"{where} has no {split!r} split for task {plan.task.name}{reason}, and the sweep selects "
+                      "on it (the task's dev split, or the first of --config.eval_splits); add it or name "
+                      "another with --config.eval_splits")
 
 
 def run_sweep(config, grid, seeds: int = 5, workdir: str = "sweep", *, select: str = "best",
@@ -276,13 +282,14 @@ def run_sweep(config, grid, seeds: int = 5, workdir: str = "sweep", *, select: s
       except UserError as e:
         raise UserError(f"grid point {point_label(settings)}: {e}") from e
   spec = _spec(config, grid, seed_list, select, plans[(0, seed_list[0])])
-  _write_spec(workdir, spec)
+  _write_spec(workdir, spec, check_only=True)
   index, count = shard
   units = work_units(len(points), seed_list, count)
   mine = [r for u, unit in enumerate(units) if u % count == index for r in unit]
   todo = [(i, s) for i, s in mine if not is_done(Run(i, s, run_dir(workdir, i, s)))]
   if todo:
     _check_dev_split([plans[r] for r in todo], spec["dev_split"])
+  _write_spec(workdir, spec)     # after every check: a failed start leaves no spec to block the corrected one
   _log.info("sweep: %d points x %d seeds; shard %d/%d has %d runs, %d already done", len(points), len(seed_list),
             index, count, len(mine), len(mine) - len(todo))
   for group in _vmap_groups([plans[r] for r in todo]):
@@ -317,7 +324,8 @@ def _finished_run_settings(workdir: str, grid) -> Optional[Dict[str, Any]]:
   return None
 
 
-def _write_spec(workdir: str, spec: dict) -> None:
+def _write_spec(workdir: str, spec: dict, check_only: bool = False) -> None:
+  """Writes `spec`; UserError when the directory holds another sweep (`check_only`: only that check)."""
   path = os.path.join(workdir, SPEC_NAME)
   if os.path.exists(path):
     with open(path, encoding="utf-8") as f:
@@ -338,6 +346,8 @@ def _write_spec(workdir: str, spec: dict) -> None:
       raise UserError(f"--workdir={workdir} holds another sweep ({SPEC_NAME}: task {old.get('task')}, grid "
                       f"{old.get('grid')}, seeds {old.get('seeds')}, select {old.get('select')}); use a new "
                       "directory, or the same flags to resume it")
+  if check_only:
+    return
   fileio.makedirs(workdir)
   params_dir.write_json_atomic(path, spec)
 
