@@ -272,3 +272,19 @@ def test_cli_runs_the_documented_command(fixtures, tmp_path):
   assert "cola dev: " in proc.stdout and "mcc=" in proc.stdout
   results = read_json(os.path.join(out, "eval_results.json"))
   assert "mcc" in results["dev"] and os.path.exists(os.path.join(out, "CoLA.tsv"))
+
+
+def test_an_eval_or_test_split_the_config_names_must_exist(tmp_path):
+  """A split named in config.eval_splits / test_splits that is not there (a typo, a missing file) is one error
+  before any training, naming the split and the file looked for; it used to be a logged warning and a run
+  with no dev score. The task's own default splits may still be absent (MNLI's AX diagnostic)."""
+  from bert_jax.errors import UserError
+  data = testing.write_glue(str(tmp_path / "glue"), tasks=["rte"])
+  vocab = testing.write_vocab(str(tmp_path / "v"))
+  c = make_config("rte", data, vocab, eval_splits="dev,validaton")
+  with pytest.raises(UserError, match=r"config.eval_splits: task rte has no split 'validaton' .*no split"):
+    finetune_loop.run(c, str(tmp_path / "run"))
+  os.remove(os.path.join(data, "RTE", "test.tsv"))
+  c = make_config("rte", data, vocab, test_splits="test")
+  with pytest.raises(UserError, match=r"config.test_splits: task rte has no split 'test' .*no test.tsv in"):
+    finetune_loop.run(c, str(tmp_path / "run2"))

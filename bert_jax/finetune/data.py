@@ -126,6 +126,18 @@ def read_split(task, source, split: str) -> Optional[ExampleSet]:
     raise
 
 
+def why_missing(task, source, split: str) -> str:
+  """Why read_split found no `split` (the reader's message: the file it looked for, or the split names), or ""."""
+  try:
+    if use_tfds(source):
+      task.read(split, source.data_dir or None, use_tfds=True, tfds_data_dir=_tfds_kwargs(source)["tfds_data_dir"])
+    else:
+      task.read(split, source.data_dir or None)
+  except (FileNotFoundError, ValueError) as e:
+    return str(e)
+  return ""
+
+
 def load_split(task, source, split: str, tokenizer, is_training: bool = False,
                examples: Optional[ExampleSet] = None) -> Optional[SplitData]:
   """Reads and featurises one split (`source` as read_split's, with max_seq_length); None when it is absent."""

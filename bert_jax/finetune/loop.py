@@ -47,7 +47,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from bert_jax.errors import Interrupted
+from bert_jax.errors import Interrupted, UserError
 from bert_jax.finetune import data as ft
 from bert_jax.finetune import model as fm
 from bert_jax.finetune.plan import FinetunePlan, resolve_finetune
@@ -141,16 +141,30 @@ def load_data(plan: FinetunePlan, tokenizer):
       raise FileNotFoundError(f"task {task.name}: no {task.train_split} split in data_dir={plan.data.data_dir!r}"
                               + (f" / TFDS {plan.data.tfds_name}" if plan.data.tfds_name else ""))
   eval_data, test_data = [], []
+  where = f"TFDS {plan.data.tfds_name}" if plan.data.tfds_name else f"data_dir={plan.data.data_dir!r}"
+
+  def named_split_missing(s, field):
+    # A split the config names (not one of the task's defaults, which may be absent) must exist.
+    why = ft.why_missing(task, plan.data, s)
+    raise UserError(f"config.{field}: task {task.name} has no split {s!r} in {where}" + (f" ({why})" if why else "")
+                    + "; name existing splits, or leave the field empty for the task's")
+
   if plan.do_eval or plan.do_predict:
     for s in plan.data.eval_splits or task.eval_splits:
       d = ft.load_split(task, plan.data, s, tokenizer)
+      if d is None and plan.data.eval_splits:
+        named_split_missing(s, "eval_splits")
       if d is None:
         _log.warning("eval split %s not found; skipped", s)
       else:
         eval_data.append(d)
   if plan.do_predict:
-    test_data = [d for d in (ft.load_split(task, plan.data, s, tokenizer)
-                             for s in plan.data.test_splits or task.test_splits) if d is not None]
+    for s in plan.data.test_splits or task.test_splits:
+      d = ft.load_split(task, plan.data, s, tokenizer)
+      if d is None and plan.data.test_splits:
+        named_split_missing(s, "test_splits")
+      if d is not None:
+        test_data.append(d)
   return train, eval_data, test_data
 
 

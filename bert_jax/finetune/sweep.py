@@ -249,12 +249,8 @@ def _check_dev_split(plans: Sequence[FinetunePlan], split: Optional[str]) -> Non
     if split is None:
       raise UserError(f"task {plan.task.name} has no dev split to select on; set --config.eval_splits")
     if ft.read_split(plan.task, d, split) is None:
-      reason = ""
-      if not d.tfds_name:   # read_split logs why; say it here too
-        try:
-          plan.task.read(split, d.data_dir or None)
-        except (FileNotFoundError, ValueError) as e:
-          reason = f" ({e})"
+      reason = ft.why_missing(plan.task, d, split)
+      reason = f" ({reason})" if reason else ""
       raise UserError(f"{where} has no {split!r} split for task {plan.task.name}{reason}, and the sweep selects "
                       "on it (the task's dev split, or the first of --config.eval_splits); add it or name "
                       "another with --config.eval_splits")
