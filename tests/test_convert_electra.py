@@ -332,3 +332,22 @@ def test_import_tf_electra_reads_the_discriminator_json_of_hfl_zips(tmp_path, ti
   (folder / "generator.json").write_text(json.dumps(gen.config.to_dict()))
   assert convert_main(["import-tf", f"--checkpoint={folder / 'electra_small'}", f"--output={tmp_path / 'out'}"]) == 0
   assert convert_main(["import-tf", f"--checkpoint={folder}", f"--output={tmp_path / 'out2'}"]) == 0
+
+
+def test_export_refuses_a_projection_that_hugging_face_electra_cannot_hold(tmp_path, tiny_vocab):
+  """model.embedding_size = hidden_size still projects E -> H (ALBERT's convention); transformers' ELECTRA
+  projects only when embedding_size != hidden_size, so writing the folder without the projection would give
+  other logits: the export is an error naming the way out, not a silent drop."""
+  from bert_jax.models import BertConfig
+  from bert_jax.pretrained import params_dir
+  v = _vocab_size(tiny_vocab)
+  config = BertConfig(vocab_size=v, hidden_size=H, num_hidden_layers=1, num_attention_heads=HEADS,
+                      intermediate_size=FFN, max_position_embeddings=MAX_POS, embedding_size=H)
+  model = ElectraDiscriminator(config)
+  import flax
+  params = flax.linen.unbox(model.init(jax.random.key(0), *[np.asarray(x) for x in _inputs(v)])["params"])
+  assert "projection" in params["bert"]["embeddings"]
+  ckpt = str(tmp_path / "ours")
+  params_dir.save_params_dir(ckpt, config, jax.device_get(params), tiny_vocab, info={"format": "hf_electra"})
+  with pytest.raises(ConversionError, match="embedding_size"):
+    hf_electra.export_electra(ckpt, str(tmp_path / "hf"))

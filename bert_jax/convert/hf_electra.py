@@ -406,6 +406,21 @@ def _export(table: List[Entry], flat, shapes) -> Dict[str, np.ndarray]:
   return out
 
 
+def _check_nothing_dropped(table: List[Entry], flat, source: str, heads: Tuple[str, ...]) -> None:
+  """Every encoder (and written head) parameter has a Hugging Face key: a parameter left out would give the
+  folder other outputs than ours. The one such parameter: an E -> H projection with E = H
+  (model.embedding_size = hidden_size, ALBERT's convention), which transformers' ELECTRA omits."""
+  covered = {e.ours for e in table}
+  left = sorted("/".join(p) for p in flat if p not in covered and p[:2] != ("bert", "pooler")
+                and (p[0] == "bert" or p[0] in heads))
+  if left:
+    raise ConversionError(
+        f"{source}: {left[:4]} have no Hugging Face ELECTRA key (transformers' ELECTRA projects the embeddings "
+        "only when embedding_size != hidden_size; this model projects with model.embedding_size = "
+        "hidden_size): the folder would compute other outputs. Train with model.embedding_size=0 (or < H) to "
+        "export as ELECTRA")
+
+
 def write_electra(ckpt, output: str, heads: str = "pretraining", source: str = "") -> mapping.ConversionReport:
   """A loaded checkpoint with an ELECTRA head (`load_pretrained`) -> a Hugging Face ELECTRA folder."""
   if heads not in HEADS:
@@ -444,6 +459,7 @@ def write_electra(ckpt, output: str, heads: str = "pretraining", source: str = "
                             f"(ElectraForPreTraining); use --heads=none (ElectraModel)" +
                             (" or --heads=mlm (ElectraForMaskedLM: these params are a generator's)"
                              if "mlm" in params else ""))
+    _check_nothing_dropped(table, flat, source, ("discriminator_predictions",) if heads == "pretraining" else ())
     arrays = _export(table, flat, _shapes(ElectraDiscriminator(config)))
     d = electra_config_dict(config, HEADS[heads], hf._pad_id(vocab_file))
     skipped = sorted(k for k in params if k not in ("bert", "discriminator_predictions"))
