@@ -636,3 +636,31 @@ def test_reproduce_paper_run_exits_non_zero_when_a_sweep_fails(tmp_path, monkeyp
   assert repro_run.main([f"--root={tmp_path}", f"--output_dir={out}", "--tasks=mrpc,sst2", "--seeds=1"]) == 0
   assert repro_run.main([f"--root={tmp_path}", f"--output_dir={tmp_path / 'dry'}", "--dry_run", "--report"]) == 0
   assert not (tmp_path / "dry").exists()
+
+
+def test_paper_table_squad_em_is_the_em_of_the_best_f1_run(tmp_path):
+  """The paper's EM and F1 are one model's: EM comes from the run that F1 selects, not from whichever run has
+  the highest EM."""
+  (tmp_path / "squad_v1").mkdir()
+  (tmp_path / "squad_v1" / "sweep_spec.json").write_text(json.dumps({"points": [
+      {"label": "optimizer.learning_rate=2e-05"}, {"label": "optimizer.learning_rate=3e-05"}]}))
+  for run, f1, em in (("p000_s0", 88.0, 81.5), ("p001_s0", 88.6, 80.2), ("p001_s1", 88.2, 80.0)):
+    d = tmp_path / "squad_v1" / "runs" / run
+    d.mkdir(parents=True)
+    (d / "eval_results.json").write_text(json.dumps({"dev": {"f1": f1, "exact_match": em}}))
+  md = table.markdown(str(tmp_path))
+  assert "| SQuAD v1.1 | F1 | 88.5 | 88.6 | 88.4 (2 seeds) | optimizer.learning_rate=3e-05 | +0.1 |" in md
+  assert "| SQuAD v1.1 | EM | 80.8 | 80.2 | 80.1 (2 seeds) | optimizer.learning_rate=3e-05 | -0.6 |" in md
+
+
+def test_reproduce_paper_run_reads_the_standard_files_when_given(tmp_path):
+  """--glue_dir / --squad_dir / --conll_dir: the sweeps read the public files instead of TFDS."""
+  from experiments.reproduce_paper import run as repro_run
+  args = repro_run.argparse.Namespace(root="/r", output_dir=str(tmp_path), glue_dir="glue_data", squad_dir="",
+                                      conll_dir="/c", batch_size=32, seed=0, bf16=False, full_grid=False,
+                                      learning_rates="2e-5", seeds=1, shard="0/1", report=False)
+  mrpc = repro_run.command("mrpc", args)[0]
+  assert f"--config.data_dir={os.path.abspath('glue_data')}" in mrpc and not any("tfds" in a for a in mrpc)
+  assert "--config.data_dir=/c" in repro_run.command("conll2003", args)[0]
+  squad = repro_run.command("squad_v1", args)[0]
+  assert "--config.tfds_name=squad/v1.1" in squad and not any("data_dir=" in a and "tfds" not in a for a in squad)

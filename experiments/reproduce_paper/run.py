@@ -7,6 +7,9 @@ with the BERT paper's recipe, and fills the table in results.md. For a TPU VM or
   python -m experiments.reproduce_paper.run --root=/data/bert_repro --output_dir=/data/bert_repro/runs
   python -m experiments.reproduce_paper.run --root=/data/bert_repro --output_dir=... --tasks=mrpc,sst2 \
       --learning_rates=2e-5 --seeds=1 --dry_run     # print the sweep commands only
+  # the standard files instead of TFDS (prepare.sh's checkpoints still come from --root/converted)
+  python -m experiments.reproduce_paper.run --root=/data/bert_repro --output_dir=... --glue_dir=glue_data \
+      --squad_dir=squad --conll_dir=conll2003
   # several hosts / slices: each takes a share of every task's sweep, then one merges
   python -m experiments.reproduce_paper.run ... --shard=0/4     # (1/4, 2/4, 3/4 on the others)
   python -m experiments.reproduce_paper.run ... --report
@@ -56,8 +59,10 @@ def command(task, args):
   """(the sweep command of `task`, its sweep directory)."""
   name, tfds_name, ckpt, extra = TASKS[task]
   workdir = os.path.join(args.output_dir, task)
-  overrides = {"init_checkpoint": os.path.join(args.root, "converted", ckpt), "tfds_name": tfds_name,
-               "tfds_data_dir": os.path.join(args.root, "tensorflow_datasets"), "batch_size": args.batch_size,
+  files = {"glue": args.glue_dir, "squad": args.squad_dir, "conll2003": args.conll_dir}[tfds_name.split("/")[0]]
+  data = ({"data_dir": os.path.abspath(files)} if files else
+          {"tfds_name": tfds_name, "tfds_data_dir": os.path.join(args.root, "tensorflow_datasets")})
+  overrides = {"init_checkpoint": os.path.join(args.root, "converted", ckpt), **data, "batch_size": args.batch_size,
                "num_train_epochs": 3.0, "seed": args.seed, "save_best_checkpoint": False}
   overrides.update(extra)
   if args.bf16:
@@ -86,6 +91,11 @@ def main(argv=None):
   p.add_argument("--bf16", action="store_true", help="bfloat16 compute (the default 'auto' already picks it "
                  "on GPU/TPU)")
   p.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
+  p.add_argument("--glue_dir", default="", help="read GLUE from the standard files (download_glue_data.py's "
+                 "glue_data: MNLI/, QNLI/, MRPC/, SST-2/) instead of TFDS")
+  p.add_argument("--squad_dir", default="", help="read SQuAD v1.1 from train-v1.1.json / dev-v1.1.json here")
+  p.add_argument("--conll_dir", default="", help="read CoNLL-2003 from train.txt / dev.txt (or valid.txt) / "
+                 "test.txt here")
   args = p.parse_args(argv)
   tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
   unknown = [t for t in tasks if t not in TASKS]

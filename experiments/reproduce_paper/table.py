@@ -33,28 +33,31 @@ def _settings(output_dir, task, run_dir):
   return spec["points"][point]["label"]
 
 
-def best_run(output_dir, task, split, key):
-  """(best dev value, its grid point, median over that point's seeds, seeds) or None when no run finished."""
+def best_run(output_dir, task, split, key, select_key=None):
+  """(best dev value, its grid point, median over that point's seeds, seeds) or None when no run finished.
+  `select_key`: the metric that picks the run (default `key`); SQuAD's EM is the EM of the best-F1 run, as
+  the paper reports one model's EM and F1."""
+  select_key = select_key or key
   values = {}
   for path in sorted(glob.glob(os.path.join(output_dir, task, "runs", "p*_s*", "eval_results.json"))):
     with open(path, encoding="utf-8") as f:
       res = json.load(f)
-    value = (res.get(split) or {}).get(key)
-    if value is not None:
+    scores = res.get(split) or {}
+    if scores.get(key) is not None and scores.get(select_key) is not None:
       point = os.path.basename(os.path.dirname(path)).split("_")[0]
-      values.setdefault(point, []).append((value, os.path.dirname(path)))
+      values.setdefault(point, []).append((scores[select_key], scores[key], os.path.dirname(path)))
   if not values:
     return None
-  point, runs = max(values.items(), key=lambda kv: max(v for v, _ in kv[1]))
+  point, runs = max(values.items(), key=lambda kv: max(r[0] for r in kv[1]))
   best = max(runs, key=lambda r: r[0])
-  return best[0], _settings(output_dir, task, best[1]), statistics.median(v for v, _ in runs), len(runs)
+  return best[1], _settings(output_dir, task, best[2]), statistics.median(r[1] for r in runs), len(runs)
 
 
 def markdown(output_dir=None):
   lines = ["| task | metric | paper (BERT-base, dev) | ours (best run) | median over seeds | selected point | "
            "difference |", "|---|---|---|---|---|---|---|"]
   for task, label, metric, paper, split, key, scale in ROWS:
-    run = best_run(output_dir, task, split, key) if output_dir else None
+    run = best_run(output_dir, task, split, key, "f1" if key == "exact_match" else None) if output_dir else None
     if run is None:
       lines.append(f"| {label} | {metric} | {paper:.1f} |  |  |  |  |")
     else:
