@@ -163,6 +163,9 @@ def test_a_missing_dev_split_fails_before_any_run(config, tmp_path, monkeypatch)
     sweep.run_sweep(config, {"optimizer.learning_rate": [1e-3, 3e-4]}, 2, str(tmp_path / "sw"))
   assert calls == [] and not os.path.exists(tmp_path / "sw" / "runs")
   assert not os.path.exists(tmp_path / "sw" / sweep.SPEC_NAME)   # the corrected command is not "another sweep"
+  config.do_eval = False
+  with pytest.raises(UserError, match=r"config.do_eval=False: the sweep selects on the dev score"):
+    sweep.run_sweep(config, {"optimizer.learning_rate": [1e-3]}, 1, str(tmp_path / "sw"))
 
 
 def test_a_shard_runs_only_its_units(config, tmp_path, monkeypatch):

@@ -93,3 +93,14 @@ def test_the_plan_names_a_truncation_other_than_the_head(base, tmp_path):
   base.truncation = "head_tail"
   assert "max_seq_length 32, truncation head_tail (0.25 from the start)" in resolve_finetune(
       base, str(tmp_path / "w")).describe()
+
+
+def test_reinit_top_layers_without_a_checkpoint_is_a_logged_no_op(tmp_path, caplog):
+  """From random init the top layers are random already: a grid over reinit_top_layers gives identical rows,
+  so the plan says so."""
+  data = testing.write_classification(str(tmp_path / "data"))
+  vocab = testing.write_vocab(str(tmp_path / "vocab"))
+  c = make_config("classification", data, vocab, reinit_top_layers=1)
+  with caplog.at_level("WARNING"):
+    resolve_finetune(c, str(tmp_path / "run"))
+  assert "reinit_top_layers=1 has no effect without config.init_checkpoint" in caplog.text

@@ -316,6 +316,9 @@ def resolve_finetune(config, workdir: str, *, num_devices: Optional[int] = None,
   reinit = int(config.get("reinit_top_layers", 0))
   if reinit > model.num_hidden_layers:
     raise UserError(f"config.reinit_top_layers={reinit} exceeds the encoder's {model.num_hidden_layers} layers")
+  if reinit and init is None:
+    log.warning("config.reinit_top_layers=%d has no effect without config.init_checkpoint: every layer already "
+                "starts from random init (runs that differ only in it give the same scores)", reinit)
   rules = sharding.normalize_rules(config.logical_axis_rules)
   mesh_shape, shards = v.check_batch_divisible(int(config.batch_size), int(config.grad_accum_steps),
                                                config.mesh.shape, config.mesh.axes, rules, num_devices,

@@ -248,6 +248,8 @@ def _check_dev_split(plans: Sequence[FinetunePlan], split: Optional[str]) -> Non
     where = f"TFDS {d.tfds_name}" if d.tfds_name else f"--config.data_dir={d.data_dir!r}"
     if split is None:
       raise UserError(f"task {plan.task.name} has no dev split to select on; set --config.eval_splits")
+    if not plan.do_eval:
+      raise UserError("config.do_eval=False: the sweep selects on the dev score, which only an evaluation gives")
     if ft.read_split(plan.task, d, split) is None:
       reason = ft.why_missing(plan.task, d, split)
       reason = f" ({reason})" if reason else ""
