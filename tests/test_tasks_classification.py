@@ -122,3 +122,18 @@ def test_truncation_mistakes_name_the_field(tmp_path, task, fields, message):
   d = testing.write_conll(str(tmp_path / "ner")) if task == "ner" else testing.write_classification(str(tmp_path))
   with pytest.raises(UserError, match=message):
     finetune_data.make_task(_config(task, d, **fields))
+
+
+def test_test_rows_keep_their_own_id_in_the_prediction_file(tmp_path):
+  """ChnSentiCorp's test.tsv is `qid\\ttext_a` and CLUE's JSONL has an `id`: the submission's index column is
+  that id (it was the row number, so a file with ids 100.. was misaligned for the scorer)."""
+  (tmp_path / "test.tsv").write_text("qid\ttext_a\n100\t这本书很好\n101\t不好\n", encoding="utf-8")
+  es = classification.read_classification_file(str(tmp_path / "test.tsv"), classification.ClassificationFormat(),
+                                               split="test")
+  assert [e.index for e in es] == ["100", "101"]
+  (tmp_path / "test.jsonl").write_text('{"id": 7, "sentence": "好"}\n{"sentence": "不"}\n', encoding="utf-8")
+  fmt = classification.ClassificationFormat(text_a="sentence", file_format="jsonl")
+  es = classification.read_classification_file(str(tmp_path / "test.jsonl"), fmt, split="test")
+  assert [e.index for e in es] == ["7", "1"]     # no id: the row number
+  path = classification.write_predictions_tsv(str(tmp_path / "p.tsv"), es, ["1", "0"])
+  assert open(path, encoding="utf-8").read() == "index\tprediction\n7\t1\n1\t0\n"

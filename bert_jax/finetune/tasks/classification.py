@@ -9,7 +9,8 @@ Features (`convert_examples_to_features`), one row per example:
 
 Generic files (`read_classification_file` / `ClassificationFormat`): TSV, CSV or JSONL; columns by header name
 or 0-based index; header present or not. Defaults fit ChnSentiCorp-style files (`label\\ttext_a` with a header
-row). Examples:
+row). A row's own id (a `qid`, `id`, `idx`, `index` or `guid` column or JSON key) is the index of the
+prediction files; without one, the row number. Examples:
 
     fmt = ClassificationFormat()                                   # header "label\\ttext_a[\\ttext_b]"
     fmt = ClassificationFormat(text_a=1, label=0, header=False)    # "1\\t这本书很好" rows, no header
@@ -240,8 +241,28 @@ def read_classification_file(path: str, fmt: ClassificationFormat, split: str = 
         bad(path, line, "label not in label set", f"{label!r} not in {sorted(label_set)}")
         continue
     examples.append(ClassificationExample(guid=f"{path}:{line}", text_a=text_a, text_b=text_b, label=label,
-                                          index=str(len(examples))))
+                                          index=_row_id(row, header_map, fmt) or str(len(examples))))
   return common.finish(examples, path, split, report)
+
+
+ID_COLUMNS = ("qid", "id", "idx", "index", "guid")   # ChnSentiCorp's test qid, CLUE's id, GLUE-style index
+
+
+def _row_id(row, header_map: Optional[Dict[str, int]], fmt) -> Optional[str]:
+  """The row's own id (the first of ID_COLUMNS the header or the JSON object has, not a text or label
+  column) for the submission file's index column; None: the row number is used."""
+  for name in ID_COLUMNS:
+    if name in (fmt.text_a, fmt.text_b, fmt.label):
+      continue
+    if isinstance(row, dict):
+      value = row.get(name)
+    elif header_map is not None and header_map.get(name, len(row)) < len(row):
+      value = row[header_map[name]]
+    else:
+      continue
+    if value is not None and str(value).strip():
+      return str(value).strip()
+  return None
 
 
 def read_classification_split(data_dir: str, split: str, fmt: ClassificationFormat,
