@@ -351,3 +351,39 @@ def test_export_refuses_a_projection_that_hugging_face_electra_cannot_hold(tmp_p
   params_dir.save_params_dir(ckpt, config, jax.device_get(params), tiny_vocab, info={"format": "hf_electra"})
   with pytest.raises(ConversionError, match="embedding_size"):
     hf_electra.export_electra(ckpt, str(tmp_path / "hf"))
+
+
+@pytest.mark.slow   # torch models
+def test_shared_layer_electra_exports_each_layer_with_the_same_outputs(tmp_path, tiny_vocab):
+  """model.share_layers with targets=("electra",): transformers' ELECTRA has no sharing, so the one layer is
+  written as each of the L layers (the same function); the generator never shares. Both folders load with no
+  missing keys and give our logits."""
+  import flax
+  from bert_jax.models import BertConfig
+  from bert_jax.models.electra import ElectraSettings, generator_config
+  from bert_jax.pretrained import params_dir
+  v = _vocab_size(tiny_vocab)
+  config = BertConfig(vocab_size=v, hidden_size=H, num_hidden_layers=3, num_attention_heads=HEADS,
+                      intermediate_size=FFN, max_position_embeddings=MAX_POS, embedding_size=32, share_layers=True)
+  gen = generator_config(config, ElectraSettings(generator_hidden_fraction=0.5))
+  ids, mask, seg = _inputs(v)
+  positions = np.array([[1, 4, 9], [2, 3, 5], [1, 2, 4]], np.int32)
+  model = ElectraForPreTraining(config, gen)
+  params = flax.linen.unbox(model.init(jax.random.key(0), ids, mask, seg, positions)["params"])
+  params = jax.tree.map(lambda x: np.asarray(x) + 0.05 * np.random.default_rng(0).standard_normal(x.shape, np.float32), params)
+  assert "shared" in params["bert"]["encoder"]
+  ckpt = str(tmp_path / "ours")
+  params_dir.save_params_dir(ckpt, config, params, tiny_vocab, info={"format": "hf_electra"})
+  disc = ElectraDiscriminator(config).apply({"params": {k: params[k] for k in ("bert", "discriminator_predictions")}},
+                                            ids, mask, seg)["disc_logits"]
+  real = mask.astype(bool)
+  hf_electra.export_electra(ckpt, str(tmp_path / "disc"))
+  back, info = transformers.ElectraForPreTraining.from_pretrained(str(tmp_path / "disc"), output_loading_info=True)
+  assert not info["missing_keys"] and not info["unexpected_keys"], info
+  assert np.abs(_torch_out(back.eval(), ids, mask, seg).logits.numpy() - np.asarray(disc))[real].max() < 1e-4
+  hf_electra.export_electra(ckpt, str(tmp_path / "gen"), heads="mlm")
+  back, info = transformers.ElectraForMaskedLM.from_pretrained(str(tmp_path / "gen"), output_loading_info=True)
+  assert not info["missing_keys"] and not info["unexpected_keys"], info
+  ours = np.asarray(model.apply({"params": params}, ids, mask, seg, positions)["generator_logits"])
+  got = np.take_along_axis(_torch_out(back.eval(), ids, mask, seg).logits.numpy(), positions[..., None], axis=1)
+  assert np.abs(got - ours).max() < 1e-4

@@ -387,7 +387,22 @@ def _generator_of(config: BertConfig, params) -> BertConfig:
       g["layer_0"]["attention"]["query"]["kernel"])[2])
   heads = int(np.shape(g["layer_0"]["attention"]["query"]["kernel"])[1])
   return config.replace(hidden_size=hidden, num_attention_heads=heads, num_hidden_layers=len(layers),
-                        intermediate_size=int(np.shape(g["layer_0"]["ffn"]["intermediate"]["kernel"])[1]))
+                        intermediate_size=int(np.shape(g["layer_0"]["ffn"]["intermediate"]["kernel"])[1]),
+                        share_layers=False)   # the generator never shares (models.electra.generator_config)
+
+
+def _unshare(config: BertConfig, flat):
+  """share_layers: transformers' ELECTRA has no cross-layer sharing, so the one shared layer
+  (bert/encoder/shared/layer) is written as each of the num_hidden_layers layers: the same function."""
+  if not config.share_layers:
+    return config, flat
+  out = {}
+  for p, v in flat.items():
+    if p[:4] == ("bert", "encoder", "shared", "layer"):
+      out.update({("bert", "encoder", f"layer_{i}") + p[4:]: v for i in range(config.num_hidden_layers)})
+    else:
+      out[p] = v
+  return config.replace(share_layers=False), out
 
 
 def _export(table: List[Entry], flat, shapes) -> Dict[str, np.ndarray]:
@@ -429,6 +444,10 @@ def write_electra(ckpt, output: str, heads: str = "pretraining", source: str = "
   config, params, vocab_file = ckpt.config, ckpt.params, ckpt.require_vocab()
   report = mapping.ConversionReport(source=source, fmt="hf")
   flat = traverse_util.flatten_dict(dict(params))
+  if config.share_layers:
+    config, flat = _unshare(config, flat)
+    report.notes.append(f"the shared layer is written as each of the {config.num_hidden_layers} layers "
+                        "(transformers' ELECTRA has no sharing; the outputs are the same)")
   if heads == "mlm" and "generator" not in params and "mlm" in params:
     # An imported ElectraForMaskedLM (a released generator: bert + mlm, generator_as_bert_table) goes back
     # the way it came.
