@@ -168,6 +168,20 @@ def test_a_missing_dev_split_fails_before_any_run(config, tmp_path, monkeypatch)
     sweep.run_sweep(config, {"optimizer.learning_rate": [1e-3]}, 1, str(tmp_path / "sw"))
 
 
+def test_the_rule_can_change_after_the_runs(config, tmp_path, monkeypatch):
+  """--select decides only the report: `--report --select=median` reports the same runs under that rule (it
+  was ignored), and a rerun with another --select resumes instead of being 'another sweep'."""
+  monkeypatch.setattr(sweep.multirun, "run_plans", _fake_training([]))
+  monkeypatch.setattr(sweep, "plot_spread", lambda results, path: path)     # no matplotlib here
+  w = str(tmp_path / "sw")
+  assert sweep.run_sweep(config, {"optimizer.learning_rate": [1e-3, 3e-4]}, 2, w)["select"] == "best"
+  out = sweep.write_report(w, "median")
+  assert out["select"] == "median" and "(medians)" in open(os.path.join(w, sweep.TABLE_NAME)).read()
+  assert sweep.run_sweep(config, {"optimizer.learning_rate": [1e-3, 3e-4]}, 2, w, select="median")["select"] == "median"
+  with pytest.raises(UserError, match="--select='mean'"):
+    sweep.write_report(w, "mean")
+
+
 def test_a_shard_runs_only_its_units(config, tmp_path, monkeypatch):
   calls = []
   monkeypatch.setattr(sweep.multirun, "run_plans", _fake_training(calls))

@@ -340,7 +340,8 @@ def _write_spec(workdir: str, spec: dict, check_only: bool = False) -> None:
       raise UserError(f"--workdir={workdir} holds a sweep run with another config ({shown}): its finished runs "
                       "would be reused as if run with this one; use a new directory, or the same --config "
                       "flags to resume it")
-    if new != old:
+    old.pop("select", None)   # the selection rule only changes the report: a rerun may ask for another
+    if dict(new, select=None) != dict(old, select=None):
       raise UserError(f"--workdir={workdir} holds another sweep ({SPEC_NAME}: task {old.get('task')}, grid "
                       f"{old.get('grid')}, seeds {old.get('seeds')}, select {old.get('select')}); use a new "
                       "directory, or the same flags to resume it")
@@ -378,13 +379,18 @@ def _read_run(workdir: str, spec: dict, point: int, seed: int) -> dict:
   return out
 
 
-def collect(workdir: str) -> dict:
-  """sweep_results.json's content from the runs in `workdir` (what exists now)."""
+def collect(workdir: str, select: Optional[str] = None) -> dict:
+  """sweep_results.json's content from the runs in `workdir` (what exists now); `select`: another rule
+  than the sweep's (the runs are the same, only the report's selection changes)."""
   path = os.path.join(workdir, SPEC_NAME)
   if not os.path.exists(path):
     raise UserError(f"--workdir={workdir} has no {SPEC_NAME}: not a sweep directory (run the sweep first)")
   with open(path, encoding="utf-8") as f:
     spec = json.load(f)
+  if select is not None:
+    if select not in SELECT_RULES:
+      raise UserError(f"--select={select!r}; expected one of {', '.join(SELECT_RULES)}")
+    spec["select"] = select
   points = []
   for p in spec["points"]:
     runs = [_read_run(workdir, spec, p["index"], s) for s in spec["seeds"]]
@@ -481,10 +487,11 @@ def plot_spread(results: dict, path: str) -> str:
   return path
 
 
-def write_report(workdir: str) -> dict:
-  """sweep_results.json, sweep_table.md and sweep_spread.png from the runs that exist (the merge step)."""
+def write_report(workdir: str, select: Optional[str] = None) -> dict:
+  """sweep_results.json, sweep_table.md and sweep_spread.png from the runs that exist (the merge step);
+  `select`: report with this rule instead of the sweep's."""
   workdir = os.path.abspath(workdir)
-  results = collect(workdir)
+  results = collect(workdir, select)
   params_dir.write_json_atomic(os.path.join(workdir, RESULTS_NAME), results)
   fileio.write_text_atomic(os.path.join(workdir, TABLE_NAME), table_markdown(results))
   plot_spread(results, os.path.join(workdir, PLOT_NAME))
@@ -504,7 +511,8 @@ def define_flags() -> None:
   flags.DEFINE_integer("seeds", 5, "Runs per grid point, seeds config.seed + 0..N-1.")
   flags.DEFINE_enum("select", "best", SELECT_RULES, "best: BERT's best dev run; median: median dev over seeds.")
   flags.DEFINE_string("shard", "0/1", "I/N: run share I of N of the work units (one host or slice each).")
-  flags.DEFINE_bool("report", False, "Only merge the existing runs into the report (after the shards).")
+  flags.DEFINE_bool("report", False, "Only merge the existing runs into the report (after the shards); with "
+                    "--select, under that rule.")
 
 def main(argv):
   if len(argv) > 1:
@@ -512,8 +520,8 @@ def main(argv):
   if not FLAGS.workdir:
     raise UserError("--workdir is required (the sweep directory)")
   logging.getLogger().setLevel(logging.INFO)
-  if FLAGS.report:
-    results = write_report(FLAGS.workdir)
+  if FLAGS.report:   # --select given with --report: the same runs reported under that rule
+    results = write_report(FLAGS.workdir, FLAGS.select if FLAGS["select"].present else None)
   else:
     if FLAGS.config is None:
       raise UserError("--config is required, e.g. --config=configs/finetune.py:task=mrpc")
