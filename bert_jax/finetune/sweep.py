@@ -343,8 +343,8 @@ def _write_spec(workdir: str, spec: dict, check_only: bool = False) -> None:
     old.pop("select", None)   # the selection rule only changes the report: a rerun may ask for another
     if dict(new, select=None) != dict(old, select=None):
       raise UserError(f"--workdir={workdir} holds another sweep ({SPEC_NAME}: task {old.get('task')}, grid "
-                      f"{old.get('grid')}, seeds {old.get('seeds')}, select {old.get('select')}); use a new "
-                      "directory, or the same flags to resume it")
+                      f"{old.get('grid')}, seeds {old.get('seeds')}); use a new directory, or the same flags to "
+                      "resume it")
   if check_only:
     return
   fileio.makedirs(workdir)
