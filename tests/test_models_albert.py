@@ -254,3 +254,16 @@ def test_sentencepiece_vocab_of_the_english_alberts_loads_as_a_bert_vocab_with_i
   assert hf_albert._write_vocab_from_unigram(str(tmp_path / "tokenizer.json"), str(out))
   vocab = tokenization.load_vocab(str(out))
   assert [vocab[t] for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "\u2581the", "s")] == [0, 1, 2, 3, 4, 6, 7]
+
+
+def test_albert_folder_without_model_type_imports_as_albert(tmp_path):
+  """Early ALBERT uploads (brightmart's configs as converted for transformers 2.x, e.g. the Chinese ALBERTs)
+  may lack "model_type"; an embedding_size with no model_type is ALBERT's (ELECTRA's configs always name
+  their type), so import-hf reads the folder as ALBERT instead of refusing it as a BERT without a layout."""
+  _hf_folder(tmp_path / "hf", cls=transformers.AlbertForMaskedLM)
+  path = tmp_path / "hf" / "config.json"
+  d = json.loads(path.read_text())
+  del d["model_type"]
+  path.write_text(json.dumps(d))
+  assert convert_main(["import-hf", f"--input={tmp_path / 'hf'}", f"--output={tmp_path / 'ours'}"]) == 0
+  assert json.loads((tmp_path / "ours" / "model_config.json").read_text())["embedding_size"] == 16

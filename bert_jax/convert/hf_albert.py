@@ -56,16 +56,23 @@ def is_albert(config: BertConfig) -> bool:
   return config.factorised_embeddings
 
 
+def _is_albert_dict(d: dict) -> bool:
+  """model_type "albert", or no model_type and an embedding_size: early uploads of brightmart's configs carry
+  no model_type, and ELECTRA's (the other config with an embedding_size) always name their type."""
+  return d.get("model_type") == "albert" or ("model_type" not in d and "embedding_size" in d)
+
+
 def is_albert_folder(folder: str) -> bool:
-  """A Hugging Face folder whose config.json says model_type "albert"."""
+  """A Hugging Face folder whose config.json is ALBERT's (_is_albert_dict)."""
   path = os.path.join(folder, "config.json")
   if not os.path.exists(path):
     return False
   with open(path, encoding="utf-8") as f:
     try:
-      return json.load(f).get("model_type") == "albert"
+      d = json.load(f)
     except json.JSONDecodeError:
       return False
+  return isinstance(d, dict) and _is_albert_dict(d)
 
 
 def _pair(ours, key, kind, group, bias_kind="same") -> List[Entry]:
@@ -118,7 +125,7 @@ ALBERT = mapping.Layout("albert", albert_name_table, ("mlm", "sop"), ("pooler", 
 
 # ---- import ----------------------------------------------------------------------------------------------
 def hf_config_to_albert(d: dict, source: str) -> BertConfig:
-  if d.get("model_type") != "albert":
+  if not _is_albert_dict(d):
     raise ConversionError(f"{source}: model_type={d.get('model_type')!r}; expected 'albert'")
   pos = d.get("position_embedding_type", "absolute")
   if pos != "absolute":
