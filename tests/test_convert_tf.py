@@ -196,3 +196,19 @@ def test_import_tf_vocab_larger_than_embedding_table_is_refused(google_folder, t
   big.write_text("".join(f"tok{i}\n" for i in range(500)))
   with pytest.raises(ConversionError, match="overflow"):
     google_tf.import_tf_checkpoint(prefix, vocab_file=str(big), variables=variables)
+
+
+def test_import_tf_of_a_google_research_albert_checkpoint_says_what_to_do(google_folder):
+  """google-research/albert's TF checkpoints (bert/encoder/transformer/group_0/inner_group_0/..., an
+  albert_config.json with embedding_size) have no TF reader here: the error names the format and the way
+  through Hugging Face, not the BertConfig fields it tripped on."""
+  prefix, _ = google_folder
+  config_file = prefix[:-len("bert_model.ckpt")] + "bert_config.json"
+  cfg = json.load(open(config_file))
+  json.dump(dict(cfg, embedding_size=16, num_hidden_groups=1, inner_group_num=1), open(config_file, "w"))
+  variables = {"bert/embeddings/word_embeddings": np.zeros((cfg["vocab_size"], 16), np.float32),
+               "bert/encoder/embedding_hidden_mapping_in/kernel": np.zeros((16, HIDDEN), np.float32),
+               "bert/encoder/transformer/group_0/inner_group_0/attention_1/self/query/kernel":
+                   np.zeros((HIDDEN, HIDDEN), np.float32)}
+  with pytest.raises(ConversionError, match="google-research/albert.*import-hf"):
+    google_tf.import_tf_checkpoint(prefix, variables=variables)

@@ -76,6 +76,12 @@ def import_tf_checkpoint(checkpoint: str, output: Optional[str] = None, config_f
   mapping.check_vocab_size(vocab_file, params_dir.count_vocab_lines(vocab_file), config, config_file, report)
   if variables is None:
     variables = read_tf_checkpoint(checkpoint)
+  if any("/transformer/group_" in n for n in variables):
+    raise mapping.ConversionError(
+        f"{checkpoint}: a google-research/albert TF checkpoint (bert/encoder/transformer/group_*), whose TF "
+        "layout is not read here: convert it to a Hugging Face ALBERT folder (transformers' "
+        "convert_albert_original_tf_checkpoint_to_pytorch, in transformers < 5) and run import-hf on that, or "
+        "use its Hugging Face release (python -m bert_jax.convert zoo --filter=albert)")
   params = mapping.assign_params(variables, "google", config, report, ignorable=is_ignorable, seed=seed)
   if do_lower_case is None:
     do_lower_case = params_dir.guess_do_lower_case(vocab_file, hint=os.path.basename(folder))
