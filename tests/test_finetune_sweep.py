@@ -182,6 +182,13 @@ def test_the_rule_can_change_after_the_runs(config, tmp_path, monkeypatch):
     sweep.write_report(w, "mean")
 
 
+def test_a_sweep_whose_every_run_failed_is_an_error_not_an_empty_table(tmp_path):
+  runs = [{"seed": 0, "status": "failed"}, {"seed": 1, "status": "done", "dev": None}]
+  results = {"main_metric": "accuracy", "runs_total": 2, "selected": None, "points": [{"runs": runs}]}
+  assert sweep.nothing_selected(results).startswith("no run of the sweep has a dev accuracy: 1 of 2 runs failed")
+  assert sweep.nothing_selected(dict(results, selected=0)) is None
+
+
 def test_a_shard_runs_only_its_units(config, tmp_path, monkeypatch):
   calls = []
   monkeypatch.setattr(sweep.multirun, "run_plans", _fake_training(calls))

@@ -498,6 +498,16 @@ def write_report(workdir: str, select: Optional[str] = None) -> dict:
   return results
 
 
+def nothing_selected(results: dict) -> Optional[str]:
+  """The error of a finished sweep none of whose runs has a dev score (every run failed, e.g. diverged), so
+  the command does not exit 0 with an empty table; None when a point was selected."""
+  if results.get("selected") is not None:
+    return None
+  failed = sum(r.get("status") == "failed" for p in results["points"] for r in p["runs"])
+  return (f"no run of the sweep has a dev {results['main_metric']}: {failed} of {results['runs_total']} runs "
+          "failed (runs/*/sweep_error.json says why; a rerun retries them)")
+
+
 # ---- command line ------------------------------------------------------------------------------------------
 FLAGS = flags.FLAGS
 
@@ -530,6 +540,8 @@ def main(argv):
   if results:
     print(table_markdown(results), end="")
     print(f"results: {os.path.join(FLAGS.workdir, RESULTS_NAME)}")
+    if not FLAGS.report and nothing_selected(results):
+      raise UserError(nothing_selected(results))
   else:
     print(f"shard {FLAGS.shard} done; after every shard: python -m bert_jax.finetune.sweep --report "
           f"--workdir={FLAGS.workdir}")
