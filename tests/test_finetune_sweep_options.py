@@ -104,3 +104,12 @@ def test_reinit_top_layers_without_a_checkpoint_is_a_logged_no_op(tmp_path, capl
   with caplog.at_level("WARNING"):
     resolve_finetune(c, str(tmp_path / "run"))
   assert "reinit_top_layers=1 has no effect without config.init_checkpoint" in caplog.text
+
+
+def test_early_stopping_without_evaluation_is_a_config_error(tmp_path):
+  """do_eval=False turns the evaluations during training off, so early stopping never triggered (silently)."""
+  data = testing.write_classification(str(tmp_path / "data"))
+  vocab = testing.write_vocab(str(tmp_path / "vocab"))
+  c = make_config("classification", data, vocab, early_stopping_patience=2, do_eval=False)
+  with pytest.raises(UserError, match="early_stopping_patience=2 stops on evaluations during training"):
+    resolve_finetune(c, str(tmp_path / "run"))

@@ -190,6 +190,9 @@ def _check_fields(config) -> None:
     checks.check_range(config, path, lo=1, integer=True)
   for path in ("eval_every_steps", "early_stopping_patience", "evals_per_epoch", "reinit_top_layers"):
     checks.check_range(config, path, lo=0, integer=True)
+  if int(config.early_stopping_patience) > 0 and not config.do_eval:
+    raise UserError(f"config.early_stopping_patience={config.early_stopping_patience} stops on evaluations during "
+                    "training, which config.do_eval=False turns off; set do_eval=true or early_stopping_patience=0")
   checks.check_range(config, "max_seq_length", lo=3, integer=True)    # [CLS] a [SEP]
   checks.check_range(config, "layerwise_lr_decay", lo=0, lo_open=True, hi=1)
   checks.check_range(config, "multirun.max_replicas", lo=1, integer=True)
