@@ -17,7 +17,7 @@ from bert_jax.finetune.tasks import get_task
 from bert_jax.pretrained import params_dir
 from bert_jax.predict import __main__ as cli
 
-from test_finetune_units import _write_pretrained_dir
+from test_finetune_units import _write_pretrained_dir, tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,8 @@ def test_features_of_minilm_rank_paraphrases_first(minilm, tmp_path):
 
 def test_fill_mask_needs_an_mlm_head_and_user_errors_exit_2(minilm, tmp_path, capsys):
   assert cli.main(["fill-mask", f"--model={minilm}", "--text=hello [MASK] ."]) == 2
-  assert "error:" in capsys.readouterr().err and "masked-LM head" in capsys.readouterr().err + "masked-LM head"
+  err = capsys.readouterr().err
+  assert err.startswith("error:") and "masked-LM head" in err
   assert cli.main(["features", f"--model={tmp_path / 'nope'}", f"--input={tmp_path / 'x.txt'}",
                    "--output=o.npy"]) == 2
   assert cli.main(["features", f"--model={minilm}", f"--input={tmp_path / 'x.txt'}", "--output=o.csv"]) == 2
@@ -102,3 +103,28 @@ def test_classify_a_fine_tuned_workdir(tmp_path):
   assert len(rows) == 3 and all(r["label"] in ("neg", "pos") for r in rows)
   assert all(abs(sum(r["probabilities"].values()) - 1) < 1e-5 for r in rows)
   assert cli.main(["classify", f"--model={d}", f"--input={tmp_path / 'in.txt'}"]) == 2   # not fine-tuned
+
+
+def test_features_refuse_cls_pooling_over_an_untrained_pooler_and_a_bad_vocab_is_one_error(tmp_path, capsys):
+  """pooling=cls reads the pooler; one a converter initialised (ELECTRA has none) or that pre-training never
+  trained is a random projection of [CLS], so features say so instead of returning it; first/mean still work."""
+  vocab = testing.write_vocab(str(tmp_path))
+  d, params = _write_pretrained_dir(tmp_path, vocab, params_dir.count_vocab_lines(vocab))
+  (tmp_path / "t.txt").write_text("hello world\n", encoding="utf-8")
+  run = lambda model, pooling: cli.main(["features", f"--model={model}", f"--input={tmp_path / 't.txt'}",  # noqa: E731
+                                         f"--output={tmp_path / 'f.npy'}", f"--pooling={pooling}"])
+  assert run(d, "cls") == 0                                  # a pooler from the checkpoint
+  fresh = str(tmp_path / "fresh")
+  params_dir.save_params_dir(fresh, tiny_config(params_dir.count_vocab_lines(vocab)), params, vocab,
+                             info={"do_lower_case": True, "report": {"fresh_groups": ["pooler"]}})
+  capsys.readouterr()
+  assert run(fresh, "cls") == 2
+  err = capsys.readouterr().err
+  assert err.startswith("error: --pooling=cls") and "randomly initialised at conversion" in err \
+      and "--pooling=first" in err
+  assert run(fresh, "first") == 0 and np.load(tmp_path / "f.npy").shape == (1, 64)
+  open(os.path.join(fresh, "vocab.txt"), "w").close()        # an empty vocab: one error line naming the model
+  capsys.readouterr()
+  assert run(fresh, "mean") == 2
+  err = capsys.readouterr().err
+  assert err.startswith(f"error: {fresh}") and "is empty" in err and "Traceback" not in err

@@ -28,7 +28,7 @@ from bert_jax.finetune.predict import Predictor
 from bert_jax.input_pipeline import tokenization
 from bert_jax.models.bert import BertForPreTraining, BertModel
 from bert_jax.models.heads import POOLINGS, pool
-from bert_jax.pretrained import Pretrained, load_pretrained, params_dir
+from bert_jax.pretrained import Pretrained, is_workdir, load_pretrained, params_dir
 from bert_jax.training.train_step import compute_dtype
 
 MASK = "[MASK]"
@@ -45,12 +45,26 @@ def load_model(model: str) -> Pretrained:
 def make_tokenizer(pre: Pretrained) -> tokenization.FullTokenizer:
   try:
     vocab = pre.require_vocab()
-  except FileNotFoundError as e:
-    raise UserError(str(e)) from None
-  lower = pre.do_lower_case
-  if lower is None:
-    lower = params_dir.guess_do_lower_case(vocab, hint=pre.directory)
-  return tokenization.FullTokenizer(vocab, do_lower_case=bool(lower))
+    lower = pre.do_lower_case
+    if lower is None:
+      lower = params_dir.guess_do_lower_case(vocab, hint=pre.directory)
+    return tokenization.FullTokenizer(vocab, do_lower_case=bool(lower))
+  except (FileNotFoundError, ValueError) as e:     # no vocab, or one that does not read (encoding, specials)
+    raise UserError(f"{pre.directory}: {e}") from None
+
+
+def untrained_pooler(pre: Pretrained) -> str:
+  """Why `pre`'s pooler (the dense + tanh over [CLS] that pooling="cls" reads) holds its random init, or "":
+  a converter initialised it (ELECTRA, MaskedLM-only checkpoints), or a pre-training work dir trained no
+  sentence-level target (nsp / sop) that reads it (MLM-only, ELECTRA). Fine-tuned models are not judged."""
+  if pre.finetune_info:
+    return ""
+  if "pooler" in pre.info.get("report", {}).get("fresh_groups", []):
+    return "its pooler was randomly initialised at conversion (the source checkpoint has none)"
+  if is_workdir(pre.directory) and not {"nsp", "sop"} & set(pre.params):
+    return ("it was pre-trained without a sentence-level target (nsp or sop), so its pooler never left its "
+            "random init")
+  return ""
 
 
 def _progress(total: int, desc: str):
@@ -153,6 +167,10 @@ class FeatureExtractor:
     self.pre = load_model(model)
     if "bert" not in self.pre.params:
       raise UserError(f"{self.pre.directory}: no encoder parameters (params['bert'])")
+    why = untrained_pooler(self.pre) if pooling == "cls" else ""
+    if why:
+      raise UserError(f"--pooling=cls reads the pooler of {self.pre.directory}, but {why}; use --pooling=first "
+                      "(the same [CLS] vector without the pooler) or --pooling=mean")
     self.tokenizer = make_tokenizer(self.pre)
     self.pooling, self.batch_size = pooling, int(batch_size)
     self.max_seq_length = min(int(max_seq_length), self.pre.config.max_position_embeddings)
