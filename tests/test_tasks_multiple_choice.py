@@ -225,3 +225,19 @@ def test_ner_features_mark_first_sub_tokens_and_continuation_windows(tok):
   assert f["example_index"].tolist() == [0, 0, 1]
   assert f["window_continues"].tolist() == [0, 1, 0] and f["window_continued"].tolist() == [1, 0, 0]
   assert (f["word_mask"] == (f["word_ids"] >= 0)).all() and f["word_mask"].sum() == 8
+
+
+def test_c3_prediction_file_keeps_clues_integer_ids(tmp_path):
+  """CLUE's C3 test file numbers its questions ({"id": 1000}) and its submission reads {"id": 1000, "label": 1}:
+  an integer id stays an integer in the prediction file (it was written as "1000"); text ids stay text."""
+  from bert_jax.finetune.tasks import multiple_choice
+  docs = json.loads(json.dumps(C3_DOCS))
+  for d in docs:
+    for q in d[1]:
+      del q["answer"]
+  docs[0][1][0]["id"] = 1000
+  (tmp_path / "test.json").write_text(json.dumps(docs, ensure_ascii=False), encoding="utf-8")
+  es = get_task("c3").read("test", str(tmp_path))
+  path = multiple_choice.write_predictions(str(tmp_path / "p.jsonl"), es, [1, 0, 3], np.eye(4)[[1, 0, 3]])
+  rows = [json.loads(line) for line in open(path, encoding="utf-8")]
+  assert [(r["id"], r["label"]) for r in rows] == [(1000, 1), ("d2-1", 0), ("d2-2", 3)]

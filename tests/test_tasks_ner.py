@@ -100,3 +100,13 @@ def test_the_crf_reads_conll2003_iob1_files_as_iob2(tmp_path):
   assert ner_eval.get_entities(raw, "conlleval", "BIO") == ner_eval.get_entities(labels, "conlleval", "BIO")
   # the softmax head keeps the file's tags
   assert ner.NerTask().prepare(data_dir=str(tmp_path)).read("train", str(tmp_path))[0].labels == raw
+
+
+def test_the_conll2003_release_file_names_are_read(tmp_path):
+  """The English CoNLL-2003 release names its splits eng.train / eng.testa (dev) / eng.testb (test)."""
+  for name in ("eng.train", "eng.testa", "eng.testb"):
+    (tmp_path / name).write_text(_IOB1.replace("Smith", name.split(".")[1]))
+  for split, word in (("train", "train"), ("dev", "testa"), ("test", "testb")):
+    assert ner.read_conll_split(str(tmp_path), split)[0].words[-1] == word
+  (tmp_path / "test.txt").write_text(_IOB1)                 # the usual names come first
+  assert ner.read_conll_split(str(tmp_path), "test")[0].words[-1] == "Smith"

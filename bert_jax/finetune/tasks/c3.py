@@ -1,7 +1,7 @@
 """C3 (Chinese multiple-choice reading comprehension, CLUE) in its own JSON format.
 
 A C3 file is a JSON list of documents, each `[[context sentences], [questions], document id]`, a question being
-`{"question": str, "choice": [str, ...], "answer": str (the text of the right choice), "id": str}`. The
+`{"question": str, "choice": [str, ...], "answer": str (the text of the right choice), "id": int or str}`. The
 context sentences are joined into one passage. Test files have no "answer".
 
 data_dir holds either `train.json` / `dev.json` / `test.json` (CLUE's release), or C3's own pairs
@@ -16,7 +16,8 @@ import json
 import os
 
 from bert_jax.finetune.tasks import common
-from bert_jax.finetune.tasks.multiple_choice import MultipleChoiceExample, MultipleChoiceTask, check_example
+from bert_jax.finetune.tasks.multiple_choice import (MultipleChoiceExample, MultipleChoiceTask, check_example,
+                                                       dataset_id)
 
 
 def split_files(data_dir: str, split: str):
@@ -69,7 +70,7 @@ def read_c3_file(path: str, split: str = "train", on_error: str = "raise", examp
         bad(path, None, "missing answer", qwhere)
         continue
       ex = MultipleChoiceExample(guid=f"{path}:{doc_id}:{q_i}", context=context, question=str(q["question"]),
-                                 choices=choices, label=label, id=str(q.get("id", f"{doc_id}-{q_i}")))
+                                 choices=choices, label=label, id=dataset_id(q.get("id"), f"{doc_id}-{q_i}"))
       if check_example(ex, lambda s, l, r, d="": bad(s, l, r, f"{qwhere}: {d}"), path, None):
         examples.append(ex)
   return examples, report

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -39,7 +39,15 @@ class MultipleChoiceExample:
   question: str
   choices: List[str]
   label: Optional[int] = None     # index of the right choice; None when unlabelled
-  id: Optional[str] = None        # the dataset's id, for the prediction file
+  id: Union[str, int, None] = None   # the dataset's id, for the prediction file (an int stays an int)
+
+
+def dataset_id(value, default: str) -> Union[str, int]:
+  """A question's id as the prediction file writes it: an int as an int (CLUE's C3 ids; its submission reads
+  {"id": 0, "label": 1}), anything else as text, `default` when absent."""
+  if value is None:
+    return default
+  return value if isinstance(value, int) and not isinstance(value, bool) else str(value)
 
 
 def check_example(ex: MultipleChoiceExample, bad, source: str, line) -> bool:
@@ -97,7 +105,7 @@ def read_jsonl(path: str, split: str = "train", on_error: str = "raise") -> comm
       continue
     ex = MultipleChoiceExample(guid=f"{path}:{n}", context=obj["context"],
                                question=obj["question"], choices=list(choices), label=label,
-                               id=str(obj["id"]) if obj.get("id") is not None else str(len(examples)))
+                               id=dataset_id(obj.get("id"), str(len(examples))))
     if check_example(ex, bad, path, n):
       examples.append(ex)
   return common.finish(examples, path, split, report)

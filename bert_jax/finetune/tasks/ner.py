@@ -2,6 +2,7 @@
 
     es = read_conll(path, label_list=None, on_error="raise")         # one file
     es = read_conll_split(data_dir, "train")                          # train.txt / dev.txt / test.txt
+                                                                      # (or eng.train / eng.testa / eng.testb)
     es = read_conll2003_tfds("train", data_dir=None)                  # TFDS conll2003 (train/dev/test)
     labels = infer_label_list([train_es, dev_es])                     # "O" first, then by type: B, I, E, S
     labels = read_label_file(os.path.join(data_dir, "labels.txt"))    # or a fixed order from a file
@@ -151,8 +152,10 @@ def read_conll(path: str, label_list: Optional[Sequence[str]] = None, split: str
 
 def read_conll_split(data_dir: str, split: str, label_list: Optional[Sequence[str]] = None,
                      on_error: str = "raise") -> common.ExampleSet:
-  names = {"train": ["train.txt"], "dev": ["dev.txt", "valid.txt", "validation.txt"],
-           "test": ["test.txt"]}.get(split, [f"{split}.txt"])
+  # train.txt / dev.txt (valid.txt) / test.txt, or the English CoNLL-2003 release's own names (eng.testa is
+  # its development set, eng.testb its test set)
+  names = {"train": ["train.txt", "eng.train"], "dev": ["dev.txt", "valid.txt", "validation.txt", "eng.testa"],
+           "test": ["test.txt", "eng.testb"]}.get(split, [f"{split}.txt"])
   path = common.find_file(data_dir, names, f"NER {split}")
   return read_conll(path, label_list, split, on_error)
 
