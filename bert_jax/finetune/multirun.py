@@ -68,6 +68,12 @@ class Decision:
   reason: str
 
 
+def _bytes(n: float) -> str:
+  """A byte count for a log line: GiB from 1 GiB up, MiB (3 significant digits) below, where a small model's
+  copies would read 0.0 GiB."""
+  return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.3g} MiB"
+
+
 def _param_count(plan: FinetunePlan) -> int:
   cfg = plan.model
   h, l, f, v = cfg.hidden_size, cfg.num_hidden_layers, cfg.intermediate_size, cfg.vocab_size
@@ -123,8 +129,8 @@ def decide(plans: Sequence[FinetunePlan]) -> Decision:
     return Decision(False, f"grad_accum_steps={first.grad_accum_steps} (vmapped steps take whole batches)")
   need, limit = k * BYTES_PER_PARAM * _param_count(first), memory_limit_bytes(first)
   if need > limit:
-    return Decision(False, f"{k} copies of the model need ~{need / 2**30:.1f} GiB of params and optimizer state, "
-                           f"over the limit {limit / 2**30:.1f} GiB (config.multirun.memory_limit_gb)")
+    return Decision(False, f"{k} copies of the model need ~{_bytes(need)} of params and optimizer state, "
+                           f"over the limit {_bytes(limit)} (config.multirun.memory_limit_gb)")
   return Decision(True, f"{k} runs differ only in seed / learning rate; ~{need / 2**20:.0f} MiB of state")
 
 
