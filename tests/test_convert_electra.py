@@ -259,8 +259,9 @@ def test_imported_released_generator_exports_back_as_electra_for_masked_lm(tmp_p
     convert_main(["export-hf", f"--input={ours}", f"--output={tmp_path / 'x'}"])
 
 
-@pytest.mark.slow   # writes a TF checkpoint
-def test_import_tf_electra_takes_a_checkpoint_folder_with_its_config_and_vocab(tmp_path, tiny_vocab):
+def _google_electra_folder(folder, tiny_vocab):
+  """A folder holding a google-research/electra checkpoint electra_small.* (discriminator under electra/, the
+  generator under generator/ sharing its embeddings) and vocab.txt: (folder, discriminator, generator)."""
   pytest.importorskip("tensorflow")
   from test_convert_tf import _write_tf1_checkpoint
   v = _vocab_size(tiny_vocab)
@@ -268,10 +269,15 @@ def test_import_tf_electra_takes_a_checkpoint_folder_with_its_config_and_vocab(t
   gen = _generator(v, embedding_size=H, disc=disc)
   variables = _google_names(disc, "electra")
   variables.update({k: a for k, a in _google_names(gen, "generator").items() if "/embeddings/" not in k})
-  folder = tmp_path / "electra_small"                  # google-research/electra's zip: a folder of one ckpt
   folder.mkdir()
   _write_tf1_checkpoint(str(folder / "electra_small"), variables)
   (folder / "vocab.txt").write_text(open(tiny_vocab).read())
+  return folder, disc, gen
+
+
+@pytest.mark.slow   # writes a TF checkpoint
+def test_import_tf_electra_takes_a_checkpoint_folder_with_its_config_and_vocab(tmp_path, tiny_vocab):
+  folder, disc, _ = _google_electra_folder(tmp_path / "electra_small", tiny_vocab)   # google-research/electra's zip
   (folder / "config.json").write_text(json.dumps(disc.config.to_dict()))
   assert convert_main(["import-tf", f"--checkpoint={folder}", f"--output={tmp_path / 'out'}"]) == 0
   assert set(load_pretrained(str(tmp_path / "out")).params) == {"bert", "discriminator_predictions", "generator"}
@@ -317,17 +323,7 @@ def test_zoo_hfl_small_ex_has_the_embedding_width_of_its_published_config():
 def test_import_tf_electra_reads_the_discriminator_json_of_hfl_zips(tmp_path, tiny_vocab):
   """HFL's Chinese ELECTRA TF zips hold electra_small.* + vocab.txt + discriminator.json + generator.json (no
   config.json): import-tf takes discriminator.json by default."""
-  pytest.importorskip("tensorflow")
-  from test_convert_tf import _write_tf1_checkpoint
-  v = _vocab_size(tiny_vocab)
-  disc = _discriminator(v)
-  gen = _generator(v, embedding_size=H, disc=disc)
-  variables = _google_names(disc, "electra")
-  variables.update({k: a for k, a in _google_names(gen, "generator").items() if "/embeddings/" not in k})
-  folder = tmp_path / "chinese_electra_small_L-12_H-256_A-4"
-  folder.mkdir()
-  _write_tf1_checkpoint(str(folder / "electra_small"), variables)
-  (folder / "vocab.txt").write_text(open(tiny_vocab).read())
+  folder, disc, gen = _google_electra_folder(tmp_path / "chinese_electra_small_L-12_H-256_A-4", tiny_vocab)
   (folder / "discriminator.json").write_text(json.dumps(disc.config.to_dict()))
   (folder / "generator.json").write_text(json.dumps(gen.config.to_dict()))
   assert convert_main(["import-tf", f"--checkpoint={folder / 'electra_small'}", f"--output={tmp_path / 'out'}"]) == 0
