@@ -267,3 +267,87 @@ def test_albert_folder_without_model_type_imports_as_albert(tmp_path):
   path.write_text(json.dumps(d))
   assert convert_main(["import-hf", f"--input={tmp_path / 'hf'}", f"--output={tmp_path / 'ours'}"]) == 0
   assert json.loads((tmp_path / "ours" / "model_config.json").read_text())["embedding_size"] == 16
+
+
+_ENGLISH = [
+    "The quick brown fox jumps over the lazy dog.", "A man is playing a guitar on the street.",
+    "Someone plays the guitar while the others are singing.", "The stock market fell sharply today.",
+    "Researchers trained the model for three days on eight machines.", "She didn't like the movie's ending.",
+    "Paris is the capital and the most populous city of France.", "They were walking slowly along the river.",
+    "The results of the experiments are reported in the tables below.", "Playing games is fun, isn't it?",
+    "We fine-tuned the encoder on the sentiment reviews.", "The café served ``strong'' coffee in 1990.",
+]
+
+
+def _albert_sentencepiece(folder, vocab_size=300):
+  """An English-ALBERT-like tokenizer.json: a SentencePiece Unigram model trained on English text, with the
+  normaliser (quotes, NFKD, accents, lower case), Metaspace pre-tokenizer and [CLS]/[SEP] template that
+  transformers' AlbertConverter gives albert-*-v2; <pad> 0, <unk> 1, [CLS] 2, [SEP] 3, [MASK] 4."""
+  from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+  tok = Tokenizer(models.Unigram())
+  tok.normalizer = normalizers.Sequence([
+      normalizers.Replace("``", '"'), normalizers.Replace("''", '"'), normalizers.NFKD(),
+      normalizers.StripAccents(), normalizers.Lowercase(), normalizers.Replace(Regex(" {2,}"), " ")])
+  tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")
+  tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always")
+  tok.train_from_iterator(_ENGLISH * 20, trainers.UnigramTrainer(
+      vocab_size=vocab_size, special_tokens=["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"], unk_token="<unk>"))
+  tok.post_processor = processors.TemplateProcessing(
+      single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+      special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+  os.makedirs(folder, exist_ok=True)
+  tok.save(os.path.join(folder, "tokenizer.json"))
+  return tok.get_vocab_size()
+
+
+def test_english_albert_text_is_tokenized_by_its_sentencepiece_model_end_to_end(tmp_path):
+  """albert-*-v2 folders hold tokenizer.json (a SentencePiece Unigram model), no vocab.txt. Imported, the
+  model's text path (predict, fine-tuning, rank) must segment as SentencePiece does, not with WordPiece (which
+  found almost no piece: every word [UNK]): ids equal transformers' tokenizer, features equal AlbertModel's
+  on those ids, and export-hf hands the tokenizer back."""
+  from bert_jax.input_pipeline import tokenization
+  from bert_jax.predict import __main__ as predict_cli
+  hf_dir = tmp_path / "albert-v2"
+  n = _albert_sentencepiece(str(hf_dir))
+  torch.manual_seed(0)
+  config = transformers.AlbertConfig(vocab_size=n, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=37, max_position_embeddings=64)
+  ref = transformers.AlbertForMaskedLM(config)
+  with torch.no_grad():
+    for p in ref.parameters():
+      p.add_(0.05 * torch.randn_like(p))
+  ref.save_pretrained(str(hf_dir))
+  ref.eval()
+  assert convert_main(["import-hf", f"--input={hf_dir}", f"--output={tmp_path / 'ours'}"]) == 0
+  assert (tmp_path / "ours" / "tokenizer.json").exists()
+  tok = tokenization.load_tokenizer(str(tmp_path / "ours" / "vocab.txt"))
+  assert isinstance(tok, tokenization.SentencePieceTokenizer)
+  hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_file=str(hf_dir / "tokenizer.json"))
+  texts = ["The quick brown fox plays the guitar.", "Researchers reported the café's results in 1990.",
+           "Unseen words: zebra xylophone"]
+  unk = tok.vocab["[UNK]"]
+  for t in texts:
+    want = hf_tok(t)["input_ids"]
+    assert [tok.vocab["[CLS]"]] + tok.encode(t) + [tok.vocab["[SEP]"]] == want
+    pieces, spans = tok.tokenize_with_offsets(t)
+    assert tok.convert_tokens_to_ids(pieces) == want[1:-1] and len(spans) == len(pieces)
+  assert sum(i == unk for t in texts[:2] for i in tok.encode(t)) == 0
+  wordpiece = tokenization.FullTokenizer(str(tmp_path / "ours" / "vocab.txt"))   # what text got before
+  assert sum(i == unk for i in wordpiece.encode(texts[0])) >= 3
+  assert tokenization.fast_batch_tokenizer(tok).encode_batch(texts) == [tok.encode(t) for t in texts]
+  # the features of the imported model on text equal AlbertModel's on transformers' ids
+  (tmp_path / "t.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+  assert predict_cli.main(["features", f"--model={tmp_path / 'ours'}", f"--input={tmp_path / 't.txt'}",
+                           f"--output={tmp_path / 'f.npy'}", "--pooling=mean", "--max_seq_length=32"]) == 0
+  ours = np.load(tmp_path / "f.npy")
+  for i, t in enumerate(texts):
+    ids = torch.tensor([hf_tok(t)["input_ids"]])
+    with torch.no_grad():
+      want = ref.albert(input_ids=ids).last_hidden_state[0].mean(0).numpy()
+    np.testing.assert_allclose(ours[i], want, atol=2e-4)
+  # export-hf writes the tokenizer back: transformers loads it from the folder and gives the same ids
+  assert convert_main(["export-hf", f"--input={tmp_path / 'ours'}", f"--output={tmp_path / 'back'}"]) == 0
+  tc = json.loads((tmp_path / "back" / "tokenizer_config.json").read_text())
+  assert tc["tokenizer_class"] == "AlbertTokenizer"
+  back = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "back" / "tokenizer.json"))
+  assert [back(t)["input_ids"] for t in texts] == [hf_tok(t)["input_ids"] for t in texts]

@@ -20,11 +20,11 @@ ConversionError. The decoder (predictions.decoder.weight/bias) must equal the wo
 predictions.bias, as transformers ties them.
 
 Tokenizers: the Chinese ALBERTs (voidful/albert_chinese_*, clue/albert_chinese_*) ship a WordPiece vocab.txt
-and are used with BertTokenizer: fully supported. The English ALBERTs (albert-*-v2) use a SentencePiece
-unigram model (spiece.model); its pieces are written to vocab.txt in id order so that ids line up (from
-tokenizer.json's Unigram vocab), but this package's WordPiece tokenizer does not segment text as SentencePiece
-does: feed such a model ids from SentencePiece (e.g. transformers' AlbertTokenizer) or treat its text results
-as approximate.
+and are used with BertTokenizer. The English ALBERTs (albert-*-v2) use a SentencePiece unigram model: its
+pieces are written to vocab.txt in id order (from tokenizer.json's Unigram vocab; an spiece.model alone is not
+read) and tokenizer.json is copied beside it, so fine-tuning, predict and rank tokenize text with that model
+(tokenization.SentencePieceTokenizer: the ids of transformers' AlbertTokenizerFast), and export-hf writes it
+back with tokenizer_class AlbertTokenizer.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import tempfile
 from typing import Dict, List, Optional, Sequence
 
@@ -39,6 +40,7 @@ import numpy as np
 
 from bert_jax.convert import hf, mapping
 from bert_jax.convert.mapping import ConversionError, Entry
+from bert_jax.input_pipeline import tokenization
 from bert_jax.models.config import BertConfig
 from bert_jax.pretrained import params_dir
 
@@ -185,7 +187,7 @@ def import_hf_albert(folder: str, output: Optional[str] = None, vocab_file: Opti
   ignorable = lambda n: bool(hf._HF_BUFFERS.search(n)) or any(p.search(n) for p in patterns)  # noqa: E731
   params = mapping.assign_params(state, "hf", config, report, ignorable=ignorable, seed=seed, layout=ALBERT)
 
-  tmp_vocab = None
+  tmp_dir = None
   if vocab_file is None:
     vocab_file = os.path.join(folder, "vocab.txt")
     if not os.path.exists(vocab_file):
@@ -193,14 +195,16 @@ def import_hf_albert(folder: str, output: Optional[str] = None, vocab_file: Opti
       if not os.path.exists(tok_json):
         raise FileNotFoundError(f"{folder}: no vocab.txt or tokenizer.json (an spiece.model alone is not read); "
                                 "pass --vocab=PATH")
-      tmp_vocab = tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False).name
-      if _write_vocab_from_unigram(tok_json, tmp_vocab):
+      tmp_dir = tempfile.mkdtemp(prefix="albert_vocab_")
+      vocab_file = os.path.join(tmp_dir, "vocab.txt")
+      if _write_vocab_from_unigram(tok_json, vocab_file):
+        # beside the pieces, the model that segments text into them: copy_vocab carries both to `output`
+        shutil.copyfile(tok_json, os.path.join(tmp_dir, "tokenizer.json"))
         report.notes.append("vocab.txt written from tokenizer.json's SentencePiece (Unigram) pieces, in id "
-                            "order; bert_jax's WordPiece tokenizer does not segment text as SentencePiece does")
+                            "order, and tokenizer.json copied beside it: text is tokenized by that model")
       else:
-        hf._write_vocab_from_tokenizer_json(tok_json, tmp_vocab)
+        hf._write_vocab_from_tokenizer_json(tok_json, vocab_file)
         report.notes.append("vocab.txt written from tokenizer.json's WordPiece vocab")
-      vocab_file = tmp_vocab
   try:
     mapping.check_vocab_size(vocab_file, params_dir.count_vocab_lines(vocab_file), config, "config.json",
                              report)
@@ -209,8 +213,8 @@ def import_hf_albert(folder: str, output: Optional[str] = None, vocab_file: Opti
     if output:
       mapping.save_imported(output, config, params, vocab_file, folder, "hf", do_lower_case, report)
   finally:
-    if tmp_vocab:
-      os.unlink(tmp_vocab)
+    if tmp_dir:
+      shutil.rmtree(tmp_dir, ignore_errors=True)
   return config, params, report
 
 
@@ -226,7 +230,19 @@ def albert_config_dict(config: BertConfig, architecture: str, pad_token_id: int 
 def write_albert(ckpt, output: str, heads: str = "pretraining", source: str = "") -> mapping.ConversionReport:
   """A loaded checkpoint (`load_pretrained`) with factorised embeddings -> a Hugging Face ALBERT folder
   (config.json, model.safetensors, vocab.txt, tokenizer_config.json with BertTokenizer, as the Chinese
-  ALBERTs are used)."""
-  return hf.write_model(ckpt, output, heads, source, heads_table=HEADS, pair_head="sop", root="albert.",
-                        config_dict=albert_config_dict, layout=ALBERT,
-                        hint="pre-train with targets=('mlm', 'sop') (preset=albert), or use --heads=mlm / none")
+  ALBERTs are used; with the SentencePiece tokenizer.json of an English ALBERT beside the vocab, that file
+  and tokenizer_class AlbertTokenizer instead)."""
+  report = hf.write_model(ckpt, output, heads, source, heads_table=HEADS, pair_head="sop", root="albert.",
+                          config_dict=albert_config_dict, layout=ALBERT,
+                          hint="pre-train with targets=('mlm', 'sop') (preset=albert), or use --heads=mlm / none")
+  spm = tokenization.sentencepiece_json(ckpt.vocab_file) if ckpt.vocab_file else None
+  if spm:
+    shutil.copyfile(spm, os.path.join(output, tokenization.TOKENIZER_JSON))
+    path = os.path.join(output, "tokenizer_config.json")
+    with open(path, encoding="utf-8") as f:
+      tc = json.load(f)
+    tc.update(tokenizer_class="AlbertTokenizer", unk_token="<unk>", pad_token="<pad>")
+    with open(path, "w", encoding="utf-8") as f:
+      json.dump(tc, f, indent=2)
+      f.write("\n")
+  return report

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.input_pipeline.tokenization import FullTokenizer, basic_tokenize
+from bert_jax.input_pipeline.tokenization import basic_tokenize, load_tokenizer
 from bert_jax.models import BertForPreTraining
 from bert_jax.pretrained import params_dir
 from bert_jax.pretrained.load import load_pretrained
@@ -58,8 +58,8 @@ def load_candidate(name_or_path: str, search_dirs: Sequence[str] = ()) -> Candid
   do_lower_case = ckpt.do_lower_case
   if do_lower_case is None:
     do_lower_case = params_dir.guess_do_lower_case(vocab_file)
-  tok = FullTokenizer(vocab_file, do_lower_case=bool(do_lower_case),
-                      required_tokens=(_UNK, _CLS, _SEP, _MASK))
+  tok = load_tokenizer(vocab_file, do_lower_case=bool(do_lower_case),
+                       required_tokens=(_UNK, _CLS, _SEP, _MASK))
   if tok.vocab_size > config.vocab_size:
     raise ValueError(f"{vocab_file}: {tok.vocab_size} ids but the model has vocab_size={config.vocab_size}")
   fresh = "mlm" in ckpt.info.get("report", {}).get("fresh_groups", [])

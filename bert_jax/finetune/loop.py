@@ -87,7 +87,7 @@ def _finetune(plan: FinetunePlan) -> dict:
   """Set-up, training with evaluation, the final evaluation with the best parameters."""
   t_start, is_main, task = time.time(), jax.process_index() == 0, plan.task
   _log.info("fine-tuning plan (%s):\n%s", fileio.join(plan.workdir, PLAN_NAME), plan.describe())
-  tokenizer = tokenization.FullTokenizer(plan.vocab_file, do_lower_case=plan.do_lower_case)
+  tokenizer = tokenization.load_tokenizer(plan.vocab_file, do_lower_case=plan.do_lower_case)
   t_data = time.time()
   train, eval_data, test_data = load_data(plan, tokenizer)
   timing: Dict[str, Any] = {"data_seconds": round(time.time() - t_data, 2)}

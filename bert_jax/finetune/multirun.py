@@ -284,7 +284,7 @@ def run_vmapped(plans: Sequence[FinetunePlan]) -> List[dict]:
 def _run(plans: Sequence[FinetunePlan]) -> List[dict]:
   t_start, first, k = time.time(), plans[0], len(plans)
   task = first.task
-  tokenizer = tokenization.FullTokenizer(first.vocab_file, do_lower_case=first.do_lower_case)
+  tokenizer = tokenization.load_tokenizer(first.vocab_file, do_lower_case=first.do_lower_case)
   t_data = time.time()
   train, eval_data, test_data = loop.load_data(first, tokenizer)
   data_seconds = round(time.time() - t_data, 2)

@@ -58,7 +58,8 @@ class Predictor:
     self.info = info
     self.task = task_from_info(info)
     self.max_seq_length = int(info["max_seq_length"])
-    self.tokenizer = tokenization.FullTokenizer(checkpoint.require_vocab(), do_lower_case=bool(info["do_lower_case"]))
+    self.tokenizer = tokenization.load_tokenizer(checkpoint.require_vocab(),
+                                                  do_lower_case=bool(info["do_lower_case"]))
     cfg = checkpoint.config.replace(dtype=compute_dtype("auto"), scan_layers=False)
     self.model = fm.build_model(self.task, cfg)
     self.params = jax.device_put(checkpoint.params)

@@ -18,15 +18,22 @@ falls back to this module; tests check that all of them give identical ids.
     pieces, spans = tok.tokenize_with_offsets(text)   # spans: exact [start, end) char ranges in `text`
 
 `FullTokenizer.tokenize_with_offsets` is the one offsets API (SQuAD answer alignment uses it).
+
+SentencePiece vocabularies (the English ALBERTs, albert-*-v2): `load_tokenizer(vocab_file)` returns a
+`SentencePieceTokenizer` when a Hugging Face tokenizer.json holding a Unigram model sits beside vocab.txt
+(import-hf puts it there), with the same interface; its ids equal transformers' AlbertTokenizerFast's.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
+import json
+import os
 import re
 import unicodedata
-from typing import Callable, Dict, Iterable, List, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -491,6 +498,72 @@ class FullTokenizer:
     return convert_by_vocab(self.inv_vocab, (int(i) for i in ids))
 
 
+TOKENIZER_JSON = "tokenizer.json"
+
+
+def sentencepiece_json(vocab_file: str) -> Optional[str]:
+  """The tokenizer.json beside `vocab_file` when it holds a SentencePiece Unigram model (ALBERT's; import-hf
+  writes it next to the pieces' vocab.txt), else None: WordPiece vocabs, remote paths, no such file."""
+  if not vocab_file or "://" in str(vocab_file):
+    return None
+  path = os.path.join(os.path.dirname(os.path.abspath(vocab_file)), TOKENIZER_JSON)
+  if not os.path.isfile(path):
+    return None
+  return path if _model_type(path, os.path.getmtime(path)) == "Unigram" else None
+
+
+@functools.lru_cache(maxsize=32)
+def _model_type(path: str, mtime: float) -> Optional[str]:
+  try:
+    with open(path, encoding="utf-8") as f:
+      return (json.load(f).get("model") or {}).get("type")
+  except (OSError, ValueError, AttributeError):
+    return None
+
+
+class SentencePieceTokenizer(FullTokenizer):
+  """FullTokenizer's interface over a SentencePiece Unigram model read from a Hugging Face tokenizer.json
+  (the English ALBERTs), so that text gives the ids transformers' AlbertTokenizerFast gives. vocab.txt holds
+  the same pieces in id order (SentencePiece's <pad>/<unk> named [PAD]/[UNK]); the model's own normaliser
+  decides casing and accents (do_lower_case is kept for the record only). `tokenize_with_offsets` returns the
+  model's character offsets into the original text."""
+
+  def __init__(self, vocab_file: str, tokenizer_json: str, do_lower_case: bool = True,
+               required_tokens: Sequence[str] = SPECIAL_TOKENS, **kwargs):
+    super().__init__(vocab_file, do_lower_case, required_tokens, **kwargs)
+    from tokenizers import Tokenizer
+    self.tokenizer_json = tokenizer_json
+    try:
+      self._sp = Tokenizer.from_file(tokenizer_json)
+    except Exception as e:  # noqa: BLE001 - the tokenizers library's own parse errors
+      raise ValueError(f"{tokenizer_json}: not a readable Hugging Face tokenizer ({e})") from None
+    self._sp.no_padding()
+    self._sp.no_truncation()
+    pieces = self._sp.get_vocab_size(with_added_tokens=False)
+    if pieces != len(self.vocab):
+      raise ValueError(f"{tokenizer_json} holds {pieces} pieces but {vocab_file} has {len(self.vocab)} lines; "
+                       "they must be the same vocabulary in id order (re-run import-hf)")
+
+  def encode(self, text) -> List[int]:
+    return self._sp.encode(convert_to_unicode(text), add_special_tokens=False).ids
+
+  def tokenize(self, text) -> List[str]:
+    return self.convert_ids_to_tokens(self.encode(text))
+
+  def tokenize_with_offsets(self, text) -> Tuple[List[str], List[Tuple[int, int]]]:
+    enc = self._sp.encode(convert_to_unicode(text), add_special_tokens=False)
+    return self.convert_ids_to_tokens(enc.ids), [tuple(o) for o in enc.offsets]
+
+
+def load_tokenizer(vocab_file: str, do_lower_case: bool = True, **kwargs) -> FullTokenizer:
+  """The tokenizer of a model's vocab: a SentencePieceTokenizer when a SentencePiece tokenizer.json sits beside
+  `vocab_file` (sentencepiece_json), else the WordPiece FullTokenizer."""
+  spm = sentencepiece_json(vocab_file)
+  if spm:
+    return SentencePieceTokenizer(vocab_file, spm, do_lower_case=do_lower_case, **kwargs)
+  return FullTokenizer(vocab_file, do_lower_case=do_lower_case, **kwargs)
+
+
 def basic_tokenize(text, do_lower_case: bool = True) -> List[str]:
   """BERT's basic tokenization (no WordPiece): the words WordPiece would see."""
   return BasicTokenizer(do_lower_case=do_lower_case).tokenize(text)
@@ -786,6 +859,23 @@ class _RustBatchTokenizer:
     return ids, spans
 
 
+class _SentencePieceBatchTokenizer:
+  backend = "tokenizers"
+
+  def __init__(self, tokenizer: SentencePieceTokenizer):
+    self.tokenizer = tokenizer
+
+  def _encode(self, texts: Sequence[str]):
+    return self.tokenizer._sp.encode_batch([convert_to_unicode(t) for t in texts], add_special_tokens=False)
+
+  def encode_batch(self, texts: Sequence[str]) -> List[List[int]]:
+    return [e.ids for e in self._encode(texts)]
+
+  def encode_batch_with_offsets(self, texts: Sequence[str]):
+    encs = self._encode(texts)
+    return [e.ids for e in encs], [[tuple(o) for o in e.offsets] for e in encs]
+
+
 def fast_batch_tokenizer(tokenizer: FullTokenizer, backend: str = "auto"):
   """An object with `.encode_batch(texts) -> id lists`, `.encode_batch_with_offsets(texts) -> (ids, spans)`
   and `.backend`.
@@ -794,6 +884,8 @@ def fast_batch_tokenizer(tokenizer: FullTokenizer, backend: str = "auto"):
   ~1.5M tokens/s on Chinese news), "tokenizers" (Hugging Face Rust, multi-threaded), or "python" (the
   plain `FullTokenizer`, uncached). All give identical ids (tests/test_pipeline_tokenization.py).
   """
+  if isinstance(tokenizer, SentencePieceTokenizer):   # its own Rust model, whatever the backend
+    return _SentencePieceBatchTokenizer(tokenizer)
   if backend in ("auto", "python-cached"):
     return _CachedBatchTokenizer(tokenizer)
   if backend == "python":

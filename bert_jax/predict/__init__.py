@@ -48,7 +48,7 @@ def make_tokenizer(pre: Pretrained) -> tokenization.FullTokenizer:
     lower = pre.do_lower_case
     if lower is None:
       lower = params_dir.guess_do_lower_case(vocab, hint=pre.directory)
-    return tokenization.FullTokenizer(vocab, do_lower_case=bool(lower))
+    return tokenization.load_tokenizer(vocab, do_lower_case=bool(lower))
   except (FileNotFoundError, ValueError) as e:     # no vocab, or one that does not read (encoding, specials)
     raise UserError(f"{pre.directory}: {e}") from None
 

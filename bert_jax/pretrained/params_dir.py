@@ -32,7 +32,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from bert_jax.input_pipeline import fileio
+from bert_jax.input_pipeline import fileio, tokenization
 from bert_jax.models import BertConfig, scan_params, unscan_params
 
 CONFIG_NAME = "model_config.json"
@@ -63,14 +63,20 @@ def read_json(path: str) -> dict:
 
 
 def copy_vocab(vocab_file: str, directory: str) -> str:
-  """Copies a vocab (local or gs://, through fileio) to DIR/vocab.txt atomically; returns the new path."""
+  """Copies a vocab (local or gs://, through fileio) to DIR/vocab.txt atomically; returns the new path. A
+  SentencePiece tokenizer.json beside it (tokenization.sentencepiece_json: the English ALBERTs) goes with it,
+  since it, not WordPiece, tokenizes text for that vocab."""
   dst = fileio.join(directory, VOCAB_NAME)
   if fileio.abspath(vocab_file) == fileio.abspath(dst):
     return dst
-  data = fileio.read_bytes(vocab_file)
-  if fileio.exists(dst) and fileio.read_bytes(dst) == data:
-    return dst                      # unchanged: not rewritten (a resumed run keeps its files as they are)
-  write_bytes_atomic(dst, data)
+  spm = tokenization.sentencepiece_json(vocab_file)
+  for src, out in ((vocab_file, dst), (spm, fileio.join(directory, tokenization.TOKENIZER_JSON))):
+    if not src:
+      continue
+    data = fileio.read_bytes(src)
+    if fileio.exists(out) and fileio.read_bytes(out) == data:
+      continue                      # unchanged: not rewritten (a resumed run keeps its files as they are)
+    write_bytes_atomic(out, data)
   return dst
 
 

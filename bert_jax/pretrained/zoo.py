@@ -210,9 +210,9 @@ def _build() -> Dict[str, ZooEntry]:
       _electra("hfl/chinese-electra-180g-large-discriminator", 24, 1024, 1024, 21128, "Chinese", c180),
   ]
   # ALBERT (Lan et al. 2020; google-research/albert), v2: no dropout, trained longer. The English models use a
-  # 30,000-piece SentencePiece vocab: import-hf writes its pieces to vocab.txt (ids line up) but this package
-  # tokenizes WordPiece only, so text must be tokenized with SentencePiece (transformers' AlbertTokenizer).
-  spm = "SentencePiece vocab: tokenize with AlbertTokenizer (our WordPiece tokenizer does not segment alike)"
+  # 30,000-piece SentencePiece vocab: import-hf writes its pieces to vocab.txt in id order and copies the
+  # folder's tokenizer.json beside it, which then tokenizes text (tokenization.SentencePieceTokenizer).
+  spm = "SentencePiece vocab (tokenizer.json, kept by import-hf: the ids of AlbertTokenizerFast)"
   e += [
       _albert("albert-base-v2", "albert/albert-base-v2", 12, 768, 12, 30000, "English", _WIKI_BOOKS, note=spm),
       _albert("albert-large-v2", "albert/albert-large-v2", 24, 1024, 16, 30000, "English", _WIKI_BOOKS, note=spm),
