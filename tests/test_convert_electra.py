@@ -281,6 +281,15 @@ def test_import_tf_electra_takes_a_checkpoint_folder_with_its_config_and_vocab(t
   (folder / "config.json").write_text(json.dumps(disc.config.to_dict()))
   assert convert_main(["import-tf", f"--checkpoint={folder}", f"--output={tmp_path / 'out'}"]) == 0
   assert set(load_pretrained(str(tmp_path / "out")).params) == {"bert", "discriminator_predictions", "generator"}
+  # fill-mask names the way to the generator's MLM head, and that way works
+  from bert_jax.errors import UserError
+  from bert_jax.predict import FillMask
+  with pytest.raises(UserError, match="is an ELECTRA model.*--heads=mlm"):
+    FillMask(str(tmp_path / "out"))
+  assert convert_main(["export-hf", f"--input={tmp_path / 'out'}", f"--output={tmp_path / 'gen_hf'}",
+                       "--heads=mlm"]) == 0
+  assert convert_main(["import-hf", f"--input={tmp_path / 'gen_hf'}", f"--output={tmp_path / 'gen'}"]) == 0
+  assert len(FillMask(str(tmp_path / "gen")).predict(["a [MASK] b"], top_k=3)[0]["masks"][0]["candidates"]) == 3
   with pytest.raises(FileNotFoundError, match="missing.txt"):   # the vocab the user named, not vocab.txt
     hf_electra.import_hf_electra(_save(disc, tmp_path / "hf", tiny_vocab), vocab_file=str(tmp_path / "missing.txt"))
 

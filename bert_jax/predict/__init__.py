@@ -83,6 +83,12 @@ class FillMask:
 
   def __init__(self, model: str, batch_size: int = 16, max_seq_length: int = 128):
     self.pre = load_model(model)
+    if "mlm" not in self.pre.params and "generator" in self.pre.params:
+      raise UserError(
+          f"--model={model!r} ({self.pre.directory}) is an ELECTRA model: its discriminator has no masked-LM "
+          "head; its generator has one. Write the generator out and fill masks with it: python -m "
+          f"bert_jax.convert export-hf --input={self.pre.directory} --output=GEN_HF --heads=mlm, then "
+          "import-hf --input=GEN_HF --output=GEN and --model=GEN")
     if "mlm" not in self.pre.params:
       raise UserError(
           f"--model={model!r} ({self.pre.directory}) has no masked-LM head (params['mlm']; top-level keys "
@@ -99,7 +105,8 @@ class FillMask:
       raise UserError(f"{self.pre.vocab_file} has no {MASK} token")
     self.mask_id = self.tokenizer.vocab[MASK]
     self.inv_vocab = {i: t for t, i in self.tokenizer.vocab.items()}
-    self.batch_size, self.max_seq_length = int(batch_size), int(max_seq_length)
+    self.batch_size = int(batch_size)
+    self.max_seq_length = min(int(max_seq_length), self.pre.config.max_position_embeddings)
     cfg = self.pre.config.replace(dtype=compute_dtype("auto"), scan_layers=False)
     model_ = BertForPreTraining(cfg, targets=("mlm",))
     self.params = jax.device_put({"bert": self.pre.params["bert"], "mlm": self.pre.params["mlm"]})
