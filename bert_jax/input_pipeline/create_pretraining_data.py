@@ -54,6 +54,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
+import math
 import multiprocessing
 import os
 import time
@@ -62,6 +63,7 @@ from typing import Dict, List, Sequence
 from bert_jax import cli
 from bert_jax import input_warnings
 from bert_jax.errors import UserError
+from bert_jax.input_pipeline import checks
 from bert_jax.input_pipeline import fileio
 from bert_jax.input_pipeline import instances as instances_lib
 from bert_jax.input_pipeline import manifest
@@ -69,6 +71,11 @@ from bert_jax.input_pipeline import masking
 from bert_jax.input_pipeline import sharding
 from bert_jax.input_pipeline import text_io
 from bert_jax.input_pipeline.shard_builder import Config, ShardResult, build_shard, make_tokenizer, progress_bar
+
+
+class NoInstancesError(UserError, ValueError):
+  """The input made no instance (too few documents with tokens, only blank lines, ...): the user's input, so
+  the CLI prints one `error:` line; a ValueError for library callers."""
 
 
 @dataclasses.dataclass
@@ -249,7 +256,7 @@ def create_pretraining_data(input_files, output_files: Sequence[str], vocab_file
     summary.output_files += [fileio.join(directory, f) if f == fileio.basename(f) else f for f in entry["files"]]
     summary.counts += list(entry["records"])
   if summary.instances == 0:
-    raise ValueError(f"no instances from the input files {plan.files} (empty files: {summary.read.empty_files}; "
+    raise NoInstancesError(f"no instances from the input files {plan.files} (empty files: {summary.read.empty_files}; "
                      f"lines that are not UTF-8: {sum(summary.read.bad_utf8_lines.values())}; "
                      f"{'; '.join(summary.skipped_shards) or 'no tokens'})")
   for line in summary.skipped_shards:
@@ -285,6 +292,30 @@ def _size(s: str) -> int:
   if value < 1:
     raise argparse.ArgumentTypeError(f"expected a size of at least 1 byte, got {s!r}")
   return value
+
+
+def _check_files(input_file: str, output_files: Sequence[str], vocab_file: str) -> None:
+  """The user's files before any work: a glob matching nothing, input files all empty, a missing vocab or one
+  without BERT's special tokens, an output name that is a directory or whose directory cannot be made are
+  each a UserError naming the flag (one `error:` line), not a traceback."""
+  checks.check_vocab(vocab_file, "--vocab_file")
+  try:
+    files = text_io.expand_globs(input_file)
+  except FileNotFoundError as e:
+    raise UserError(f"--input_file: {e}") from e
+  if not any(fileio.size(f) for f in files):
+    raise UserError(f"--input_file={input_file!r}: every file is empty ({', '.join(files[:5])}"
+                    f"{', ...' if len(files) > 5 else ''})")
+  for name in output_files:
+    if fileio.isdir(name):
+      raise UserError(f"--output_file={name!r} is a directory; give a file name such as "
+                      f"{fileio.join(name, 'train.tfrecord')}")
+    directory = fileio.dirname(name)
+    if directory and not fileio.is_remote(directory):
+      try:
+        fileio.makedirs(directory)
+      except OSError as e:
+        raise UserError(f"--output_file={name!r}: cannot create its directory ({e})") from e
 
 
 def main(argv=None) -> int:
@@ -336,6 +367,19 @@ def main(argv=None) -> int:
     p.error(str(e))
   if args.google_exact and args.pair_mode != "nsp":
     p.error("--google_exact reproduces Google's NSP pairs; drop --pair_mode=sop")
+  for name, lo, why in (("max_seq_length", 5, " ([CLS] A [SEP] B [SEP])"), ("max_predictions_per_seq", 1, ""),
+                        ("dupe_factor", 1, ""), ("num_output_shards", 1, "")):
+    if getattr(args, name) < lo:
+      p.error(f"--{name}={getattr(args, name)}; expected >= {lo}{why}")
+  for name, lo_open in (("masked_lm_prob", True), ("short_seq_prob", False)):
+    value = getattr(args, name)
+    if not (math.isfinite(value) and (value > 0 if lo_open else value >= 0) and value <= 1):
+      p.error(f"--{name}={value}; expected {'0 <' if lo_open else '0 <='} p <= 1")
+  try:
+    names = sharding.output_file_list(args.output_file)
+  except ValueError as e:
+    p.error(str(e))
+  _check_files(args.input_file, names, args.vocab_file)
   cfg = Config(max_seq_length=args.max_seq_length, max_predictions_per_seq=args.max_predictions_per_seq,
                random_seed=args.random_seed, dupe_factor=args.dupe_factor,
                masked_lm_prob=args.masked_lm_prob, short_seq_prob=args.short_seq_prob,
@@ -345,7 +389,6 @@ def main(argv=None) -> int:
                chinese_wwm=args.chinese_wwm, pair_mode=args.pair_mode,
                long_sentence_policy=args.long_sentence_policy or "split",
                tokenizer_backend=args.tokenizer_backend, google_exact=args.google_exact)
-  names = sharding.output_file_list(args.output_file)
   if len(names) > 1 and args.num_output_shards > 1:
     p.error("give either several comma-separated --output_file names or --num_output_shards, not both")
   files_per_shard = args.num_output_shards   # one input shard: Google's round-robin over that many files

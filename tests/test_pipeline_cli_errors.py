@@ -1,0 +1,61 @@
+"""create_pretraining_data's user mistakes: each is one `error:` line and exit 2, never a traceback (a glob
+matching nothing, empty input, a vocab without [MASK], out-of-range flags, an output name that is a
+directory), and no output file is written."""
+
+import re
+
+import pytest
+
+from bert_jax import cli
+from bert_jax.input_pipeline import create_pretraining_data as cpd
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "dog", "ran", "."]
+
+
+@pytest.fixture
+def files(tmp_path):
+  (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+  (tmp_path / "no_mask.txt").write_text("\n".join(t for t in VOCAB if t != "[MASK]") + "\n")
+  (tmp_path / "corpus.txt").write_text("the cat sat .\non the mat .\n\nthe dog ran .\nthe cat ran .\n")
+  (tmp_path / "empty.txt").write_text("")
+  (tmp_path / "blank.txt").write_text("\n\n\n")
+  (tmp_path / "a_dir").mkdir()
+  return tmp_path
+
+
+CASES = [
+    ({"input_file": "nothing_*.txt"}, "--input_file: no file matches '.*nothing_\\*.txt'"),
+    ({"input_file": "nothing_*.txt,corpus.txt"}, "no file matches '.*nothing_\\*.txt'"),
+    ({"input_file": "empty.txt"}, "--input_file=.*every file is empty"),
+    ({"input_file": "blank.txt"}, "no instances from the input files"),
+    ({"vocab_file": "no_mask.txt"}, r"--vocab_file=.*lacks the special token\(s\) \['\[MASK\]'\]"),
+    ({"vocab_file": "missing_vocab.txt"}, "--vocab_file=.*no such file"),
+    ({"output_file": "a_dir"}, "--output_file=.*is a directory"),
+    ({"max_seq_length": "3"}, "--max_seq_length=3; expected >= 5"),
+    ({"max_predictions_per_seq": "0"}, "--max_predictions_per_seq=0; expected >= 1"),
+    ({"dupe_factor": "0"}, "--dupe_factor=0; expected >= 1"),
+    ({"masked_lm_prob": "1.5"}, "--masked_lm_prob=1.5; expected 0 < p <= 1"),
+    ({"masked_lm_prob": "0"}, "--masked_lm_prob=0.0; expected 0 < p <= 1"),
+    ({"short_seq_prob": "-0.1"}, "--short_seq_prob=-0.1; expected 0 <= p <= 1"),
+    ({"num_output_shards": "0"}, "--num_output_shards=0; expected >= 1"),
+]
+
+
+@pytest.mark.parametrize("change,message", CASES, ids=[next(iter(c)) + "=" + next(iter(c.values()))
+                                                      for c, _ in CASES])
+def test_a_user_mistake_is_one_error_line(files, change, message, capsys):
+  flags = {"input_file": "corpus.txt", "output_file": "out/train.tfrecord", "vocab_file": "vocab.txt",
+           "max_seq_length": "16", "max_predictions_per_seq": "3", "dupe_factor": "2"}
+  flags.update(change)
+  for key in ("input_file", "output_file", "vocab_file"):
+    flags[key] = ",".join(str(files / p) for p in flags[key].split(","))
+  argv = [f"--{k}={v}" for k, v in flags.items()] + ["--num_workers=1", "--progress=false"]
+  with pytest.raises(SystemExit) as e:
+    cli.run_plain_main(cpd.main, argv)
+  err = capsys.readouterr().err
+  assert e.value.code == 2, err
+  assert "Traceback" not in err, err
+  lines = [line for line in err.splitlines() if "error:" in line]
+  assert len(lines) == 1 and (lines[0].startswith("error: ") or ": error: " in lines[0]), err   # argparse: "PROG: error:"
+  assert re.search(message, lines[0]), lines[0]
+  assert not list(files.glob("out/*.tfrecord"))
