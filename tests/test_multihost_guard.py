@@ -150,6 +150,67 @@ def test_host_0_leaves_last_it_waits_for_the_peers_still_beating_to_say_they_are
   assert h0.peers_still_here() == []
 
 
+class FrozenClient(FakeClient):
+  """A coordination service that no longer answers (host 0 frozen by SIGSTOP, a hung VM): every call blocks
+  until the test ends."""
+
+  def __init__(self):
+    super().__init__()
+    self.thawed = __import__("threading").Event()
+
+  def key_value_set(self, key, value, allow_overwrite=False):
+    self.thawed.wait()
+
+  def key_value_dir_get(self, prefix):
+    self.thawed.wait()
+    return []
+
+
+class Exited(Exception):
+  pass
+
+
+def test_a_host_whose_coordinator_froze_still_prints_its_line_and_exits_75(monkeypatch, tmp_path, capsys):
+  # Two processes, host 0 SIGSTOPped: host 1's report to the frozen store never returned, so its line was never
+  # printed and JAX aborted it 19 s later (SIGABRT, exit 134) instead of exit 75.
+  (tmp_path / "40").mkdir()
+  client = FrozenClient()
+  g1 = watchdog.HostGuard(settings(heartbeat_timeout_s=3.0), str(tmp_path), process_index=1, process_count=2,
+                          client=client)
+  def exit_(code):
+    raise Exited(code)
+  monkeypatch.setattr(watchdog.os, "_exit", exit_)
+  g1.enter("step", 40)
+  g1._kv_ok -= 4
+  codes = []
+
+  def fire():
+    try:
+      g1.fire(*g1.verdict())
+    except Exited as e:
+      codes.append(e.args[0])
+
+  thread = __import__("threading").Thread(target=fire, daemon=True)
+  thread.start()
+  thread.join(10)
+  err = capsys.readouterr().err
+  client.thawed.set()
+  assert codes == [RETRYABLE_EXIT_CODE], err
+  last = err.strip().splitlines()[-1]
+  assert last.startswith("error: host 0 of 2 (the coordinator) stopped responding during step 41 (no answer for "
+                         "4 s); newest complete checkpoint: step 40; restart all hosts to resume"), last
+
+
+def test_the_exit_report_survives_the_next_heartbeat():
+  # The beat thread goes on publishing while the ending host waits for its peers to read its report: a plain
+  # record would replace it before they read it.
+  client, (g0, g1) = two_hosts()
+  g1._exit_report = "host 1 of 2 stalled in data at step 15: ..."
+  g1._publish()
+  g0._read_peers()
+  assert g0.verdict() == ("host 1 of 2 stalled in data at step 15: ... (reported by host 1)", True)
+
+
 def test_the_watchdog_fires_after_the_limit_and_names_the_stuck_peer_and_phase():
   _, (g0, g1) = two_hosts()
   g0.step_done(14, synced=True)

@@ -263,6 +263,7 @@ class HostGuard:
     self._fired = threading.Lock()
     self._threads = []
     self._at_exit = []
+    self._exit_report = ""
 
   def at_exit(self, fn) -> None:
     """`fn()` runs (best effort) before the guard ends the process: the work-dir lock's release, so that a
@@ -350,15 +351,30 @@ class HostGuard:
     self.enter(final_phase)
     self._stop.set()
     if self.multi_host and self._client is not None:
-      try:
-        self._publish()
-      except Exception:  # noqa: BLE001 - the coordinator may be gone already
-        pass
+      self._publish_within(5.0)           # the coordinator may be gone already, or frozen
 
   def _publish(self, **extra) -> None:
     self._beats = getattr(self, "_beats", 0) + 1
     record = dict(beat=self._beats, step=self.step, phase=self.phase, **extra)
+    if self._exit_report:            # sticky: a later beat must not overwrite the reason the peers repeat
+      record["exit"] = self._exit_report
     self._client.key_value_set(f"{KEY_PREFIX}{self.index}", json.dumps(record), True)
+
+  def _publish_within(self, seconds: float, **extra) -> bool:
+    """`_publish(**extra)` on a daemon thread, waited for at most `seconds`: True once it is stored. A frozen
+    or unreachable coordinator (SIGSTOP, a hung VM) does not answer and JAX's call has no deadline of its
+    own: the host that is ending must still print its line and exit."""
+    done = threading.Event()
+
+    def publish():
+      try:
+        self._publish(**extra)
+        done.set()
+      except Exception:  # noqa: BLE001 - best effort: the peers time out otherwise
+        pass
+
+    threading.Thread(target=publish, name="host-guard-report", daemon=True).start()
+    return done.wait(seconds)
 
   def _read_peers(self) -> None:
     """The peers' newest records from the key-value store; a changed record is a heartbeat."""
@@ -456,11 +472,10 @@ class HostGuard:
         except Exception:  # noqa: BLE001 - exiting anyway; a stale lock is taken over later
           pass
       if self.multi_host and self._client is not None and "(reported by host" not in message:
-        try:
-          self._publish(exit=message)
-          time.sleep(min(5.0, 2 * self.beat_s + 0.5))   # the peers read it (if this is host 0, the store goes)
-        except Exception:  # noqa: BLE001 - best effort: the peers time out otherwise
-          pass
+        self._exit_report = message
+        wait = min(5.0, 2 * self.beat_s + 0.5)
+        if self._publish_within(wait):
+          time.sleep(wait)                  # the peers read it (if this is host 0, the store goes)
       err.write(f"error: {line}\n")
       err.flush()
       if self.multi_host and self._client is not None:
@@ -498,16 +513,7 @@ class HostGuard:
   def _say_leaving(self) -> None:
     """Tells host 0 that this host is leaving (best effort, at most 1 s: host 0 may already be gone)."""
     self._stop.set()                          # the beat thread must not overwrite the record below
-
-    def publish():
-      try:
-        self._publish(leaving=True)
-      except Exception:  # noqa: BLE001
-        pass
-
-    t = threading.Thread(target=publish, name="host-guard-leaving", daemon=True)
-    t.start()
-    t.join(1.0)
+    self._publish_within(1.0, leaving=True)
 
   def fail(self, error: BaseException) -> None:
     """A multi-host run's step raised `error` and every host still looks alive (`await_verdict` returned):
@@ -531,10 +537,7 @@ class HostGuard:
         fn()
       except Exception:  # noqa: BLE001
         pass
-    try:
-      self._publish()
-    except Exception:  # noqa: BLE001
-      pass
+    self._publish_within(2.0)
     self._err().write(f"error: {message}: an internal error, see the traceback above\n")
     self._err().flush()
     os._exit(1)
