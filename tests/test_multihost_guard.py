@@ -201,6 +201,19 @@ def test_a_host_whose_coordinator_froze_still_prints_its_line_and_exits_75(monke
                          "4 s); newest complete checkpoint: step 40; restart all hosts to resume"), last
 
 
+def test_during_a_resumed_runs_start_up_the_lines_name_its_steps_not_step_1():
+  # A host frozen while the others restored checkpoint 15 was reported as "stopped responding during step 1
+  # (...; its last report: start at step 0)".
+  client = FakeClient()
+  g0, g1 = (watchdog.HostGuard(settings(), "", process_index=i, process_count=2, client=client, start_step=15)
+            for i in range(2))
+  g0._publish()
+  g1._read_peers()
+  g1._peer_changed[0] -= 11
+  assert g1.verdict()[0].startswith("host 0 of 2 stopped responding during step 16 (no heartbeat for 11 s; its "
+                                    "last report: start at step 15)")
+
+
 def test_the_exit_report_survives_the_next_heartbeat():
   # The beat thread goes on publishing while the ending host waits for its peers to read its report: a plain
   # record would replace it before they read it.

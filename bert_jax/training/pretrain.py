@@ -268,7 +268,7 @@ def _train(plan: PretrainPlan, lock: workdir_lib.WorkdirLock) -> Dict[str, Any]:
   train_step = ts.make_train_step(plan, model, tx, mesh, shardings)
   # Dead or stuck hosts end the run with one line and exit 75 (training/watchdog.py); from here on, since
   # start-up (restore, compile, the first batch) can hang on a peer too.
-  guard = watchdog.HostGuard(plan.guard, ckpt.directory)
+  guard = watchdog.HostGuard(plan.guard, ckpt.directory, start_step=ckpt.latest_step() or 0)
   guard.at_exit(lock.release)
   guard.start()
   outcome = "failed"

@@ -238,7 +238,7 @@ class HostGuard:
   """See the module docstring. One per run; every method is cheap (the main thread calls them per step)."""
 
   def __init__(self, settings: GuardSettings, checkpoint_dir: str = "", *, process_index: Optional[int] = None,
-               process_count: Optional[int] = None, client=None, stream=None):
+               process_count: Optional[int] = None, client=None, stream=None, start_step: int = 0):
     self.settings = settings
     self.checkpoint_dir = checkpoint_dir
     self.index = jax.process_index() if process_index is None else process_index
@@ -248,7 +248,7 @@ class HostGuard:
     self.multi_host = self.count > 1
     self.beat_s = max(0.25, settings.heartbeat_timeout_s / 10)
     now = time.monotonic()
-    self.step, self.phase = 0, "start"
+    self.step, self.phase = int(start_step), "start"    # a resumed run: its checkpoint's step until it runs
     self._phase_since = now
     self._last_progress = now
     self._last_sync, self._last_sync_step = now, 0
