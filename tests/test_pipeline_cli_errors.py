@@ -56,6 +56,22 @@ def test_a_user_mistake_is_one_error_line(files, change, message, capsys):
   assert e.value.code == 2, err
   assert "Traceback" not in err, err
   lines = [line for line in err.splitlines() if "error:" in line]
-  assert len(lines) == 1 and (lines[0].startswith("error: ") or ": error: " in lines[0]), err   # argparse: "PROG: error:"
+  # ours: "error: ..."; argparse: "PROG: error: ..."
+  assert len(lines) == 1 and (lines[0].startswith("error: ") or ": error: " in lines[0]), err
   assert re.search(message, lines[0]), lines[0]
   assert not list(files.glob("out/*.tfrecord"))
+
+
+def test_records_of_another_length_are_a_user_error_for_train_py(files):
+  """Records made with --max_seq_length=16 read with data.max_seq_length=32: train.py's one `error:` line
+  (a UserError naming the file and both lengths), not a traceback; still a ValueError for library callers."""
+  from bert_jax.errors import UserError  # pylint: disable=g-import-not-at-top
+  from bert_jax.input_pipeline import pretrain_dataset  # pylint: disable=g-import-not-at-top
+  argv = [f"--input_file={files}/corpus.txt", f"--output_file={files}/rec/train.tfrecord",
+          f"--vocab_file={files}/vocab.txt", "--max_seq_length=16", "--max_predictions_per_seq=3",
+          "--num_workers=1", "--progress=false"]
+  assert cpd.main(argv) == 0
+  with pytest.raises(UserError, match=r"train\.tfrecord.*'input_ids' has 16 values, expected 32") as e:
+    pretrain_dataset.make_pretraining_dataset([str(files / "rec" / "train.tfrecord")], 4, 32, 3,
+                                              str(files / "vocab.txt"), process_index=0, process_count=1)
+  assert isinstance(e.value, ValueError)

@@ -176,28 +176,34 @@ def resolve_masking(masking: Optional[str], input_format: str, files: Sequence[s
   return "dynamic", f"the records carry no masked positions ({files[0]})"
 
 
+class RecordSchemaError(UserError, ValueError):
+  """Records whose first example does not match the configured schema (another max_seq_length, not
+  pre-training records, an empty file): the user's data or config, so the entry points print one `error:`
+  line; a ValueError for library callers."""
+
+
 def _check_records(path: str, max_seq_length: int, max_predictions_per_seq: int) -> None:
   """Fails early, naming the file, when its first record does not match the expected schema."""
   for raw in tf.data.TFRecordDataset([path]).take(1):
     try:
       ex = tf.train.Example.FromString(raw.numpy())
     except Exception as e:  # pylint: disable=broad-except
-      raise ValueError(f"{path}: first record is not a tf.train.Example ({e})") from e
+      raise RecordSchemaError(f"{path}: first record is not a tf.train.Example ({e})") from e
     feats = ex.features.feature
     want = {"input_ids": max_seq_length, "input_mask": max_seq_length, "segment_ids": max_seq_length,
             "masked_lm_positions": max_predictions_per_seq, "masked_lm_ids": max_predictions_per_seq,
             "masked_lm_weights": max_predictions_per_seq, "next_sentence_labels": 1}
     for name, n in want.items():
       if name not in feats:
-        raise ValueError(f"{path}: records lack feature {name!r} (Google's pre-training schema expected: "
-                         f"{sorted(want)})")
+        raise RecordSchemaError(f"{path}: records lack feature {name!r} (Google's pre-training schema expected: "
+                                f"{sorted(want)})")
       kind = feats[name].WhichOneof("kind")
       got = len(getattr(feats[name], kind).value) if kind else 0
       if got != n:
-        raise ValueError(f"{path}: feature {name!r} has {got} values, expected {n} (check max_seq_length="
-                         f"{max_seq_length} / max_predictions_per_seq={max_predictions_per_seq})")
+        raise RecordSchemaError(f"{path}: feature {name!r} has {got} values, expected {n} (check max_seq_length="
+                                f"{max_seq_length} / max_predictions_per_seq={max_predictions_per_seq})")
     return
-  raise ValueError(f"{path}: no records (empty TFRecord file)")
+  raise RecordSchemaError(f"{path}: no records (empty TFRecord file)")
 
 
 class PretrainingIterator:
