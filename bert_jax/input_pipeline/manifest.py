@@ -10,7 +10,9 @@
 Written by `create_pretraining_data` (atomically, after every finished shard) and read back by:
   - a rerun into the same directory: the shards listed (whose files are still there, at their sizes) are
     skipped, so a killed 4-hour job resumes; a run with other flags, inputs or vocab is refused, naming the
-    first difference (`check_compatible`);
+    first difference (`check_compatible`). A run with other --output_file names (none shared) and the same
+    flags and vocab is another run (Google's one invocation per input shard into one directory): it keeps
+    its own `NAME.manifest.json` (NAME: its first output file's base name);
   - the training input pipeline (`record_counts`): the number of records per file, so a resume at step k
     skips whole files by their counts instead of reading through them.
 Nothing in it depends on the number of workers or on timing, so 1 and 2 workers write the same bytes.
@@ -31,8 +33,22 @@ FORMAT = "bert_jax.pretraining_records/1"
 TOOL = "bert_jax.input_pipeline.create_pretraining_data"
 
 
-def path_for(output_dir: str) -> str:
+def path_for(output_dir: str, output_name: Optional[str] = None) -> str:
+  """`output_dir/manifest.json`; with `output_name` (a run's first --output_file, its base name),
+  `output_dir/NAME.manifest.json`: the manifest of a further run into a directory whose manifest.json
+  belongs to another run (Google's one invocation per input shard)."""
+  if output_name:
+    return fileio.join(output_dir, f"{fileio.basename(output_name)}.{FILENAME}")
   return fileio.join(output_dir, FILENAME)
+
+
+def is_other_run(old: Dict, new_manifest: Dict) -> bool:
+  """Whether `old` (a manifest in the output directory) was written by a run with other output files than
+  `new_manifest`'s, none shared: its --output_file names and the files its shards wrote are all different."""
+  new_names = set(new_manifest["flags"].get("output_file", []))
+  old_names = set(old.get("flags", {}).get("output_file", []))
+  old_files = {f for entry in old.get("shards", []) for f in entry.get("files", [])}
+  return bool(new_names) and not (new_names & old_names) and not (new_names & old_files)
 
 
 def vocab_sha256(vocab_file: str) -> str:
@@ -65,19 +81,23 @@ def save(path: str, data: Dict) -> None:
   fileio.write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
-def check_compatible(path: str, old: Dict, new_manifest: Dict) -> None:
-  """UserError naming the first field in which this run differs from the one that wrote `path`."""
+def check_compatible(path: str, old: Dict, new_manifest: Dict, same_outputs: bool = True) -> None:
+  """UserError naming the first field in which this run differs from the one that wrote `path`; with
+  `same_outputs=False` (another run's manifest in the same directory) only the tool version, the vocab and
+  the flags that change a record are compared, not the input or output files."""
   for key in ("tool_version", "vocab_sha256"):
     if old.get(key) != new_manifest[key]:
       raise UserError(f"{path} was written with {key}={old.get(key)!r}, this run has {new_manifest[key]!r}: "
                       f"write to another output directory, or delete {fileio.dirname(path)} to start over")
   old_flags, flags = old.get("flags", {}), new_manifest["flags"]
   for key in sorted(set(old_flags) | set(flags)):
+    if not same_outputs and key == "output_file":
+      continue
     if old_flags.get(key) != flags.get(key):
       raise UserError(f"{path} was written with --{key}={old_flags.get(key)!r}, this run has --{key}="
                       f"{flags.get(key)!r}: rerun with the same flags to resume, or write to another output "
                       f"directory")
-  if [list(x) for x in old.get("inputs", [])] != new_manifest["inputs"]:
+  if same_outputs and [list(x) for x in old.get("inputs", [])] != new_manifest["inputs"]:
     old_inputs = {p: n for p, n in old.get("inputs", [])}
     new_inputs = {p: n for p, n in new_manifest["inputs"]}
     diff = sorted(set(old_inputs.items()) ^ set(new_inputs.items()))[:1]
@@ -122,22 +142,24 @@ def count_tfrecords(path: str) -> int:
 
 
 def record_counts(files: Sequence[str]) -> Optional[List[int]]:
-  """Records per file from the manifests beside `files` (one per directory), or None when any file is not
-  listed in a complete manifest of its directory (then the reader counts by reading)."""
+  """Records per file from the manifests beside `files` (manifest.json and the NAME.manifest.json of further
+  runs into the same directory), or None when any file is not listed in a complete manifest of its directory
+  (then the reader counts by reading)."""
   by_dir: Dict[str, Dict[str, int]] = {}
   out = []
   for f in files:
     d = fileio.dirname(f)
     if d not in by_dir:
       by_dir[d] = {}
-      try:
-        data = load(path_for(d))
-      except UserError:
-        data = None
-      if data and data.get("complete"):
-        for entry in data["shards"]:
-          for name, n in zip(entry["files"], entry["records"]):
-            by_dir[d][name] = int(n)
+      for path in [path_for(d)] + sorted(fileio.glob(fileio.join(d, f"*.{FILENAME}"))):
+        try:
+          data = load(path)
+        except UserError:
+          data = None
+        if data and data.get("complete"):
+          for entry in data["shards"]:
+            for name, n in zip(entry["files"], entry["records"]):
+              by_dir[d][name] = int(n)
     n = by_dir[d].get(fileio.basename(f))
     if n is None:
       return None

@@ -230,6 +230,11 @@ def plan_run(input_files, output_files: Sequence[str], vocab_file: str, cfg,
                output_file=[relative(f, directory) for f in output_files])
   data = manifest.new(flags, manifest.vocab_sha256(vocab_file), list(zip(files, sizes)), len(shards))
   old = manifest.load(path)
+  if old is not None and manifest.is_other_run(old, data):
+    # Google's one invocation per input shard into one directory: same flags and vocab, own manifest.
+    manifest.check_compatible(path, old, data, same_outputs=False)
+    path = manifest.path_for(directory, output_files[0])
+    old = manifest.load(path)
   finished: Dict[int, Dict] = {}
   if old is not None:
     manifest.check_compatible(path, old, data)

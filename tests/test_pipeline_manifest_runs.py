@@ -1,0 +1,62 @@
+"""Google's recipe for a large corpus: one create_pretraining_data invocation per input shard, all writing into
+one directory (`--input_file=part_a.txt --output_file=records/a.tfrecord`, then b, ...). Each run with the
+same flags and vocab keeps its own manifest there; a rerun still resumes; other flags are still refused."""
+
+import os
+
+import pytest
+
+from bert_jax import cli
+from bert_jax.input_pipeline import create_pretraining_data as cpd
+from bert_jax.input_pipeline import manifest
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "the", "cat", "dog", "sat", "ran", "on", "mat",
+         "big", "red", "is"]
+
+
+@pytest.fixture
+def parts(tmp_path):
+  (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+  words = VOCAB[6:]
+  for k, name in enumerate(("part_a.txt", "part_b.txt")):
+    docs = ["\n".join(" ".join(words[(d * 7 + s * 3 + i + k) % len(words)] for i in range(4 + s)) + " ."
+                      for s in range(3)) for d in range(12)]
+    (tmp_path / name).write_text("\n\n".join(docs) + "\n")
+  return tmp_path
+
+
+def _run(parts, part, output, *extra):
+  argv = [f"--input_file={parts}/{part}", f"--output_file={parts}/records/{output}",
+          f"--vocab_file={parts}/vocab.txt", "--max_seq_length=16", "--max_predictions_per_seq=3",
+          "--dupe_factor=2", "--num_workers=1", "--progress=false", *extra]
+  cli.run_plain_main(cpd.main, argv)
+
+
+def _exit_code(parts, *args):
+  with pytest.raises(SystemExit) as e:
+    _run(parts, *args)
+  return e.value.code
+
+
+def test_one_invocation_per_input_shard_into_one_directory(parts, capsys):
+  assert _exit_code(parts, "part_a.txt", "a.tfrecord") == 0
+  assert _exit_code(parts, "part_b.txt", "b.tfrecord") == 0        # was refused: "other input files"
+  out = parts / "records"
+  assert sorted(os.listdir(out)) == ["a.tfrecord", "b.tfrecord", "b.tfrecord.manifest.json", "manifest.json"]
+  files = [str(out / "a.tfrecord"), str(out / "b.tfrecord")]
+  assert manifest.record_counts(files) == [manifest.count_tfrecords(f) for f in files]
+  assert all(n > 0 for n in manifest.record_counts(files))
+  before = {f: os.stat(f).st_mtime_ns for f in files}
+  capsys.readouterr()
+  # The same commands again: both resume (nothing made), each from its own manifest.
+  assert _exit_code(parts, "part_b.txt", "b.tfrecord") == 0
+  assert _exit_code(parts, "part_a.txt", "a.tfrecord") == 0
+  assert {f: os.stat(f).st_mtime_ns for f in files} == before
+  assert capsys.readouterr().out.count("1 finished by an earlier run") == 2
+  # Other flags into the same directory are refused, as before: one error line.
+  assert _exit_code(parts, "part_b.txt", "c.tfrecord", "--masked_lm_prob=0.2") == 2
+  err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+  assert len(err) == 1 and "--masked_lm_prob=0.15" in err[0] and "--masked_lm_prob=0.2" in err[0], err
+  # Another input into an output file of an earlier run is refused, as before.
+  assert _exit_code(parts, "part_b.txt", "a.tfrecord") == 2
+  assert not (out / "c.tfrecord").exists()
