@@ -60,3 +60,19 @@ def test_one_invocation_per_input_shard_into_one_directory(parts, capsys):
   # Another input into an output file of an earlier run is refused, as before.
   assert _exit_code(parts, "part_b.txt", "a.tfrecord") == 2
   assert not (out / "c.tfrecord").exists()
+
+
+def test_a_wildcard_over_the_records_directory_skips_the_manifests(parts):
+  """`--config.data.input_files='records/*'` read manifest.json as a TFRecord (DataLossError traceback)."""
+  from bert_jax.input_pipeline import pretrain_dataset  # pylint: disable=g-import-not-at-top
+  from bert_jax.input_pipeline import text_io  # pylint: disable=g-import-not-at-top
+  for part, output in (("part_a.txt", "a.tfrecord"), ("part_b.txt", "b.tfrecord")):
+    with pytest.raises(SystemExit):
+      _run(parts, part, output)
+  out = parts / "records"
+  assert text_io.expand_globs(f"{out}/*") == [str(out / "a.tfrecord"), str(out / "b.tfrecord")]
+  with pytest.raises(FileNotFoundError, match="manifest.json"):
+    text_io.expand_globs(f"{out}/*.json")
+  it = pretrain_dataset.make_pretraining_dataset(f"{out}/*", 4, 16, 3, str(parts / "vocab.txt"),
+                                                 process_index=0, process_count=1, is_training=False)
+  assert next(iter(it))["input_ids"].shape == (4, 16)

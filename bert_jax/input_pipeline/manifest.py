@@ -42,6 +42,12 @@ def path_for(output_dir: str, output_name: Optional[str] = None) -> str:
   return fileio.join(output_dir, FILENAME)
 
 
+def is_manifest(path: str) -> bool:
+  """Whether `path` is a manifest this tool writes (manifest.json, NAME.manifest.json)."""
+  name = fileio.basename(path)
+  return name == FILENAME or name.endswith("." + FILENAME)
+
+
 def is_other_run(old: Dict, new_manifest: Dict) -> bool:
   """Whether `old` (a manifest in the output directory) was written by a run with other output files than
   `new_manifest`'s, none shared: its --output_file names and the files its shards wrote are all different."""

@@ -15,12 +15,15 @@ from typing import List, Sequence, Union
 
 from bert_jax.input_warnings import warn_input
 from bert_jax.input_pipeline import fileio
+from bert_jax.input_pipeline import manifest
 
 
 def expand_globs(patterns: Union[str, Sequence[str]]) -> List[str]:
   """Comma-separated globs (or a list of them) -> sorted, de-duplicated file list.
 
-  Raises FileNotFoundError naming the pattern when a pattern matches no file.
+  A wildcard skips the `manifest.json` / `NAME.manifest.json` files create_pretraining_data writes beside
+  its records, so `records/*` means the records. Raises FileNotFoundError naming the pattern when a pattern
+  matches no file.
   """
   if isinstance(patterns, str):
     patterns = [p for p in patterns.split(",")]
@@ -30,6 +33,11 @@ def expand_globs(patterns: Union[str, Sequence[str]]) -> List[str]:
     if not pattern:
       continue
     matched = fileio.glob(pattern)
+    if any(c in pattern for c in "*?["):    # a wildcard does not take the manifests written beside records
+      kept = [m for m in matched if not manifest.is_manifest(m)]
+      if matched and not kept:
+        raise FileNotFoundError(f"no file matches {pattern!r} but {manifest.FILENAME} files")
+      matched = kept
     if not matched:
       raise FileNotFoundError(f"no file matches {pattern!r}")
     files.extend(m for m in matched if fileio.isfile(m))
