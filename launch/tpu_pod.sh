@@ -180,17 +180,17 @@ cmd_status() {
 $(state_script)"
   local st; st=$(supervise_state)
   if [ -f "$st/restarts" ]; then
-    echo "supervise: $(cat "$st/restarts") restart(s) of at most $MAX_RESTARTS; last reason: $(cat "$st/last_reason" 2>/dev/null || echo none)"
+    echo "supervise: $(cat "$st/restarts") restart(s) of at most $(cat "$st/max_restarts" 2>/dev/null || echo "$MAX_RESTARTS"); last reason: $(cat "$st/last_reason" 2>/dev/null || echo none)"
   fi
   report
 }
 
-# One line per worker: "rc=running", "rc=<exit code> <host>: <last log line>" or "rc=none" (killed, or never
-# started).
+# One line per worker: "rc=running", "rc=<exit code> <host>: <last log line>" or "rc=none <host>: ..." (killed
+# together with its wrapper, e.g. a rebooted VM, or never started).
 rc_script() {
   cat <<'EOF'
 if alive; then echo "rc=running"; elif [ -f "$rcfile" ]; then echo "rc=$(cat "$rcfile") $host: $(tail -n 1 "$log")"
-else echo "rc=none"; fi
+else echo "rc=none $host: train.py is gone and left no exit code (killed with its wrapper, or never started)"; fi
 EOF
 }
 
@@ -211,22 +211,24 @@ cmd_supervise() {
   st=$(supervise_state)
   mkdir -p "$st"
   rm -f "$st/stop_requested"
-  echo 0 > "$st/restarts"; echo none > "$st/last_reason"
+  echo 0 > "$st/restarts"; echo none > "$st/last_reason"; echo "$MAX_RESTARTS" > "$st/max_restarts"
   cmd_train "$@"
   while true; do
     sleep "$POLL_SECONDS"
     if [ -f "$st/stop_requested" ]; then echo "supervise: stopped by 'stop'"; return 0; fi
+    reached=1
     out=$(on_workers all "$(prelude)
-$(rc_script)") || true
+$(rc_script)") || reached=0          # a worker ssh did not reach has no line: never "finished" then
+    [ "$reached" = 1 ] || echo "supervise: gcloud ssh did not reach every worker; looking again in $POLL_SECONDS s" >&2
     codes=$(printf '%s\n' "$out" | sed -n 's/^rc=\([^ ]*\).*/\1/p' | sort -u)   # one per line
-    if [ "$codes" = 0 ]; then echo "supervise: finished after $restarts restart(s)"; return 0; fi
+    if [ "$codes" = 0 ] && [ "$reached" = 1 ]; then echo "supervise: finished after $restarts restart(s)"; return 0; fi
     # 75 (a host died or stalled), 134 (JAX's abort when host 0, its coordinator, is gone) and 143 (preempted)
-    # are retried; 137 (a SIGKILLed host) too, once nothing runs; any other code (2: a user error, 1: a
-    # crash) stops the job.
+    # are retried; 137 (a SIGKILLed host) and none (train.py gone with its wrapper: a rebooted VM) too, once
+    # nothing runs; any other code (2: a user error, 1: a crash) stops the job.
     rc=$(printf '%s\n' "$codes" | grep -Evx '0|75|134|143|137|running|none' | head -n 1 || true)
     [ -n "$rc" ] || rc=$(printf '%s\n' "$codes" | grep -Ex '75|134|143' | head -n 1 || true)
-    if [ -z "$rc" ] && [ -z "$(printf '%s\n' "$codes" | grep -x running || true)" ]; then
-      rc=$(printf '%s\n' "$codes" | grep -x 137 | head -n 1 || true)
+    if [ -z "$rc" ] && [ "$reached" = 1 ] && [ -z "$(printf '%s\n' "$codes" | grep -x running || true)" ]; then
+      rc=$(printf '%s\n' "$codes" | grep -Ex '137|none' | head -n 1 || true)
     fi
     [ -n "$rc" ] || continue
     reason=$(printf '%s\n' "$out" | grep -m 1 "^rc=$rc " | sed 's/^rc=[^ ]* //')
@@ -234,7 +236,7 @@ $(rc_script)") || true
     on_workers all "$(prelude)
 $(stop_all_script)" || true
     case $rc in
-      75|134|143|137) ;;
+      75|134|143|137|none) ;;
       *) echo "supervise: exit $rc is not retryable (2: a user error, 1: a crash); not restarting" >&2
          return "$rc" ;;
     esac

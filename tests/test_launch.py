@@ -56,6 +56,9 @@ STANDIN_TRAIN = textwrap.dedent("""\
       n = int(open(n_path).read()) if os.path.exists(n_path) else 0
       open(n_path, "w").write(str(n + 1))
       codes = json.loads(os.environ["STANDIN_PLAN"]).get(os.path.basename(home), [])
+      if n < len(codes) and codes[n] == "vanish":             # gone with its wrapper (a rebooted VM): no exit code
+        os.kill(os.getppid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
       if n < len(codes) and codes[n] is not None:
         print(f"error: stand-in run {n} of {os.path.basename(home)} exits {codes[n]}", flush=True)
         sys.exit(codes[n])
@@ -286,6 +289,23 @@ def test_tpu_usage_errors_exit_2(slice_env):
   no_workdir = {k: v for k, v in env.items() if k != "WORKDIR"}
   proc = _pod(repo, no_workdir, "train", check=False)
   assert proc.returncode != 0 and "set WORKDIR" in proc.stderr
+
+
+def test_tpu_supervise_restarts_workers_gone_without_an_exit_code_and_status_shows_its_max_restarts(
+    slice_env, tmp_path):
+  # run 0: both train.py vanish with their wrappers (rebooted VMs: a pid file, no exit code): the supervisor
+  # looked forever ("rc=none" was neither done nor retried); run 1: both finish.
+  repo, root, env, _ = slice_env
+  for i in range(2):
+    (root / f"worker{i}" / "runs").unlink(missing_ok=True)
+  env = dict(env, STANDIN_PLAN=json.dumps({"worker0": ["vanish", 0], "worker1": ["vanish", 0]}), POLL_SECONDS="0.3",
+             STATE_DIR=str(tmp_path / "state"), MAX_RESTARTS="2")
+  out = _pod(repo, env, "supervise").stdout
+  assert "supervise: a worker exited none: vm: train.py is gone and left no exit code" in out, out
+  assert "supervise: restart 1 of 2" in out and "supervise: finished after 1 restart(s)" in out, out
+  os.makedirs(env["WORKDIR"], exist_ok=True)                   # (the stand-ins exited before making it)
+  status = _pod(repo, dict(env, MAX_RESTARTS="10"), "status").stdout    # another shell, without the variable
+  assert "supervise: 1 restart(s) of at most 2; last reason: exit none:" in status, status
 
 
 @pytest.fixture
