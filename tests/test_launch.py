@@ -362,6 +362,26 @@ def test_slurm_requeues_a_job_whose_host_died_or_stalled_up_to_max_restarts(slur
   assert job.returncode == 75 and "requeue" not in (tmp_path / "scontrol_calls").read_text(), out
 
 
+@pytest.mark.parametrize("exit_code", [137, 134, 143])
+def test_slurm_requeues_a_step_whose_host_was_killed_or_stopped_alone(slurm_env, exit_code):
+  # srun returns its tasks' highest code, a signal as 128 + N: a SIGKILLed host (137) or JAX's abort of the
+  # others when host 0 died (134) outranks the 75 the others print; 143 with no signal to the batch shell:
+  # SIGTERM reached one node's train.py. None of them was requeued.
+  tmp_path, env = slurm_env
+  job = _sbatch(dict(env, STANDIN_EXIT=str(exit_code)), typed="")
+  out, _ = job.communicate(timeout=60)
+  assert job.returncode == exit_code and "requeue 4242" in (tmp_path / "scontrol_calls").read_text(), out
+
+
+def test_slurm_does_not_requeue_a_cancelled_job(slurm_env):
+  tmp_path, env = slurm_env                            # scancel / preemption: SIGTERM to the batch shell too
+  job = _sbatch(env, typed="")
+  _wait_for(tmp_path / "slurm" / "ready")
+  job.send_signal(signal.SIGTERM)
+  out, _ = job.communicate(timeout=60)
+  assert job.returncode == 143 and "requeue" not in (tmp_path / "scontrol_calls").read_text(), out
+
+
 @pytest.mark.parametrize("exit_code", [0, 2])
 def test_slurm_does_not_requeue_a_finished_or_failed_run(slurm_env, exit_code):
   tmp_path, env = slurm_env
