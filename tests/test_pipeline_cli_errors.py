@@ -75,3 +75,14 @@ def test_records_of_another_length_are_a_user_error_for_train_py(files):
     pretrain_dataset.make_pretraining_dataset([str(files / "rec" / "train.tfrecord")], 4, 32, 3,
                                               str(files / "vocab.txt"), process_index=0, process_count=1)
   assert isinstance(e.value, ValueError)
+
+
+def test_a_vocab_with_a_byte_order_mark_gives_the_same_records(files):
+  """A vocab saved with a UTF-8 BOM was refused: "lacks the special token(s) ['[PAD]']" ("\\ufeff[PAD]")."""
+  (files / "bom_vocab.txt").write_bytes(b"\xef\xbb\xbf" + (files / "vocab.txt").read_bytes())
+  for vocab, out in (("vocab.txt", "plain"), ("bom_vocab.txt", "bom")):
+    argv = [f"--input_file={files}/corpus.txt", f"--output_file={files}/{out}/train.tfrecord",
+            f"--vocab_file={files}/{vocab}", "--max_seq_length=16", "--max_predictions_per_seq=3",
+            "--num_workers=1", "--progress=false"]
+    assert cpd.main(argv) == 0
+  assert (files / "bom" / "train.tfrecord").read_bytes() == (files / "plain" / "train.tfrecord").read_bytes()

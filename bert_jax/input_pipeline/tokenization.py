@@ -166,6 +166,8 @@ def load_vocab(vocab_file: str, required: Sequence[str] = SPECIAL_TOKENS) -> "co
     text = raw.decode("utf-8")
   except UnicodeDecodeError as e:
     raise ValueError(f"vocab file {vocab_file}: not valid UTF-8 at byte {e.start}")
+  # A byte-order mark (a vocab saved by Windows Notepad) is not part of the first token ("[PAD]").
+  text = text[1:] if text.startswith("\ufeff") else text
   vocab: "collections.OrderedDict[str, int]" = collections.OrderedDict()
   lines = text.split("\n")
   if lines and lines[-1] == "":
