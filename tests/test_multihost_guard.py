@@ -45,6 +45,10 @@ def test_defaults_turn_the_watchdog_on_for_multi_host_runs_only_and_give_jax_a_l
 @pytest.mark.parametrize("field, value, message", [
     ("distributed.heartbeat_timeout_s", 0.5, r"config.distributed.heartbeat_timeout_s=0.5"),
     ("distributed.initialization_timeout_s", 1, r"config.distributed.initialization_timeout_s=1"),
+    ("distributed.heartbeat_timeout_s", 1e12, r"heartbeat_timeout_s=1000000000000.0; expected >= 2 and <= 1000000$"),
+    ("distributed.initialization_timeout_s", 1e10, r"initialization_timeout_s=10000000000.0; expected >= 2 and <="),
+    ("watchdog.min_s", 0.0, r"config.watchdog.min_s=0.0; expected >= 1"),
+    ("watchdog.checkpoint_s", -1.0, r"config.watchdog.checkpoint_s=-1.0; expected >= 0"),
     ("watchdog.enable", "sometimes", r"config.watchdog.enable='sometimes'; expected auto, true or false"),
     ("watchdog.step_factor", 0.5, r"config.watchdog.step_factor=0.5"),
     ("watchdog.fault", "stall_data", r"config.watchdog.fault='stall_data': expected KIND@STEP:HOST"),

@@ -76,6 +76,7 @@ log = logging.getLogger(__name__)
 
 KEY_PREFIX = "bert_jax/guard/"
 JAX_HEARTBEAT_MARGIN_S = 30     # JAX's own heartbeat fires this much later: ours gives the one-line outcome
+MAX_TIMEOUT_S = 1_000_000         # JAX takes its timeouts as 32-bit seconds (a larger one was a TypeError traceback)
 FINAL_PHASES = ("done", "stopped", "failed")
 LINGER_MAX_S = 20.0       # the longest host 0 waits, after its own line, for the peers to leave first
 FAULT_KINDS = ("stall_data", "die_in_save")
@@ -114,13 +115,13 @@ class GuardSettings:
 
 def heartbeat_timeout(config) -> float:
   """config.distributed.heartbeat_timeout_s, checked (also read before the plan, by jax.distributed's start)."""
-  checks.check_range(config, "distributed.heartbeat_timeout_s", lo=2)
+  checks.check_range(config, "distributed.heartbeat_timeout_s", lo=2, hi=MAX_TIMEOUT_S)
   return float(config.distributed.get("heartbeat_timeout_s", 60))
 
 
 def initialization_timeout(config) -> float:
   """config.distributed.initialization_timeout_s, checked."""
-  checks.check_range(config, "distributed.initialization_timeout_s", lo=2)
+  checks.check_range(config, "distributed.initialization_timeout_s", lo=2, hi=MAX_TIMEOUT_S)
   return float(config.distributed.get("initialization_timeout_s", 300))
 
 
@@ -183,7 +184,8 @@ def resolve_guard(config, process_count: int) -> GuardSettings:
   if enable not in ("auto", "true", "false"):
     raise UserError(f"config.watchdog.enable={w.enable!r}; expected auto, true or false")
   checks.check_range(config, "watchdog.step_factor", lo=1)
-  for name in ("min_s", "compile_s", "eval_s", "checkpoint_s"):
+  checks.check_range(config, "watchdog.min_s", lo=1)     # 0: it fired between the first two steps of every run
+  for name in ("compile_s", "eval_s", "checkpoint_s"):
     checks.check_range(config, f"watchdog.{name}", lo=0)
   on = process_count > 1 if enable == "auto" else enable == "true"
   return GuardSettings(hb, on, float(w.step_factor), float(w.min_s), float(w.compile_s), float(w.eval_s),
