@@ -31,6 +31,7 @@ CASES = [
     ({"vocab_file": "no_mask.txt"}, r"--vocab_file=.*lacks the special token\(s\) \['\[MASK\]'\]"),
     ({"vocab_file": "missing_vocab.txt"}, "--vocab_file=.*no such file"),
     ({"output_file": "a_dir"}, "--output_file=.*is a directory"),
+    ({"output_file": "corpus.txt"}, "--output_file=.*corpus.txt' is also an input file"),
     ({"max_seq_length": "3"}, "--max_seq_length=3; expected >= 5"),
     ({"max_predictions_per_seq": "0"}, "--max_predictions_per_seq=0; expected >= 1"),
     ({"dupe_factor": "0"}, "--dupe_factor=0; expected >= 1"),
@@ -60,6 +61,7 @@ def test_a_user_mistake_is_one_error_line(files, change, message, capsys):
   assert len(lines) == 1 and (lines[0].startswith("error: ") or ": error: " in lines[0]), err
   assert re.search(message, lines[0]), lines[0]
   assert not list(files.glob("out/*.tfrecord"))
+  assert (files / "corpus.txt").read_text().startswith("the cat sat .")
 
 
 def test_records_of_another_length_are_a_user_error_for_train_py(files):

@@ -296,8 +296,8 @@ def _size(s: str) -> int:
 
 def _check_files(input_file: str, output_files: Sequence[str], vocab_file: str) -> None:
   """The user's files before any work: a glob matching nothing, input files all empty, a missing vocab or one
-  without BERT's special tokens, an output name that is a directory or whose directory cannot be made are
-  each a UserError naming the flag (one `error:` line), not a traceback."""
+  without BERT's special tokens, an output name that is an input file or a directory or whose directory cannot
+  be made are each a UserError naming the flag (one `error:` line), not a traceback."""
   checks.check_vocab(vocab_file, "--vocab_file")
   try:
     files = text_io.expand_globs(input_file)
@@ -306,7 +306,11 @@ def _check_files(input_file: str, output_files: Sequence[str], vocab_file: str) 
   if not any(fileio.size(f) for f in files):
     raise UserError(f"--input_file={input_file!r}: every file is empty ({', '.join(files[:5])}"
                     f"{', ...' if len(files) > 5 else ''})")
+  inputs = {fileio.abspath(f) for f in files}
   for name in output_files:
+    if fileio.abspath(name) in inputs:
+      raise UserError(f"--output_file={name!r} is also an input file (--input_file={input_file!r}): it would be "
+                      "overwritten; write the records elsewhere")
     if fileio.isdir(name):
       raise UserError(f"--output_file={name!r} is a directory; give a file name such as "
                       f"{fileio.join(name, 'train.tfrecord')}")
