@@ -8,7 +8,8 @@ collectives, D CPU devices each). The multi-host tests (tests/test_multihost.py)
 
 Each process gets the train.py flags after `--` plus --config.distributed.{enable,coordinator_address,
 num_processes,process_id}; its output goes to LOGS/host<i>.log. The command exits with the first non-zero
-exit code of the processes (0 when all finished), and prints each process's exit code, seconds and last line.
+exit code of the processes (0 when all finished; a process killed by signal N counts as 128 + N, 137 for
+SIGKILL, as a shell reports it), and prints each process's exit code, seconds and last line.
 
     cluster = Cluster(flags, logs_dir, processes=2, devices=2).start()
     cluster.signal(1, signal.SIGKILL); codes = cluster.wait(timeout=300); cluster.last_line(0)
@@ -116,6 +117,12 @@ class Cluster:
     return False
 
 
+def exit_status(codes: Sequence[Optional[int]]) -> int:
+  """The first non-zero exit code, a signal (Popen's -N) as 128 + N; 0 when none."""
+  first = next((c for c in codes if c), 0)
+  return 128 - first if first < 0 else first
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--processes", type=int, default=2)
@@ -130,10 +137,13 @@ def main(argv=None) -> int:
     for i in range(cluster.processes):
       cluster.signal(i, signal.SIGTERM)
     codes = cluster.wait(timeout=600)
+    if None in codes:                  # none left behind: SIGKILL after 10 minutes
+      cluster.kill()
+      codes = cluster.poll()
   for i, rc in enumerate(codes):
     took = cluster.ended.get(i, time.monotonic()) - cluster.started
     print(f"host {i}: exit {rc} after {took:.0f} s; last line: {cluster.last_line(i)}")
-  return next((c for c in codes if c), 0)
+  return exit_status(codes)
 
 
 if __name__ == "__main__":

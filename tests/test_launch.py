@@ -391,6 +391,18 @@ def test_slurm_does_not_requeue_a_finished_or_failed_run(slurm_env, exit_code):
   assert "requeue" not in (tmp_path / "scontrol_calls").read_text()
 
 
+def test_local_cluster_exits_with_a_killed_processs_code_as_a_shell_reports_it():
+  sys.path.insert(0, LAUNCH)
+  try:
+    import local_cluster  # pylint: disable=g-import-not-at-top  launch/ is scripts, not a package
+  finally:
+    sys.path.remove(LAUNCH)
+  assert local_cluster.exit_status([0, 0]) == 0
+  assert local_cluster.exit_status([75, -signal.SIGKILL]) == 75
+  assert local_cluster.exit_status([None, -signal.SIGKILL]) == 137      # was -9: the shell saw 247
+  assert local_cluster.exit_status([0, -signal.SIGABRT, 75]) == 134
+
+
 def test_shellcheck_finds_nothing_in_launch():
   shellcheck = shutil.which("shellcheck")
   if shellcheck is None:
