@@ -244,11 +244,13 @@ $(stop_all_script)" || true
       echo "supervise: $restarts restart(s) = MAX_RESTARTS; giving up" >&2
       return 75
     fi
+    if [ -f "$st/stop_requested" ]; then echo "supervise: stopped by 'stop'"; return 0; fi   # came meanwhile
     restarts=$((restarts + 1))
     echo "$restarts" > "$st/restarts"
     printf 'exit %s: %s\n' "$rc" "$reason" > "$st/last_reason"
     echo "supervise: restart $restarts of $MAX_RESTARTS (resumes from $WORKDIR)"
-    cmd_train "$@"
+    # a worker ssh did not reach keeps its last exit code: the next poll restarts again (set -e ended us)
+    cmd_train "$@" || echo "supervise: train did not start on every worker; the next poll decides" >&2
   done
 }
 

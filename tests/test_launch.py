@@ -308,6 +308,45 @@ def test_tpu_supervise_restarts_workers_gone_without_an_exit_code_and_status_sho
   assert "supervise: 1 restart(s) of at most 2; last reason: exit none:" in status, status
 
 
+def test_tpu_supervise_survives_a_failed_restart_and_honours_a_stop_that_came_while_it_looked(slice_env, tmp_path):
+  repo, root, env, _ = slice_env
+  for i in range(2):
+    (root / f"worker{i}" / "runs").unlink(missing_ok=True)
+  # A gcloud in front of the stub: the first restart's `train` fails (an ssh error: nothing starts), which
+  # ended the supervisor (set -e); the next poll sees the same exit codes and restarts again.
+  wrapper_bin, flag = tmp_path / "bin", tmp_path / "fail_once"
+  wrapper_bin.mkdir()
+  flag.write_text("")
+  _write_exe(wrapper_bin / "gcloud", f"""#!/bin/bash
+case "$*" in *"started train.py"*)
+  if [ -f {flag} ] && [ -f {tmp_path}/state/restarts ] && [ "$(cat {tmp_path}/state/restarts)" = 1 ]; then
+    rm -f {flag}; echo "ssh: connect to host: Connection timed out" >&2; exit 255
+  fi;;
+esac
+exec {root}/bin/gcloud "$@"
+""")
+  env = dict(env, PATH=f"{wrapper_bin}{os.pathsep}{env['PATH']}", POLL_SECONDS="0.3",
+             STATE_DIR=str(tmp_path / "state"), MAX_RESTARTS="3",
+             STANDIN_PLAN=json.dumps({"worker0": [75, 0], "worker1": [75, 0]}))
+  out = _pod(repo, env, "supervise").stdout
+  assert "supervise: restart 2 of 3" in out and "supervise: finished after 2 restart(s)" in out, out
+  for i in range(2):
+    assert (root / f"worker{i}" / "runs").read_text() == "2"          # the failed restart started nothing
+
+  # `stop` while the supervisor reads the exit codes (the workers exit 143 as `stop` makes them): no restart.
+  for i in range(2):
+    (root / f"worker{i}" / "runs").unlink()
+  _write_exe(wrapper_bin / "gcloud", f"""#!/bin/bash
+case "$*" in *"rc=running"*) touch {tmp_path}/state/stop_requested;; esac
+exec {root}/bin/gcloud "$@"
+""")
+  env["STANDIN_PLAN"] = json.dumps({"worker0": [143], "worker1": [143]})
+  out = _pod(repo, env, "supervise").stdout
+  assert "supervise: stopped by 'stop'" in out and "restart 1" not in out, out
+  for i in range(2):
+    assert (root / f"worker{i}" / "runs").read_text() == "1"
+
+
 @pytest.fixture
 def slurm_env(tmp_path):
   code, bin_dir, venv = tmp_path / "code", tmp_path / "bin", tmp_path / "venv"
