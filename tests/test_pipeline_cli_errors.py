@@ -4,6 +4,7 @@ directory), and no output file is written."""
 
 import re
 
+import numpy as np
 import pytest
 
 from bert_jax import cli
@@ -88,3 +89,47 @@ def test_a_vocab_with_a_byte_order_mark_gives_the_same_records(files):
             "--num_workers=1", "--progress=false"]
     assert cpd.main(argv) == 0
   assert (files / "bom" / "train.tfrecord").read_bytes() == (files / "plain" / "train.tfrecord").read_bytes()
+
+
+def test_records_of_another_length_stop_the_plan_before_training(files):
+  """Records of length 16 under a (16, then 32) phase schedule stopped training when phase 1 began (after 90%
+  of the steps with preset=bert_paper); the data plan now reads the first record (no TensorFlow) and refuses
+  at once, as it does for one phase of another length."""
+  from configs import pretrain as pretrain_config  # pylint: disable=g-import-not-at-top
+  from bert_jax.errors import UserError  # pylint: disable=g-import-not-at-top
+  from bert_jax.input_pipeline import data_plan  # pylint: disable=g-import-not-at-top
+  argv = [f"--input_file={files}/corpus.txt", f"--output_file={files}/rec/train.tfrecord",
+          f"--vocab_file={files}/vocab.txt", "--max_seq_length=16", "--max_predictions_per_seq=3",
+          "--num_workers=1", "--progress=false"]
+  assert cpd.main(argv) == 0
+
+  def plan(**data):
+    config = pretrain_config.get_config("size=tiny,runlocal")
+    config.data.input_files = f"{files}/rec/*"
+    config.data.max_seq_length, config.data.max_predictions_per_seq = 16, 3
+    for k, v in data.items():
+      config.data[k] = v
+    return data_plan.resolve_data_plan(config, str(files / "vocab.txt"), 1)
+
+  assert [p.max_seq_length for p in plan().phases] == [16]
+  with pytest.raises(UserError, match=r"train\.tfrecord holds records of max_seq_length=16, "
+                                      r"max_predictions_per_seq=3; config\.data\.phases\[1\] length=32"):
+    plan(phases=((0.5, 16, 3), (0.5, 32, 5)))
+  with pytest.raises(UserError, match=r"config\.data\.max_seq_length=24 .*set --config\.data\.max_seq_length=16"):
+    plan(max_seq_length=24)
+
+
+def test_record_lengths_are_read_without_tensorflow_as_tensorflow_reads_them():
+  tf = pytest.importorskip("tensorflow")
+  from bert_jax.input_pipeline import tfrecord_io  # pylint: disable=g-import-not-at-top
+  feature = tf.train.Feature
+  ex = tf.train.Example(features=tf.train.Features(feature={
+      "b": feature(bytes_list=tf.train.BytesList(value=[b"a", b"", b"xyz"])),
+      "i": feature(int64_list=tf.train.Int64List(value=[0, 1, 300, 2 ** 40, -1])),
+      "f": feature(float_list=tf.train.FloatList(value=[1.5] * 7)), "e": feature(int64_list=tf.train.Int64List())}))
+  assert tfrecord_io.example_lengths(ex.SerializeToString()) == {"b": 3, "i": 5, "f": 7, "e": 0}
+  ours = tfrecord_io.encode_examples({"input_ids": np.arange(6, dtype=np.int64).reshape(2, 3) * 200,
+                                      "masked_lm_weights": np.ones((2, 2), np.float32)})[0]
+  assert tfrecord_io.example_lengths(ours) == {"input_ids": 3, "masked_lm_weights": 2}
+  with pytest.raises(ValueError):
+    tfrecord_io.example_lengths(b"\xff\xff\xff")

@@ -18,7 +18,8 @@ shows the batches of the same `data` the training loop opens. Each data rule is 
     already) and data.chinese_whole_word_mask (jieba word boundaries) turning token into whole_word; the
     span law's data.span_geo_p in (0, 1] and data.span_max_length >= 1;
   - every input glob matches a non-empty file; raw text for NSP pairs has at least 2 documents per host (1
-    for SOP), read only until that many are found;
+    for SOP), read only until that many are found; TFRecords (their first record, read without TensorFlow)
+    have every phase's length and prediction count;
   - warnings (`data_layout_warnings`, logged once): record files fewer than the hosts, or not a multiple of
     them (hosts get whole files), and raw text above 1 GB per host (tokenized in memory at every start-up).
 """
@@ -30,7 +31,7 @@ import logging
 from typing import List, Sequence, Tuple
 
 from bert_jax.errors import UserError
-from bert_jax.input_pipeline import checks, fileio, masking
+from bert_jax.input_pipeline import checks, fileio, masking, text_io, tfrecord_io
 
 _log = logging.getLogger("bert_jax")
 
@@ -197,6 +198,37 @@ def _check_input_files(config, pair_mode: str, pack: bool, process_count: int) -
                       "documents with a blank line, or use --config.data.pair_mode=sop")
 
 
+def _check_record_lengths(config, phases: Sequence[Phase]) -> None:
+  """TFRecords serve one length: the first record of the first file of data.input_files (and
+  eval_input_files) against every phase, so records of length 128 under a 128-then-512 schedule stop before
+  training, not when the 512 phase starts (after 90% of the steps)."""
+  d = config.data
+  for key in ("input_files", "eval_input_files"):
+    if not str(d[key]).strip():
+      continue
+    files = text_io.expand_globs(d[key])
+    if checks.is_raw_text(files):
+      continue
+    try:
+      record = tfrecord_io.first_record(files[0])
+      lengths = tfrecord_io.example_lengths(record) if record is not None else {}
+    except ValueError as e:
+      raise UserError(f"config.data.{key}={d[key]!r}: {files[0]}: not pre-training TFRecords ({e})") from e
+    seq, preds = lengths.get("input_ids"), lengths.get("masked_lm_positions")
+    if seq is None:
+      continue          # no records or not our schema: the reader names what is missing
+    for p in phases:
+      if seq != p.max_seq_length or (preds is not None and preds != p.max_predictions_per_seq):
+        name, what = phase_fields(config, p)
+        several = ("; records serve one length: train each phase of config.data.phases on records of its "
+                   "own length (one run each, as Google's run_pretraining.py) or on raw text"
+                   if len(phases) > 1 else
+                   f"; set --config.data.max_seq_length={seq} --config.data.max_predictions_per_seq={preds}")
+        raise UserError(f"config.data.{key}={d[key]!r}: {files[0]} holds records of max_seq_length={seq}, "
+                        f"max_predictions_per_seq={preds}; {name}={p.max_seq_length} and {what}="
+                        f"{p.max_predictions_per_seq}{several}")
+
+
 def resolve_data_plan(config, vocab_file: str, process_count: int) -> DataPlan:
   """The phases and data arguments of a configs/pretrain.py config, read with `vocab_file` (already checked)
   by `process_count` hosts; UserError for the first data mistake (module docstring)."""
@@ -210,6 +242,7 @@ def resolve_data_plan(config, vocab_file: str, process_count: int) -> DataPlan:
   pair_mode = "sop" if "sop" in targets else d.pair_mode
   strategy = resolve_masking_strategy(config)
   _check_input_files(config, pair_mode, pack, process_count)
+  _check_record_lengths(config, phases)
   return DataPlan(phases, PretrainData(
       input_files=str(d.input_files), eval_input_files=str(d.eval_input_files), vocab_file=vocab_file,
       per_host_batch_size=int(config.batch_size) // process_count, masking=str(d.get("masking", "auto")),

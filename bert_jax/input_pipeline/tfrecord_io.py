@@ -245,6 +245,96 @@ def frame_records(records: Sequence[bytes]) -> bytes:
   return b"".join(parts)
 
 
+# ---- reading one record without TensorFlow (the run plans check record lengths before training starts) ------
+def _read_varint(buf: bytes, i: int):
+  value, shift = 0, 0
+  while True:
+    if i >= len(buf) or shift > 63:
+      raise ValueError("truncated varint")
+    b = buf[i]
+    i += 1
+    value |= (b & 0x7F) << shift
+    shift += 7
+    if b < 0x80:
+      return value, i
+
+
+def _fields(buf: bytes):
+  """(field number, wire type, value) of a protobuf message: an int (varint) or bytes (the others)."""
+  i = 0
+  while i < len(buf):
+    key, i = _read_varint(buf, i)
+    wire = key & 7
+    if wire == 0:
+      value, i = _read_varint(buf, i)
+    elif wire in (1, 5):
+      n = 8 if wire == 1 else 4
+      value, i = buf[i:i + n], i + n
+    elif wire == 2:
+      n, i = _read_varint(buf, i)
+      value, i = buf[i:i + n], i + n
+    else:
+      raise ValueError(f"wire type {wire} is not in a tf.train.Example")
+    if i > len(buf):
+      raise ValueError("truncated protobuf field")
+    yield key >> 3, wire, value
+
+
+def _feature_length(feature: bytes) -> int:
+  """Values of a tf.train.Feature (bytes_list = 1, float_list = 2, int64_list = 3; packed or not)."""
+  count = 0
+  for kind, wire, values in _fields(feature):
+    if wire != 2:
+      continue
+    for number, wire2, v in _fields(values):
+      if number != 1:
+        continue
+      if wire2 == 2 and kind == 2:
+        count += len(v) // 4                       # packed floats
+      elif wire2 == 2 and kind == 3:
+        count += sum(1 for b in v if b < 0x80)     # packed varints: one last byte each
+      else:
+        count += 1
+  return count
+
+
+def example_lengths(serialized: bytes) -> Dict[str, int]:
+  """{feature name: number of values} of a serialized tf.train.Example, without TensorFlow; ValueError when
+  the bytes are not one."""
+  out: Dict[str, int] = {}
+  for number, wire, features in _fields(serialized):
+    if number != 1 or wire != 2:
+      continue
+    for number2, wire2, entry in _fields(features):
+      if number2 != 1 or wire2 != 2:
+        continue
+      key, count = None, 0
+      for number3, wire3, v in _fields(entry):
+        if number3 == 1 and wire3 == 2:
+          key = bytes(v).decode("utf-8")
+        elif number3 == 2 and wire3 == 2:
+          count = _feature_length(v)
+      if key is not None:
+        out[key] = count
+  return out
+
+
+def first_record(path: str):
+  """The bytes of the first record of an uncompressed TFRecord file; None when it holds none; ValueError
+  when it is not a TFRecord file."""
+  with fileio.open_file(path, "rb") as f:
+    header = f.read(12)
+    if not header:
+      return None
+    length = int.from_bytes(header[:8], "little")
+    if len(header) < 12 or length > (1 << 30):
+      raise ValueError(f"{path}: not a TFRecord file")
+    data = f.read(length)
+  if len(data) < length:
+    raise ValueError(f"{path}: not a TFRecord file (truncated first record)")
+  return data
+
+
 class _LocalRecordWriter:
   """Uncompressed TFRecord file without TensorFlow (no multi-second TF import); written to a temporary
   name and renamed into place on close, so a crash never leaves a truncated shard under the final name."""
