@@ -354,6 +354,7 @@ def slurm_env(tmp_path):
     d.mkdir(parents=True)
   (code / "train.py").write_text(STANDIN_TRAIN)
   _write_exe(bin_dir / "srun", '#!/bin/bash\n# Stub srun: one task, process 0, this node.\n'
+             f'printf "%s\\n" "$@" > {tmp_path}/srun_argv\n'
              'while [[ "$1" == --* ]]; do shift; done\nSLURM_PROCID=0 exec "$@"\n')
   _write_exe(bin_dir / "scontrol", f'#!/bin/bash\necho "$*" >> {tmp_path}/scontrol_calls\n'
              '[ "$1 $2" = "show hostnames" ] && echo gpu-node-1\nexit 0\n')
@@ -399,6 +400,16 @@ def test_slurm_requeues_a_job_whose_host_died_or_stalled_up_to_max_restarts(slur
   job = _sbatch(dict(env, STANDIN_EXIT="75", SLURM_RESTART_COUNT="3", MAX_RESTARTS="3"), typed="")
   out, _ = job.communicate(timeout=60)
   assert job.returncode == 75 and "requeue" not in (tmp_path / "scontrol_calls").read_text(), out
+
+
+def test_slurm_lets_every_task_end_by_itself_so_the_steps_code_is_theirs(slurm_env):
+  # With --kill-on-bad-exit=1 the first task to exit (2, a user error every host finds) had srun SIGKILL the
+  # others: their 137 outranked the 2 and the job was requeued.
+  tmp_path, env = slurm_env
+  job = _sbatch(dict(env, STANDIN_EXIT="2"), typed="")
+  out, _ = job.communicate(timeout=60)
+  assert job.returncode == 2, out
+  assert "--kill-on-bad-exit=0" in (tmp_path / "srun_argv").read_text().splitlines()
 
 
 @pytest.mark.parametrize("exit_code", [137, 134, 143])
