@@ -214,17 +214,28 @@ def _check_record_lengths(config, phases: Sequence[Phase]) -> None:
       lengths = tfrecord_io.example_lengths(record) if record is not None else {}
     except ValueError as e:
       raise UserError(f"config.data.{key}={d[key]!r}: {files[0]}: not pre-training TFRecords ({e})") from e
-    seq, preds = lengths.get("input_ids"), lengths.get("masked_lm_positions")
-    if seq is None:
-      continue          # no records or not our schema: the reader names what is missing
+    where = f"config.data.{key}={d[key]!r}: {files[0]}"
+    if record is None:
+      raise UserError(f"{where} holds no records")
+    missing = [k for k in tfrecord_io.FEATURE_ORDER if k not in lengths]
+    if missing:
+      raise UserError(f"{where}: its records lack the feature(s) {missing} (Google's pre-training schema: "
+                      f"{list(tfrecord_io.FEATURE_ORDER)})")
+    seq, preds = lengths["input_ids"], lengths["masked_lm_positions"]
+    want = dict.fromkeys(tfrecord_io.FEATURE_ORDER, seq)
+    want.update(masked_lm_positions=preds, masked_lm_ids=preds, masked_lm_weights=preds, next_sentence_labels=1)
+    odd = {k: lengths[k] for k in want if lengths[k] != want[k]}
+    if odd:
+      raise UserError(f"{where}: feature lengths {odd} do not match input_ids ({seq}) and masked_lm_positions "
+                      f"({preds}); not records of Google's pre-training schema")
     for p in phases:
-      if seq != p.max_seq_length or (preds is not None and preds != p.max_predictions_per_seq):
+      if seq != p.max_seq_length or preds != p.max_predictions_per_seq:
         name, what = phase_fields(config, p)
         several = ("; records serve one length: train each phase of config.data.phases on records of its "
                    "own length (one run each, as Google's run_pretraining.py) or on raw text"
                    if len(phases) > 1 else
                    f"; set --config.data.max_seq_length={seq} --config.data.max_predictions_per_seq={preds}")
-        raise UserError(f"config.data.{key}={d[key]!r}: {files[0]} holds records of max_seq_length={seq}, "
+        raise UserError(f"{where} holds records of max_seq_length={seq}, "
                         f"max_predictions_per_seq={preds}; {name}={p.max_seq_length} and {what}="
                         f"{p.max_predictions_per_seq}{several}")
 
