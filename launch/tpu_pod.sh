@@ -194,11 +194,12 @@ else echo "rc=none $host: train.py is gone and left no exit code (killed with it
 EOF
 }
 
-# SIGTERM to every live train.py, then after STOP_TIMEOUT s SIGCONT + SIGKILL (a frozen or stuck one).
+# SIGTERM (+ SIGCONT: a frozen one acts on it too) to every live train.py, then after STOP_TIMEOUT s SIGKILL
+# (a stuck one).
 stop_all_script() {
   cat <<EOF
 if alive; then
-  pid=\$(cat "\$pidfile"); kill -TERM "\$pid" 2>/dev/null || true
+  pid=\$(cat "\$pidfile"); kill -TERM "\$pid" 2>/dev/null || true; kill -CONT "\$pid" 2>/dev/null || true
   for ((i = 0; i < $(q "$STOP_TIMEOUT") * 10; i++)); do alive || break; sleep 0.1; done
   if alive; then kill -CONT "\$pid" 2>/dev/null || true; kill -KILL "\$pid" 2>/dev/null || true; fi
 fi
@@ -262,6 +263,7 @@ cmd_stop() {
 if ! alive; then echo \"\$host: not running\"; exit 0; fi
 pid=\$(cat \"\$pidfile\")
 kill -TERM \"\$pid\" && echo \"\$host: SIGTERM -> train.py (pid \$pid), waiting for its checkpoint\"
+kill -CONT \"\$pid\" 2>/dev/null || true     # a frozen (SIGSTOPped) one acts on it too
 for ((i = 0; i < $(q "$STOP_TIMEOUT") * 10; i++)); do
   [ -f \"\$rcfile\" ] && break
   sleep 0.1

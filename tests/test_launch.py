@@ -51,6 +51,7 @@ STANDIN_TRAIN = textwrap.dedent("""\
       json.dump(args, f)
     if os.environ.get("STANDIN_EXIT"):
       sys.exit(int(os.environ["STANDIN_EXIT"]))
+    freeze = False
     if os.environ.get("STANDIN_PLAN"):          # {"worker1": [75, 0]}: this worker's exit code, run by run
       n_path = os.path.join(home, "runs")
       n = int(open(n_path).read()) if os.path.exists(n_path) else 0
@@ -59,7 +60,8 @@ STANDIN_TRAIN = textwrap.dedent("""\
       if n < len(codes) and codes[n] == "vanish":             # gone with its wrapper (a rebooted VM): no exit code
         os.kill(os.getppid(), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
-      if n < len(codes) and codes[n] is not None:
+      freeze = n < len(codes) and codes[n] == "freeze"         # alive but SIGSTOPped (a hung VM)
+      if n < len(codes) and codes[n] is not None and not freeze:
         print(f"error: stand-in run {n} of {os.path.basename(home)} exits {codes[n]}", flush=True)
         sys.exit(codes[n])
     first = os.path.basename(home) in ("worker0", "slurm")    # process 0 writes the metrics
@@ -76,6 +78,8 @@ STANDIN_TRAIN = textwrap.dedent("""\
     signal.signal(signal.SIGTERM, on_term)
     os.makedirs(workdir, exist_ok=True)
     open(os.path.join(home, "ready"), "w").close()
+    if freeze:
+      os.kill(os.getpid(), signal.SIGSTOP)
     for _ in range(1200):                                      # gives up after ~60 s if nobody stops it
       step += 1
       time.sleep(0.05)
@@ -306,6 +310,20 @@ def test_tpu_supervise_restarts_workers_gone_without_an_exit_code_and_status_sho
   os.makedirs(env["WORKDIR"], exist_ok=True)                   # (the stand-ins exited before making it)
   status = _pod(repo, dict(env, MAX_RESTARTS="10"), "status").stdout    # another shell, without the variable
   assert "supervise: 1 restart(s) of at most 2; last reason: exit none:" in status, status
+
+
+def test_tpu_supervise_thaws_a_frozen_worker_so_it_saves_instead_of_waiting_out_stop_timeout(slice_env, tmp_path):
+  # run 0: worker 0 is frozen (SIGSTOP), worker 1 exits 75. SIGTERM alone stays pending in a stopped process:
+  # the supervisor waited all of STOP_TIMEOUT (900 s by default), then SIGKILLed it (no checkpoint).
+  repo, root, env, _ = slice_env
+  for i in range(2):
+    (root / f"worker{i}" / "runs").unlink(missing_ok=True)
+  env = dict(env, STANDIN_PLAN=json.dumps({"worker0": ["freeze", 0], "worker1": [75, 0]}), POLL_SECONDS="0.3",
+             STATE_DIR=str(tmp_path / "state"), MAX_RESTARTS="2", STOP_TIMEOUT="60")
+  start = time.monotonic()
+  out = _pod(repo, env, "supervise").stdout
+  assert "supervise: finished after 1 restart(s)" in out and time.monotonic() - start < 30, out
+  assert "SIGTERM: checkpoint at step" in (root / "worker0" / "bert_jax_run" / "train.log.1").read_text()
 
 
 def test_tpu_supervise_survives_a_failed_restart_and_honours_a_stop_that_came_while_it_looked(slice_env, tmp_path):
