@@ -151,3 +151,25 @@ def test_records_without_a_feature_of_googles_schema_stop_the_plan(tmp_path):
   config.data.max_seq_length, config.data.max_predictions_per_seq = 16, 3
   with pytest.raises(UserError, match=r"r\.tfrecord: its records lack the feature\(s\) \['next_sentence_labels'\]"):
     data_plan.resolve_data_plan(config, str(tmp_path / "vocab.txt"), 1)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--input_files=nothing_*.txt"], "--input_files: no file matches"),
+    (["--input_files=EMPTY"], "every file is empty"),
+    (["--input_files=BLANK"], "no text in"),
+    (["--vocab_size=3"], "--vocab_size=3; expected more than the 5 special tokens"),
+    (["--output=DIR"], "--output=.* is a directory"),
+])
+def test_build_vocab_user_mistakes_are_one_error_line(files, args, message, capsys):
+  from bert_jax.input_pipeline import build_vocab  # pylint: disable=g-import-not-at-top
+  flags = {"--input_files": str(files / "corpus.txt"), "--vocab_size": "50", "--output": str(files / "v.txt")}
+  for a in args:
+    key, value = a.split("=", 1)
+    flags[key] = value.replace("EMPTY", str(files / "empty.txt")).replace("BLANK", str(files / "blank.txt")).replace(
+        "DIR", str(files / "a_dir")).replace("nothing_", str(files / "nothing_"))
+  with pytest.raises(SystemExit) as e:
+    cli.run_plain_main(build_vocab.main, [f"{k}={v}" for k, v in flags.items()])
+  err = capsys.readouterr().err
+  lines = [line for line in err.splitlines() if "error:" in line]
+  assert e.value.code == 2 and "Traceback" not in err and len(lines) == 1, err
+  assert re.search(message, lines[0]), lines[0]

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import argparse
 import collections
-import sys
 from typing import Dict, Iterable, List, Optional, Sequence
 
+from bert_jax import cli
+from bert_jax.errors import UserError
 from bert_jax.input_pipeline import fileio
 from bert_jax.input_pipeline import text_io
 from bert_jax.input_pipeline import tokenization
@@ -94,6 +95,10 @@ def _train_python(lines: Iterable[str], vocab_size: int, do_lower_case: bool,
   return vocab[:max(vocab_size, len(SPECIAL_TOKENS))]
 
 
+class NoTextError(UserError, ValueError):
+  """The input files hold no text: one `error:` line from the CLI, a ValueError for library callers."""
+
+
 def build_vocab(input_files, vocab_size: int, output: str, do_lower_case: bool = True,
                 min_frequency: int = 2, backend: str = "auto", verbose: bool = True) -> List[str]:
   """Trains a WordPiece vocab on `input_files` (comma-separated globs or a list) and writes `output`.
@@ -104,7 +109,7 @@ def build_vocab(input_files, vocab_size: int, output: str, do_lower_case: bool =
   stats = text_io.ReadStats()
   lines = list(_iter_lines(files, stats))
   if not lines:
-    raise ValueError(f"no text in {files} (empty files: {stats.empty_files})")
+    raise NoTextError(f"no text in {files} (empty files: {stats.empty_files})")
   tokens: Optional[List[str]] = None
   if backend in ("auto", "tokenizers"):
     try:
@@ -136,10 +141,20 @@ def main(argv=None):
   p.add_argument("--min_frequency", type=int, default=2, help="minimum count of a merged piece")
   p.add_argument("--backend", choices=("auto", "tokenizers", "python"), default="auto")
   args = p.parse_args(argv)
-  build_vocab(args.input_files, args.vocab_size, args.output, args.do_lower_case, args.min_frequency,
-              args.backend)
+  if args.vocab_size < len(SPECIAL_TOKENS) + 1:
+    p.error(f"--vocab_size={args.vocab_size}; expected more than the {len(SPECIAL_TOKENS)} special tokens")
+  try:
+    files = text_io.expand_globs(args.input_files)
+  except FileNotFoundError as e:
+    raise UserError(f"--input_files: {e}") from e
+  if not any(fileio.size(f) for f in files):
+    raise UserError(f"--input_files={args.input_files!r}: every file is empty ({', '.join(files[:5])})")
+  if fileio.isdir(args.output):
+    raise UserError(f"--output={args.output!r} is a directory; give a file name such as "
+                    f"{fileio.join(args.output, 'vocab.txt')}")
+  build_vocab(files, args.vocab_size, args.output, args.do_lower_case, args.min_frequency, args.backend)
   return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run_plain_main(main)   # a UserError: one `error:` line, exit 2 (--verbose: traceback)
