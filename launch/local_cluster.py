@@ -9,7 +9,9 @@ collectives, D CPU devices each). The multi-host tests (tests/test_multihost.py)
 Each process gets the train.py flags after `--` plus --config.distributed.{enable,coordinator_address,
 num_processes,process_id}; its output goes to LOGS/host<i>.log. The command exits with the first non-zero
 exit code of the processes (0 when all finished; a process killed by signal N counts as 128 + N, 137 for
-SIGKILL, as a shell reports it), and prints each process's exit code, seconds and last line.
+SIGKILL, as a shell reports it), and prints each process's exit code, seconds and last line. Ctrl-C (or
+SIGTERM, SIGHUP) sends SIGTERM to every process: they agree on a step, save it and exit 143; a second Ctrl-C
+kills them.
 
     cluster = Cluster(flags, logs_dir, processes=2, devices=2).start()
     cluster.signal(1, signal.SIGKILL); codes = cluster.wait(timeout=300); cluster.last_line(0)
@@ -39,12 +41,14 @@ class Cluster:
   """N train.py processes of one jax.distributed job (see the module docstring)."""
 
   def __init__(self, flags: Sequence[str], logs_dir: str, *, processes: int = 2, devices: int = 2,
-               port: Optional[int] = None, env: Optional[Dict[str, str]] = None, script: str = "train.py"):
+               port: Optional[int] = None, env: Optional[Dict[str, str]] = None, script: str = "train.py",
+               new_session: bool = False):
     self.flags, self.logs_dir, self.processes, self.devices = list(flags), logs_dir, processes, devices
     self.port = port or free_port()
     self.env = dict(os.environ if env is None else env)
     self.env.update(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
     self.script = script
+    self.new_session = new_session     # the processes out of the terminal's reach: signals come from us only
     self.procs: List[subprocess.Popen] = []
     self.started = 0.0
     self.ended: Dict[int, float] = {}
@@ -61,7 +65,7 @@ class Cluster:
           f"--config.distributed.num_processes={self.processes}", f"--config.distributed.process_id={i}"]
       with open(self.log_path(i), "ab") as log:
         self.procs.append(subprocess.Popen(argv, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                           stdin=subprocess.DEVNULL))
+                                           stdin=subprocess.DEVNULL, start_new_session=self.new_session))
     return self
 
   def poll(self) -> List[Optional[int]]:
@@ -130,14 +134,28 @@ def main(argv=None) -> int:
   parser.add_argument("--logs", default="local_cluster_logs", help="folder of the per-process logs")
   parser.add_argument("flags", nargs="*", help="train.py flags (after --)")
   args = parser.parse_args(argv)
-  cluster = Cluster(args.flags, args.logs, processes=args.processes, devices=args.devices).start()
+  # Ctrl-C reached every process of the terminal's group: each train.py took SIGINT on its own (a traceback, no
+  # agreed step) while this one sent SIGTERM. Now only this process gets it (and SIGHUP, SIGTERM) and sends
+  # SIGTERM to all: every host saves the same step and exits 143.
+
+  def forward(signum, frame):
+    del signum, frame
+    raise KeyboardInterrupt
+
+  for s in (signal.SIGTERM, signal.SIGHUP):
+    signal.signal(s, forward)
+  cluster = Cluster(args.flags, args.logs, processes=args.processes, devices=args.devices, new_session=True)
   try:
+    cluster.start()
     codes = cluster.wait(timeout=float("inf"))
   except KeyboardInterrupt:
-    for i in range(cluster.processes):
+    for i in range(len(cluster.procs)):
       cluster.signal(i, signal.SIGTERM)
-    codes = cluster.wait(timeout=600)
-    if None in codes:                  # none left behind: SIGKILL after 10 minutes
+    try:
+      codes = cluster.wait(timeout=600)
+    except KeyboardInterrupt:          # a second Ctrl-C: at once
+      codes = [None]
+    if None in codes:                  # none left behind: SIGKILL (after 10 minutes or a second Ctrl-C)
       cluster.kill()
       codes = cluster.poll()
   for i, rc in enumerate(codes):

@@ -208,7 +208,7 @@ EOF
 
 cmd_supervise() {
   need_workdir
-  local st restarts=0 out codes rc reason
+  local st restarts=0 out codes rc reason reached
   st=$(supervise_state)
   mkdir -p "$st"
   rm -f "$st/stop_requested"

@@ -471,6 +471,46 @@ def test_local_cluster_exits_with_a_killed_processs_code_as_a_shell_reports_it()
   assert local_cluster.exit_status([0, -signal.SIGABRT, 75]) == 134
 
 
+CLUSTER_STANDIN = textwrap.dedent("""\
+    import signal, sys, time
+    def on(signum, frame):
+      print(signal.Signals(signum).name, flush=True)
+      sys.exit(128 + signum)
+    signal.signal(signal.SIGINT, on)
+    signal.signal(signal.SIGTERM, on)
+    print("ready", flush=True)
+    time.sleep(60)
+    """)
+
+
+def test_local_cluster_turns_ctrl_c_into_one_sigterm_to_every_process(tmp_path):
+  # Ctrl-C goes to the terminal's whole process group: every train.py got SIGINT on its own (multi-host, a
+  # traceback and no agreed step) besides local_cluster's SIGTERM.
+  standin, logs = tmp_path / "standin.py", tmp_path / "logs"
+  standin.write_text(CLUSTER_STANDIN)
+  code = (f"import sys; sys.path.insert(0, {LAUNCH!r}); import local_cluster\n"
+          "init = local_cluster.Cluster.__init__\n"
+          f"local_cluster.Cluster.__init__ = lambda self, *a, **k: init(self, *a, script={str(standin)!r}, **k)\n"
+          f"sys.exit(local_cluster.main(['--processes=2', '--devices=1', '--logs={logs}']))\n")
+  proc = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          start_new_session=True)            # its own group: the test plays the terminal
+  try:
+    for i in range(2):
+      _wait_for(logs / f"host{i}.log")
+      deadline = time.time() + 20
+      while "ready" not in (logs / f"host{i}.log").read_text():
+        assert time.time() < deadline
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)                        # Ctrl-C
+    out, _ = proc.communicate(timeout=30)
+  finally:
+    if proc.poll() is None:
+      os.killpg(proc.pid, signal.SIGKILL)
+  assert proc.returncode == 143, out
+  for i in range(2):
+    assert (logs / f"host{i}.log").read_text().split() == ["ready", "SIGTERM"]
+
+
 def test_shellcheck_finds_nothing_in_launch():
   shellcheck = shutil.which("shellcheck")
   if shellcheck is None:
