@@ -178,9 +178,10 @@ cmd_status() {
   need_workdir
   on_workers all "$(prelude)
 $(state_script)"
-  local st; st=$(supervise_state)
+  local st max; st=$(supervise_state)
   if [ -f "$st/restarts" ]; then
-    echo "supervise: $(cat "$st/restarts") restart(s) of at most $(cat "$st/max_restarts" 2>/dev/null || echo "$MAX_RESTARTS"); last reason: $(cat "$st/last_reason" 2>/dev/null || echo none)"
+    max=$(cat "$st/max_restarts" 2>/dev/null || echo "$MAX_RESTARTS")     # the supervisor's, not this shell's
+    echo "supervise: $(cat "$st/restarts") restart(s) of at most $max; last reason: $(cat "$st/last_reason" 2>/dev/null || echo none)"
   fi
   report
 }
