@@ -176,10 +176,10 @@ def get_config(arg=None):
   config.distributed.cpu_collectives = "gloo"      # CPU cross-process collectives (local multi-process runs)
   # A host silent this long is dead: the others print one line and exit 75 (retryable). JAX's own default is
   # 100 s (its abort: SIGABRT); 60 s = 10 missed beats (one every 6 s), detection within about a minute,
-  # above a GC or file-system pause. JAX's heartbeat is set 30 s later, as the backstop.
+  # above a GC or file-system pause. JAX's heartbeat is set 30 s later, as the backstop. 2 .. 1e6 s.
   config.distributed.heartbeat_timeout_s = 60.0
   # Every host must join jax.distributed within this (else one line and exit 75 on the hosts that did). JAX's
-  # own default, 300 s: a pod's VMs and containers start minutes apart; JAX's limit is set 30 s later.
+  # own default, 300 s: a pod's VMs and containers start minutes apart; JAX's limit is set 30 s later. 2 .. 1e6 s.
   config.distributed.initialization_timeout_s = 300.0
 
   # Step watchdog (bert_jax/training/watchdog.py): a host with no finished step for max(min_s, step_factor x
@@ -188,7 +188,7 @@ def get_config(arg=None):
   config.watchdog = ml_collections.ConfigDict()
   config.watchdog.enable = "auto"                  # auto: on for multi-host runs | True | False
   config.watchdog.step_factor = 10.0               # 10x the median: input hiccups and GC pauses pass
-  config.watchdog.min_s = 300.0                    # floor: a slow shared file system's minute-long stall passes
+  config.watchdog.min_s = 300.0                    # floor (>= 1): a slow shared file system's minute-long stall passes
   config.watchdog.compile_s = 1800.0               # + while the first step of a phase compiles (large/pod: ~10 min)
   config.watchdog.eval_s = 1800.0                  # + per evaluation (eval_steps batches, its own compile)
   config.watchdog.checkpoint_s = 1800.0            # + per checkpoint save (large + Adam on gs://: minutes)
