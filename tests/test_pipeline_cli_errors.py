@@ -173,3 +173,51 @@ def test_build_vocab_user_mistakes_are_one_error_line(files, args, message, caps
   lines = [line for line in err.splitlines() if "error:" in line]
   assert e.value.code == 2 and "Traceback" not in err and len(lines) == 1, err
   assert re.search(message, lines[0]), lines[0]
+
+
+def _corrupt_records(files, dupe_factor=40):
+  """Records whose file is cut mid-way and padded with junk, as a truncated copy: the first record (which the
+  schema check reads) is intact, a later one is not."""
+  argv = [f"--input_file={files}/corpus.txt", f"--output_file={files}/rec/train.tfrecord",
+          f"--vocab_file={files}/vocab.txt", "--max_seq_length=16", "--max_predictions_per_seq=3",
+          f"--dupe_factor={dupe_factor}", "--num_workers=1", "--progress=false"]
+  assert cpd.main(argv) == 0
+  path = files / "rec" / "train.tfrecord"
+  data = path.read_bytes()
+  path.write_bytes(data[:len(data) // 2] + b"\x00junk" * 40)
+  return path
+
+
+def test_a_corrupt_tfrecord_is_a_user_error_naming_the_files(files):
+  """tf.data's DataLossError ("corrupted record at N") while batching: one CorruptRecordsError (a UserError:
+  train.py's one `error:` line and exit 2, which a supervisor does not retry), naming the input files."""
+  from bert_jax.errors import UserError  # pylint: disable=g-import-not-at-top
+  from bert_jax.input_pipeline import pretrain_dataset  # pylint: disable=g-import-not-at-top
+  path = _corrupt_records(files)
+  it = pretrain_dataset.make_pretraining_dataset([str(path)], 4, 16, 3, str(files / "vocab.txt"),
+                                                 process_index=0, process_count=1, is_training=False)
+  with pytest.raises(UserError, match=r"config\.data\.input_files: a TFRecord file does not read \(corrupted "
+                                      r"record at \d+\) while making batch \d+; files: .*train\.tfrecord"):
+    for _ in range(10_000):
+      next(it)
+
+
+@pytest.mark.slow   # train.py in a subprocess
+def test_train_py_exits_2_with_one_line_on_a_corrupt_tfrecord_at_start_up(files):
+  """The first batch fails while the other start-up thread compiles the step: train.py prints one error line
+  and exits 2 (it aborted with 134 when the interpreter exited during that compile, a code launchers retry)."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  path = _corrupt_records(files, dupe_factor=4)
+  data = path.read_bytes()
+  path.write_bytes(data[:len(data) // 8 + 200] + b"\x00junk" * 40)     # cut inside the first batch
+  out = subprocess.run([sys.executable, "train.py", "--config=configs/pretrain.py:tiny",
+                        f"--config.data.input_files={path}", f"--config.data.vocab_file={files / 'vocab.txt'}",
+                        "--config.data.max_seq_length=16", "--config.data.max_predictions_per_seq=3",
+                        "--config.num_train_steps=2", "--config.batch_size=8", f"--workdir={files / 'wd'}"],
+                       capture_output=True, text=True, timeout=600, cwd=str(__import__("pathlib").Path(
+                           __file__).resolve().parents[1]))
+  errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+  assert out.returncode == 2, out.stderr[-3000:]
+  assert len(errors) == 1 and "does not read (corrupted record at" in errors[0], out.stderr[-3000:]
+  assert "Traceback" not in out.stderr

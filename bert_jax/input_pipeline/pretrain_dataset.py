@@ -206,20 +206,33 @@ def _check_records(path: str, max_seq_length: int, max_predictions_per_seq: int)
   raise RecordSchemaError(f"{path}: no records (empty TFRecord file)")
 
 
+class CorruptRecordsError(UserError, ValueError):
+  """A TFRecord file that does not read (truncated by a copy, corrupted on disk): the user's data, so the
+  entry points print one `error:` line (and a supervisor does not restart into the same bytes)."""
+
+
 class PretrainingIterator:
   """Iterator of numpy batches with a resumable position (`state()`, `save_state()`)."""
 
-  def __init__(self, dataset: tf.data.Dataset, start_step: int, config: Dict):
+  def __init__(self, dataset: tf.data.Dataset, start_step: int, config: Dict, files: Sequence[str] = ()):
     self.dataset = dataset
     self._it = iter(dataset.as_numpy_iterator())
     self.step = int(start_step)
     self.config = config
+    self.files = list(files)
 
   def __iter__(self):
     return self
 
   def __next__(self) -> Dict[str, np.ndarray]:
-    batch = next(self._it)
+    try:
+      batch = next(self._it)
+    except tf.errors.DataLossError as e:
+      what = str(getattr(e, "message", e)).split("}}")[-1].split("[Op:")[0].strip() or type(e).__name__
+      shown = ", ".join(self.files[:3]) + (f" and {len(self.files) - 3} more" if len(self.files) > 3 else "")
+      raise CorruptRecordsError(f"config.data.input_files: a TFRecord file does not read ({what}) while making "
+                                f"batch {self.step + 1}; files: {shown}; re-create or replace the damaged file "
+                                "(e.g. a truncated copy)") from None
     self.step += 1
     return batch
 
@@ -523,7 +536,7 @@ def make_pretraining_dataset(
                                             deterministic=True)
   ds = ds.map(lambda b: {k: b[k] for k in BATCH_KEYS})
   ds = ds.prefetch(prefetch)
-  return PretrainingIterator(ds, start_step, config)
+  return PretrainingIterator(ds, start_step, config, files if input_format == "tfrecord" else ())
 
 
 def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_seq_prob, pair_mode, seed,

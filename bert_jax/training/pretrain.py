@@ -191,6 +191,9 @@ def _open_first(plan, clock, phase: Phase, step: int, batch_spec, batch_sharding
   return data, first
 
 
+STARTUP_WAIT_ON_ERROR_S = 600.0   # how long a failed data start waits for the state's restore and compile
+
+
 def _in_background(fn, *args) -> concurrent.futures.Future:
   """fn(*args) on a daemon thread (a user error on the main thread exits without waiting for a compile)."""
   future = concurrent.futures.Future()
@@ -220,7 +223,14 @@ def _start(plan, ckpt, model, mesh, tx, train_step, abstract, batch_sharding):
   phase = plan.phase_at(expected)
   spec = expected_batch_spec(plan, phase, batch_sharding) if phase is not None else None
   state_future = _in_background(_start_state, plan, clock, ckpt, model, mesh, tx, train_step, abstract, spec)
-  opened = _open_first(plan, clock, phase, expected, spec, batch_sharding) if phase is not None else None
+  try:
+    opened = _open_first(plan, clock, phase, expected, spec, batch_sharding) if phase is not None else None
+  except Exception:
+    # The error ends the process (a user error: exit 2). An interpreter that exits while XLA still compiles
+    # on the daemon thread aborts (exit 134 after the error line), which a launcher would retry: let the
+    # start-up there finish first, for a bounded time.
+    concurrent.futures.wait([state_future], timeout=STARTUP_WAIT_ON_ERROR_S)
+    raise
   state = state_future.result()
   clock.ready()
   step = int(jax.device_get(state.step))
