@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Dict, Iterator, Optional, Sequence
+from typing import Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -108,34 +108,33 @@ class SplitData:
     return int(self.features["input_ids"].shape[0])
 
 
-def read_split(task, source, split: str) -> Optional[ExampleSet]:
-  """The ExampleSet of a split, or None when its file / TFDS split does not exist. `source`: where the splits
-  are (a FinetunePlan's `data`, or a config: data_dir, tfds_name, tfds_data_dir)."""
+def read_split_or_reason(task, source, split: str) -> Tuple[Optional[ExampleSet], str]:
+  """(the ExampleSet of a split, "") or, when its file / TFDS split does not exist, (None, the reader's reason:
+  the file it looked for, or the split names). `source`: where the splits are (a FinetunePlan's `data`, or a
+  config: data_dir, tfds_name, tfds_data_dir)."""
   data_dir = source.data_dir or None
   try:
     if use_tfds(source):
-      return task.read(split, data_dir, use_tfds=True, tfds_data_dir=_tfds_kwargs(source)["tfds_data_dir"])
-    return task.read(split, data_dir)
+      return task.read(split, data_dir, use_tfds=True, tfds_data_dir=_tfds_kwargs(source)["tfds_data_dir"]), ""
+    return task.read(split, data_dir), ""
   except FileNotFoundError as e:
     _log.info("split %s not found (%s)", split, e)
-    return None
+    return None, str(e)
   except ValueError as e:
     if "no split" in str(e) or "not prepared" in str(e) or "Unknown split" in str(e):
       _log.info("split %s not available (%s)", split, e)
-      return None
+      return None, str(e)
     raise
+
+
+def read_split(task, source, split: str) -> Optional[ExampleSet]:
+  """The ExampleSet of a split, or None when its file / TFDS split does not exist (read_split_or_reason)."""
+  return read_split_or_reason(task, source, split)[0]
 
 
 def why_missing(task, source, split: str) -> str:
   """Why read_split found no `split` (the reader's message: the file it looked for, or the split names), or ""."""
-  try:
-    if use_tfds(source):
-      task.read(split, source.data_dir or None, use_tfds=True, tfds_data_dir=_tfds_kwargs(source)["tfds_data_dir"])
-    else:
-      task.read(split, source.data_dir or None)
-  except (FileNotFoundError, ValueError) as e:
-    return str(e)
-  return ""
+  return read_split_or_reason(task, source, split)[1]
 
 
 def load_split(task, source, split: str, tokenizer, is_training: bool = False,

@@ -250,8 +250,8 @@ def _check_dev_split(plans: Sequence[FinetunePlan], split: Optional[str]) -> Non
       raise UserError(f"task {plan.task.name} has no dev split to select on; set --config.eval_splits")
     if not plan.do_eval:
       raise UserError("config.do_eval=False: the sweep selects on the dev score, which only an evaluation gives")
-    if ft.read_split(plan.task, d, split) is None:
-      reason = ft.why_missing(plan.task, d, split)
+    examples, reason = ft.read_split_or_reason(plan.task, d, split)
+    if examples is None:
       reason = f" ({reason})" if reason else ""
       raise UserError(f"{where} has no {split!r} split for task {plan.task.name}{reason}, and the sweep selects "
                       "on it (the task's dev split, or the first of --config.eval_splits); add it or name "
@@ -280,7 +280,7 @@ def run_sweep(config, grid, seeds: int = 5, workdir: str = "sweep", *, select: s
       except UserError as e:
         raise UserError(f"grid point {point_label(settings)}: {e}") from e
   spec = _spec(config, grid, seed_list, select, plans[(0, seed_list[0])])
-  _write_spec(workdir, spec, check_only=True)
+  _check_spec(workdir, spec)
   index, count = shard
   units = work_units(len(points), seed_list, count)
   mine = [r for u, unit in enumerate(units) if u % count == index for r in unit]
@@ -322,8 +322,8 @@ def _finished_run_settings(workdir: str, grid) -> Optional[Dict[str, Any]]:
   return None
 
 
-def _write_spec(workdir: str, spec: dict, check_only: bool = False) -> None:
-  """Writes `spec`; UserError when the directory holds another sweep (`check_only`: only that check)."""
+def _check_spec(workdir: str, spec: dict) -> None:
+  """UserError when the directory holds another sweep than `spec` (or the same one run with another config)."""
   path = os.path.join(workdir, SPEC_NAME)
   if os.path.exists(path):
     with open(path, encoding="utf-8") as f:
@@ -340,15 +340,16 @@ def _write_spec(workdir: str, spec: dict, check_only: bool = False) -> None:
       raise UserError(f"--workdir={workdir} holds a sweep run with another config ({shown}): its finished runs "
                       "would be reused as if run with this one; use a new directory, or the same --config "
                       "flags to resume it")
-    old.pop("select", None)   # the selection rule only changes the report: a rerun may ask for another
+    # the selection rule only changes the report: a rerun may ask for another
     if dict(new, select=None) != dict(old, select=None):
       raise UserError(f"--workdir={workdir} holds another sweep ({SPEC_NAME}: task {old.get('task')}, grid "
                       f"{old.get('grid')}, seeds {old.get('seeds')}); use a new directory, or the same flags to "
                       "resume it")
-  if check_only:
-    return
+
+
+def _write_spec(workdir: str, spec: dict) -> None:
   fileio.makedirs(workdir)
-  params_dir.write_json_atomic(path, spec)
+  params_dir.write_json_atomic(os.path.join(workdir, SPEC_NAME), spec)
 
 
 # ---- the report --------------------------------------------------------------------------------------------
