@@ -222,8 +222,7 @@ def _check_record_lengths(config, phases: Sequence[Phase]) -> None:
       raise UserError(f"{where}: its records lack the feature(s) {missing} (Google's pre-training schema: "
                       f"{list(tfrecord_io.FEATURE_ORDER)})")
     seq, preds = lengths["input_ids"], lengths["masked_lm_positions"]
-    want = dict.fromkeys(tfrecord_io.FEATURE_ORDER, seq)
-    want.update(masked_lm_positions=preds, masked_lm_ids=preds, masked_lm_weights=preds, next_sentence_labels=1)
+    want = tfrecord_io.feature_lengths(seq, preds)
     odd = {k: lengths[k] for k in want if lengths[k] != want[k]}
     if odd:
       raise UserError(f"{where}: feature lengths {odd} do not match input_ids ({seq}) and masked_lm_positions "

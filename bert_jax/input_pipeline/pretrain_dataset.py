@@ -190,9 +190,7 @@ def _check_records(path: str, max_seq_length: int, max_predictions_per_seq: int)
     except Exception as e:  # pylint: disable=broad-except
       raise RecordSchemaError(f"{path}: first record is not a tf.train.Example ({e})") from e
     feats = ex.features.feature
-    want = {"input_ids": max_seq_length, "input_mask": max_seq_length, "segment_ids": max_seq_length,
-            "masked_lm_positions": max_predictions_per_seq, "masked_lm_ids": max_predictions_per_seq,
-            "masked_lm_weights": max_predictions_per_seq, "next_sentence_labels": 1}
+    want = tfrecord_io.feature_lengths(max_seq_length, max_predictions_per_seq)
     for name, n in want.items():
       if name not in feats:
         raise RecordSchemaError(f"{path}: records lack feature {name!r} (Google's pre-training schema expected: "

@@ -33,6 +33,13 @@ FEATURE_ORDER = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions"
 CONTINUATION_FEATURE = "word_continuation"
 
 
+def feature_lengths(max_seq_length: int, max_predictions_per_seq: int) -> Dict[str, int]:
+  """Values per feature of a record of Google's pre-training schema, in FEATURE_ORDER."""
+  n = {"masked_lm_positions": max_predictions_per_seq, "masked_lm_ids": max_predictions_per_seq,
+       "masked_lm_weights": max_predictions_per_seq, "next_sentence_labels": 1}
+  return {k: n.get(k, max_seq_length) for k in FEATURE_ORDER}
+
+
 def _varint(n: int) -> bytes:
   out = bytearray()
   while True:
