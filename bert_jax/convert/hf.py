@@ -31,6 +31,7 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from bert_jax.convert import mapping
+from bert_jax.input_pipeline import tokenization
 from bert_jax.pretrained import params_dir
 from bert_jax.pretrained.load import load_pretrained
 from bert_jax.models.config import BertConfig
@@ -274,11 +275,13 @@ def write_hf(ckpt, output: str, heads: str = "pretraining", source: str = "") ->
 
 
 def write_model(ckpt, output: str, heads: str, source: str, *, heads_table: dict, pair_head: str, root: str,
-                config_dict, layout: mapping.Layout, hint: str) -> mapping.ConversionReport:
+                config_dict, layout: mapping.Layout, hint: str,
+                sentencepiece_class: str = "AlbertTokenizer") -> mapping.ConversionReport:
   """A loaded checkpoint -> a Hugging Face folder of one model family: `heads_table[heads]` gives the groups
   exported, the architecture and the weights' prefix; `pair_head` is the family's sentence-pair head (nsp for
   BERT, sop for ALBERT), `root` its encoder prefix ("bert.", "albert."), `config_dict(config, architecture,
-  pad_token_id=)` its config.json, `hint` what to do when a head is missing."""
+  pad_token_id=)` its config.json, `hint` what to do when a head is missing, `sentencepiece_class` the
+  tokenizer class written for a SentencePiece vocab (write_folder)."""
   if heads not in heads_table:
     raise ValueError(f"heads={heads!r}; expected one of {tuple(heads_table)}")
   groups, architecture, prefix = heads_table[heads]
@@ -298,7 +301,8 @@ def write_model(ckpt, output: str, heads: str, source: str, *, heads_table: dict
   if prefix != root:
     arrays = {(k[len(root):] if k.startswith(root) else k): v for k, v in arrays.items()}
   write_folder(output, arrays, config_dict(config, architecture, pad_token_id=_pad_id(vocab_file)),
-               vocab_file, ckpt.do_lower_case, config.max_position_embeddings)
+               vocab_file, ckpt.do_lower_case, config.max_position_embeddings,
+               sentencepiece_class=sentencepiece_class)
   report.loaded = len(arrays)
   return report
 
@@ -313,8 +317,10 @@ def _pad_id(vocab_file: str) -> int:
 
 def write_folder(output: str, arrays: Dict[str, np.ndarray], config_dict: dict, vocab_file: str,
                  do_lower_case: Optional[bool], model_max_length: int,
-                 tokenizer_class: str = "BertTokenizer") -> None:
-  """model.safetensors, config.json, vocab.txt and tokenizer_config.json of a Hugging Face folder."""
+                 tokenizer_class: str = "BertTokenizer", sentencepiece_class: str = "AlbertTokenizer") -> None:
+  """model.safetensors, config.json, vocab.txt and tokenizer_config.json of a Hugging Face folder; with a
+  SentencePiece tokenizer.json beside the vocab (tokenization.sentencepiece_json: the English ALBERTs), that
+  file too, and `sentencepiece_class` with SentencePiece's <unk>/<pad> as the tokenizer class."""
   os.makedirs(output, exist_ok=True)
   weights = os.path.join(output, "model.safetensors")
   save_file(arrays, weights, metadata={"format": "pt"})
@@ -327,7 +333,12 @@ def write_folder(output: str, arrays: Dict[str, np.ndarray], config_dict: dict, 
   shutil.copyfile(vocab_file, os.path.join(output, "vocab.txt"))
   if do_lower_case is None:
     do_lower_case = params_dir.guess_do_lower_case(vocab_file)
+  tc = {"tokenizer_class": tokenizer_class, "do_lower_case": bool(do_lower_case),
+        "model_max_length": model_max_length}
+  spm = tokenization.sentencepiece_json(vocab_file)
+  if spm:
+    shutil.copyfile(spm, os.path.join(output, tokenization.TOKENIZER_JSON))
+    tc.update(tokenizer_class=sentencepiece_class, unk_token="<unk>", pad_token="<pad>")
   with open(os.path.join(output, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-    json.dump({"tokenizer_class": tokenizer_class, "do_lower_case": bool(do_lower_case),
-               "model_max_length": model_max_length}, f, indent=2)
+    json.dump(tc, f, indent=2)
     f.write("\n")

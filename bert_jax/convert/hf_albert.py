@@ -40,7 +40,6 @@ import numpy as np
 
 from bert_jax.convert import hf, mapping
 from bert_jax.convert.mapping import ConversionError, Entry
-from bert_jax.input_pipeline import tokenization
 from bert_jax.models.config import BertConfig
 from bert_jax.pretrained import params_dir
 
@@ -232,17 +231,6 @@ def write_albert(ckpt, output: str, heads: str = "pretraining", source: str = ""
   (config.json, model.safetensors, vocab.txt, tokenizer_config.json with BertTokenizer, as the Chinese
   ALBERTs are used; with the SentencePiece tokenizer.json of an English ALBERT beside the vocab, that file
   and tokenizer_class AlbertTokenizer instead)."""
-  report = hf.write_model(ckpt, output, heads, source, heads_table=HEADS, pair_head="sop", root="albert.",
-                          config_dict=albert_config_dict, layout=ALBERT,
-                          hint="pre-train with targets=('mlm', 'sop') (preset=albert), or use --heads=mlm / none")
-  spm = tokenization.sentencepiece_json(ckpt.vocab_file) if ckpt.vocab_file else None
-  if spm:
-    shutil.copyfile(spm, os.path.join(output, tokenization.TOKENIZER_JSON))
-    path = os.path.join(output, "tokenizer_config.json")
-    with open(path, encoding="utf-8") as f:
-      tc = json.load(f)
-    tc.update(tokenizer_class="AlbertTokenizer", unk_token="<unk>", pad_token="<pad>")
-    with open(path, "w", encoding="utf-8") as f:
-      json.dump(tc, f, indent=2)
-      f.write("\n")
-  return report
+  return hf.write_model(ckpt, output, heads, source, heads_table=HEADS, pair_head="sop", root="albert.",
+                        config_dict=albert_config_dict, layout=ALBERT, sentencepiece_class="AlbertTokenizer",
+                        hint="pre-train with targets=('mlm', 'sop') (preset=albert), or use --heads=mlm / none")
