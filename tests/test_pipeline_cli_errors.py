@@ -159,6 +159,7 @@ def test_records_without_a_feature_of_googles_schema_stop_the_plan(tmp_path):
     (["--input_files=BLANK"], "no text in"),
     (["--vocab_size=3"], "--vocab_size=3; expected more than the 5 special tokens"),
     (["--output=DIR"], "--output=.* is a directory"),
+    (["--output=UNDERFILE/v.txt"], "--output=.*corpus.txt/v.txt'"),   # its directory is a file: no traceback
 ])
 def test_build_vocab_user_mistakes_are_one_error_line(files, args, message, capsys):
   from bert_jax.input_pipeline import build_vocab  # pylint: disable=g-import-not-at-top
@@ -166,7 +167,7 @@ def test_build_vocab_user_mistakes_are_one_error_line(files, args, message, caps
   for a in args:
     key, value = a.split("=", 1)
     flags[key] = value.replace("EMPTY", str(files / "empty.txt")).replace("BLANK", str(files / "blank.txt")).replace(
-        "DIR", str(files / "a_dir")).replace("nothing_", str(files / "nothing_"))
+        "DIR", str(files / "a_dir")).replace("UNDERFILE", str(files / "corpus.txt")).replace("nothing_", str(files / "nothing_"))
   with pytest.raises(SystemExit) as e:
     cli.run_plain_main(build_vocab.main, [f"{k}={v}" for k, v in flags.items()])
   err = capsys.readouterr().err

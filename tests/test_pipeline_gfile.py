@@ -153,3 +153,35 @@ def test_pretraining_workdir_copies_a_remote_vocab_and_counts_it(tmp_path):
   checkpoints.write_workdir_files(str(tmp_path), {"x": 1}, BertConfig.from_size("tiny", vocab_size=8),
                                   vocab_file=remote)
   assert (tmp_path / "vocab.txt").read_text(encoding="utf-8").split() == tokens
+
+
+@pytest.mark.parametrize("flag", ["input_file", "output_file", "vocab_file"])
+def test_a_url_path_that_gfile_cannot_reach_is_one_error_line(ram_root, tmp_path, flag, capsys):
+  """A gs:// path on a machine without GCS access fails inside tf.io.gfile (FailedPreconditionError,
+  PermissionDenied, ...): one `error:` line naming the flag, exit 2, not TensorFlow's traceback. A scheme
+  no file system serves (UnimplementedError, an OpError as GCS's are) stands in for GCS offline."""
+  from bert_jax import cli  # pylint: disable=g-import-not-at-top
+  flags = {"input_file": ram_root + "/corpus/*.txt", "output_file": str(tmp_path / "out/train.tfrecord"),
+           "vocab_file": ram_root + "/vocab.txt"}
+  flags[flag] = "nosuchfs://bucket/" + {"input_file": "corpus/*.txt", "output_file": "rec/train.tfrecord",
+                                        "vocab_file": "vocab.txt"}[flag]
+  argv = [f"--{k}={v}" for k, v in flags.items()] + ["--num_workers=1", "--progress=false",
+                                                      f"--max_seq_length={T}", f"--max_predictions_per_seq={P}"]
+  with pytest.raises(SystemExit) as e:
+    cli.run_plain_main(cpd.main, argv)
+  err = capsys.readouterr().err
+  assert e.value.code == 2 and "Traceback" not in err, err
+  lines = [line for line in err.splitlines() if line.startswith("error:")]
+  assert len(lines) == 1 and lines[0].startswith(f"error: --{flag}='nosuchfs://bucket/"), err
+
+
+def test_build_vocab_url_path_that_gfile_cannot_reach_is_one_error_line(tmp_path, capsys):
+  from bert_jax import cli  # pylint: disable=g-import-not-at-top
+  from bert_jax.input_pipeline import build_vocab  # pylint: disable=g-import-not-at-top
+  with pytest.raises(SystemExit) as e:
+    cli.run_plain_main(build_vocab.main, ["--input_files=nosuchfs://bucket/*.txt", "--vocab_size=50",
+                                          f"--output={tmp_path / 'v.txt'}"])
+  err = capsys.readouterr().err
+  assert e.value.code == 2 and "Traceback" not in err, err
+  assert [l for l in err.splitlines() if l.startswith("error:")][0].startswith(
+      "error: --input_files='nosuchfs://bucket/*.txt':"), err

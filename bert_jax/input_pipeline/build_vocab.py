@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 from typing import Dict, Iterable, List, Optional, Sequence
 
 from bert_jax import cli
@@ -143,15 +144,22 @@ def main(argv=None):
   args = p.parse_args(argv)
   if args.vocab_size < len(SPECIAL_TOKENS) + 1:
     p.error(f"--vocab_size={args.vocab_size}; expected more than the {len(SPECIAL_TOKENS)} special tokens")
-  try:
-    files = text_io.expand_globs(args.input_files)
-  except FileNotFoundError as e:
-    raise UserError(f"--input_files: {e}") from e
-  if not any(fileio.size(f) for f in files):
+  with fileio.storage_errors_as_user_errors(f"--input_files={args.input_files!r}"):
+    try:
+      files = text_io.expand_globs(args.input_files)
+    except FileNotFoundError as e:
+      raise UserError(f"--input_files: {e}") from e
+    sizes = [fileio.size(f) for f in files]
+  if not any(sizes):
     raise UserError(f"--input_files={args.input_files!r}: every file is empty ({', '.join(files[:5])})")
-  if fileio.isdir(args.output):
-    raise UserError(f"--output={args.output!r} is a directory; give a file name such as "
-                    f"{fileio.join(args.output, 'vocab.txt')}")
+  with fileio.storage_errors_as_user_errors(f"--output={args.output!r}"):
+    if fileio.isdir(args.output):
+      raise UserError(f"--output={args.output!r} is a directory; give a file name such as "
+                      f"{fileio.join(args.output, 'vocab.txt')}")
+    directory = fileio.dirname(args.output)
+    fileio.makedirs(directory)
+    if not fileio.is_remote(directory) and not os.access(directory, os.W_OK):
+      raise UserError(f"--output={args.output!r}: its directory {directory} is not writable")
   build_vocab(files, args.vocab_size, args.output, args.do_lower_case, args.min_frequency, args.backend)
   return 0
 

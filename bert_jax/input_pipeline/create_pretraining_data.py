@@ -298,28 +298,35 @@ def _check_files(input_file: str, output_files: Sequence[str], vocab_file: str) 
   """The user's files before any work: a glob matching nothing, input files all empty, a missing vocab or one
   without BERT's special tokens, an output name that is an input file or a directory or whose directory cannot
   be made are each a UserError naming the flag (one `error:` line), not a traceback."""
-  checks.check_vocab(vocab_file, "--vocab_file")
-  try:
-    files = text_io.expand_globs(input_file)
-  except FileNotFoundError as e:
-    raise UserError(f"--input_file: {e}") from e
-  if not any(fileio.size(f) for f in files):
+  with fileio.storage_errors_as_user_errors(f"--vocab_file={vocab_file!r}"):
+    checks.check_vocab(vocab_file, "--vocab_file")
+  with fileio.storage_errors_as_user_errors(f"--input_file={input_file!r}"):
+    try:
+      files = text_io.expand_globs(input_file)
+    except FileNotFoundError as e:
+      raise UserError(f"--input_file: {e}") from e
+    sizes = [fileio.size(f) for f in files]
+  if not any(sizes):
     raise UserError(f"--input_file={input_file!r}: every file is empty ({', '.join(files[:5])}"
                     f"{', ...' if len(files) > 5 else ''})")
   inputs = {fileio.abspath(f) for f in files}
   for name in output_files:
-    if fileio.abspath(name) in inputs:
-      raise UserError(f"--output_file={name!r} is also an input file (--input_file={input_file!r}): it would be "
-                      "overwritten; write the records elsewhere")
-    if fileio.isdir(name):
-      raise UserError(f"--output_file={name!r} is a directory; give a file name such as "
-                      f"{fileio.join(name, 'train.tfrecord')}")
-    directory = fileio.dirname(name)
-    if directory and not fileio.is_remote(directory):
-      try:
-        fileio.makedirs(directory)
-      except OSError as e:
-        raise UserError(f"--output_file={name!r}: cannot create its directory ({e})") from e
+    with fileio.storage_errors_as_user_errors(f"--output_file={name!r}"):
+      _check_output(name, input_file, inputs)
+
+
+def _check_output(name: str, input_file: str, inputs) -> None:
+  if fileio.abspath(name) in inputs:
+    raise UserError(f"--output_file={name!r} is also an input file (--input_file={input_file!r}): it would be "
+                    "overwritten; write the records elsewhere")
+  if fileio.isdir(name):
+    raise UserError(f"--output_file={name!r} is a directory; give a file name such as "
+                    f"{fileio.join(name, 'train.tfrecord')}")
+  directory = fileio.dirname(name)
+  try:   # a URL path's errors (no such bucket, no network, no permission) are the caller's one `error:` line
+    fileio.makedirs(directory)
+  except OSError as e:
+    raise UserError(f"--output_file={name!r}: cannot create its directory ({e})") from e
 
 
 def main(argv=None) -> int:

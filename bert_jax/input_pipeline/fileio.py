@@ -22,13 +22,15 @@ appears whole or not at all, which is what the temp + rename gives locally.
 
 from __future__ import annotations
 
+import contextlib
 import glob as _glob
 import os
 import shutil
 import time
-from typing import IO, List, Optional
+from typing import IO, Iterator, List, Optional
 
 from bert_jax import lean_imports
+from bert_jax.errors import UserError
 
 
 def is_remote(path: str) -> bool:
@@ -43,6 +45,28 @@ def _gfile():
     raise ImportError("paths with a URL scheme (gs://...) are read through tf.io.gfile: install "
                       "tensorflow") from e
   return tf.io.gfile
+
+
+def is_storage_error(e: BaseException) -> bool:
+  """An error of the file system itself: an OSError (local) or one of TensorFlow's `tf.errors.OpError`s that
+  `tf.io.gfile` raises for URL paths (unreachable host, no permission, no bucket, ...)."""
+  return isinstance(e, OSError) or any(
+      c.__module__.startswith("tensorflow") and c.__name__ == "OpError" for c in type(e).__mro__)
+
+
+@contextlib.contextmanager
+def storage_errors_as_user_errors(what: str) -> Iterator[None]:
+  """Turns a file-system error inside the block into a UserError "{what}: {reason}" (one `error:` line from
+  the entry points), e.g. a gs:// path on a machine that cannot reach GCS; other exceptions pass."""
+  try:
+    yield
+  except UserError:
+    raise
+  except Exception as e:  # noqa: BLE001 - only storage errors are converted, the rest re-raised
+    if not is_storage_error(e):
+      raise
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    raise UserError(f"{what}: {' '.join(lines) or type(e).__name__}") from e
 
 
 def glob(pattern: str) -> List[str]:
