@@ -22,7 +22,7 @@ import numpy as np
 
 from bert_jax.errors import UserError
 from bert_jax.finetune.tasks import get_task, task_class  # noqa: F401  (get_task: part of this module's API)
-from bert_jax.finetune.tasks.common import TRUNCATIONS, ExampleSet
+from bert_jax.finetune.tasks.common import TRUNCATIONS, ExampleSet, TaskDataError
 from bert_jax.finetune.tasks.registry import canonical_name
 
 _log = logging.getLogger(__name__)
@@ -144,7 +144,10 @@ def load_split(task, source, split: str, tokenizer, is_training: bool = False,
   if es is None:
     return None
   if len(es) == 0:
-    raise ValueError(f"{es.source}: split {split!r} has no examples")
+    skipped = es.skipped.total
+    raise TaskDataError(es.source, None, f"split {split!r} has no examples" + (
+        f" (all {skipped} row(s) skipped: {es.skipped.one_line()})" if skipped else
+        " (the file is empty or holds only a header); expected at least one row"))
   feats = task.featurize(es, tokenizer, int(source.max_seq_length), is_training=is_training)
   if is_training:
     task.check_training_features(es, feats)

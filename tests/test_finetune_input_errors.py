@@ -1,0 +1,88 @@
+"""A new user's mistakes with fine-tuning input, each one `error:` line or a counted `warning:` (no traceback),
+on the standard release layouts; fast (data reading and plan checks only, no training)."""
+
+import os
+
+import pytest
+
+import task_fixtures as testing
+from bert_jax import input_warnings
+from bert_jax.errors import UserError
+from bert_jax.finetune import loop as finetune_loop
+from bert_jax.finetune import sweep
+from bert_jax.finetune.plan import resolve_finetune
+from bert_jax.input_pipeline import tokenization
+
+from test_finetune_tasks import make_config
+
+
+def _load(c, workdir):
+  plan = resolve_finetune(c, workdir)
+  tok = tokenization.load_tokenizer(plan.vocab_file, do_lower_case=plan.do_lower_case)
+  return finetune_loop.load_data(plan, tok)
+
+
+@pytest.mark.parametrize("content", ["", "index\tsentence1\tsentence2\tlabel\n"])
+def test_an_empty_split_file_is_a_user_error_naming_it(tmp_path, content):
+  """An empty dev.tsv (or one with only its header) was a ValueError traceback, exit 1."""
+  data = testing.write_glue(str(tmp_path / "glue"), tasks=["rte"])
+  vocab = testing.write_vocab(str(tmp_path / "v"))
+  with open(os.path.join(data, "RTE", "dev.tsv"), "w", encoding="utf-8") as f:
+    f.write(content)
+  with pytest.raises(UserError, match=r"RTE/dev.tsv: split 'dev' has no examples \(the file is empty"):
+    _load(make_config("rte", data, vocab), str(tmp_path / "run"))
+
+
+def test_a_split_whose_rows_were_all_skipped_says_so(tmp_path):
+  data = testing.write_glue(str(tmp_path / "glue"), tasks=["rte"])
+  vocab = testing.write_vocab(str(tmp_path / "v"))
+  with open(os.path.join(data, "RTE", "dev.tsv"), "w", encoding="utf-8") as f:
+    f.write("index\tsentence1\tsentence2\tlabel\n0\tonly one sentence\n")
+  with pytest.raises(UserError, match=r"no examples \(all 1 row\(s\) skipped: .*missing columns"):
+    _load(make_config("rte", data, vocab, on_error="skip"), str(tmp_path / "run"))
+
+
+def test_a_missing_default_dev_split_is_an_input_warning_repeated_at_exit(tmp_path):
+  """Without dev.tsv the run has no dev score and no best checkpoint: it was a log line only; now an input
+  warning (`warning:` at exit; --strict: an error)."""
+  data = testing.write_glue(str(tmp_path / "glue"), tasks=["qnli"])
+  vocab = testing.write_vocab(str(tmp_path / "v"))
+  os.remove(os.path.join(data, "QNLI", "dev.tsv"))
+  input_warnings.clear_input_warnings()
+  try:
+    _, eval_data, _ = _load(make_config("qnli", data, vocab), str(tmp_path / "run"))
+    assert eval_data == []
+    assert any("eval split 'dev' not found" in w and "QNLI" in w for w in input_warnings.input_warnings())
+    input_warnings.set_strict(True)
+    with pytest.raises(UserError, match="eval split 'dev' not found"):
+      _load(make_config("qnli", data, vocab), str(tmp_path / "run2"))
+  finally:
+    input_warnings.set_strict(False)
+    input_warnings.clear_input_warnings()
+
+
+def test_conll_release_file_names_pass_the_plan_check(tmp_path):
+  """README: NER reads the CoNLL-2003 release's eng.train/eng.testa/eng.testb; the plan's training-file check
+  refused such a folder ("has no training file")."""
+  src = testing.write_conll(str(tmp_path / "c"))
+  d = tmp_path / "conll"
+  d.mkdir()
+  for ours, theirs in (("train", "eng.train"), ("dev", "eng.testa"), ("test", "eng.testb")):
+    os.rename(os.path.join(src, f"{ours}.txt"), str(d / theirs))
+  vocab = testing.write_vocab(str(tmp_path / "v"))
+  train, eval_data, test_data = _load(make_config("ner", str(d), vocab), str(tmp_path / "run"))
+  assert len(train.examples) == len(testing.CONLL_SENTENCES)
+  assert [e.split for e in eval_data] == ["dev"] and [t.split for t in test_data] == ["test"]
+
+
+def test_two_grid_points_that_are_the_same_run_are_an_error(tmp_path):
+  """learning_rate is an alias of optimizer.learning_rate: the grid's four points were two runs, each twice."""
+  data = testing.write_classification(str(tmp_path / "data"))
+  vocab = testing.write_vocab(str(tmp_path / "v"))
+  c = make_config("classification", data, vocab)
+  with pytest.raises(UserError, match=r"--grid: points .* resolve to the same run config"):
+    sweep.run_sweep(c, "optimizer.learning_rate=1e-4,3e-4;learning_rate=1e-4,3e-4", 1, str(tmp_path / "sw"))
+  # -1 resolves to the tiny model's 3e-4
+  with pytest.raises(UserError, match=r"points 'optimizer.learning_rate=-1' and 'optimizer.learning_rate=0.0003'"):
+    sweep.run_sweep(c, "optimizer.learning_rate=-1,3e-4", 1, str(tmp_path / "sw2"))
+  assert not os.path.exists(tmp_path / "sw" / "runs")
