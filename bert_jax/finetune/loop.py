@@ -52,6 +52,7 @@ from bert_jax.finetune import data as ft
 from bert_jax.finetune import model as fm
 from bert_jax.finetune.plan import FinetunePlan, resolve_finetune
 from bert_jax.input_pipeline import fileio, tokenization
+from bert_jax.input_warnings import warn_input
 from bert_jax.pretrained import load_pretrained, params_dir
 from bert_jax.pretrained.load import BEST_DIR, merge_params
 from bert_jax.training import compile_cache, optimizers, sharding
@@ -155,7 +156,11 @@ def load_data(plan: FinetunePlan, tokenizer):
       if d is None and plan.data.eval_splits:
         named_split_missing(s, "eval_splits")
       if d is None:
-        _log.warning("eval split %s not found; skipped", s)
+        # an input warning: repeated at exit (a run without a dev score must not look like a scored one);
+        # --strict makes it an error
+        why = ft.why_missing(task, plan.data, s)
+        warn_input(f"task {task.name}: eval split {s!r} not found in {where}" + (f" ({why})" if why else "")
+                   + "; no dev score, best checkpoint or early stopping from it")
       else:
         eval_data.append(d)
   if plan.do_predict:
