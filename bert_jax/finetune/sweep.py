@@ -279,6 +279,7 @@ def run_sweep(config, grid, seeds: int = 5, workdir: str = "sweep", *, select: s
         plans[(i, s)] = resolve_finetune(point_config(config, settings, s), run_dir(workdir, i, s))
       except UserError as e:
         raise UserError(f"grid point {point_label(settings)}: {e}") from e
+  _check_distinct_points(points, [plans[(i, seed_list[0])] for i in range(len(points))])
   spec = _spec(config, grid, seed_list, select, plans[(0, seed_list[0])])
   _check_spec(workdir, spec)
   index, count = shard
@@ -298,6 +299,22 @@ def run_sweep(config, grid, seeds: int = 5, workdir: str = "sweep", *, select: s
   if report if report is not None else count == 1:
     return write_report(workdir)
   return {}
+
+
+def _check_distinct_points(points: Sequence[Dict[str, Any]], plans: Sequence[FinetunePlan]) -> None:
+  """UserError when two grid points resolve to the same run (a field and its alias on the grid, such as
+  learning_rate and optimizer.learning_rate, or -1 and the value it resolves to): the table would show one
+  setting twice and the selection would count its seeds as two points."""
+  seen: Dict[str, int] = {}
+  for i, plan in enumerate(plans):
+    d = plan.to_dict()
+    d.pop("workdir", None)
+    key = json.dumps(d, sort_keys=True, default=str)
+    if key in seen:
+      raise UserError(f"--grid: points {point_label(points[seen[key]])!r} and {point_label(points[i])!r} resolve to "
+                      "the same run config (a field and its alias, or a value and the default it resolves to); "
+                      "list each setting once")
+    seen[key] = i
 
 
 def _vmap_groups(plans: Sequence[FinetunePlan]) -> List[List[FinetunePlan]]:
