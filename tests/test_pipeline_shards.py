@@ -257,3 +257,19 @@ def test_runner_without_apache_beam_is_one_error_line(corpus, tmp_path, capsys, 
   err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
   assert len(err) == 1 and "pip install 'bert_jax[beam]'" in err[0]
   assert not os.listdir(tmp_path)
+
+
+def test_beam_run_that_makes_no_instances_is_a_user_error(corpus, tmp_path, capsys):
+  """--runner=DirectRunner on input that makes no pair (one document): one `error:` line and exit 2, as the
+  local driver; it printed "0 records in 0 files" and exited 0."""
+  pytest.importorskip("apache_beam")
+  (tmp_path / "one.txt").write_text("the cat sat .\non the mat .\n")
+  argv = [f"--input_file={tmp_path}/one.txt", f"--output_file={tmp_path}/rec/train.tfrecord",
+          f"--vocab_file={corpus}/vocab.txt", "--max_seq_length=24", "--max_predictions_per_seq=4",
+          "--runner=DirectRunner"]
+  with pytest.raises(SystemExit) as e:
+    cli.run_plain_main(cpd.main, argv)
+  err = capsys.readouterr().err
+  lines = [line for line in err.splitlines() if line.startswith("error:")]
+  assert e.value.code == 2 and "Traceback" not in err, err
+  assert len(lines) == 1 and "no instances from the input files" in lines[0] and "1 document(s)" in lines[0], err

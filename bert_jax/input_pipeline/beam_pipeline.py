@@ -32,6 +32,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from bert_jax.input_warnings import warn_input
 from bert_jax.input_pipeline import fileio
 from bert_jax.input_pipeline import manifest
 from bert_jax.input_pipeline import shard_builder
@@ -152,6 +153,12 @@ def run(input_files, output_files: Sequence[str], vocab_file: str, cfg: shard_bu
     return plan.manifest
   result.wait_until_finish()
   data = manifest.load(plan.manifest_path)
+  skipped = [f"shard {s['index']} ({s['pieces'][0][0]}): {s['skipped']}" for s in data["shards"] if s.get("skipped")]
+  if not data["records"]:               # as the local driver: no instances is the user's input, not a success
+    raise shard_builder.NoInstancesError(f"no instances from the input files {plan.files} "
+                           f"({'; '.join(skipped) or 'no tokens'})")
+  for line in skipped:
+    warn_input(f"skipped {line}")
   print(f"{plan.manifest_path}: {data['records']:,} records in {sum(len(s['files']) for s in data['shards'])} "
-        "files")
+        "files" + (f"; {len(skipped)} shard(s) made no instances" if skipped else ""))
   return data

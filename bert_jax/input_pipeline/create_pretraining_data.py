@@ -70,12 +70,8 @@ from bert_jax.input_pipeline import manifest
 from bert_jax.input_pipeline import masking
 from bert_jax.input_pipeline import sharding
 from bert_jax.input_pipeline import text_io
-from bert_jax.input_pipeline.shard_builder import Config, ShardResult, build_shard, make_tokenizer, progress_bar
-
-
-class NoInstancesError(UserError, ValueError):
-  """The input made no instance (too few documents with tokens, only blank lines, ...): the user's input, so
-  the CLI prints one `error:` line; a ValueError for library callers."""
+from bert_jax.input_pipeline.shard_builder import (Config, NoInstancesError, ShardResult, build_shard, make_tokenizer,
+                                                   progress_bar)
 
 
 @dataclasses.dataclass

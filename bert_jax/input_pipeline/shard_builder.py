@@ -26,6 +26,11 @@ from bert_jax.input_pipeline import tfrecord_io
 from bert_jax.input_pipeline import tokenization
 
 
+class NoInstancesError(UserError, ValueError):
+  """The input made no instance (too few documents with tokens, only blank lines, ...): the user's input, so
+  the CLI prints one `error:` line (local driver and Beam alike); a ValueError for library callers."""
+
+
 @dataclasses.dataclass
 class Config:
   """create_pretraining_data's flags that shape the instances (the same names)."""
