@@ -86,3 +86,16 @@ def test_two_grid_points_that_are_the_same_run_are_an_error(tmp_path):
   with pytest.raises(UserError, match=r"points 'optimizer.learning_rate=-1' and 'optimizer.learning_rate=0.0003'"):
     sweep.run_sweep(c, "optimizer.learning_rate=-1,3e-4", 1, str(tmp_path / "sw2"))
   assert not os.path.exists(tmp_path / "sw" / "runs")
+
+
+def test_reproduce_paper_run_resolves_relative_dirs_against_the_callers_directory(tmp_path, monkeypatch, capsys):
+  """run.py starts each sweep with cwd=<repository>: a relative --output_dir put the runs under the
+  repository and the table (read relative to the caller) came out empty."""
+  from experiments.reproduce_paper import run
+  monkeypatch.chdir(tmp_path)
+  assert run.main(["--root=root", "--output_dir=out", "--tasks=mrpc", "--glue_dir=glue", "--seeds=1",
+                   "--dry_run"]) == 0
+  line = capsys.readouterr().out
+  assert f"--workdir={tmp_path / 'out' / 'mrpc'}" in line
+  assert f"--config.init_checkpoint={tmp_path / 'root' / 'converted'}" in line
+  assert f"--config.data_dir={tmp_path / 'glue'}" in line

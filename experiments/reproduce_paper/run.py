@@ -97,6 +97,9 @@ def main(argv=None):
   p.add_argument("--conll_dir", default="", help="read CoNLL-2003 from train.txt / dev.txt (or valid.txt) / "
                  "test.txt here")
   args = p.parse_args(argv)
+  # the sweeps run with cwd=ROOT: a relative --output_dir / --root would land under (or be looked up in) the
+  # repository, while commands.log and results.md are written relative to the caller's directory
+  args.output_dir, args.root = os.path.abspath(args.output_dir), os.path.abspath(args.root)
   tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
   unknown = [t for t in tasks if t not in TASKS]
   if unknown:
