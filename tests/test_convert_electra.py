@@ -392,3 +392,24 @@ def test_shared_layer_electra_exports_each_layer_with_the_same_outputs(tmp_path,
   ours = np.asarray(model.apply({"params": params}, ids, mask, seg, positions)["generator_logits"])
   got = np.take_along_axis(_torch_out(back.eval(), ids, mask, seg).logits.numpy(), positions[..., None], axis=1)
   assert np.abs(got - ours).max() < 1e-4
+
+
+def test_generator_of_another_hidden_act_than_gelu_is_refused_both_ways(tmp_path, tiny_vocab):
+  """transformers' ElectraForMaskedLM applies 'gelu' in generator_predictions whatever hidden_act says; ours
+  applies hidden_act (as google-research/electra): such a generator was converted with other logits (1e-4 off
+  for gelu_new, far more for relu). Import and export --heads=mlm now refuse it, naming the field."""
+  from bert_jax.errors import UserError
+  v = _vocab_size(tiny_vocab)
+  gen = _generator(v, embedding_size=GEN_H)
+  gen.config.hidden_act = "relu"
+  folder = _save(gen, tmp_path / "gen_relu", tiny_vocab)
+  with pytest.raises(UserError, match="hidden_act='relu'.*ElectraForMaskedLM applies 'gelu'"):
+    convert_main(["import-hf", f"--input={folder}", f"--output={tmp_path / 'x'}"])
+  # a gelu generator imports; the same params declared relu do not export as ElectraForMaskedLM
+  gen.config.hidden_act = "gelu"
+  folder = _save(gen, tmp_path / "gen", tiny_vocab)
+  assert convert_main(["import-hf", f"--input={folder}", f"--output={tmp_path / 'ours'}"]) == 0
+  config_file = tmp_path / "ours" / "model_config.json"
+  config_file.write_text(json.dumps(dict(json.loads(config_file.read_text()), hidden_act="relu")))
+  with pytest.raises(UserError, match="hidden_act='relu'"):
+    convert_main(["export-hf", f"--input={tmp_path / 'ours'}", f"--output={tmp_path / 'back'}", "--heads=mlm"])

@@ -330,3 +330,53 @@ def test_convert_package_imports_without_tensorflow_or_torch():
                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))).stdout
   assert "uer/roberta-base-wwm-chinese-cluecorpussmall" in out
   assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_import_hf_unreadable_config_or_weights_is_one_error_naming_the_file(tmp_path, tiny_vocab):
+  """A config.json that is not a JSON object or names an activation the model lacks, a torn model.safetensors
+  and a pytorch_model.bin that is no state dict: each one `error:` line naming the file (they were a bare
+  JSON message, or a SafetensorError / UnpicklingError / TypeError traceback)."""
+  from bert_jax.errors import UserError
+  folder = _tiny_hf_folder(tmp_path, tiny_vocab, lambda state: None)
+  config_path = os.path.join(folder, "config.json")
+  good = json.load(open(config_path))
+  argv = ["import-hf", f"--input={folder}", f"--output={tmp_path / 'out'}"]
+  for text, match in (("{not json", "config.json: not a valid JSON model config"),
+                      ("[1, 2]", "config.json: expected a JSON object"),
+                      (json.dumps(dict(good, hidden_act="quick_gelu")), "config.json: hidden_act='quick_gelu'"),
+                      (json.dumps(dict(good, hidden_act={"a": 1})), "config.json: hidden_act=")):
+    with open(config_path, "w") as f:
+      f.write(text)
+    with pytest.raises(UserError, match=match):
+      convert_main(argv)
+  json.dump(good, open(config_path, "w"))
+  weights = os.path.join(folder, "model.safetensors")
+  with open(weights, "r+b") as f:
+    f.truncate(100)
+  with pytest.raises(UserError, match="model.safetensors: not a readable safetensors file"):
+    convert_main(argv)
+  os.remove(weights)
+  with open(os.path.join(folder, "pytorch_model.bin"), "wb") as f:
+    f.write(b"not a pickle" * 10)
+  with pytest.raises(UserError, match="pytorch_model.bin: not a readable PyTorch state dict"):
+    convert_main(argv)
+  assert not os.path.exists(tmp_path / "out")
+
+
+@pytest.mark.parametrize("act,ours", [("gelu_python", "gelu"), ("gelu_fast", "gelu_new")])
+def test_import_hf_transformers_other_names_of_gelu_import_with_its_outputs(tmp_path, tiny_vocab, act, ours):
+  """transformers' gelu_python (erf) and gelu_fast (tanh approximation) are gelu and gelu_new (they were refused
+  as an unknown hidden_act)."""
+  vocab_size = sum(1 for _ in open(tiny_vocab))
+  torch.manual_seed(0)
+  ref = transformers.BertForPreTraining(_tiny_hf_config(vocab_size).__class__(
+      **dict(_tiny_hf_config(vocab_size).to_dict(), hidden_act=act)))
+  with torch.no_grad():
+    for p in ref.parameters():
+      p.add_(0.05 * torch.randn_like(p))
+  ref.save_pretrained(str(tmp_path / "hf"))
+  (tmp_path / "hf" / "vocab.txt").write_text(open(tiny_vocab).read())
+  config, params, _ = hf_convert.import_hf(str(tmp_path / "hf"))
+  assert config.hidden_act == ours
+  mlm, nsp = _compare_with_hf(config, params, ref.eval(), vocab_size)
+  assert mlm < 1e-4 and nsp < 1e-4

@@ -212,3 +212,36 @@ def test_import_tf_of_a_google_research_albert_checkpoint_says_what_to_do(google
                    np.zeros((HIDDEN, HIDDEN), np.float32)}
   with pytest.raises(ConversionError, match="google-research/albert.*import-hf"):
     google_tf.import_tf_checkpoint(prefix, variables=variables)
+
+
+def test_import_tf_takes_any_file_of_the_checkpoint_as_its_prefix(tmp_path):
+  """Users pass bert_model.ckpt.data-00000-of-00001 or .meta as often as the prefix (only .index was taken:
+  'TF checkpoint not found: ...data-00000-of-00001')."""
+  prefix = tmp_path / "bert_model.ckpt"
+  for suffix in (".index", ".meta", ".data-00000-of-00001"):
+    (tmp_path / ("bert_model.ckpt" + suffix)).write_bytes(b"")
+  for given in ("", ".index", ".meta", ".data-00000-of-00001"):
+    assert google_tf._checkpoint_prefix(str(prefix) + given) == str(prefix)
+  with pytest.raises(FileNotFoundError, match="other.ckpt.index"):
+    google_tf._checkpoint_prefix(str(tmp_path / "other.ckpt.data-00000-of-00001"))
+
+
+def test_import_tf_with_another_models_config_lists_a_few_mismatches_not_every_tensor(google_folder):
+  """A bert_config.json of another size mismatches every tensor (hundreds for BERT-base): the error lists ten
+  and counts the rest, and asks whether the config is this checkpoint's."""
+  prefix, variables = google_folder
+  config_file = prefix[:-len("bert_model.ckpt")] + "bert_config.json"
+  json.dump(dict(json.load(open(config_file)), hidden_size=2 * HIDDEN), open(config_file, "w"))
+  with pytest.raises(ConversionError) as e:
+    google_tf.import_tf_checkpoint(prefix, variables=variables)
+  msg = str(e.value)
+  assert "is it this checkpoint's config?" in msg and "bert/embeddings/word_embeddings" in msg
+  assert len(msg.splitlines()) == 12 and msg.splitlines()[-1].startswith("  ... and ")
+
+
+def test_import_tf_unsupported_hidden_act_names_the_config_file(google_folder):
+  prefix, variables = google_folder
+  config_file = prefix[:-len("bert_model.ckpt")] + "bert_config.json"
+  json.dump(dict(json.load(open(config_file)), hidden_act="mish"), open(config_file, "w"))
+  with pytest.raises(ConversionError, match="bert_config.json: hidden_act='mish' is not supported"):
+    google_tf.import_tf_checkpoint(prefix, variables=variables)

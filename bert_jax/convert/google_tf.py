@@ -39,8 +39,8 @@ def _checkpoint_prefix(path: str) -> str:
       return os.path.join(path, indexes[0])
     raise FileNotFoundError(f"{path}: {'no' if not indexes else 'several'} TF checkpoints "
                             f"({indexes}); pass the checkpoint prefix, e.g. {path}/bert_model.ckpt")
-  if path.endswith(".index"):
-    path = path[:-len(".index")]
+  # The prefix, or one of its files (bert_model.ckpt.index, .meta, .data-00000-of-00001), as users pass them.
+  path = re.sub(r"\.(index|meta|data-\d+-of-\d+)$", "", path)
   if not os.path.exists(path + ".index"):
     raise FileNotFoundError(f"TF checkpoint not found: {path} (expected {path}.index and {path}.data-*)")
   return path
@@ -72,6 +72,7 @@ def import_tf_checkpoint(checkpoint: str, output: Optional[str] = None, config_f
       raise FileNotFoundError(f"{what} not found: {p} (Google's zips hold it next to bert_model.ckpt; pass "
                               f"{flag}=PATH)")
   config = BertConfig.from_google_json(config_file)
+  config = config.replace(hidden_act=mapping.check_hidden_act(config.hidden_act, config_file))
   report = mapping.ConversionReport(source=checkpoint, fmt="google")
   mapping.check_vocab_size(vocab_file, params_dir.count_vocab_lines(vocab_file), config, config_file, report)
   if variables is None:

@@ -55,6 +55,16 @@ _ACT_TO_HF = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_tanh": "gelu_new",
 # ---- reading ---------------------------------------------------------------------------------------------
 def _read_safetensors(path: str) -> Dict[str, np.ndarray]:
   try:
+    return _read_safetensors_unchecked(path)
+  except (OSError, mapping.ConversionError):
+    raise
+  except Exception as e:   # SafetensorError (a torn or non-safetensors file), a bad header: name the file
+    raise mapping.ConversionError(f"{path}: not a readable safetensors file ({type(e).__name__}: {e}); "
+                                  "re-download or re-save it") from e
+
+
+def _read_safetensors_unchecked(path: str) -> Dict[str, np.ndarray]:
+  try:
     return load_file(path)
   except TypeError:
     # NumPy has no bfloat16: safetensors' NumPy API refuses such files. Read the (simple) format directly:
@@ -82,7 +92,16 @@ def _read_torch_bin(path: str) -> Dict[str, np.ndarray]:
   except ImportError as e:
     raise ImportError(f"{path} is a PyTorch pickle and torch is not installed; install torch, or convert the "
                       "folder to model.safetensors first") from e
-  state = torch.load(path, map_location="cpu", weights_only=True)
+  try:
+    state = torch.load(path, map_location="cpu", weights_only=True)
+  except OSError:
+    raise
+  except Exception as e:   # a torn or foreign file, or a pickle of more than tensors (UnpicklingError, ...)
+    raise mapping.ConversionError(
+        f"{path}: not a readable PyTorch state dict ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+        "re-download it, or re-save the model with save_pretrained (model.safetensors)") from e
+  if not isinstance(state, dict) or not all(hasattr(v, "is_floating_point") for v in state.values()):
+    raise mapping.ConversionError(f"{path}: expected a state dict {{name: tensor}}, got {type(state).__name__}")
   return {k: (v.float() if v.is_floating_point() else v).numpy() for k, v in state.items()}
 
 
@@ -119,6 +138,19 @@ def _write_vocab_from_tokenizer_json(tokenizer_json: str, out_path: str) -> None
     f.writelines(tok + "\n" for tok, _ in by_id)
 
 
+def read_config_json(path: str) -> dict:
+  """A Hugging Face config.json as a dict; a file that is not a JSON object is a ConversionError naming it."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      d = json.load(f)
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise mapping.ConversionError(f"{path}: not a valid JSON model config ({e})") from e
+  if not isinstance(d, dict):
+    raise mapping.ConversionError(f"{path}: expected a JSON object of model settings, got a "
+                                  f"{type(d).__name__}")
+  return d
+
+
 def architecture_dict(config_dict: dict) -> dict:
   """A Hugging Face config.json less the keys whose meaning differs from BertConfig's field of that name:
   "dtype" (transformers >= 4.56's name for the stored weights' torch dtype, null in a fresh config's
@@ -139,7 +171,10 @@ def hf_config_to_bert(config_dict: dict, source: str) -> BertConfig:
                          "intermediate_size") if k not in config_dict]
   if missing:
     raise mapping.ConversionError(f"{source}: config lacks {missing}")
-  return BertConfig.from_dict(architecture_dict(config_dict))
+  d = dict(architecture_dict(config_dict))
+  if "hidden_act" in d:
+    d["hidden_act"] = mapping.check_hidden_act(d["hidden_act"], source)
+  return BertConfig.from_dict(d)
 
 
 def normalize_hf_state_dict(state: Dict[str, np.ndarray], report: mapping.ConversionReport) -> Dict[str, np.ndarray]:
@@ -192,9 +227,7 @@ def import_hf(folder: str, output: Optional[str] = None, vocab_file: Optional[st
   config_path = os.path.join(folder, "config.json")
   if not os.path.exists(config_path):
     raise FileNotFoundError(f"{folder}: no config.json (not a Hugging Face model folder)")
-  with open(config_path, encoding="utf-8") as f:
-    config_dict = json.load(f)
-  config = hf_config_to_bert(config_dict, config_path)
+  config = hf_config_to_bert(read_config_json(config_path), config_path)
   report = mapping.ConversionReport(source=folder, fmt="hf")
   state = normalize_hf_state_dict(read_hf_state_dict(folder), report)
   patterns = [re.compile(p) for p in ignore]

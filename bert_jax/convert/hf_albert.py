@@ -140,7 +140,8 @@ def hf_config_to_albert(d: dict, source: str) -> BertConfig:
   if inner != 1 or groups not in (1, layers):
     raise ConversionError(f"{source}: num_hidden_groups={groups}, inner_group_num={inner}; supported are one "
                           f"layer shared by all (1, 1) or one per layer ({layers}, 1)")
-  fields = dict(hf.architecture_dict(d), hidden_act=d.get("hidden_act", "gelu_new"),
+  act = mapping.check_hidden_act(d.get("hidden_act", "gelu_new"), source)
+  fields = dict(hf.architecture_dict(d), hidden_act=act,
                 embedding_size=int(d.get("embedding_size", 128)), share_layers=groups == 1 and layers > 1)
   if layers == 1:
     fields["share_layers"] = False   # one layer: the same either way; the per-layer layout is the simpler one
@@ -178,8 +179,7 @@ def import_hf_albert(folder: str, output: Optional[str] = None, vocab_file: Opti
   config_path = os.path.join(folder, "config.json")
   if not os.path.exists(config_path):
     raise FileNotFoundError(f"{folder}: no config.json (not a Hugging Face model folder)")
-  with open(config_path, encoding="utf-8") as f:
-    config = hf_config_to_albert(json.load(f), config_path)
+  config = hf_config_to_albert(hf.read_config_json(config_path), config_path)
   report = mapping.ConversionReport(source=folder, fmt="hf")
   state = normalize_albert_state_dict(hf.read_hf_state_dict(folder), report)
   patterns = [re.compile(p) for p in ignore]

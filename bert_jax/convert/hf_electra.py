@@ -78,8 +78,11 @@ def is_electra_folder(folder: str) -> bool:
   path = os.path.join(folder, "config.json")
   if not os.path.exists(path):
     return False
-  with open(path, encoding="utf-8") as f:
-    return json.load(f).get("model_type") == "electra"
+  try:
+    d = hf.read_config_json(path)
+  except ConversionError:
+    return False         # the importer it falls to names the file
+  return d.get("model_type") == "electra"
 
 
 def is_electra_params(params) -> bool:
@@ -97,8 +100,9 @@ def is_electra_dir(directory: str) -> bool:
 
 def is_electra_tf_checkpoint(checkpoint: str) -> bool:
   """A google-research/electra checkpoint: its variables live under electra/ (Google BERT's under bert/)."""
+  prefix = google_tf._checkpoint_prefix(checkpoint)   # a wrong path fails here, before TensorFlow's import
   tf = lean_imports.tensorflow()  # lazy, as google_tf.read_tf_checkpoint: only TF checkpoints need it
-  return any(n.startswith("electra/") for n, _ in tf.train.list_variables(google_tf._checkpoint_prefix(checkpoint)))
+  return any(n.startswith("electra/") for n, _ in tf.train.list_variables(prefix))
 
 
 # ---- name tables ------------------------------------------------------------------------------------------
@@ -210,7 +214,8 @@ def _assign(source: Dict[str, np.ndarray], fmt: str, table: List[Entry], shapes,
     report.source_dtypes[str(array.dtype)] = report.source_dtypes.get(str(array.dtype), 0) + 1
     flat[e.ours] = mapping.to_ours(fmt, e.kind, array.astype(np.float32), target)
   if bad:
-    raise ConversionError(f"{report.source}: {len(bad)} shape mismatch(es):\n  " + "\n  ".join(bad))
+    raise ConversionError(f"{report.source}: {len(bad)} shape mismatch(es) between the checkpoint and the model "
+                          "config (is it this checkpoint's config?):" + mapping._capped(bad))
   report.loaded = len(flat)
   return flat
 
@@ -244,7 +249,10 @@ def electra_config_to_bert(d: dict, source: str) -> BertConfig:
   pos = d.get("position_embedding_type", "absolute")
   if pos != "absolute":
     raise ConversionError(f"{source}: position_embedding_type={pos!r}; only 'absolute' is supported")
-  config = BertConfig.from_dict({k: v for k, v in hf.architecture_dict(d).items() if k != "embedding_size"})
+  fields = {k: v for k, v in hf.architecture_dict(d).items() if k != "embedding_size"}
+  if "hidden_act" in fields:
+    fields["hidden_act"] = mapping.check_hidden_act(fields["hidden_act"], source)
+  config = BertConfig.from_dict(fields)
   width = int(d.get("embedding_size") or config.hidden_size)
   if width != config.hidden_size:
     if "embedding_size" not in {f.name for f in dataclasses.fields(BertConfig)}:
@@ -271,20 +279,32 @@ def _normalize(state: Dict[str, np.ndarray], report) -> Dict[str, np.ndarray]:
   return out
 
 
+def _check_generator_head_act(config: BertConfig, source: str) -> None:
+  """transformers' ElectraGeneratorPredictions applies the erf GELU whatever hidden_act says (its discriminator
+  head and layers follow hidden_act), and our MLM / generator heads apply hidden_act, as google-research/electra
+  does: a generator of another hidden_act computes other logits in the two, so it is refused, not converted."""
+  if config.hidden_act != "gelu":
+    raise ConversionError(
+        f"{source}: hidden_act={config.hidden_act!r}: transformers' ElectraForMaskedLM applies 'gelu' in its "
+        "generator_predictions head whatever hidden_act says, and this package's MLM head applies hidden_act, "
+        "so this generator's logits cannot be reproduced; only hidden_act='gelu' generators convert")
+
+
 def import_hf_electra(folder: str, output: Optional[str] = None, vocab_file: Optional[str] = None,
                       do_lower_case: Optional[bool] = None, ignore: Sequence[str] = (), seed: int = 0):
   """A Hugging Face ELECTRA folder -> (config, params, report); writes `output` (a params dir) when given.
   ElectraForPreTraining / ElectraModel: the discriminator; ElectraForMaskedLM: a BERT MLM model (module doc)."""
   config_path = os.path.join(folder, "config.json")
-  with open(config_path, encoding="utf-8") as f:
-    d = json.load(f)
-  config = electra_config_to_bert(d, config_path)
+  if not os.path.exists(config_path):
+    raise FileNotFoundError(f"{folder}: no config.json (not a Hugging Face model folder)")
+  config = electra_config_to_bert(hf.read_config_json(config_path), config_path)
   report = mapping.ConversionReport(source=folder, fmt="hf")
   state = _normalize(hf.read_hf_state_dict(folder), report)
   patterns = [re.compile(p) for p in ignore]
   ignorable = lambda n: bool(_HF_BUFFERS.search(n)) or any(p.search(n) for p in patterns)  # noqa: E731
   is_generator = any(k.startswith("generator_predictions.") for k in state)
   if is_generator:
+    _check_generator_head_act(config, config_path)
     lm_w = state.pop("generator_lm_head.weight", None)
     word = state.get("electra.embeddings.word_embeddings.weight")
     if lm_w is not None and (word is None or lm_w.shape != word.shape or not np.array_equal(lm_w, word)):
@@ -349,8 +369,7 @@ def import_tf_electra(checkpoint: str, config_file: str, output: Optional[str] =
                             "discriminator.json)")
   if not os.path.exists(vocab_file):
     raise FileNotFoundError(f"vocab not found: {vocab_file}; pass --vocab=PATH")
-  with open(config_file, encoding="utf-8") as f:
-    config = electra_config_to_bert(json.load(f), config_file)
+  config = electra_config_to_bert(hf.read_config_json(config_file), config_file)
   generator = infer_generator(config, variables)
   report = mapping.ConversionReport(source=checkpoint, fmt="google")
   model = ElectraForPreTraining(config, generator)
@@ -451,6 +470,7 @@ def write_electra(ckpt, output: str, heads: str = "pretraining", source: str = "
   if heads == "mlm" and "generator" not in params and "mlm" in params:
     # An imported ElectraForMaskedLM (a released generator: bert + mlm, generator_as_bert_table) goes back
     # the way it came.
+    _check_generator_head_act(config, source)
     arrays = _export(generator_as_bert_table(config), flat,
                      _shapes(BertForPreTraining(config, targets=("mlm",))))
     arrays["generator_lm_head.weight"] = arrays["electra.embeddings.word_embeddings.weight"]
@@ -461,6 +481,7 @@ def write_electra(ckpt, output: str, heads: str = "pretraining", source: str = "
       raise ConversionError(f"{source}: --heads=mlm writes the ELECTRA generator, and these params have none "
                             f"(top-level keys {sorted(params)})")
     generator = _generator_of(config, params)
+    _check_generator_head_act(generator, source)
     table = generator_table(generator, _width(config))
     shapes = _shapes(ElectraForPreTraining(config, generator))
     arrays = _export(table, flat, shapes)

@@ -77,6 +77,28 @@ def _dense(ours: Tuple[str, ...], google: str, hf: str, group: str, kernel_kind=
           Entry(ours + ("bias",), google + "/bias", hf + ".bias", bias_kind, group)]
 
 
+# hidden_act values models.layers.activation computes, and transformers' other names for two of them
+# (gelu_python: the erf GELU in Python; gelu_fast: the tanh approximation, gelu_new's formula).
+HIDDEN_ACTS = ("gelu", "gelu_new", "gelu_tanh", "gelu_pytorch_tanh", "relu", "silu", "swish", "tanh")
+HIDDEN_ACT_ALIASES = {"gelu_python": "gelu", "gelu_fast": "gelu_new"}
+
+
+def check_hidden_act(act, source: str) -> str:
+  """A checkpoint config's hidden_act as the model's name for it; one it cannot compute is a ConversionError
+  naming `source` (not a model-building error after the weights are read)."""
+  act = HIDDEN_ACT_ALIASES.get(act, act) if isinstance(act, str) else act
+  if act not in HIDDEN_ACTS:
+    raise ConversionError(f"{source}: hidden_act={act!r} is not supported; expected one of "
+                          f"{HIDDEN_ACTS + tuple(HIDDEN_ACT_ALIASES)}")
+  return act
+
+
+def _capped(lines: List[str], limit: int = 10) -> str:
+  """At most `limit` lines of a problem list, then how many more (a wrong config mismatches every tensor)."""
+  shown = lines[:limit] + ([f"... and {len(lines) - limit} more"] if len(lines) > limit else [])
+  return "\n  " + "\n  ".join(shown)
+
+
 def check_post_ln_transformer(config: BertConfig) -> None:
   if config.encoder != "transformer" or config.layer_norm_type != "post":
     raise ConversionError(
@@ -326,7 +348,7 @@ def assign_params(source: Mapping[str, np.ndarray], fmt: str, config: BertConfig
     flat[e.ours] = to_ours(fmt, e.kind, array.astype(target_dtype, copy=False), target_shape)
   if mismatched:
     raise ConversionError(f"{report.source}: {len(mismatched)} shape mismatch(es) between the checkpoint and "
-                          f"the model config:\n  " + "\n  ".join(mismatched))
+                          f"the model config (is it this checkpoint's config?):" + _capped(mismatched))
   if fresh:
     fresh_paths = [e.ours for e in table if e.group in fresh]
     init = traverse_util.flatten_dict(init_params(config, seed, paths=fresh_paths, targets=layout.targets))
