@@ -336,3 +336,23 @@ def test_the_loops_validate_before_creating_the_work_dir(files, tmp_path):
   with pytest.raises(errors.UserError, match=r"config.max_seq_length=1024 exceeds"):
     loop.run(finetune_config(files, max_seq_length=1024), str(tmp_path / "finetune"))
   assert not os.path.exists(tmp_path / "pretrain") and not os.path.exists(tmp_path / "finetune")
+
+
+def test_a_work_dir_that_is_or_sits_under_a_file_is_one_error_naming_workdir(files, tmp_path, monkeypatch):
+  # each was a FileExistsError / NotADirectoryError traceback and exit 1 (a launcher retries that)
+  (tmp_path / "a_file").write_text("x", encoding="utf-8")
+  (tmp_path / "w").mkdir()
+  (tmp_path / "w" / "checkpoints").write_text("x", encoding="utf-8")
+  for workdir, message in [(tmp_path / "a_file", r"--workdir=.*a_file: .*a_file is a file, not a directory"),
+                           (tmp_path / "a_file" / "sub", r"--workdir=.*sub: cannot be created, .*a_file is a file"),
+                           (tmp_path / "w", r"--workdir=.*w: .*checkpoints is a file, not a directory")]:
+    with pytest.raises(errors.UserError, match=message):
+      resolve_pretrain(pretrain_config(files), str(workdir), num_devices=8, process_count=1)
+  # a directory that cannot be made (read-only or virtual file system): one line too, before anything runs
+  plan = resolve_pretrain(pretrain_config(files), str(tmp_path / "ok"), num_devices=8, process_count=1)
+
+  def refuse(path):
+    raise PermissionError(13, "Permission denied", path)
+  monkeypatch.setattr(pretrain.fileio, "makedirs", refuse)
+  with pytest.raises(errors.UserError, match=r"--workdir=.*ok: cannot create it \(Permission denied\)"):
+    pretrain.run_plan(plan)

@@ -330,6 +330,7 @@ def resolve_pretrain(config, workdir: Optional[str], *, num_devices: Optional[in
   num_devices = jax.device_count() if num_devices is None else int(num_devices)
   process_count = jax.process_count() if process_count is None else int(process_count)
   workdir = fileio.abspath(workdir) if workdir else ""
+  v.check_workdir(workdir)
   targets = tuple(config.targets)
   try:
     validate_targets(targets)

@@ -107,7 +107,10 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
 def run_plan(plan: PretrainPlan) -> Dict[str, Any]:
   """Runs (or resumes) pre-training as `plan` says, holding the work-dir lock; returns the last logged
   metrics (plus eval metrics if any) and the step."""
-  fileio.makedirs(plan.workdir)
+  try:
+    fileio.makedirs(plan.workdir)
+  except OSError as e:     # e.g. a read-only or virtual file system: one line and exit 2, not a traceback
+    raise UserError(f"--workdir={plan.workdir}: cannot create it ({e.strerror or e})") from e
   lock = workdir_lib.WorkdirLock(plan.workdir, kind="pretrain").acquire()   # before anything writes or cleans
   try:
     compile_cache.enable(plan.compilation_cache_dir)

@@ -7,6 +7,7 @@ checks they share with the data plan are `bert_jax.input_pipeline.checks`. Each 
                                     the resolved mesh shape
   checkpoint_dir                    an init_checkpoint (path or converted zoo name) load_pretrained reads
   has_checkpoint                    a work dir that a run resumes
+  check_workdir                     a work dir that can be (or is) a directory, with a checkpoints/ folder
 """
 
 from __future__ import annotations
@@ -71,6 +72,25 @@ def checkpoint_dir(name_or_dir: str, field: str = "config.init_checkpoint") -> s
   raise UserError(f"{field}={name_or_dir!r} is neither a params directory (model_config.json + "
                   "params.msgpack or params/), a fine-tuning work dir (best_checkpoint/) nor a pre-training "
                   "work dir (checkpoints/)")
+
+
+def check_workdir(workdir: Optional[str], field: str = "--workdir") -> None:
+  """UserError when `workdir` (or its checkpoints/) exists but is not a directory, or, locally, cannot be
+  created because an existing parent is a file: without it the run ended in a FileExistsError or
+  NotADirectoryError traceback (exit 1, which launchers retry) instead of one line and exit 2."""
+  if not workdir:
+    return
+  for path in (workdir, fileio.join(workdir, CHECKPOINT_SUBDIR)):
+    if fileio.exists(path) and not fileio.isdir(path):
+      raise UserError(f"{field}={workdir}: {path} is a file, not a directory; pass another --workdir or move "
+                      "the file away")
+  if fileio.is_remote(workdir):
+    return
+  parent = os.path.abspath(workdir)
+  while not os.path.exists(parent) and os.path.dirname(parent) != parent:
+    parent = os.path.dirname(parent)
+  if not os.path.isdir(parent):
+    raise UserError(f"{field}={workdir}: cannot be created, {parent} is a file, not a directory")
 
 
 def has_checkpoint(workdir: Optional[str]) -> bool:
