@@ -139,8 +139,12 @@ def load_data(plan: FinetunePlan, tokenizer):
   if plan.do_train:
     train = ft.load_split(task, plan.data, task.train_split, tokenizer, is_training=True)
     if train is None:
-      raise FileNotFoundError(f"task {task.name}: no {task.train_split} split in data_dir={plan.data.data_dir!r}"
-                              + (f" / TFDS {plan.data.tfds_name}" if plan.data.tfds_name else ""))
+      # a UserError (one error: line): a folder of the wrong release (SQuAD v2.0 files for task=squad_v1)
+      # passes the plan's train* check and ends here
+      why = ft.why_missing(task, plan.data, task.train_split)
+      raise UserError(f"task {task.name}: no {task.train_split} split in data_dir={plan.data.data_dir!r}"
+                      + (f" / TFDS {plan.data.tfds_name}" if plan.data.tfds_name else "")
+                      + (f" ({why})" if why else "") + "; see README 'Fine-tuning' for each task's file names")
   eval_data, test_data = [], []
   where = f"TFDS {plan.data.tfds_name}" if plan.data.tfds_name else f"data_dir={plan.data.data_dir!r}"
 
