@@ -99,3 +99,41 @@ def test_reproduce_paper_run_resolves_relative_dirs_against_the_callers_director
   assert f"--workdir={tmp_path / 'out' / 'mrpc'}" in line
   assert f"--config.init_checkpoint={tmp_path / 'root' / 'converted'}" in line
   assert f"--config.data_dir={tmp_path / 'glue'}" in line
+
+
+def test_squad_v2_files_for_task_squad_v1_are_one_error_naming_the_files_looked_for(tmp_path):
+  """train-v2.0.json passes the plan's train* check; the loop then raised FileNotFoundError (a traceback)."""
+  data = testing.write_squad(str(tmp_path / "squad"), version_2_with_negative=True)
+  vocab = testing.write_vocab(str(tmp_path / "v"))
+  with pytest.raises(UserError, match=r"task squad_v1: no train split .*train-v1.1.json"):
+    _load(make_config("squad_v1", data, vocab), str(tmp_path / "run"))
+
+
+def test_a_nan_main_metric_is_never_the_best_evaluation():
+  """STS-B's correlation is NaN for a constant prediction: NaN <= best is False, so it became the best and
+  every later evaluation (however bad) replaced it, and eval_results.json's best was null."""
+  best = finetune_loop.BestCheckpoint(None, save=False)
+  assert not best.offer(float("nan"), {"w": 0}, 1, 0.5, {})
+  assert best.offer(0.5, {"w": 1}, 2, 1.0, {})
+  assert not best.offer(float("nan"), {"w": 2}, 3, 1.5, {})
+  assert not best.offer(0.4, {"w": 3}, 4, 2.0, {})
+  assert best.params == {"w": 1} and best.summary() == {"value": 0.5, "step": 2, "epoch": 1.0}
+
+
+def test_a_nan_dev_score_is_no_score_in_the_sweep_selection(tmp_path):
+  import json
+  w = str(tmp_path / "sw")
+  spec = {"task": "stsb", "main_metric": "corr", "dev_split": "dev", "test_splits": ["test"],
+          "grid": {"num_train_epochs": [3.0]}, "seeds": [0, 1, 2], "select": "median",
+          "points": [{"index": 0, "settings": {"num_train_epochs": 3.0}, "label": "num_train_epochs=3"}]}
+  os.makedirs(w)
+  with open(os.path.join(w, sweep.SPEC_NAME), "w") as f:
+    json.dump(spec, f)
+  for seed, dev in ((0, float("nan")), (1, 0.8), (2, 0.6)):
+    d = sweep.run_dir(w, 0, seed)
+    os.makedirs(d)
+    with open(os.path.join(d, "eval_results.json"), "w") as f:
+      json.dump({"dev": {"corr": dev}, "test": {"corr": dev}}, f)
+  results = sweep.collect(w)
+  assert results["points"][0]["dev"]["n"] == 2 and results["result"]["dev"] == pytest.approx(0.7)
+  assert sweep.collect(w, "best")["result"]["seed"] == 1

@@ -336,8 +336,10 @@ class BestCheckpoint:
     self.value, self.step, self.epoch, self.metrics, self.params = -math.inf, 0, 0.0, {}, None
 
   def offer(self, value: Optional[float], params, step: int, epoch: float, metrics: dict) -> bool:
-    """Keeps `params` when `value` (the main metric) beats the best; True when it did."""
-    if value is None or value <= self.value:
+    """Keeps `params` when `value` (the main metric) beats the best; True when it did. A NaN (STS-B's
+    correlation of a constant prediction) never does: it compared False, became the best, and then every
+    later evaluation, however bad, replaced it."""
+    if value is None or not math.isfinite(value) or value <= self.value:
       return False
     self.value = float(value)
     self.keep(fm.to_host(params), step, epoch, metrics)

@@ -44,6 +44,7 @@ import io
 import itertools
 import json
 import logging
+import math
 import os
 import statistics
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -377,6 +378,12 @@ def stats(values: Sequence[float]) -> Optional[dict]:
           "std": statistics.stdev(values) if len(values) > 1 else 0.0, "min": min(values), "max": max(values)}
 
 
+def _finite(value) -> Optional[float]:
+  """A score, or None for a missing or NaN one (STS-B's correlation of a constant prediction): NaN would
+  poison max() and the median of the selection."""
+  return value if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
 def _read_run(workdir: str, spec: dict, point: int, seed: int) -> dict:
   d = run_dir(workdir, point, seed)
   out = {"seed": seed, "workdir": os.path.relpath(d, workdir)}
@@ -389,9 +396,9 @@ def _read_run(workdir: str, spec: dict, point: int, seed: int) -> dict:
     r = json.load(f)
   metric = spec["main_metric"]
   out["status"] = "done"
-  out["dev"] = (r.get(spec["dev_split"]) or {}).get(metric)
+  out["dev"] = _finite((r.get(spec["dev_split"]) or {}).get(metric))
   tests = [s for s in spec["test_splits"] if metric in (r.get(s) or {})]
-  out["test"] = r[tests[0]][metric] if tests else None
+  out["test"] = _finite(r[tests[0]][metric]) if tests else None
   out["best_step"] = (r.get("best") or {}).get("step")
   out["train_seconds"] = (r.get("timing") or {}).get("train_seconds")
   return out
