@@ -380,3 +380,21 @@ def test_import_hf_transformers_other_names_of_gelu_import_with_its_outputs(tmp_
   assert config.hidden_act == ours
   mlm, nsp = _compare_with_hf(config, params, ref.eval(), vocab_size)
   assert mlm < 1e-4 and nsp < 1e-4
+
+
+def test_cli_output_that_is_a_file_or_a_missing_vocab_is_one_error_before_converting(tmp_path):
+  """--output naming a file was a FileExistsError traceback (after the whole import); a missing --vocab an
+  errno message without the flag."""
+  from bert_jax.errors import UserError
+  a_file = tmp_path / "notes.txt"
+  a_file.write_text("x")
+  folder = str(tmp_path / "no_such_model")   # never read: the paths are checked first
+  with pytest.raises(UserError, match=r"--output=.*notes.txt is a file; expected a directory"):
+    convert_main(["import-hf", f"--input={folder}", f"--output={a_file}"])
+  with pytest.raises(UserError, match=r"notes.txt is a file, so the directory cannot be created"):
+    convert_main(["export-hf", f"--input={folder}", f"--output={a_file / 'sub' / 'out'}"])
+  with pytest.raises(UserError, match=r"--vocab=.*missing.txt: no such file"):
+    convert_main(["import-hf", f"--input={folder}", f"--output={tmp_path / 'out'}",
+                  f"--vocab={tmp_path / 'missing.txt'}"])
+  with pytest.raises(UserError, match=r"--config=.*: a directory; expected a file"):
+    convert_main(["import-tf", f"--checkpoint={folder}", f"--config={tmp_path}", f"--output={tmp_path / 'out'}"])

@@ -82,6 +82,26 @@ def build_parser() -> argparse.ArgumentParser:
   return p
 
 
+def _check_paths(args) -> None:
+  """The files a user names by flag exist, and --output is a directory or can be one, before any conversion
+  work (an --output naming a file was a FileExistsError traceback after the import; a missing --vocab an
+  errno message that did not say which flag)."""
+  for flag in ("vocab", "config"):
+    path = getattr(args, flag, None)
+    if path and not os.path.isfile(path):
+      raise UserError(f"--{flag}={path}: " + ("a directory; expected a file" if os.path.isdir(path)
+                                                else "no such file"))
+  output = getattr(args, "output", None)
+  if args.command in ("import-tf", "import-hf", "import-uer", "export-hf") and output:
+    parent = os.path.dirname(os.path.abspath(output))
+    while parent and not os.path.exists(parent) and os.path.dirname(parent) != parent:
+      parent = os.path.dirname(parent)
+    if os.path.exists(output) and not os.path.isdir(output):
+      raise UserError(f"--output={output} is a file; expected a directory (created if absent)")
+    if not os.path.isdir(parent):
+      raise UserError(f"--output={output}: {parent} is a file, so the directory cannot be created")
+
+
 def main(argv=None) -> int:
   args = build_parser().parse_args(argv)
   if args.command == "zoo":
@@ -104,6 +124,7 @@ def main(argv=None) -> int:
     print(zoo.format_table(entries))
     return 0
 
+  _check_paths(args)
   try:
     if args.command == "import-tf" and hf_electra.is_electra_tf_checkpoint(args.checkpoint):
       folder = (args.checkpoint if os.path.isdir(args.checkpoint)   # the unzipped folder, or a prefix in it
@@ -160,7 +181,8 @@ def main(argv=None) -> int:
         with open(args.output_json, "w", encoding="utf-8") as f:
           json.dump(rows, f, indent=2)
           f.write("\n")
-  except (ConversionError, FileNotFoundError, ValueError) as err:
+  except (ConversionError, FileNotFoundError, NotADirectoryError, IsADirectoryError, FileExistsError,
+          PermissionError, ValueError) as err:
     # A missing or malformed input: one `error:` line and exit 2 via cli.run_plain_main (--verbose: the
     # traceback), like every other entry point.
     raise UserError(str(err)) from err
