@@ -137,3 +137,21 @@ def test_a_nan_dev_score_is_no_score_in_the_sweep_selection(tmp_path):
   results = sweep.collect(w)
   assert results["points"][0]["dev"]["n"] == 2 and results["result"]["dev"] == pytest.approx(0.7)
   assert sweep.collect(w, "best")["result"]["seed"] == 1
+
+
+def test_predictor_takes_sentence_pairs_as_tuples(tmp_path):
+  """predict's signature takes (text_a, text_b) pairs; they reached the tokenizer as tuples (TypeError)."""
+  from bert_jax.finetune.predict import Predictor
+  data = testing.write_glue(str(tmp_path / "glue"), tasks=["mrpc"])
+  vocab = testing.write_vocab(str(tmp_path / "v"))
+  out = str(tmp_path / "run")
+  c = make_config("mrpc", data, vocab, max_train_steps=1, do_eval=False, do_predict=False)
+  c.model.num_hidden_layers = 1
+  finetune_loop.run(c, out)
+  p = Predictor.from_workdir(out)
+  pairs = [("the cat sat .", "the dog sat ."), ("hello world .", "a dog run ##s .")]
+  got = p.predict(pairs)
+  assert got == p.predict([a for a, _ in pairs], text_pairs=[b for _, b in pairs])
+  assert [g["label"] in ("0", "1") for g in got] == [True, True]
+  with pytest.raises(TypeError, match=r"\(text_a, text_b\) pairs"):
+    p.predict([("only one",)])

@@ -90,6 +90,13 @@ class Predictor:
       raise ValueError(f"{len(texts)} texts but {len(text_pairs)} text_pairs")
     if not len(texts):
       return []
+    if text_pairs is None and any(not isinstance(t, str) for t in texts):
+      # (text_a, text_b) pairs, as the signature allows: they reached the tokenizer as tuples (a TypeError)
+      if not all(isinstance(t, (tuple, list)) and len(t) == 2 and all(isinstance(x, str) for x in t)
+                 for t in texts):
+        raise TypeError("predict takes texts as strings, or (text_a, text_b) pairs of strings, or texts and "
+                        "text_pairs= of equal length")
+      texts, text_pairs = [t[0] for t in texts], [t[1] for t in texts]
     examples = self.task.text_examples(texts, text_pairs)
     feats = self.task.featurize(examples, self.tokenizer, self.max_seq_length)
     return self.task.readable_predictions(examples, feats, self._outputs(feats))
