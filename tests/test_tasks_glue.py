@@ -129,3 +129,17 @@ def test_unknown_split_and_missing_file(glue_root, tmp_path):
   with pytest.raises(TaskDataError, match="label 'x' is not in the label set"):
     classification.convert_examples_to_features(
         [classification.ClassificationExample("g:1", "a", label="x")], None, 8, ["0", "1"])
+
+
+def test_a_reordered_label_list_keeps_glues_metrics(glue_root):
+  """config.label_list="1,0" on MRPC: the metrics read label ids in GLUE's order, so the F1 was the F1 of
+  class "0"; the ids are mapped back before scoring."""
+  plain, flipped = get_task("mrpc"), get_task("mrpc")
+  flipped.use_label_list(["1", "0"])
+  es = plain.read("dev", glue_root)
+  gold = [e.label for e in es]
+  guess = ["1"] * len(gold)                 # always "1": recall 1 on the positives
+  ids = lambda task: np.array([task.label_list.index(g) for g in guess])  # noqa: E731
+  want = plain.evaluate(es, ids(plain), "dev")
+  assert flipped.evaluate(es, ids(flipped), "dev") == want
+  assert want["f1"] > 0.5 and gold.count("1") > 0

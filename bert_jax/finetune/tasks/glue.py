@@ -35,6 +35,8 @@ import math
 import os
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
+
 from bert_jax.evaluation import glue as glue_metrics
 from bert_jax.finetune.tasks import common
 from bert_jax.finetune.tasks.classification import ClassificationExample, SequenceTask
@@ -284,6 +286,11 @@ class GlueTask(SequenceTask):
     gold = self._gold(example_set)
     if gold is None:
       return {}
+    if not self.is_regression and list(self.label_list) != list(self.spec.label_list):
+      # a reordered config.label_list: GLUE's metrics read ids in GLUE's order (MRPC/QQP's F1 is that of id
+      # 1, "1"); scored on our ids it was the F1 of the other class
+      remap = np.array([self.spec.label_list.index(l) for l in self.label_list])
+      predictions, gold = remap[np.asarray(predictions, dtype=np.int64)], remap[gold]
     return glue_metrics.compute_metrics(self._metric_task(split or example_set.split), predictions, gold)
 
   def write_predictions(self, output_dir, split, example_set, predictions):
