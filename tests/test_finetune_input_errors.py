@@ -155,3 +155,19 @@ def test_predictor_takes_sentence_pairs_as_tuples(tmp_path):
   assert [g["label"] in ("0", "1") for g in got] == [True, True]
   with pytest.raises(TypeError, match=r"\(text_a, text_b\) pairs"):
     p.predict([("only one",)])
+
+
+def test_cmrc2018_release_file_names_are_read(tmp_path):
+  """CMRC2018 ships cmrc2018_train.json / cmrc2018_dev.json (SQuAD format): the plan said 'has no training
+  file' and the reader looked only for train-v1.1.json / train.json."""
+  import json
+  d = tmp_path / "cmrc"
+  d.mkdir()
+  obj = testing.squad_json()
+  obj["data"] = [a for a in obj["data"] if a["title"] == "北京"]
+  for split in ("train", "dev"):
+    with open(d / f"cmrc2018_{split}.json", "w", encoding="utf-8") as f:
+      json.dump(obj, f, ensure_ascii=False)
+  vocab = testing.write_vocab(str(tmp_path / "v"))
+  train, eval_data, _ = _load(make_config("squad_v1", str(d), vocab), str(tmp_path / "run"))
+  assert len(train.examples) == 2 and [len(e.examples) for e in eval_data] == [2]

@@ -213,11 +213,11 @@ def _check_fields(config) -> None:
 
 def _train_file_exists(data_dir: str) -> bool:
   """A file named train* in data_dir or one level below (GLUE's <data_dir>/<Task>/train.tsv); C3's own
-  d-train.json / m-train.json and CoNLL-2003's eng.train count too."""
+  d-train.json / m-train.json, CoNLL-2003's eng.train and CMRC2018's cmrc2018_train.json count too."""
   def is_train(name: str) -> bool:
-    # CoNLL-2003's own release names its training file eng.train (deu.train)
+    # CoNLL-2003's own release names its training file eng.train (deu.train), CMRC2018's cmrc2018_train.json
     name = name.lower()
-    return name.startswith(("train", "d-train", "m-train")) or name.endswith(".train")
+    return name.startswith(("train", "d-train", "m-train", "cmrc2018_train")) or name.endswith(".train")
 
   for d in [data_dir] + [os.path.join(data_dir, n) for n in sorted(os.listdir(data_dir))]:
     if os.path.isdir(d) and any(is_train(n) and os.path.isfile(os.path.join(d, n)) for n in os.listdir(d)):

@@ -67,12 +67,14 @@ class SquadExample:
 def split_file_names(split: str, version_2_with_negative: bool) -> List[str]:
   v = "v2.0" if version_2_with_negative else "v1.1"
   stem = {"train": "train", "dev": "dev", "validation": "dev", "test": "test"}.get(split, split)
-  return [f"{stem}-{v}.json", f"{stem}.json"]
+  # CMRC2018's release names its files cmrc2018_train.json / cmrc2018_dev.json (SQuAD format, Chinese)
+  return [f"{stem}-{v}.json", f"{stem}.json", f"cmrc2018_{stem}.json"]
 
 
 def read_squad_split(data_dir: str, split: str, version_2_with_negative: bool = False,
                      on_error: Optional[str] = None) -> common.ExampleSet:
-  """Reads <data_dir>/{train,dev}-v1.1.json (or -v2.0); falls back to <split>.json (CMRC2018 copies)."""
+  """Reads <data_dir>/{train,dev}-v1.1.json (or -v2.0); falls back to <split>.json and CMRC2018's own
+  cmrc2018_<split>.json."""
   path = common.find_file(data_dir, split_file_names(split, version_2_with_negative), f"SQuAD {split}")
   return read_squad(path, version_2_with_negative, is_training=(split == "train"), split=split,
                     on_error=on_error)
