@@ -143,3 +143,10 @@ def test_a_reordered_label_list_keeps_glues_metrics(glue_root):
   want = plain.evaluate(es, ids(plain), "dev")
   assert flipped.evaluate(es, ids(flipped), "dev") == want
   assert want["f1"] > 0.5 and gold.count("1") > 0
+
+
+def test_mnli_given_its_task_folder_still_predicts_ax_from_the_sibling_diagnostic(glue_root):
+  """data_dir may be the task folder (<glue root>/MNLI); AX.tsv was then silently not written."""
+  mnli = get_task("mnli")
+  es = mnli.read("ax", os.path.join(glue_root, "MNLI"))
+  assert es.source == os.path.join(glue_root, "diagnostic", "diagnostic.tsv") and len(es) == 8

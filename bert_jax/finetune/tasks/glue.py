@@ -139,10 +139,16 @@ def _split_path(spec: GlueSpec, split: str, data_dir: str) -> str:
   candidates = [name]
   if spec.name == "ax":
     candidates += ["AX.tsv", "test.tsv"]
-  for c in candidates:
-    p = os.path.join(d, c)
-    if os.path.exists(p):
-      return p
+  dirs = [d]
+  if spec.name == "ax" and d == data_dir:
+    # MNLI's run given the task folder (<glue root>/MNLI) predicts AX from the sibling <glue root>/diagnostic
+    parent = os.path.dirname(os.path.normpath(data_dir))
+    dirs += [os.path.join(parent, f) for f in spec.folders if os.path.isdir(os.path.join(parent, f))]
+  for dd in dirs:
+    for c in candidates:
+      p = os.path.join(dd, c)
+      if os.path.exists(p):
+        return p
   raise FileNotFoundError(f"GLUE {spec.name} {split}: no {name} in {d} (expected the GLUE layout "
                           f"<data_dir>/{spec.folders[0]}/{name})")
 
@@ -167,7 +173,7 @@ def read_glue(task: str, split: str, data_dir: str, on_error: str = "raise") -> 
         continue
     if len(row) < need:
       bad(path, line, "missing columns", f"row has {len(row)} column(s), {spec.name} {split} needs at least "
-          f"{need}", hint="use on_error='skip' to count and skip such rows")
+          f"{need}", hint="--config.on_error=skip counts and skips such rows")
       continue
     text_a = row[layout.text_a]
     text_b = row[layout.text_b] if layout.text_b is not None else None
