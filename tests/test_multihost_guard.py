@@ -89,6 +89,28 @@ def test_a_host_that_never_joins_gives_one_line_and_exit_75_at_the_start_up_dead
   assert "joined" not in proc.stdout and time.time() - t0 < 60
 
 
+@pytest.mark.parametrize("fields, message", [
+    ({}, "config.distributed.enable=true: coordinator_address should be defined. Pass "
+         "--config.distributed.coordinator_address=HOST:PORT"),
+    ({"coordinator_address": "127.0.0.1:1", "num_processes": 2, "process_id": 2},
+     "config.distributed.process_id=2 with config.distributed.num_processes=2: expected a process id in [0, 2)"),
+])
+def test_distributed_settings_jax_cannot_use_are_one_error_line_and_exit_2(fields, message):
+  """enable=true where nothing is auto-detected (no SLURM, no TPU pod), or a process id out of range, was a
+  ValueError traceback from jax.distributed.initialize and exit 1."""
+  import subprocess
+  import sys
+  script = ("from configs import pretrain as p; from bert_jax import cli; from bert_jax.training import pretrain\n"
+            "c = p.get_config('size=tiny'); d = c.distributed; d.enable = True; d.cpu_collectives = ''\n"
+            f"for k, v in {fields!r}.items(): d[k] = v\n"
+            "cli.run_main(lambda argv: pretrain.maybe_initialize_distributed(c), argv=['x'])\n")
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  proc = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120,
+                        env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+  assert proc.stderr.strip().splitlines()[-1].startswith("error: " + message), proc.stderr[-500:]
+
+
 def test_fault_spec_parses_and_shows_in_the_plan_description():
   f = watchdog.parse_fault("die_in_save@20:1", 2)
   assert f == watchdog.Fault("die_in_save", 20, 1)

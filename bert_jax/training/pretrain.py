@@ -92,7 +92,15 @@ def maybe_initialize_distributed(config) -> None:
     kwargs["num_processes"] = int(d.num_processes)
   if int(d.process_id) >= 0:
     kwargs["process_id"] = int(d.process_id)
-  watchdog.initialize_distributed(config, **kwargs)     # JAX's heartbeat and start-up limit: behind ours
+  if "num_processes" in kwargs and kwargs.get("process_id", 0) >= kwargs["num_processes"]:
+    raise UserError(f"config.distributed.process_id={kwargs['process_id']} with config.distributed.num_processes="
+                    f"{kwargs['num_processes']}: expected a process id in [0, {kwargs['num_processes']})")
+  try:
+    watchdog.initialize_distributed(config, **kwargs)   # JAX's heartbeat and start-up limit: behind ours
+  except ValueError as e:   # what JAX cannot auto-detect (no SLURM, no TPU pod) or rejects: one line, exit 2
+    raise UserError(f"config.distributed.enable=true: {e} Pass --config.distributed.coordinator_address=HOST:PORT "
+                    "(process 0's), --config.distributed.num_processes and --config.distributed.process_id, or "
+                    "run under SLURM or on a TPU pod slice, where they are detected") from e
   log.info("jax.distributed: process %d of %d, %d local / %d global devices", jax.process_index(),
            jax.process_count(), jax.local_device_count(), jax.device_count())
 

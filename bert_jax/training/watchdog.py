@@ -152,8 +152,10 @@ def initialize_distributed(config, **kwargs) -> None:
       os._exit(RETRYABLE_EXIT_CODE)
 
   threading.Thread(target=deadline, name="bert_jax-init-deadline", daemon=True).start()
-  jax.distributed.initialize(**kwargs, **distributed_init_kwargs(config))
-  joined.set()
+  try:
+    jax.distributed.initialize(**kwargs, **distributed_init_kwargs(config))
+  finally:
+    joined.set()        # joined, or failed at once (a bad argument): no deadline line after that one
 
 
 def parse_fault(text: str, process_count: int, field: str = "config.watchdog.fault") -> Optional[Fault]:
