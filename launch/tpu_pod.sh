@@ -240,10 +240,12 @@ $(stop_all_script)" || true
     case $rc in
       75|134|143|137|none) ;;
       *) echo "supervise: exit $rc is not retryable (2: a user error, 1: a crash); not restarting" >&2
+         printf 'exit %s: %s (not retryable: the supervisor stopped the job)\n' "$rc" "$reason" > "$st/last_reason"
          return "$rc" ;;
     esac
     if [ "$restarts" -ge "$MAX_RESTARTS" ]; then
       echo "supervise: $restarts restart(s) = MAX_RESTARTS; giving up" >&2
+      printf 'exit %s: %s (MAX_RESTARTS reached: the supervisor gave up)\n' "$rc" "$reason" > "$st/last_reason"
       return 75
     fi
     if [ -f "$st/stop_requested" ]; then echo "supervise: stopped by 'stop'"; return 0; fi   # came meanwhile

@@ -267,6 +267,26 @@ def test_tpu_supervise_restarts_all_workers_after_exit_75_and_status_shows_why(s
   assert (root / "worker0" / "bert_jax_run" / "exit_code").read_text().strip() == "143"   # stopped, saved
 
 
+def test_tpu_supervise_that_gives_up_or_stops_says_so_and_why_in_status(slice_env, tmp_path):
+  # status showed the reason of the last restart (run 0's), not the failure that ended the supervisor
+  repo, root, env, _ = slice_env
+  for i in range(2):
+    (root / f"worker{i}" / "runs").unlink(missing_ok=True)
+  env = dict(env, STANDIN_PLAN=json.dumps({"worker0": [75, 75], "worker1": [None, None]}), POLL_SECONDS="0.3",
+             STATE_DIR=str(tmp_path / "state"), MAX_RESTARTS="1")
+  proc = _pod(repo, env, "supervise", check=False)
+  assert proc.returncode == 75 and "giving up" in proc.stderr, proc.stdout + proc.stderr
+  status = _pod(repo, env, "status").stdout
+  assert ("supervise: 1 restart(s) of at most 1; last reason: exit 75: vm: error: stand-in run 1 of worker0 exits "
+          "75 (MAX_RESTARTS reached: the supervisor gave up)") in status, status
+  for i in range(2):
+    (root / f"worker{i}" / "runs").unlink()
+  env["STANDIN_PLAN"] = json.dumps({"worker0": [None], "worker1": [2]})
+  assert _pod(repo, env, "supervise", check=False).returncode == 2
+  assert ("last reason: exit 2: vm: error: stand-in run 0 of worker1 exits 2 (not retryable: the supervisor "
+          "stopped the job)") in _pod(repo, env, "status").stdout
+
+
 def test_tpu_dry_run_prints_every_command_and_runs_none(slice_env, tmp_path):
   repo, root, env, _ = slice_env
   env = dict(env, DRY_RUN="1", STUB_ROOT=str(tmp_path), WORKDIR="gs://my-bucket/runs/x y")
