@@ -241,3 +241,18 @@ def test_c3_prediction_file_keeps_clues_integer_ids(tmp_path):
   path = multiple_choice.write_predictions(str(tmp_path / "p.jsonl"), es, [1, 0, 3], np.eye(4)[[1, 0, 3]])
   rows = [json.loads(line) for line in open(path, encoding="utf-8")]
   assert [(r["id"], r["label"]) for r in rows] == [(1000, 1), ("d2-1", 0), ("d2-2", 3)]
+
+
+def test_c3_test_questions_with_an_empty_answer_are_unlabelled(tmp_path):
+  """A test file whose questions carry "answer": "" (no gold) was an error ("'' not among the choices");
+  in train an empty answer is a missing one."""
+  docs = json.loads(json.dumps(C3_DOCS))
+  for d in docs:
+    for q in d[1]:
+      q["answer"] = ""
+  for split in ("train", "test"):
+    (tmp_path / f"{split}.json").write_text(json.dumps(docs, ensure_ascii=False), encoding="utf-8")
+  test = get_task("c3").read("test", str(tmp_path))
+  assert len(test) == 3 and all(e.label is None for e in test)
+  with pytest.raises(TaskDataError, match="missing answer"):
+    get_task("c3").read("train", str(tmp_path))

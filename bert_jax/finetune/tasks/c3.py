@@ -61,7 +61,7 @@ def read_c3_file(path: str, split: str = "train", on_error: str = "raise", examp
         continue
       choices = [str(c) for c in q["choice"]]
       label = None
-      if q.get("answer") is not None:
+      if q.get("answer") not in (None, ""):   # an empty answer is none (an unlabelled test question)
         if q["answer"] not in choices:
           bad(path, None, "answer not among the choices", f"{qwhere}: {q['answer']!r} not in {choices}")
           continue
