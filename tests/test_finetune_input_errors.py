@@ -171,3 +171,14 @@ def test_cmrc2018_release_file_names_are_read(tmp_path):
   vocab = testing.write_vocab(str(tmp_path / "v"))
   train, eval_data, _ = _load(make_config("squad_v1", str(d), vocab), str(tmp_path / "run"))
   assert len(train.examples) == 2 and [len(e.examples) for e in eval_data] == [2]
+
+
+def test_a_grid_over_tasks_or_dev_splits_is_an_error(tmp_path):
+  """The sweep selects on point 0's main metric and dev split: with task=sst2,cola on the grid CoLA's runs (mcc,
+  no accuracy) were silently left out of the selection."""
+  data = testing.write_glue(str(tmp_path / "glue"), tasks=["sst2", "cola"])
+  vocab = testing.write_vocab(str(tmp_path / "v"))
+  c = make_config("sst2", data, vocab)
+  with pytest.raises(UserError, match=r"--grid: points 'task=sst2' and 'task=cola' differ in the task"):
+    sweep.run_sweep(c, "task=sst2,cola", 1, str(tmp_path / "sw"))
+  assert not os.path.exists(tmp_path / "sw")

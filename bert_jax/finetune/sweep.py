@@ -303,9 +303,20 @@ def run_sweep(config, grid, seeds: int = 5, workdir: str = "sweep", *, select: s
 
 
 def _check_distinct_points(points: Sequence[Dict[str, Any]], plans: Sequence[FinetunePlan]) -> None:
-  """UserError when two grid points resolve to the same run (a field and its alias on the grid, such as
-  learning_rate and optimizer.learning_rate, or -1 and the value it resolves to): the table would show one
-  setting twice and the selection would count its seeds as two points."""
+  """UserError when the points do not share the task, main metric and dev split the sweep selects on (task
+  or eval_splits on the grid: the others' dev scores were silently missing), or when two grid points resolve
+  to the same run (a field and its alias on the grid, such as learning_rate and optimizer.learning_rate, or
+  -1 and the value it resolves to): the table would show one setting twice and the selection would count its
+  seeds as two points."""
+  def selected_on(plan: FinetunePlan):
+    task = plan.task
+    return (task.name, task.main_metric, (list(plan.data.eval_splits) or list(task.eval_splits) or [None])[0])
+
+  for i, plan in enumerate(plans[1:], start=1):
+    if selected_on(plan) != selected_on(plans[0]):
+      raise UserError(f"--grid: points {point_label(points[0])!r} and {point_label(points[i])!r} differ in the task, "
+                      f"its main metric or dev split ({selected_on(plans[0])} vs {selected_on(plan)}); a sweep "
+                      "selects on one metric of one dev split: run one sweep per task")
   seen: Dict[str, int] = {}
   for i, plan in enumerate(plans):
     d = plan.to_dict()
