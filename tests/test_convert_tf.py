@@ -198,20 +198,92 @@ def test_import_tf_vocab_larger_than_embedding_table_is_refused(google_folder, t
     google_tf.import_tf_checkpoint(prefix, vocab_file=str(big), variables=variables)
 
 
-def test_import_tf_of_a_google_research_albert_checkpoint_says_what_to_do(google_folder):
+# google-research/albert's TF names of transformers' ALBERT keys, written out by hand (the renames of
+# transformers' former load_tf_weights_in_albert, reversed), independent of the package's table.
+_ALBERT_LAYER_TF = {"attention.query": "attention_1/self/query", "attention.key": "attention_1/self/key",
+                    "attention.value": "attention_1/self/value", "attention.dense": "attention_1/output/dense",
+                    "attention.LayerNorm": "LayerNorm", "ffn": "ffn_1/intermediate/dense",
+                    "ffn_output": "ffn_1/intermediate/output/dense", "full_layer_layer_norm": "LayerNorm_1"}
+_ALBERT_TF = (("albert.embeddings.", "bert/embeddings/"),
+              ("albert.encoder.embedding_hidden_mapping_in.", "bert/encoder/embedding_hidden_mapping_in/"),
+              ("albert.pooler.", "bert/pooler/dense/"), ("predictions.dense.", "cls/predictions/transform/dense/"),
+              ("predictions.LayerNorm.", "cls/predictions/transform/LayerNorm/"),
+              ("predictions.bias", "cls/predictions/output_bias"),
+              ("sop_classifier.classifier.weight", "cls/seq_relationship/output_weights"),
+              ("sop_classifier.classifier.bias", "cls/seq_relationship/output_bias"))
+
+
+def _albert_google_variables(model, prefix=""):
+  import re
+  out = {}
+  for key, value in model.state_dict().items():
+    if not value.is_floating_point() or key.startswith("predictions.decoder"):
+      continue
+    v, name = value.numpy().copy(), key
+    for a, b in _ALBERT_TF:
+      name = name.replace(a, b)
+    m = re.match(r"albert\.encoder\.albert_layer_groups\.(\d+)\.albert_layers\.0\.(.*)\.(weight|bias)$", name)
+    if m:
+      name = f"bert/encoder/transformer/group_{m[1]}/inner_group_0/{_ALBERT_LAYER_TF[m[2]]}/{m[3]}"
+    name = name.replace(".", "/")
+    if "LayerNorm" in name:
+      name = name.replace("/weight", "/gamma").replace("/bias", "/beta")
+    if name.endswith("_embeddings/weight"):
+      name = name[:-len("/weight")]
+    elif name.endswith("/weight") and "output_weights" not in name:
+      name, v = name[:-len("weight")] + "kernel", v.T.copy()
+    out[prefix + name] = v
+  return out
+
+
+@pytest.mark.parametrize("groups,prefix", [(1, ""), (3, "module/")], ids=["shared", "per_layer_tf_hub"])
+def test_google_research_albert_tf_checkpoint_imports_with_transformers_outputs(google_folder, tmp_path, groups,
+                                                                                prefix):
   """google-research/albert's TF checkpoints (bert/encoder/transformer/group_0/inner_group_0/..., an
-  albert_config.json with embedding_size) have no TF reader here: the error names the format and the way
-  through Hugging Face, not the BertConfig fields it tripped on."""
-  prefix, _ = google_folder
-  config_file = prefix[:-len("bert_model.ckpt")] + "bert_config.json"
-  cfg = json.load(open(config_file))
-  json.dump(dict(cfg, embedding_size=16, num_hidden_groups=1, inner_group_num=1), open(config_file, "w"))
-  variables = {"bert/embeddings/word_embeddings": np.zeros((cfg["vocab_size"], 16), np.float32),
-               "bert/encoder/embedding_hidden_mapping_in/kernel": np.zeros((16, HIDDEN), np.float32),
-               "bert/encoder/transformer/group_0/inner_group_0/attention_1/self/query/kernel":
-                   np.zeros((HIDDEN, HIDDEN), np.float32)}
-  with pytest.raises(ConversionError, match="google-research/albert.*import-hf"):
-    google_tf.import_tf_checkpoint(prefix, variables=variables)
+  albert_config.json whose 'gelu' is the tanh approximation) were refused, pointing at a converter that
+  transformers 5 no longer has; they import with the outputs of the same weights in transformers' ALBERT."""
+  _, _ = google_folder
+  vocab_size = sum(1 for _ in open(tmp_path / "vocab.txt"))
+  torch.manual_seed(0)
+  cfg = transformers.AlbertConfig(vocab_size=vocab_size, embedding_size=16, hidden_size=32, num_hidden_layers=3,
+                                  num_hidden_groups=groups, num_attention_heads=4, intermediate_size=64,
+                                  max_position_embeddings=MAX_POS, hidden_act="gelu_new")
+  ref = transformers.AlbertForPreTraining(cfg)
+  with torch.no_grad():
+    for p in ref.parameters():
+      p.add_(0.05 * torch.randn_like(p))
+  ref.eval()
+  folder = tmp_path / "albert_base_zh"          # Google's zips: albert_config.json, vocab_chinese.txt
+  folder.mkdir()
+  json.dump({k: cfg.to_dict()[k] for k in ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers",
+                                             "num_hidden_groups", "num_attention_heads", "intermediate_size",
+                                             "max_position_embeddings", "type_vocab_size", "inner_group_num")}
+            | {"hidden_act": "gelu", "net_structure_type": 0, "layers_to_keep": []},
+            open(folder / "albert_config.json", "w"))
+  (folder / "vocab_chinese.txt").write_text((tmp_path / "vocab.txt").read_text())
+  variables = _albert_google_variables(ref, prefix)
+  variables["bert/embeddings/word_embeddings/lamb_m"] = np.zeros((vocab_size, 16), np.float32)   # ignorable
+  config, params, report = google_tf.import_tf_checkpoint(str(folder / "model.ckpt-best"), variables=variables)
+  assert config.hidden_act == "gelu_new" and config.share_layers == (groups == 1) and report.fresh_groups == []
+  rng = np.random.default_rng(0)
+  ids = rng.integers(5, vocab_size, (2, 10)).astype(np.int32)
+  mask = np.ones_like(ids)
+  mask[1, 6:] = 0
+  segment_ids = np.zeros_like(ids)
+  positions = np.broadcast_to(np.arange(10), ids.shape).astype(np.int32)
+  ours = jax.jit(BertForPreTraining(config, targets=("mlm", "sop")).apply)({"params": params}, ids, mask,
+                                                                            segment_ids, positions)
+  with torch.no_grad():
+    out = ref(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
+              token_type_ids=torch.tensor(segment_ids, dtype=torch.long))
+  real = mask[..., None] > 0
+  assert np.abs(np.where(real, np.asarray(ours["mlm_logits"]) - out.prediction_logits.numpy(), 0)).max() < 1e-4
+  assert np.abs(np.asarray(ours["sop_logits"]) - out.sop_logits.numpy()).max() < 1e-4
+  # groups other than 1 or one per layer are refused naming the config file
+  json.dump(dict(json.load(open(folder / "albert_config.json")), num_hidden_groups=2),
+            open(folder / "albert_config.json", "w"))
+  with pytest.raises(ConversionError, match="albert_config.json: num_hidden_groups=2"):
+    google_tf.import_tf_checkpoint(str(folder / "model.ckpt-best"), variables=variables)
 
 
 def test_import_tf_takes_any_file_of_the_checkpoint_as_its_prefix(tmp_path):

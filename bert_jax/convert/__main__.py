@@ -35,9 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   sub = p.add_subparsers(dest="command", required=True)
 
-  t = sub.add_parser("import-tf", help="Google TF1 checkpoint (bert_model.ckpt) -> DIR")
-  t.add_argument("--checkpoint", required=True, help="checkpoint prefix, e.g. .../bert_model.ckpt")
-  t.add_argument("--config", default=None, help="bert_config.json (default: next to the checkpoint)")
+  t = sub.add_parser("import-tf", help="Google TF1 checkpoint (BERT, ELECTRA or ALBERT) -> DIR")
+  t.add_argument("--checkpoint", required=True,
+                 help="checkpoint prefix (e.g. .../bert_model.ckpt), one of its files, or its folder")
+  t.add_argument("--config", default=None,
+                 help="bert_config.json (default: next to the checkpoint; albert_config.json for ALBERT)")
   t.add_argument("--vocab", default=None, help="vocab.txt (default: next to the checkpoint)")
   t.add_argument("--output", required=True, help="output directory")
   t.add_argument("--do_lower_case", type=_bool, default=None,

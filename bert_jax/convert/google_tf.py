@@ -1,4 +1,6 @@
-"""Import Google's original TF1 BERT checkpoints (bert_model.ckpt + bert_config.json + vocab.txt).
+"""Import Google's original TF1 BERT checkpoints (bert_model.ckpt + bert_config.json + vocab.txt), and
+google-research/albert's (model.ckpt-* + albert_config.json; bert/encoder/transformer/group_G/inner_group_0/...,
+mapped by bert_jax.convert.hf_albert's table, with one group shared by all layers or one group per layer).
 
 TensorFlow is imported inside `read_tf_checkpoint` only, so the rest of bert_jax.convert works without it.
 
@@ -54,36 +56,69 @@ def read_tf_checkpoint(path: str) -> Dict[str, np.ndarray]:
   return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
 
 
+def _first_existing(folder: str, names) -> str:
+  """folder/name of the first of `names` there, else of the first (the error names that one)."""
+  return next((os.path.join(folder, n) for n in names if os.path.exists(os.path.join(folder, n))),
+              os.path.join(folder, names[0]))
+
+
+def _albert_layout():
+  from bert_jax.convert import hf_albert   # lazy: the ALBERT tables import the Hugging Face converter
+  return hf_albert.ALBERT
+
+
+def _albert_config(config_file: str) -> BertConfig:
+  """google-research/albert's albert_config.json (no model_type; num_hidden_groups, inner_group_num) as the
+  model's config, as its Hugging Face twin reads: its modeling.py's gelu is the tanh approximation
+  (transformers' gelu_new, what the Hugging Face ALBERT configs say)."""
+  from bert_jax.convert import hf, hf_albert
+  d = dict(hf.read_config_json(config_file))
+  d.setdefault("model_type", "albert")
+  if "embedding_size" not in d:
+    raise mapping.ConversionError(f"{config_file}: no embedding_size; a google-research/albert checkpoint needs "
+                                  "its albert_config.json (pass --config=PATH)")
+  if d.get("hidden_act", "gelu") == "gelu":
+    d["hidden_act"] = "gelu_new"
+  return hf_albert.hf_config_to_albert(d, config_file)
+
+
 def import_tf_checkpoint(checkpoint: str, output: Optional[str] = None, config_file: Optional[str] = None,
                          vocab_file: Optional[str] = None, do_lower_case: Optional[bool] = None,
                          seed: int = 0, variables: Optional[Dict[str, np.ndarray]] = None):
-  """Converts a Google TF1 BERT checkpoint; writes `output` (a params directory, bert_jax.pretrained.params_dir) when given.
+  """Converts a Google TF1 BERT (or google-research/albert) checkpoint; writes `output` (a params directory,
+  bert_jax.pretrained.params_dir) when given.
 
-  Returns (config, params, report). `config_file` and `vocab_file` default to bert_config.json and vocab.txt
-  next to the checkpoint. `variables` may pass an already-read {name: array} dict (tests).
+  Returns (config, params, report). `config_file` and `vocab_file` default to bert_config.json (or ALBERT's
+  albert_config.json) and vocab.txt (or vocab_chinese.txt) next to the checkpoint. `variables` may pass an
+  already-read {name: array} dict (tests).
   """
   if variables is None:
     checkpoint = _checkpoint_prefix(checkpoint)
   folder = os.path.dirname(os.path.abspath(checkpoint)) if not os.path.isdir(checkpoint) else checkpoint
-  config_file = config_file or os.path.join(folder, "bert_config.json")
-  vocab_file = vocab_file or os.path.join(folder, "vocab.txt")
+  # google-research/albert's zips hold albert_config.json (and, the Chinese ones, vocab_chinese.txt).
+  config_file = config_file or _first_existing(folder, ("bert_config.json", "albert_config.json"))
+  vocab_file = vocab_file or _first_existing(folder, ("vocab.txt", "vocab_chinese.txt"))
   for what, p, flag in (("model config", config_file, "--config"), ("vocab", vocab_file, "--vocab")):
     if not os.path.exists(p):
       raise FileNotFoundError(f"{what} not found: {p} (Google's zips hold it next to bert_model.ckpt; pass "
                               f"{flag}=PATH)")
-  config = BertConfig.from_google_json(config_file)
-  config = config.replace(hidden_act=mapping.check_hidden_act(config.hidden_act, config_file))
   report = mapping.ConversionReport(source=checkpoint, fmt="google")
-  mapping.check_vocab_size(vocab_file, params_dir.count_vocab_lines(vocab_file), config, config_file, report)
   if variables is None:
     variables = read_tf_checkpoint(checkpoint)
-  if any("/transformer/group_" in n for n in variables):
-    raise mapping.ConversionError(
-        f"{checkpoint}: a google-research/albert TF checkpoint (bert/encoder/transformer/group_*), whose TF "
-        "layout is not read here: convert it to a Hugging Face ALBERT folder (transformers' "
-        "convert_albert_original_tf_checkpoint_to_pytorch, in transformers < 5) and run import-hf on that, or "
-        "use its Hugging Face release (python -m bert_jax.convert zoo --filter=albert)")
-  params = mapping.assign_params(variables, "google", config, report, ignorable=is_ignorable, seed=seed)
+  if any(n.startswith("module/") for n in variables):   # ALBERT's TF-Hub modules keep their variables there
+    variables = {n[len("module/"):] if n.startswith("module/") else n: v for n, v in variables.items()}
+    report.notes.append("variables under module/ (a TF-Hub export) read without that prefix")
+  albert = any("/transformer/group_" in n for n in variables)
+  if albert:
+    config, layout = _albert_config(config_file), _albert_layout()
+    report.notes.append("google-research/albert checkpoint (bert/encoder/transformer/group_*): its 'gelu' is "
+                        f"the tanh approximation, hidden_act={config.hidden_act!r}")
+  else:
+    config, layout = BertConfig.from_google_json(config_file), mapping.BERT
+    config = config.replace(hidden_act=mapping.check_hidden_act(config.hidden_act, config_file))
+  mapping.check_vocab_size(vocab_file, params_dir.count_vocab_lines(vocab_file), config, config_file, report)
+  params = mapping.assign_params(variables, "google", config, report, ignorable=is_ignorable, seed=seed,
+                                 layout=layout)
   if do_lower_case is None:
     do_lower_case = params_dir.guess_do_lower_case(vocab_file, hint=os.path.basename(folder))
   if output:

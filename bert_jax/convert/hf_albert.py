@@ -15,8 +15,9 @@ ALBERT in this package's terms (Lan et al. 2020): `BertConfig(embedding_size=E, 
   predictions.{dense, LayerNorm, bias}            mlm/{transform, LayerNorm, output_bias} (H -> E, tied decoder)
   sop_classifier.classifier                       sop (kernel [H, 2])
 
-Other group counts and inner_group_num != 1 (not in any released checkpoint) are refused with a
-ConversionError. The decoder (predictions.decoder.weight/bias) must equal the word embeddings and
+google-research/albert's TF checkpoints (import-tf) map by the same table (its TF names:
+albert_name_table). Other group counts and inner_group_num != 1 (not in any released checkpoint) are refused
+with a ConversionError. The decoder (predictions.decoder.weight/bias) must equal the word embeddings and
 predictions.bias, as transformers ties them.
 
 Tokenizers: the Chinese ALBERTs (voidful/albert_chinese_*, clue/albert_chinese_*) ship a WordPiece vocab.txt
@@ -39,7 +40,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from bert_jax.convert import hf, mapping
-from bert_jax.convert.mapping import ConversionError, Entry
+from bert_jax.convert.mapping import ConversionError, Entry, _dense, _ln
 from bert_jax.models.config import BertConfig
 from bert_jax.pretrained import params_dir
 
@@ -76,19 +77,9 @@ def is_albert_folder(folder: str) -> bool:
   return isinstance(d, dict) and _is_albert_dict(d)
 
 
-def _pair(ours, key, kind, group, bias_kind="same") -> List[Entry]:
-  # ALBERT has no Google-name column here (HF only): the HF key stands in for it.
-  return [Entry(ours + ("kernel",), key + ".weight", key + ".weight", kind, group),
-          Entry(ours + ("bias",), key + ".bias", key + ".bias", bias_kind, group)]
-
-
-def _ln(ours, key, group) -> List[Entry]:
-  return [Entry(ours + ("scale",), key + ".weight", key + ".weight", "same", group),
-          Entry(ours + ("bias",), key + ".bias", key + ".bias", "same", group)]
-
-
 def albert_name_table(config: BertConfig) -> List[Entry]:
-  """Every parameter of BertForPreTraining(config, ("mlm", "sop")) with its Hugging Face ALBERT key."""
+  """Every parameter of BertForPreTraining(config, ("mlm", "sop")) with its Hugging Face ALBERT key and its
+  google-research/albert TF variable (the names transformers' TF converter renamed; group G, inner group 0)."""
   mapping.check_post_ln_transformer(config)
   if not config.factorised_embeddings:
     raise ConversionError("ALBERT always maps its embeddings to H (embedding_hidden_mapping_in): the model "
@@ -96,28 +87,37 @@ def albert_name_table(config: BertConfig) -> List[Entry]:
   t: List[Entry] = []
   emb = ("bert", "embeddings")
   for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
-    key = f"albert.embeddings.{name}.weight"
-    t.append(Entry(emb + (name, "embedding"), key, key, "same", "embeddings"))
-  t += _ln(emb + ("LayerNorm",), "albert.embeddings.LayerNorm", "embeddings")
-  t += _pair(emb + ("projection",), "albert.encoder.embedding_hidden_mapping_in", "dense_kernel", "embeddings")
-  group = "albert.encoder.albert_layer_groups.{}.albert_layers.0"
+    t.append(Entry(emb + (name, "embedding"), f"bert/embeddings/{name}", f"albert.embeddings.{name}.weight",
+                   "same", "embeddings"))
+  t += _ln(emb + ("LayerNorm",), "bert/embeddings/LayerNorm", "albert.embeddings.LayerNorm", "embeddings")
+  t += _dense(emb + ("projection",), "bert/encoder/embedding_hidden_mapping_in",
+              "albert.encoder.embedding_hidden_mapping_in", "embeddings")
+  hf_layer = "albert.encoder.albert_layer_groups.{}.albert_layers.0"
+  tf_layer = "bert/encoder/transformer/group_{}/inner_group_0"
   if config.share_layers:
-    layers = [(("bert", "encoder", "shared", "layer"), group.format(0))]
+    layers = [(("bert", "encoder", "shared", "layer"), 0)]
   else:
-    layers = [(("bert", "encoder", f"layer_{i}"), group.format(i)) for i in range(config.num_hidden_layers)]
-  for o, h in layers:
+    layers = [(("bert", "encoder", f"layer_{i}"), i) for i in range(config.num_hidden_layers)]
+  for o, i in layers:
+    h, g = hf_layer.format(i), tf_layer.format(i)
     for qkv in ("query", "key", "value"):
-      t += _pair(o + ("attention", qkv), f"{h}.attention.{qkv}", "qkv_kernel", "encoder", bias_kind="qkv_bias")
-    t += _pair(o + ("attention", "output"), f"{h}.attention.dense", "out_kernel", "encoder")
-    t += _ln(o + ("attention_LayerNorm",), f"{h}.attention.LayerNorm", "encoder")
-    t += _pair(o + ("ffn", "intermediate"), f"{h}.ffn", "dense_kernel", "encoder")
-    t += _pair(o + ("ffn", "output"), f"{h}.ffn_output", "dense_kernel", "encoder")
-    t += _ln(o + ("output_LayerNorm",), f"{h}.full_layer_layer_norm", "encoder")
-  t += _pair(("bert", "pooler"), "albert.pooler", "dense_kernel", "pooler")
-  t += _pair(("mlm", "transform"), "predictions.dense", "dense_kernel", "mlm")
-  t += _ln(("mlm", "LayerNorm"), "predictions.LayerNorm", "mlm")
-  t.append(Entry(("mlm", "output_bias"), "predictions.bias", "predictions.bias", "same", "mlm"))
-  t += _pair(("sop",), "sop_classifier.classifier", "dense_kernel", "sop")   # torch Linear [2, H]
+      t += _dense(o + ("attention", qkv), f"{g}/attention_1/self/{qkv}", f"{h}.attention.{qkv}", "encoder",
+                  kernel_kind="qkv_kernel", bias_kind="qkv_bias")
+    t += _dense(o + ("attention", "output"), f"{g}/attention_1/output/dense", f"{h}.attention.dense", "encoder",
+                kernel_kind="out_kernel")
+    t += _ln(o + ("attention_LayerNorm",), f"{g}/LayerNorm", f"{h}.attention.LayerNorm", "encoder")
+    t += _dense(o + ("ffn", "intermediate"), f"{g}/ffn_1/intermediate/dense", f"{h}.ffn", "encoder")
+    t += _dense(o + ("ffn", "output"), f"{g}/ffn_1/intermediate/output/dense", f"{h}.ffn_output", "encoder")
+    t += _ln(o + ("output_LayerNorm",), f"{g}/LayerNorm_1", f"{h}.full_layer_layer_norm", "encoder")
+  t += _dense(("bert", "pooler"), "bert/pooler/dense", "albert.pooler", "pooler")
+  t += _dense(("mlm", "transform"), "cls/predictions/transform/dense", "predictions.dense", "mlm")
+  t += _ln(("mlm", "LayerNorm"), "cls/predictions/transform/LayerNorm", "predictions.LayerNorm", "mlm")
+  t.append(Entry(("mlm", "output_bias"), "cls/predictions/output_bias", "predictions.bias", "same", "mlm"))
+  # SOP: [2, H] in both (torch Linear's weight; Google's output_weights), our kernel [H, 2]
+  t.append(Entry(("sop", "kernel"), "cls/seq_relationship/output_weights", "sop_classifier.classifier.weight",
+                 "nsp_kernel", "sop"))
+  t.append(Entry(("sop", "bias"), "cls/seq_relationship/output_bias", "sop_classifier.classifier.bias", "same",
+                 "sop"))
   return t
 
 
