@@ -61,9 +61,13 @@ def _route_tensorboard_through_fileio(workdir: str) -> None:
 
 
 class MetricWriter:
-  """See the module docstring. `fresh=True` starts metrics files anew (a fine-tuning run is not resumed)."""
+  """See the module docstring. `fresh=True` starts metrics files anew (a fine-tuning run is not resumed).
+  `purge_step` (a resumed run: the restored step + 1): TensorBoard hides the events of steps >= it that an
+  earlier, crashed run wrote after its last checkpoint, as truncate_after drops their JSON rows (without it
+  the curves showed both runs' points for those steps)."""
 
-  def __init__(self, workdir: str, *, fresh: bool = False, enabled: Optional[bool] = None):
+  def __init__(self, workdir: str, *, fresh: bool = False, enabled: Optional[bool] = None,
+               purge_step: Optional[int] = None):
     self.workdir = workdir
     self.enabled = jax.process_index() == 0 if enabled is None else enabled
     self.fresh = fresh
@@ -76,7 +80,7 @@ class MetricWriter:
         SummaryWriter = lean_imports.tensorboardx().SummaryWriter  # without PyTorch: bert_jax/lean_imports.py
         if fileio.is_remote(workdir):
           _route_tensorboard_through_fileio(workdir)
-        self._tb = SummaryWriter(fileio.join(workdir, "tensorboard"))
+        self._tb = SummaryWriter(fileio.join(workdir, "tensorboard"), purge_step=purge_step)
       except ImportError as e:
         log.warning("TensorBoard disabled (%s); the JSON lines are still written", e)
 

@@ -317,7 +317,7 @@ def _run_phases(plan, ckpt, model, mesh, tx, train_step, abstract, shardings, ba
   state, step, opened, clock = _start(plan, ckpt, model, mesh, tx, train_step, abstract, batch_sharding)
   progress = (tqdm(total=plan.num_train_steps, initial=step, desc="pretrain", dynamic_ncols=True)
               if jax.process_index() == 0 and plan.progress_bar else None)
-  run = _Run(plan, ckpt, MetricWriter(plan.workdir), train_step, ts.make_eval_step(plan, model, mesh, shardings),
+  run = _Run(plan, ckpt, MetricWriter(plan.workdir, purge_step=step + 1), train_step, ts.make_eval_step(plan, model, mesh, shardings),
              schedule, batch_sharding, workdir_lib.StopSignals(ckpt),
              ts.NonFiniteGuard(plan.nan_policy, plan.max_consecutive_nonfinite, checkpoint=ckpt.latest_step),
              clock, step, progress,
