@@ -128,3 +128,28 @@ def test_features_refuse_cls_pooling_over_an_untrained_pooler_and_a_bad_vocab_is
   assert run(fresh, "mean") == 2
   err = capsys.readouterr().err
   assert err.startswith(f"error: {fresh}") and "is empty" in err and "Traceback" not in err
+
+
+def test_a_hugging_face_or_tf_folder_as_model_says_how_to_convert_and_a_bad_output_is_caught_first(tmp_path,
+                                                                                                   capsys):
+  """--model naming a Hugging Face folder or a TF checkpoint's folder said only what it is not; it now gives the
+  import command. An --output under a file was a NotADirectoryError traceback after the predictions; a missing
+  folder is made."""
+  hf_dir, tf_dir = tmp_path / "hf", tmp_path / "tf"
+  hf_dir.mkdir()
+  tf_dir.mkdir()
+  (hf_dir / "config.json").write_text("{}")
+  (hf_dir / "model.safetensors").write_bytes(b"")
+  (tf_dir / "bert_model.ckpt.index").write_bytes(b"")
+  texts = tmp_path / "x.txt"
+  texts.write_text("hello\n")
+  for model, hint in ((hf_dir, "convert import-hf --input="), (tf_dir, "convert import-tf --checkpoint=")):
+    assert cli.main(["features", f"--model={model}", f"--input={texts}", f"--output={tmp_path / 'o.npy'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and hint in err and err.count("\n") == 1
+  assert cli.main(["features", f"--model={hf_dir}", f"--input={texts}", f"--output={texts / 'o.npy'}"]) == 2
+  assert "x.txt is a file, so the folder cannot be created" in capsys.readouterr().err
+  assert cli.main(["fill-mask", f"--model={hf_dir}", "--text=a [MASK]", f"--output={tmp_path}"]) == 2
+  assert "is a directory; expected a file name" in capsys.readouterr().err
+  assert cli.main(["features", f"--model={hf_dir}", f"--input={texts}", f"--output={tmp_path / 'new' / 'o.npy'}"]) == 2
+  assert (tmp_path / "new").is_dir()       # the folder is made before the model is read

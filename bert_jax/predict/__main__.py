@@ -65,7 +65,24 @@ def _jsonl(rows) -> bytes:
   return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
 
 
+def _check_output(path: str) -> None:
+  """--output is a file name whose folder exists or can be made, checked before the model runs (a folder under
+  a file, or a missing folder, was a NotADirectoryError / FileNotFoundError traceback after the predictions)."""
+  if not path:
+    return
+  if os.path.isdir(path):
+    raise UserError(f"--output={path} is a directory; expected a file name")
+  parent = os.path.dirname(os.path.abspath(path))
+  up = parent
+  while not os.path.exists(up) and os.path.dirname(up) != up:
+    up = os.path.dirname(up)
+  if not os.path.isdir(up):
+    raise UserError(f"--output={path}: {up} is a file, so the folder cannot be created")
+  os.makedirs(parent, exist_ok=True)
+
+
 def run(args) -> int:
+  _check_output(getattr(args, "output", ""))
   if args.command == "fill-mask":
     texts = list(args.text) + (lib.read_lines(args.input) if args.input else [])
     if not texts:

@@ -91,6 +91,23 @@ def _resolve(name_or_dir: str, search_dirs: Sequence[str] = ()) -> str:
   return directory
 
 
+def _conversion_hint(directory: str) -> str:
+  """How to make a params directory of a Hugging Face folder or a TF checkpoint passed where one is expected."""
+  try:
+    names = set(os.listdir(directory)) if os.path.isdir(directory) else set()
+  except OSError:
+    return ""
+  weights = {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+             "pytorch_model.bin.index.json"}
+  if "config.json" in names and names & weights:
+    return (f"; it is a Hugging Face model folder: convert it first with `python -m bert_jax.convert import-hf "
+            f"--input={directory} --output=DIR` and pass DIR")
+  if any(n.endswith(".index") for n in names):
+    return (f"; it holds a TF checkpoint: convert it first with `python -m bert_jax.convert import-tf "
+            f"--checkpoint={directory} --output=DIR` and pass DIR")
+  return ""
+
+
 def read_config(name_or_dir: str, search_dirs: Sequence[str] = ()) -> BertConfig:
   """Only the architecture of a checkpoint `load_pretrained` accepts (no params are read)."""
   return params_dir.read_model_config(_resolve(name_or_dir, search_dirs)).replace(scan_layers=False)
@@ -113,7 +130,8 @@ def describe_pretrained(name_or_dir: str, search_dirs: Sequence[str] = ()) -> Pr
   else:
     raise FileNotFoundError(
         f"{name_or_dir!r} is neither a params directory (model_config.json + params.msgpack or params/), a "
-        "fine-tuning work dir (best_checkpoint/) nor a pre-training work dir (checkpoints/)")
+        "fine-tuning work dir (best_checkpoint/) nor a pre-training work dir (checkpoints/)"
+        + _conversion_hint(directory))
   return Pretrained(config.replace(scan_layers=False), None, vocab, None if lower is None else bool(lower),
                     directory, info, ft_info)
 
