@@ -438,6 +438,8 @@ def test_slurm_requeues_a_job_whose_host_died_or_stalled_up_to_max_restarts(slur
   job = _sbatch(dict(env, STANDIN_EXIT="75", SLURM_RESTART_COUNT="3", MAX_RESTARTS="3"), typed="")
   out, _ = job.communicate(timeout=60)
   assert job.returncode == 75 and "requeue" not in (tmp_path / "scontrol_calls").read_text(), out
+  # the output says why the job was not requeued (it ended with "job step exited 75" alone)
+  assert "not requeued: exit 75 after 3 requeue(s) = MAX_RESTARTS (3)" in out, out
 
 
 def test_slurm_lets_every_task_end_by_itself_so_the_steps_code_is_theirs(slurm_env):
