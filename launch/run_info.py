@@ -6,8 +6,8 @@ r"""Prints where a pre-training work dir stands: its latest complete checkpoint 
 
 `launch/tpu_pod.sh status|stop` runs it on worker 0. Paths go through `etils.epath` (installed with Orbax),
 which reads gs:// itself. A complete Orbax checkpoint is a `checkpoints/<step>` folder with an integer name;
-saves still in flight are `<step>.orbax-checkpoint-tmp-*` and are not counted. Exit 0, or 2 when the work dir
-does not exist.
+saves still in flight are `<step>.orbax-checkpoint-tmp-*` locally, or lack `commit_success.txt` on gs://,
+and are not counted. Exit 0, or 2 when the work dir does not exist.
 """
 
 import json
@@ -16,12 +16,16 @@ import sys
 from etils import epath
 
 
-def latest_checkpoint_step(workdir: epath.Path):
-  """The highest integer-named folder in workdir/checkpoints, or None."""
+def latest_checkpoint_step(workdir: epath.Path, remote=None):
+  """The highest integer-named folder in workdir/checkpoints, or None. On an object store (gs://; `remote`
+  None: by the path) Orbax writes a step under its final name and marks it complete with commit_success.txt
+  last, so a step without it is a save in flight (or cut by a crash), not a checkpoint a restart resumes."""
+  remote = "://" in str(workdir) if remote is None else remote
   ckpt_dir = workdir / "checkpoints"
   if not ckpt_dir.exists():
     return None
-  steps = [int(p.name) for p in ckpt_dir.iterdir() if p.name.isdigit() and p.is_dir()]
+  steps = [int(p.name) for p in ckpt_dir.iterdir()
+           if p.name.isdigit() and p.is_dir() and (not remote or (p / "commit_success.txt").exists())]
   return max(steps) if steps else None
 
 

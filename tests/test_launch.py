@@ -287,6 +287,22 @@ def test_tpu_supervise_that_gives_up_or_stops_says_so_and_why_in_status(slice_en
           "stopped the job)") in _pod(repo, env, "status").stdout
 
 
+def test_run_info_counts_a_gs_step_only_once_orbax_committed_it(tmp_path):
+  # on gs:// Orbax writes checkpoints/<step>/ under its final name and commit_success.txt last: `status` named a
+  # save in flight (or one a crash cut) as the latest checkpoint
+  import importlib.util
+  spec = importlib.util.spec_from_file_location("run_info", os.path.join(LAUNCH, "run_info.py"))
+  run_info = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(run_info)
+  for step in (10, 20):
+    (tmp_path / "checkpoints" / str(step)).mkdir(parents=True)
+  (tmp_path / "checkpoints" / "10" / "commit_success.txt").write_text("")
+  (tmp_path / "checkpoints" / "30.orbax-checkpoint-tmp-1").mkdir()
+  path = run_info.epath.Path(tmp_path)
+  assert run_info.latest_checkpoint_step(path, remote=True) == 10
+  assert run_info.latest_checkpoint_step(path) == 20            # local: a complete save is renamed into place
+
+
 def test_tpu_dry_run_prints_every_command_and_runs_none(slice_env, tmp_path):
   repo, root, env, _ = slice_env
   env = dict(env, DRY_RUN="1", STUB_ROOT=str(tmp_path), WORKDIR="gs://my-bucket/runs/x y")
