@@ -398,3 +398,13 @@ def test_cli_output_that_is_a_file_or_a_missing_vocab_is_one_error_before_conver
                   f"--vocab={tmp_path / 'missing.txt'}"])
   with pytest.raises(UserError, match=r"--config=.*: a directory; expected a file"):
     convert_main(["import-tf", f"--checkpoint={folder}", f"--config={tmp_path}", f"--output={tmp_path / 'out'}"])
+
+
+def test_import_hf_refuses_a_causal_decoder_config(tmp_path, tiny_vocab):
+  """A BertLMHeadModel folder (is_decoder=true: causal attention) has BertForMaskedLM's keys and imported
+  silently, with hidden states 0.4 off transformers' (our encoder is bidirectional)."""
+  folder = _tiny_hf_folder(tmp_path, tiny_vocab, lambda state: None)
+  config_path = os.path.join(folder, "config.json")
+  json.dump(dict(json.load(open(config_path)), is_decoder=True), open(config_path, "w"))
+  with pytest.raises(ConversionError, match="config.json: is_decoder=True.*causal"):
+    hf_convert.import_hf(folder)

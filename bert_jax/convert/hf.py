@@ -151,6 +151,15 @@ def read_config_json(path: str) -> dict:
   return d
 
 
+def check_encoder_config(d: dict, source: str) -> None:
+  """A bidirectional encoder: is_decoder=True (BertLMHeadModel, ElectraForCausalLM) applies a causal mask that
+  this package's encoder does not, so its hidden states would differ from every position's first token on."""
+  if d.get("is_decoder") or d.get("add_cross_attention"):
+    raise mapping.ConversionError(
+        f"{source}: is_decoder={d.get('is_decoder')!r}, add_cross_attention={d.get('add_cross_attention')!r}: a "
+        "causal (decoder) model; only bidirectional encoders convert exactly (is_decoder=false)")
+
+
 def architecture_dict(config_dict: dict) -> dict:
   """A Hugging Face config.json less the keys whose meaning differs from BertConfig's field of that name:
   "dtype" (transformers >= 4.56's name for the stored weights' torch dtype, null in a fresh config's
@@ -167,6 +176,7 @@ def hf_config_to_bert(config_dict: dict, source: str) -> BertConfig:
   pos = config_dict.get("position_embedding_type", "absolute")
   if pos != "absolute":
     raise mapping.ConversionError(f"{source}: position_embedding_type={pos!r}; only 'absolute' is supported")
+  check_encoder_config(config_dict, source)
   missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                          "intermediate_size") if k not in config_dict]
   if missing:

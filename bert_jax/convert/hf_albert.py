@@ -131,6 +131,7 @@ def hf_config_to_albert(d: dict, source: str) -> BertConfig:
   pos = d.get("position_embedding_type", "absolute")
   if pos != "absolute":
     raise ConversionError(f"{source}: position_embedding_type={pos!r}; only 'absolute' is supported")
+  hf.check_encoder_config(d, source)
   missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                          "intermediate_size") if k not in d]
   if missing:

@@ -249,6 +249,7 @@ def electra_config_to_bert(d: dict, source: str) -> BertConfig:
   pos = d.get("position_embedding_type", "absolute")
   if pos != "absolute":
     raise ConversionError(f"{source}: position_embedding_type={pos!r}; only 'absolute' is supported")
+  hf.check_encoder_config(d, source)
   fields = {k: v for k, v in hf.architecture_dict(d).items() if k != "embedding_size"}
   if "hidden_act" in fields:
     fields["hidden_act"] = mapping.check_hidden_act(fields["hidden_act"], source)
