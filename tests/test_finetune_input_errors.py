@@ -182,3 +182,26 @@ def test_a_grid_over_tasks_or_dev_splits_is_an_error(tmp_path):
   with pytest.raises(UserError, match=r"--grid: points 'task=sst2' and 'task=cola' differ in the task"):
     sweep.run_sweep(c, "task=sst2,cola", 1, str(tmp_path / "sw"))
   assert not os.path.exists(tmp_path / "sw")
+
+
+def test_a_rerun_in_a_used_workdir_removes_the_earlier_runs_prediction_files(tmp_path):
+  """A second run (another task, or without a split) left the first run's submission files (CoLA.tsv) beside
+  its own, as if it had written them; a rerun that fails on its data keeps them."""
+  import json
+  data = testing.write_glue(str(tmp_path / "glue"), tasks=["sst2", "rte"])
+  vocab = testing.write_vocab(str(tmp_path / "v"))
+  out = tmp_path / "run"
+  out.mkdir()
+  (out / "CoLA.tsv").write_text("index\tprediction\n0\t1\n")
+  (out / "notes.txt").write_text("mine")
+  (out / "eval_results.json").write_text(json.dumps({"task": "cola", "prediction_files": ["CoLA.tsv", "../x"]}))
+  with open(os.path.join(data, "RTE", "train.tsv"), "w") as f:
+    f.write("index\tsentence1\tsentence2\tlabel\n")
+  with pytest.raises(UserError, match="no examples"):
+    finetune_loop.run(make_config("rte", data, vocab), str(out))
+  assert (out / "CoLA.tsv").exists() and (out / "eval_results.json").exists()
+  c = make_config("sst2", data, vocab, max_train_steps=1, do_eval=False)
+  c.model.num_hidden_layers = 1
+  results = finetune_loop.run(c, str(out))
+  assert not (out / "CoLA.tsv").exists() and (out / "notes.txt").exists() and (out / "SST-2.tsv").exists()
+  assert "SST-2.tsv" in results["prediction_files"]

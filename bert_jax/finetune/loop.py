@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import logging
 import math
 import os
@@ -91,6 +92,8 @@ def _finetune(plan: FinetunePlan) -> dict:
   tokenizer = tokenization.load_tokenizer(plan.vocab_file, do_lower_case=plan.do_lower_case)
   t_data = time.time()
   train, eval_data, test_data = load_data(plan, tokenizer)
+  if is_main:   # after the input checks: a rerun that fails on its data keeps the earlier results
+    clear_previous_outputs(plan.workdir)
   timing: Dict[str, Any] = {"data_seconds": round(time.time() - t_data, 2)}
   schedule = plan.schedule(train.num_rows if train else 0)
   model = fm.build_model(task, plan.model, plan.classifier_dropout)
@@ -128,6 +131,32 @@ def _finetune(plan: FinetunePlan) -> dict:
     plot_curves(plan.workdir, log.records, task.main_metric)
   _log.info("eval results: %s", {k: v for k, v in results.items() if k != "prediction_files"})
   return results
+
+
+def clear_previous_outputs(workdir: str) -> List[str]:
+  """A run in a work directory that holds an earlier run's results starts over (fine-tuning does not resume):
+  the earlier eval_results.json and the prediction files it lists are removed first, so no stale submission
+  file (another task's, or a split this run does not predict) is left beside the new ones as if this run wrote
+  it. Returns the removed paths (logged)."""
+  path = fileio.join(workdir, "eval_results.json")
+  if not fileio.exists(path):
+    return []
+  try:
+    previous = json.loads(fileio.read_text(path))
+  except (ValueError, OSError):
+    previous = {}
+  removed = []
+  root = os.path.normpath(workdir)
+  for name in (previous.get("prediction_files") or []) if isinstance(previous, dict) else []:
+    f = os.path.normpath(fileio.join(workdir, str(name)))
+    if f.startswith(root + os.sep) and fileio.isfile(f):   # only files inside the work directory
+      fileio.remove(f)
+      removed.append(f)
+  fileio.remove(path)
+  removed.append(path)
+  _log.warning("work dir %s held an earlier run's results; removed them before starting over: %s", workdir,
+               ", ".join(os.path.basename(f) for f in removed))
+  return removed
 
 
 # ---- set-up ------------------------------------------------------------------------------------------------

@@ -287,6 +287,8 @@ def _run(plans: Sequence[FinetunePlan]) -> List[dict]:
   tokenizer = tokenization.load_tokenizer(first.vocab_file, do_lower_case=first.do_lower_case)
   t_data = time.time()
   train, eval_data, test_data = loop.load_data(first, tokenizer)
+  for p in plans:   # after the input checks: a rerun that fails on its data keeps the earlier results
+    loop.clear_previous_outputs(p.workdir)
   data_seconds = round(time.time() - t_data, 2)
   schedule = first.schedule(train.num_rows)
   total, per_epoch, every = schedule["total_steps"], schedule["steps_per_epoch"], schedule["eval_every_steps"]
