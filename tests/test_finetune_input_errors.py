@@ -205,3 +205,25 @@ def test_a_rerun_in_a_used_workdir_removes_the_earlier_runs_prediction_files(tmp
   results = finetune_loop.run(c, str(out))
   assert not (out / "CoLA.tsv").exists() and (out / "notes.txt").exists() and (out / "SST-2.tsv").exists()
   assert "SST-2.tsv" in results["prediction_files"]
+
+
+def test_reproduce_paper_prepare_takes_a_relative_root(tmp_path):
+  """prepare.sh cd's into ROOT/google: a relative ROOT then put TFDS data under ROOT/google/ROOT and the
+  checkpoints relative to the repository. wget, unzip and python are stubbed (no network)."""
+  import stat
+  import subprocess
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  stub, log = tmp_path / "stub", tmp_path / "log"
+  stub.mkdir()
+  for name in ("wget", "unzip", "python"):
+    (stub / name).write_text(f'#!/bin/bash\necho "{name} $*" >> {log}\n')
+    (stub / name).chmod((stub / name).stat().st_mode | stat.S_IEXEC)
+  env = dict(os.environ, PATH=f"{stub}:{os.environ['PATH']}")
+  work = tmp_path / "cwd"
+  work.mkdir()
+  subprocess.run(["bash", os.path.join(repo, "experiments", "reproduce_paper", "prepare.sh"), "rel"], cwd=work,
+                 env=env, check=True, capture_output=True, timeout=60)
+  lines = log.read_text().splitlines()
+  root = str(work / "rel")
+  assert any(f"--output={root}/converted/uncased_L-12_H-768_A-12" in l for l in lines)
+  assert all(l.endswith(f"{root}/tensorflow_datasets") for l in lines if "tensorflow_datasets as tfds" in l)

@@ -6,6 +6,7 @@ set -euo pipefail
 ROOT=${1:?usage: prepare.sh ROOT}
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$ROOT/google" "$ROOT/converted" "$ROOT/tensorflow_datasets"
+ROOT=$(cd "$ROOT" && pwd)   # absolute: the steps below run in $ROOT/google and in the repository
 cd "$ROOT/google"
 for name in uncased_L-12_H-768_A-12 cased_L-12_H-768_A-12; do
   if [ ! -f "$name/bert_model.ckpt.index" ]; then
