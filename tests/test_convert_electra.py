@@ -214,8 +214,19 @@ def test_missing_generator_or_weight_is_an_error_naming_it(tmp_path, tiny_vocab)
   (tmp_path / "vocab.txt").write_text(open(tiny_vocab).read())
   (tmp_path / "config.json").write_text(json.dumps(disc.config.to_dict()))
   variables = _google_names(disc, "electra")
+  # A discriminator alone (was refused, pointing at Hugging Face's TF converter, gone in transformers 5) imports
+  # as the discriminator, with transformers' logits.
+  config, generator, params, report = hf_electra.import_tf_electra(
+      str(tmp_path / "x.ckpt"), str(tmp_path / "config.json"), variables=variables)
+  assert generator is None and set(params) == {"bert", "discriminator_predictions"}
+  assert report.fresh_groups == ["pooler"] and "no generator/ variables" in report.summary()
+  ids, mask, seg = _inputs(v)
+  ours = jax.jit(ElectraDiscriminator(config).apply)({"params": params}, ids, mask, seg)
+  want = _torch_out(disc, ids, mask, seg).logits.numpy()
+  assert np.abs(np.asarray(ours["disc_logits"]) - want)[mask > 0].max() < 1e-4
   with pytest.raises(ConversionError, match="no generator/encoder/layer_0"):
-    hf_electra.import_tf_electra(str(tmp_path / "x.ckpt"), str(tmp_path / "config.json"), variables=variables)
+    hf_electra.import_tf_electra(str(tmp_path / "x.ckpt"), str(tmp_path / "config.json"),
+                                 variables=dict(variables, **{"generator/output_bias": np.zeros(v, np.float32)}))
   gen = _generator(v, embedding_size=H, disc=disc)
   variables.update({k: a for k, a in _google_names(gen, "generator").items() if "/embeddings/" not in k})
   del variables["electra/encoder/layer_1/intermediate/dense/bias"]

@@ -24,7 +24,8 @@ What maps onto what (our params tree: models/electra.py):
 - An ElectraForMaskedLM folder (a released generator) imports as a BERT MLM model: `bert` + `mlm`
   (generator_predictions -> mlm/transform + mlm/LayerNorm, generator_lm_head.bias -> mlm/output_bias; the lm
   head's weight must equal the word embeddings, as transformers ties them).
-- A google-research/electra checkpoint holds both models: it imports as the full ElectraForPreTraining tree
+- A google-research/electra checkpoint holds both models (one without generator/ variables imports as the
+  discriminator alone, as an ElectraForPreTraining folder does): it imports as the full ElectraForPreTraining tree
   (bert, generator, discriminator_predictions) for continued ELECTRA pre-training; the generator's width is read
   from the checkpoint's shapes and written to convert_info.json (`electra.generator_hidden_fraction`: pass it as
   --config.electra.generator_hidden_fraction with --config.init_checkpoint=DIR). Adam slots, global_step and
@@ -343,8 +344,8 @@ def infer_generator(config: BertConfig, variables: Dict[str, np.ndarray]) -> Ber
   q = variables.get("generator/encoder/layer_0/attention/self/query/kernel")
   ffn = variables.get("generator/encoder/layer_0/intermediate/dense/kernel")
   if q is None or ffn is None:
-    raise ConversionError("the checkpoint has no generator/encoder/layer_0 variables: not a full ELECTRA "
-                          "pre-training checkpoint (import a discriminator through Hugging Face instead)")
+    raise ConversionError("the checkpoint has no generator/encoder/layer_0 variables (query and intermediate "
+                          "kernels): its generator/ variables are incomplete")
   hidden = int(np.shape(q)[1])
   layers = len({m.group(1) for n in variables for m in [re.match(r"generator/encoder/layer_(\d+)/", n)] if m})
   heads = max(1, hidden // 64)
@@ -357,7 +358,8 @@ def infer_generator(config: BertConfig, variables: Dict[str, np.ndarray]) -> Ber
 def import_tf_electra(checkpoint: str, config_file: str, output: Optional[str] = None,
                       vocab_file: Optional[str] = None, do_lower_case: Optional[bool] = None,
                       variables: Optional[Dict[str, np.ndarray]] = None):
-  """A google-research/electra pre-training checkpoint -> ElectraForPreTraining params (module docstring).
+  """A google-research/electra pre-training checkpoint -> ElectraForPreTraining params (module docstring); one
+  without generator/ variables -> the discriminator's (generator_config None).
   Returns (config, generator_config, params, report)."""
   if variables is None:
     variables = google_tf.read_tf_checkpoint(checkpoint)
@@ -371,13 +373,27 @@ def import_tf_electra(checkpoint: str, config_file: str, output: Optional[str] =
   if not os.path.exists(vocab_file):
     raise FileNotFoundError(f"vocab not found: {vocab_file}; pass --vocab=PATH")
   config = electra_config_to_bert(hf.read_config_json(config_file), config_file)
-  generator = infer_generator(config, variables)
   report = mapping.ConversionReport(source=checkpoint, fmt="google")
+  ignorable = lambda n: google_tf.is_ignorable(n) or bool(_TF_IGNORABLE.search(n))  # noqa: E731
+  if not any(n.startswith("generator/") for n in variables):
+    # A discriminator alone (a release without its generator, or a checkpoint of a discriminator run): it
+    # imports as an ElectraForPreTraining folder does (it said to go through Hugging Face, whose TF converter
+    # transformers 5 no longer has).
+    shapes = _shapes(ElectraDiscriminator(config))
+    table = discriminator_table(config)
+    _check_table(table, shapes, _POOLER)
+    flat = _assign(variables, "google", table, shapes, report, ignorable)
+    _fresh_pooler(config, flat, report, 0)
+    report.notes.append("no generator/ variables: the discriminator alone (bert + discriminator_predictions), "
+                        "for fine-tuning, features and export-hf; continued ELECTRA pre-training needs its "
+                        "generator")
+    return _finish_tf_electra(checkpoint, folder, config, None, traverse_util.unflatten_dict(flat), report,
+                              config_file, vocab_file, output, do_lower_case, info={})
+  generator = infer_generator(config, variables)
   model = ElectraForPreTraining(config, generator)
   shapes = _shapes(model)
   table = discriminator_table(config) + generator_table(generator, _width(config))
   _check_table(table, shapes, _POOLER)
-  ignorable = lambda n: google_tf.is_ignorable(n) or bool(_TF_IGNORABLE.search(n))  # noqa: E731
   flat = _assign(variables, "google", table, shapes, report, ignorable)
   _fresh_pooler(config, flat, report, 0)
   params = traverse_util.unflatten_dict(flat)
@@ -387,14 +403,20 @@ def import_tf_electra(checkpoint: str, config_file: str, output: Optional[str] =
                       f"--config.electra.generator_hidden_fraction={fraction:.6g}"
                       + ("" if generator.num_hidden_layers == config.num_hidden_layers else
                          f" --config.electra.generator_num_layers={generator.num_hidden_layers}"))
+  return _finish_tf_electra(checkpoint, folder, config, generator, params, report, config_file, vocab_file, output,
+                            do_lower_case, info={"electra": {"generator_hidden_fraction": fraction,
+                                                             "generator_num_layers": generator.num_hidden_layers}})
+
+
+def _finish_tf_electra(checkpoint, folder, config, generator, params, report, config_file, vocab_file, output,
+                       do_lower_case, info):
   mapping.check_vocab_size(vocab_file, params_dir.count_vocab_lines(vocab_file), config, config_file, report)
   if do_lower_case is None:
     do_lower_case = params_dir.guess_do_lower_case(vocab_file, hint=os.path.basename(folder))
   if output:
     params_dir.save_params_dir(output, config, params, vocab_file, info={
         "source": os.path.abspath(checkpoint), "format": "google_tf_electra", "do_lower_case": bool(do_lower_case),
-        "report": report.to_dict(),
-        "electra": {"generator_hidden_fraction": fraction, "generator_num_layers": generator.num_hidden_layers}})
+        "report": report.to_dict(), **info})
   return config, generator, params, report
 
 
