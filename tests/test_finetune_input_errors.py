@@ -215,8 +215,9 @@ def test_reproduce_paper_prepare_takes_a_relative_root(tmp_path):
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   stub, log = tmp_path / "stub", tmp_path / "log"
   stub.mkdir()
-  for name in ("wget", "unzip", "python"):
-    (stub / name).write_text(f'#!/bin/bash\necho "{name} $*" >> {log}\n')
+  for name in ("wget", "unzip", "python"):   # wget leaves the .zip that prepare.sh removes after unzip
+    touch = '\ntouch "$(basename "${@: -1}")"' if name == "wget" else ""
+    (stub / name).write_text(f'#!/bin/bash\necho "{name} $*" >> {log}{touch}\n')
     (stub / name).chmod((stub / name).stat().st_mode | stat.S_IEXEC)
   env = dict(os.environ, PATH=f"{stub}:{os.environ['PATH']}")
   work = tmp_path / "cwd"
