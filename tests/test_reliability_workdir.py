@@ -265,6 +265,20 @@ def test_resuming_with_another_model_size_is_refused_naming_the_fields(run10, tm
   assert not os.path.exists(os.path.join(workdir, wd.LOCK_NAME))             # released on the error
 
 
+def test_resuming_with_another_optimizer_names_the_field_and_leaves_the_work_dir_files(run10, tmp_path):
+  # config.json and plan.json were rewritten with the refused run's config before its restore failed (export-hf
+  # reads plan.json's targets), and the error did not say which field made the checkpoints unreadable
+  workdir, corpus, vocab = copy_run(run10, tmp_path)
+  before = {n: open(os.path.join(workdir, n)).read() for n in ("config.json", "model_config.json")}
+  with pytest.raises(UserError, match=r"no checkpoint in \S+ can be restored: .*This run changes "
+                                      r"config.optimizer.name: 'adamw' in the work dir vs 'lamb' now") as e:
+    pretrain.train_and_evaluate(tiny_config(corpus, vocab, steps=20, **{"optimizer.name": "lamb"}), workdir)
+  print("measured:", e.value)
+  assert {n: open(os.path.join(workdir, n)).read() for n in before} == before
+  assert not os.path.exists(os.path.join(workdir, "plan.json"))
+  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["10", "5"]
+
+
 def test_init_checkpoint_with_another_vocab_size_is_refused_before_training(run10, tmp_path):
   src, corpus, vocab = run10
   bigger = str(tmp_path / "vocab_big.txt")

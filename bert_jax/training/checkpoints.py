@@ -182,8 +182,34 @@ def restore_latest_readable(ckpt: Checkpointer, config, model, mesh, tx):
   raise UserError(
       f"no checkpoint in {ckpt.directory} can be restored: "
       + "; ".join(f"step {s}: {r}" for s, r in failed)
-      + ". Nothing was moved or deleted. If the run's config changed (optimizer, model), resume with the original "
+      + ". Nothing was moved or deleted. " + _changed_fields(ckpt, getattr(config, "config", None))
+      + "If the run's config changed (optimizer, model), resume with the original "
       "one; to start over, move the checkpoints/ directory away")
+
+
+# The run config fields that shape the checkpointed state (params, optimizer state) besides the architecture,
+# which the plan compares itself (workdir.check_resume_model_config).
+STATE_FIELDS = ("targets", "optimizer.name", "electra.generator_hidden_fraction", "electra.generator_num_layers",
+                "electra.disc_mlm_weight")
+
+
+def _changed_fields(ckpt: Checkpointer, run_config: Optional[dict]) -> str:
+  """'This run changes config.targets: ('mlm', 'nsp') in the work dir vs ('electra',) now. ' for the
+  STATE_FIELDS whose value differs from the work dir's config.json ("" when none or unreadable)."""
+  try:
+    saved = params_dir.read_json(fileio.join(fileio.dirname(ckpt.directory), "config.json"))
+  except Exception:  # noqa: BLE001 - a hint only
+    return ""
+
+  def get(tree, path):
+    for key in path.split("."):
+      if not isinstance(tree, dict) or key not in tree:
+        return None
+      tree = tree[key]
+    return tuple(tree) if isinstance(tree, list) else tree
+  changed = [f"config.{f}: {get(saved, f)!r} in the work dir vs {get(run_config, f)!r} now" for f in STATE_FIELDS
+             if run_config and get(saved, f) is not None and get(saved, f) != get(run_config, f)]
+  return f"This run changes {'; '.join(changed)}. " if changed else ""
 
 
 def _move_aside(ckpt: Checkpointer, steps) -> None:

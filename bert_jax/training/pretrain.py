@@ -244,6 +244,11 @@ def _start(plan, ckpt, model, mesh, tx, train_step, abstract, batch_sharding):
     raise
   state = state_future.result()
   clock.ready()
+  # plan.json, config.json, model_config.json, vocab.txt: written once the state is restored (or made), so a
+  # resume whose config cannot restore the work dir's checkpoints (other targets, optimizer) leaves them as
+  # they were: export-hf and fine-tuning read the work dir's targets and architecture from them
+  plan.save()
+  checkpoints.write_workdir_files(plan.workdir, plan.config, plan.model, plan.vocab_file)
   step = int(jax.device_get(state.step))
   if step != expected and opened is not None:
     log.info("restored step %d, not %d: the data opened ahead of time is not used", step, expected)
@@ -278,8 +283,6 @@ class _Run:
 def _train(plan: PretrainPlan, lock: workdir_lib.WorkdirLock) -> Dict[str, Any]:
   """Set-up, the phases, the end; the work-dir lock is held."""
   log.info("plan (%s):\n%s", fileio.join(plan.workdir, PLAN_NAME), plan.describe())
-  plan.save()
-  checkpoints.write_workdir_files(plan.workdir, plan.config, plan.model, plan.vocab_file)
   ckpt = checkpoints.Checkpointer(fileio.join(plan.workdir, CHECKPOINT_SUBDIR), keep=plan.keep_checkpoints)
   model = pretraining_model(plan.model, plan.targets, plan.electra)
   mesh = sharding.make_mesh(plan.mesh_shape, plan.mesh_axes)
