@@ -114,3 +114,17 @@ def test_query_truncation_window_layout_and_too_small_length(tmp_path, tok):
   assert f["start_positions"].tolist() == [8, 5] and f["end_positions"].tolist() == [9, 6]
   with pytest.raises(ValueError, match="leaves no room"):
     squad.convert_examples_to_features([ex], tok, max_seq_length=6, max_query_length=3)
+
+
+def test_a_duplicate_question_id_is_an_error_or_a_counted_skip(tmp_path):
+  """Predictions, gold answers and scores are keyed by id: a second question with an id already used took the
+  first one's place silently."""
+  obj = testing.squad_json()
+  qas = obj["data"][0]["paragraphs"][0]["qas"]
+  qas.append(dict(qas[1], question="another question ?"))
+  path = tmp_path / "dev-v1.1.json"
+  path.write_text(json.dumps(obj, ensure_ascii=False), encoding="utf-8")
+  with pytest.raises(TaskDataError, match=r"dev-v1.1.json:1: duplicate question id: id q2"):
+    squad.read_squad(str(path), is_training=False, split="dev")
+  es = squad.read_squad(str(path), is_training=False, split="dev", on_error="skip")
+  assert es.skipped.counts == {"duplicate question id": 1} and len(es) == 8   # 8 unique questions

@@ -140,6 +140,7 @@ def read_squad(path: str, version_2_with_negative: bool = False, is_training: bo
   report = common.SkipReport(source=path)
   bad = common.ErrorPolicy(on_error, report)
   examples: List[SquadExample] = []
+  seen_ids = set()
   for a_i, article in enumerate(data["data"]):
     title = article.get("title", "")
     for p_i, para in enumerate(article.get("paragraphs", [])):
@@ -150,7 +151,14 @@ def read_squad(path: str, version_2_with_negative: bool = False, is_training: bo
       for qa in para["qas"]:
         ex = _parse_qa(qa, context, title, version_2_with_negative, is_training, path, line_of, bad,
                        f"article {a_i} paragraph {p_i}")
+        if ex is not None and ex.qas_id in seen_ids:
+          # predictions.json, the gold answers and the scores are keyed by id: a second question with the same
+          # id silently took the first one's place
+          bad(path, line_of(ex.qas_id), "duplicate question id",
+              f"id {ex.qas_id} (article {a_i} paragraph {p_i}) is already a question's id; ids must be unique")
+          continue
         if ex is not None:
+          seen_ids.add(ex.qas_id)
           examples.append(ex)
   _warn_unanswered(examples, path, version_2_with_negative)
   return common.finish(examples, path, split, report)
