@@ -273,3 +273,34 @@ def test_beam_run_that_makes_no_instances_is_a_user_error(corpus, tmp_path, caps
   lines = [line for line in err.splitlines() if line.startswith("error:")]
   assert e.value.code == 2 and "Traceback" not in err, err
   assert len(lines) == 1 and "no instances from the input files" in lines[0] and "1 document(s)" in lines[0], err
+
+
+def test_gzip_input_makes_the_records_of_its_text(corpus, tmp_path, capsys):
+  """A gzip'd corpus (corpus.txt.gz) was parsed as its compressed bytes: 'lines that are not UTF-8' skipped
+  and the few that decoded kept as text. Now it is read decompressed, whole (one shard however small
+  --shard_size), making the plain file's records; a damaged one is one `error:` line naming it."""
+  import gzip  # pylint: disable=g-import-not-at-top
+  from bert_jax.input_pipeline import build_vocab, checks  # pylint: disable=g-import-not-at-top
+  text = (corpus / "a.txt").read_bytes()
+  gz = tmp_path / "a.txt.gz"
+  gz.write_bytes(gzip.compress(text))
+  plain = cpd.create_pretraining_data(str(corpus / "a.txt"), [str(tmp_path / "p/t.tfrecord")],
+                                      str(corpus / "vocab.txt"), CFG, progress=False, verbose=False)
+  zipped = cpd.create_pretraining_data(str(gz), [str(tmp_path / "z/t.tfrecord")], str(corpus / "vocab.txt"),
+                                       CFG, progress=False, verbose=False)
+  assert zipped.read.bad_utf8_lines == {} and zipped.read.documents == plain.read.documents
+  assert (tmp_path / "z/t.tfrecord").read_bytes() == (tmp_path / "p/t.tfrecord").read_bytes()
+  assert len(sharding.plan_shards([str(gz)], shard_bytes=64)) == 1
+  assert checks.is_raw_text([str(gz)]) and checks.count_documents_upto([str(gz)], 10**6) == plain.read.documents
+  v_plain = build_vocab.build_vocab(str(corpus / "a.txt"), 60, str(tmp_path / "v1.txt"), backend="python",
+                                    verbose=False)
+  assert build_vocab.build_vocab(str(gz), 60, str(tmp_path / "v2.txt"), backend="python", verbose=False) == v_plain
+  (tmp_path / "cut.txt.gz").write_bytes(gz.read_bytes()[:len(gz.read_bytes()) // 2])
+  with pytest.raises(SystemExit) as e:
+    cli.run_plain_main(cpd.main, [f"--input_file={tmp_path}/cut.txt.gz", f"--output_file={tmp_path}/c/t.tfrecord",
+                                  f"--vocab_file={corpus}/vocab.txt", "--num_workers=1", "--progress=false"])
+  err = capsys.readouterr().err
+  assert e.value.code == 2 and "Traceback" not in err, err
+  assert [l for l in err.splitlines() if l.startswith("error:")] == [
+      f"error: {tmp_path}/cut.txt.gz: not a readable gzip file (Compressed file ended before the end-of-stream "
+      "marker was reached); decompress it or fix the copy"], err

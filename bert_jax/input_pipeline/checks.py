@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import gzip
 import logging
 import math
 from typing import Iterable, List, Sequence
@@ -22,7 +23,7 @@ from bert_jax.input_pipeline import fileio, text_io, tokenization
 _log = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-_TEXT_SUFFIXES = (".txt", ".text")    # raw text, as pretrain_dataset's input_format="auto"
+_TEXT_SUFFIXES = (".txt", ".text", ".txt.gz", ".text.gz")   # raw text, as pretrain_dataset's input_format="auto"
 
 
 # ---- generic field checks -------------------------------------------------------------------------------
@@ -116,7 +117,10 @@ def count_documents_upto(files: Sequence[str], limit: int) -> int:
   found = 0
   for path in files:
     in_doc = False
-    with fileio.open_file(path, "rb") as f:
+    with fileio.open_file(path, "rb") as raw:
+      head = raw.read(2)
+      raw.seek(0)
+      f = gzip.GzipFile(fileobj=raw) if text_io.is_gzip(head) else raw
       for line in f:
         if line.strip():
           in_doc = True

@@ -82,7 +82,7 @@ from bert_jax.input_pipeline import tokenization
 
 BATCH_KEYS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
               "masked_lm_weights", "next_sentence_labels")
-_TEXT_SUFFIXES = (".txt", ".text")
+_TEXT_SUFFIXES = (".txt", ".text", ".txt.gz", ".text.gz")   # raw text (gzip'd: text_io decompresses it)
 _MAX_EPOCHS = 1 << 31
 MASKING_MODES = ("auto", "static", "dynamic")
 

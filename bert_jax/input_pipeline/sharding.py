@@ -5,7 +5,7 @@
     docs = sharding.read_shard_documents(shards[3], stats)   # == those documents of text_io.read_documents
     random.Random(sharding.shard_seed(12345, shard.index, dupe_round, sharding.PAIRS))
 
-A file larger than `shard_bytes` is cut into byte ranges of about `shard_bytes`, each moved forward to the
+A file larger than `shard_bytes` (but a gzip'd one, which is one shard: its memory is its text's) is cut into byte ranges of about `shard_bytes`, each moved forward to the
 next empty line ("\\n\\n" or "\\n\\r\\n"): a blank line ends a document in Google's format, so the documents of
 the ranges, in order, are exactly the documents of the whole file (tested). Files smaller than `shard_bytes`
 are grouped, in sorted order, into shards of at most `shard_bytes`. The plan needs only the file sizes and
@@ -113,6 +113,9 @@ def plan_shards(files: Sequence[str], shard_bytes: int = DEFAULT_SHARD_BYTES,
       continue
     close_group()
     with fileio.open_file(path, "rb") as f:
+      if text_io.is_gzip(f.read(2)):      # compressed: no byte range but the whole file is text
+        shards.append(Shard(len(shards), ((path, 0, size),)))
+        continue
       cuts = [0]
       for k in range(1, -(-size // shard_bytes)):
         c = next_cut(f, size, max(k * shard_bytes, cuts[-1]))

@@ -1,6 +1,8 @@
 """Reading pre-training text in Google's format, with counted skips instead of silent loss.
 
 Format: one sentence per line, a blank line between documents (google-research/bert `sample_text.txt`).
+A gzip'd file (`corpus.txt.gz`; recognised by its magic bytes, whatever its name) is read decompressed; it is
+read whole (sharding never cuts it into byte ranges).
 Lines that are not UTF-8 are skipped and counted (with the file name); empty files are counted; a glob that
 matches nothing raises, naming the glob. Both kinds of skip are also reported as input warnings
 (`bert_jax.input_warnings.warn_input`: a `warning:` line naming the file and the count, printed again when
@@ -11,8 +13,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import gzip
+import zlib
 from typing import List, Sequence, Union
 
+from bert_jax.errors import UserError
 from bert_jax.input_warnings import warn_input
 from bert_jax.input_pipeline import fileio
 from bert_jax.input_pipeline import manifest
@@ -69,6 +74,25 @@ class ReadStats:
     return out
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def is_gzip(head: bytes) -> bool:
+  """Whether bytes starting a file are gzip's magic number (no UTF-8 text starts with 0x1F 0x8B)."""
+  return head[:2] == GZIP_MAGIC
+
+
+def decompress_if_gzip(raw: bytes, path: str) -> bytes:
+  """`raw` (a whole file's bytes), decompressed when it is gzip'd; a damaged gzip file is a UserError
+  naming it (its text cannot be told from its bytes)."""
+  if not is_gzip(raw):
+    return raw
+  try:
+    return gzip.decompress(raw)
+  except (OSError, EOFError, zlib.error) as e:
+    raise UserError(f"{path}: not a readable gzip file ({e}); decompress it or fix the copy") from e
+
+
 def read_documents(files: Sequence[str], stats: ReadStats = None) -> List[List[str]]:
   """Documents (lists of non-empty stripped lines) from text files in Google's format.
 
@@ -92,6 +116,7 @@ def parse_documents(raw: bytes, path: str, stats: ReadStats, whole_file: bool = 
   documents: List[List[str]] = []
   if whole_file:
     stats.files += 1
+    raw = decompress_if_gzip(raw, path)
   if not raw.strip():
     if whole_file:
       stats.empty_files.append(path)
