@@ -256,3 +256,14 @@ def test_c3_test_questions_with_an_empty_answer_are_unlabelled(tmp_path):
   assert len(test) == 3 and all(e.label is None for e in test)
   with pytest.raises(TaskDataError, match="missing answer"):
     get_task("c3").read("train", str(tmp_path))
+
+
+@pytest.mark.parametrize("label", ["true", "1.5"])
+def test_multiple_choice_label_that_is_no_index_is_an_error(tmp_path, label):
+  """int(true) and int(1.5) are 1: such a label was read as choice 1."""
+  row = '{"context": "c", "question": "q", "choices": ["a", "b", "c"], "label": %s}\n'
+  (tmp_path / "train.jsonl").write_text(row % "1.0" + row % label, encoding="utf-8")
+  with pytest.raises(TaskDataError, match=r"train.jsonl:2: bad label: label .* is not a choice index"):
+    get_task("multiple_choice").read("train", str(tmp_path))
+  es = get_task("multiple_choice", on_error="skip").read("train", str(tmp_path))
+  assert [e.label for e in es] == [1] and es.skipped.total == 1

@@ -92,6 +92,9 @@ def read_jsonl(path: str, split: str = "train", on_error: str = "raise") -> comm
       continue
     if label is not None:
       try:
+        # true / 1.5 are no choice index (int() read them as 1); 1.0 and "1" are
+        if isinstance(label, bool) or (isinstance(label, float) and not label.is_integer()):
+          raise ValueError
         label = int(label)
       except (TypeError, ValueError):
         bad(path, n, "bad label", f"label {label!r} is not a choice index")
