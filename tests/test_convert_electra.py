@@ -267,7 +267,10 @@ def test_imported_released_generator_exports_back_as_electra_for_masked_lm(tmp_p
   assert np.abs(_torch_out(back.eval(), ids, mask, seg).logits.numpy() - want)[real].max() < 1e-5
   from bert_jax.errors import UserError
   with pytest.raises(UserError, match="--heads=mlm"):   # no discriminator head: the message says what works
-    convert_main(["export-hf", f"--input={ours}", f"--output={tmp_path / 'x'}"])
+    convert_main(["export-hf", f"--input={ours}", f"--output={tmp_path / 'x'}", "--heads=pretraining"])
+  # the default (auto) writes what the params hold: the generator
+  assert convert_main(["export-hf", f"--input={ours}", f"--output={tmp_path / 'auto'}"]) == 0
+  assert json.load(open(tmp_path / "auto" / "config.json"))["architectures"] == ["ElectraForMaskedLM"]
 
 
 def _google_electra_folder(folder, tiny_vocab):

@@ -408,3 +408,25 @@ def test_import_hf_refuses_a_causal_decoder_config(tmp_path, tiny_vocab):
   json.dump(dict(json.load(open(config_path)), is_decoder=True), open(config_path, "w"))
   with pytest.raises(ConversionError, match="config.json: is_decoder=True.*causal"):
     hf_convert.import_hf(folder)
+
+
+def test_export_hf_default_heads_are_the_trained_ones_and_untrained_heads_are_refused(tmp_path, tiny_vocab, capsys):
+  """A converted BertForMaskedLM (pooler and NSP head initialised at random at conversion) was exported by
+  default as BertForPreTraining with those random heads, silently; the default (auto) now writes
+  BertForMaskedLM, and --heads=pretraining is an error naming the untrained head."""
+  from bert_jax.errors import UserError
+  vocab_size = sum(1 for _ in open(tiny_vocab))
+  torch.manual_seed(0)
+  transformers.BertForMaskedLM(_tiny_hf_config(vocab_size)).save_pretrained(str(tmp_path / "hf"))
+  (tmp_path / "hf" / "vocab.txt").write_text(open(tiny_vocab).read())
+  ours = str(tmp_path / "ours")
+  assert convert_main(["import-hf", f"--input={tmp_path / 'hf'}", f"--output={ours}"]) == 0
+  assert convert_main(["export-hf", f"--input={ours}", f"--output={tmp_path / 'back'}"]) == 0
+  assert "--heads=auto: mlm (BertForMaskedLM)" in capsys.readouterr().out
+  assert json.load(open(tmp_path / "back" / "config.json"))["architectures"] == ["BertForMaskedLM"]
+  _, info, _, _ = _hf_load(transformers.BertForMaskedLM, str(tmp_path / "back"))
+  assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+  with pytest.raises(UserError, match=r"\['nsp'\] head\(s\) were randomly initialised at conversion"):
+    convert_main(["export-hf", f"--input={ours}", f"--output={tmp_path / 'pt'}", "--heads=pretraining"])
+  assert convert_main(["export-hf", f"--input={ours}", f"--output={tmp_path / 'bare'}", "--heads=none"]) == 0
+  assert "pooler was randomly initialised at conversion" in capsys.readouterr().out

@@ -64,9 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
   e = sub.add_parser("export-hf", help="DIR -> Hugging Face folder (ALBERT's layout for embedding_size > 0)")
   e.add_argument("--input", required=True, help="our checkpoint directory")
   e.add_argument("--output", required=True, help="output Hugging Face folder")
-  e.add_argument("--heads", default="pretraining", choices=("pretraining", "mlm", "none"),
+  e.add_argument("--heads", default="auto", choices=("auto", "pretraining", "mlm", "none"),
                  help="pretraining: BertForPreTraining; mlm: BertForMaskedLM; none: bare BertModel (the Albert* "
-                      "classes for an ALBERT model)")
+                      "classes for an ALBERT model); auto (default): the first of these whose heads the "
+                      "checkpoint holds trained (not initialised at conversion)")
 
   z = sub.add_parser("zoo", help="list the registry of public checkpoints")
   z.add_argument("--name", default=None, help="show one entry with its download and convert commands")

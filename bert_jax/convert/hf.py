@@ -325,13 +325,28 @@ def write_model(ckpt, output: str, heads: str, source: str, *, heads_table: dict
   BERT, sop for ALBERT), `root` its encoder prefix ("bert.", "albert."), `config_dict(config, architecture,
   pad_token_id=)` its config.json, `hint` what to do when a head is missing, `sentencepiece_class` the
   tokenizer class written for a SentencePiece vocab (write_folder)."""
-  if heads not in heads_table:
-    raise ValueError(f"heads={heads!r}; expected one of {tuple(heads_table)}")
-  groups, architecture, prefix = heads_table[heads]
   input_dir = source or ckpt.directory
   config, params, vocab_file = ckpt.config, ckpt.params, ckpt.require_vocab()
   report = mapping.ConversionReport(source=input_dir, fmt="hf")
   need = {"pooler": "bert", "mlm": "mlm", pair_head: pair_head}
+  fresh = fresh_groups(ckpt)
+  if heads == "auto":
+    # the first layout whose heads the params hold trained: a converted BertForMaskedLM goes back as one, a
+    # bare BertModel (sentence-transformers) as BertModel, not with the heads conversion initialised at random
+    heads = next(h for h, (g, _, _) in heads_table.items()
+                 if h == "none" or not [x for x in g if x in ("mlm", pair_head) and (x not in params or x in fresh)])
+    report.notes.append(f"--heads=auto: {heads} ({heads_table[heads][1]})")
+  if heads not in heads_table:
+    raise ValueError(f"heads={heads!r}; expected one of {tuple(heads_table)} or auto")
+  groups, architecture, prefix = heads_table[heads]
+  untrained = [g for g in groups if g in ("mlm", pair_head) and g in fresh]
+  if untrained:
+    raise mapping.ConversionError(
+        f"{input_dir}: its {untrained} head(s) were randomly initialised at conversion (the source checkpoint had "
+        f"none), so --heads={heads} would write untrained heads as {architecture}'s; {hint} (or omit --heads)")
+  if "pooler" in groups and "pooler" in fresh:
+    report.notes.append("note: the pooler was randomly initialised at conversion (the source checkpoint had "
+                        "none): the folder's pooler_output is untrained")
   absent = [g for g in groups if g in need and need[g] not in params]
   if absent:
     raise mapping.ConversionError(
@@ -348,6 +363,14 @@ def write_model(ckpt, output: str, heads: str, source: str, *, heads_table: dict
                sentencepiece_class=sentencepiece_class)
   report.loaded = len(arrays)
   return report
+
+
+def fresh_groups(ckpt) -> list:
+  """The param groups a converter initialised at random (the conversion report's fresh_groups), unless the
+  checkpoint was fine-tuned since (its finetune_info: training set them)."""
+  if ckpt.finetune_info:
+    return []
+  return list((ckpt.info or {}).get("report", {}).get("fresh_groups", []))
 
 
 def _pad_id(vocab_file: str) -> int:

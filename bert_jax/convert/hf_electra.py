@@ -480,11 +480,15 @@ def _check_nothing_dropped(table: List[Entry], flat, source: str, heads: Tuple[s
 
 def write_electra(ckpt, output: str, heads: str = "pretraining", source: str = "") -> mapping.ConversionReport:
   """A loaded checkpoint with an ELECTRA head (`load_pretrained`) -> a Hugging Face ELECTRA folder."""
-  if heads not in HEADS:
-    raise ValueError(f"heads={heads!r}; expected one of {tuple(HEADS)}")
   source = source or ckpt.directory
   config, params, vocab_file = ckpt.config, ckpt.params, ckpt.require_vocab()
   report = mapping.ConversionReport(source=source, fmt="hf")
+  if heads == "auto":   # the discriminator with its head when there is one, else what the params hold
+    heads = ("pretraining" if "discriminator_predictions" in params
+             else "mlm" if ("mlm" in params or "generator" in params) else "none")
+    report.notes.append(f"--heads=auto: {heads} ({HEADS[heads]})")
+  if heads not in HEADS:
+    raise ValueError(f"heads={heads!r}; expected one of {tuple(HEADS)} or auto")
   flat = traverse_util.flatten_dict(dict(params))
   if config.share_layers:
     config, flat = _unshare(config, flat)
