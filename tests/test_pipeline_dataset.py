@@ -196,3 +196,22 @@ def test_raw_text_online_pairs_and_masks(tmp_path, vocab_file):
   got = next(resumed)
   for k in batches[25]:
     np.testing.assert_array_equal(got[k], batches[25][k], err_msg=k)
+
+
+def test_a_script_that_reads_one_batch_of_raw_text_exits(tmp_path):
+  """`next(make_pretraining_dataset(raw text))` as a script's last line: the process printed the batch and then
+  hung for ever at exit (a partly read tf.data pipeline with numpy_function torn down by the interpreter).
+  The iterators still open are closed at exit now."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  from data import sample_corpora  # pylint: disable=g-import-not-at-top
+  corpus = sample_corpora.write_google_format(sample_corpora.english_documents(), str(tmp_path / "c.txt"))
+  from bert_jax.input_pipeline import build_vocab  # pylint: disable=g-import-not-at-top
+  build_vocab.build_vocab(corpus, 3000, str(tmp_path / "v.txt"), verbose=False)
+  script = ("from bert_jax.input_pipeline import pretrain_dataset as pd\n"
+            f"it = pd.make_pretraining_dataset({corpus!r}, batch_size=8, vocab_file={str(tmp_path / 'v.txt')!r}, "
+            "is_training=False, process_index=0, process_count=1)\n"
+            "print(next(it)['input_ids'].shape, flush=True)\n")
+  out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                       env={**__import__("os").environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+  assert out.returncode == 0 and "(8, 128)" in out.stdout, out.stderr[-2000:]

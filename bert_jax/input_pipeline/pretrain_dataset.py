@@ -59,9 +59,12 @@ pairs and masks each epoch.
 
 from __future__ import annotations
 
+import atexit
+import gc
 import json
 import logging
 import random
+import weakref
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import jax
@@ -209,8 +212,23 @@ class CorruptRecordsError(UserError, ValueError):
   entry points print one `error:` line (and a supervisor does not restart into the same bytes)."""
 
 
+_LIVE_ITERATORS: "weakref.WeakSet[PretrainingIterator]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_iterators() -> None:
+  """Drops the tf.data iterators still alive at exit. A partly read iterator whose pipeline runs a
+  numpy_function (the raw-text pairs, dynamic masks) left to the interpreter's own teardown hung the process
+  for ever after the script's last line (TensorFlow's threads wait for the GIL there); dropped here, while
+  the interpreter is whole, it stops as a `del` would."""
+  for it in list(_LIVE_ITERATORS):
+    it.close()
+  gc.collect()
+
+
 class PretrainingIterator:
-  """Iterator of numpy batches with a resumable position (`state()`, `save_state()`)."""
+  """Iterator of numpy batches with a resumable position (`state()`, `save_state()`); `close()` stops its
+  tf.data pipeline (done at exit for any still open)."""
 
   def __init__(self, dataset: tf.data.Dataset, start_step: int, config: Dict, files: Sequence[str] = ()):
     self.dataset = dataset
@@ -218,6 +236,12 @@ class PretrainingIterator:
     self.step = int(start_step)
     self.config = config
     self.files = list(files)
+    _LIVE_ITERATORS.add(self)
+
+  def close(self) -> None:
+    """Releases the tf.data iterator (its threads and buffers); the iterator is spent afterwards."""
+    self._it = iter(())
+    self.dataset = None
 
   def __iter__(self):
     return self
