@@ -317,3 +317,13 @@ def test_import_tf_unsupported_hidden_act_names_the_config_file(google_folder):
   json.dump(dict(json.load(open(config_file)), hidden_act="mish"), open(config_file, "w"))
   with pytest.raises(ConversionError, match="bert_config.json: hidden_act='mish' is not supported"):
     google_tf.import_tf_checkpoint(prefix, variables=variables)
+
+
+def test_import_tf_of_a_tf2_object_based_checkpoint_names_the_format_and_lists_a_few(google_folder):
+  """A TF2 tf.train.Checkpoint (the Model Garden's BERT: .../.ATTRIBUTES/VARIABLE_VALUE names) listed every
+  one of its hundreds of names; now twenty, a count, and what the names are."""
+  prefix, _ = google_folder
+  variables = {f"encoder/layer_with_weights-{i}/kernel/.ATTRIBUTES/VARIABLE_VALUE": np.zeros(2, np.float32)
+               for i in range(30)}
+  with pytest.raises(ConversionError, match=r"30 google variable.*\.\.\. and 10 more; these are a TF2 object-based"):
+    google_tf.import_tf_checkpoint(prefix, variables=variables)

@@ -315,10 +315,15 @@ def assign_params(source: Mapping[str, np.ndarray], fmt: str, config: BertConfig
   by_source = {e.source(fmt): e for e in table}
   unknown = sorted(n for n in source if n not in by_source and not ignorable(n))
   if unknown:
+    hint = ""
+    if fmt == "hf":
+      hint = "; a fine-tuned model's task head (e.g. classifier.*) is dropped on purpose with --ignore='^classifier\\.'"
+    elif any(n.endswith("/.ATTRIBUTES/VARIABLE_VALUE") for n in unknown):
+      hint = ("; these are a TF2 object-based checkpoint's names (tf.train.Checkpoint, e.g. the TF Model Garden's "
+              "BERT), not Google's TF1 variable names (bert/encoder/layer_0/...), which import-tf reads")
     raise ConversionError(
         f"{report.source}: {len(unknown)} {fmt} variable(s) map to no parameter of BertForPreTraining: "
-        f"{unknown}" + ("; a fine-tuned model's task head (e.g. classifier.*) is dropped on purpose with "
-                        "--ignore='^classifier\\.'" if fmt == "hf" else ""))
+        f"{unknown[:20]}" + (f" ... and {len(unknown) - 20} more" if len(unknown) > 20 else "") + hint)
   report.ignored = sorted(n for n in source if n not in by_source)
 
   present_groups = {e.group for e in table if e.source(fmt) in source}
@@ -330,7 +335,8 @@ def assign_params(source: Mapping[str, np.ndarray], fmt: str, config: BertConfig
   if hard_missing:
     raise ConversionError(
         f"{report.source}: {len(hard_missing)} parameter(s) of the model have no {fmt} variable: " +
-        ", ".join(f"{e.source(fmt)} (-> {e.path})" for e in hard_missing))
+        ", ".join(f"{e.source(fmt)} (-> {e.path})" for e in hard_missing[:20]) +
+        (f" ... and {len(hard_missing) - 20} more" if len(hard_missing) > 20 else ""))
 
   mismatched = []
   flat: Dict[Tuple[str, ...], np.ndarray] = {}
