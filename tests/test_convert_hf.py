@@ -360,6 +360,12 @@ def test_import_hf_unreadable_config_or_weights_is_one_error_naming_the_file(tmp
     f.write(b"not a pickle" * 10)
   with pytest.raises(UserError, match="pytorch_model.bin: not a readable PyTorch state dict"):
     convert_main(argv)
+  os.remove(os.path.join(folder, "pytorch_model.bin"))
+  for text in ("{", '{"metadata": {}}'):   # torn, or without weight_map (was a KeyError traceback)
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+      f.write(text)
+    with pytest.raises(UserError, match="model.safetensors.index.json: not a shard index"):
+      convert_main(argv)
   assert not os.path.exists(tmp_path / "out")
 
 

@@ -115,8 +115,12 @@ def read_hf_state_dict(folder: str) -> Dict[str, np.ndarray]:
     if os.path.exists(p(single)):
       return reader(p(single))
     if os.path.exists(p(index)):
-      with open(p(index), encoding="utf-8") as f:
-        shards = sorted(set(json.load(f)["weight_map"].values()))
+      try:
+        with open(p(index), encoding="utf-8") as f:
+          shards = sorted(set(json.load(f)["weight_map"].values()))
+      except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as e:
+        raise mapping.ConversionError(f"{p(index)}: not a shard index (a JSON object whose weight_map names "
+                                      f"each tensor's file): {type(e).__name__}: {e}") from e
       out: Dict[str, np.ndarray] = {}
       for shard in shards:
         out.update(reader(p(shard)))
