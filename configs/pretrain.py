@@ -60,6 +60,10 @@ def get_config(arg=None):
   # Model: sizes from bert_jax.models.config.SIZES; any BertConfig field may be overridden here.
   config.model = ml_collections.ConfigDict()
   config.model.size = opts["size"]                 # tiny/mini/small/medium/base/large
+  config.model.hidden_size = -1                    # -1 = from size (random init only; as configs/finetune.py)
+  config.model.num_hidden_layers = -1              # -1 = from size
+  config.model.num_attention_heads = -1            # -1 = from size (H / 64)
+  config.model.intermediate_size = -1              # -1 = from size (4 H)
   config.model.vocab_size = -1                     # -1: take the number of lines of data.vocab_file
   config.model.encoder = "transformer"             # transformer | lstm
   config.model.layer_norm_type = "post"            # post (BERT) | pre

@@ -330,6 +330,23 @@ def test_unknown_config_override_suggests_the_nearest_field():
   assert cli.unknown_config_field(argv[:2] + ["--config.data.vocab_file=v.txt"], config_flag) is None
 
 
+def test_pretrain_config_takes_a_custom_width_and_depth_from_the_command_line_as_finetune_does(files, tmp_path):
+  # --config.model.hidden_size=... was "has no field" for train.py (configs/finetune.py had the fields)
+  path = os.path.join(REPO, "configs", "pretrain.py")
+  flag_values = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "config", flag_values=flag_values)
+  argv = ["train.py", f"--config={path}:size=tiny", "--config.model.hidden_size=64",
+          "--config.model.num_hidden_layers=1", "--config.model.num_attention_heads=2",
+          "--config.model.intermediate_size=96"]
+  assert cli.unknown_config_field(argv, {"config": flag_values["config"]}) is None
+  model = resolve_pretrain(pretrain_config(files, **{"model.hidden_size": 64, "model.num_hidden_layers": 1}),
+                           str(tmp_path / "w"), num_devices=8, process_count=1).model
+  assert (model.hidden_size, model.num_hidden_layers, model.num_attention_heads, model.intermediate_size) == (
+      64, 1, 1, 256)                                          # BERT's rule for a custom width: H/64 heads, 4H
+  tiny = resolve_pretrain(pretrain_config(files), str(tmp_path / "t"), num_devices=8, process_count=1).model
+  assert (tiny.hidden_size, tiny.num_hidden_layers, tiny.num_attention_heads) == (128, 2, 2)   # -1: the size's
+
+
 def test_the_loops_validate_before_creating_the_work_dir(files, tmp_path):
   with pytest.raises(errors.UserError, match=r"config.batch_size=12 is not divisible by 8"):
     pretrain.train_and_evaluate(pretrain_config(files, batch_size=12), str(tmp_path / "pretrain"))
