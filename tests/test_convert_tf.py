@@ -327,3 +327,18 @@ def test_import_tf_of_a_tf2_object_based_checkpoint_names_the_format_and_lists_a
                for i in range(30)}
   with pytest.raises(ConversionError, match=r"30 google variable.*\.\.\. and 10 more; these are a TF2 object-based"):
     google_tf.import_tf_checkpoint(prefix, variables=variables)
+
+
+@pytest.mark.slow   # imports TensorFlow
+def test_a_torn_tf_checkpoint_is_one_error_naming_it(tmp_path):
+  """A truncated .data-* or a foreign .index was TensorFlow's IndexError / OpError traceback."""
+  pytest.importorskip("tensorflow")
+  prefix = str(tmp_path / "bert_model.ckpt")
+  _write_tf1_checkpoint(prefix, {"bert/pooler/dense/bias": np.arange(512, dtype=np.float32)})
+  with open(prefix + ".data-00000-of-00001", "r+b") as f:
+    f.truncate(100)
+  with pytest.raises(ConversionError, match=r"bert_model.ckpt: not a readable TF checkpoint \(IndexError"):
+    google_tf.read_tf_checkpoint(prefix)
+  (tmp_path / "bert_model.ckpt.index").write_text("garbage")
+  with pytest.raises(ConversionError, match="bert_model.ckpt: not a readable TF checkpoint"):
+    google_tf.read_tf_checkpoint(str(tmp_path))

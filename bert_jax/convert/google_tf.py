@@ -10,6 +10,7 @@ TensorFlow is imported inside `read_tf_checkpoint` only, so the rest of bert_jax
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from typing import Dict, Optional
@@ -52,8 +53,25 @@ def read_tf_checkpoint(path: str) -> Dict[str, np.ndarray]:
   """{variable name: array} of a TF checkpoint (prefix, e.g. .../bert_model.ckpt, or its folder)."""
   tf = lean_imports.tensorflow()  # lazy: the only TensorFlow use in bert_jax.convert
 
-  reader = tf.train.load_checkpoint(_checkpoint_prefix(path))
-  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+  prefix = _checkpoint_prefix(path)
+  with unreadable_as_conversion_error(prefix):
+    reader = tf.train.load_checkpoint(prefix)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+@contextlib.contextmanager
+def unreadable_as_conversion_error(prefix: str):
+  """TensorFlow's errors on a torn or foreign checkpoint (OpError 'file is too short to be an sstable',
+  IndexError 'Read less bytes than requested', ...) as one ConversionError naming the checkpoint."""
+  try:
+    yield
+  except mapping.ConversionError:
+    raise
+  except Exception as e:   # noqa: BLE001 - TensorFlow raises several unrelated types here
+    first = (str(e).strip().splitlines() or [""])[0][:200]
+    raise mapping.ConversionError(
+        f"{prefix}: not a readable TF checkpoint ({type(e).__name__}: {first}); its .index and .data-* files "
+        "must be complete and from the same save (re-download or re-extract them)") from e
 
 
 def _first_existing(folder: str, names) -> str:

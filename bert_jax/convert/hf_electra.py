@@ -103,7 +103,8 @@ def is_electra_tf_checkpoint(checkpoint: str) -> bool:
   """A google-research/electra checkpoint: its variables live under electra/ (Google BERT's under bert/)."""
   prefix = google_tf._checkpoint_prefix(checkpoint)   # a wrong path fails here, before TensorFlow's import
   tf = lean_imports.tensorflow()  # lazy, as google_tf.read_tf_checkpoint: only TF checkpoints need it
-  return any(n.startswith("electra/") for n, _ in tf.train.list_variables(prefix))
+  with google_tf.unreadable_as_conversion_error(prefix):
+    return any(n.startswith("electra/") for n, _ in tf.train.list_variables(prefix))
 
 
 # ---- name tables ------------------------------------------------------------------------------------------
