@@ -97,6 +97,7 @@ def test_records_of_another_length_stop_the_plan_before_training(files):
   at once, as it does for one phase of another length."""
   from configs import pretrain as pretrain_config  # pylint: disable=g-import-not-at-top
   from bert_jax.errors import UserError  # pylint: disable=g-import-not-at-top
+  from bert_jax.errors import UserError  # pylint: disable=g-import-not-at-top
   from bert_jax.input_pipeline import data_plan  # pylint: disable=g-import-not-at-top
   argv = [f"--input_file={files}/corpus.txt", f"--output_file={files}/rec/train.tfrecord",
           f"--vocab_file={files}/vocab.txt", "--max_seq_length=16", "--max_predictions_per_seq=3",
@@ -222,3 +223,28 @@ def test_train_py_exits_2_with_one_line_on_a_corrupt_tfrecord_at_start_up(files)
   assert out.returncode == 2, out.stderr[-3000:]
   assert len(errors) == 1 and "does not read (corrupted record at" in errors[0], out.stderr[-3000:]
   assert "Traceback" not in out.stderr
+
+
+def test_chinese_wwm_without_jieba_is_one_error_line(files, capsys, monkeypatch):
+  """--chinese_wwm where neither jieba nor rjieba is installed: an ImportError traceback (exit 1) from the
+  first shard, after the manifest was written; now one `error:` line naming the flag before any work, and
+  the same for training's config.data.chinese_whole_word_mask on raw text."""
+  import sys  # pylint: disable=g-import-not-at-top
+  from bert_jax.errors import UserError  # pylint: disable=g-import-not-at-top
+  from bert_jax.input_pipeline import data_plan  # pylint: disable=g-import-not-at-top
+  from configs import pretrain  # pylint: disable=g-import-not-at-top
+  monkeypatch.setitem(sys.modules, "jieba", None)
+  monkeypatch.setitem(sys.modules, "rjieba", None)
+  argv = [f"--input_file={files}/corpus.txt", f"--output_file={files}/out/train.tfrecord",
+          f"--vocab_file={files}/vocab.txt", "--chinese_wwm", "--num_workers=1", "--progress=false"]
+  with pytest.raises(SystemExit) as e:
+    cli.run_plain_main(cpd.main, argv)
+  err = capsys.readouterr().err
+  lines = [line for line in err.splitlines() if line.startswith("error:")]
+  assert e.value.code == 2 and "Traceback" not in err and len(lines) == 1, err
+  assert lines[0].startswith("error: --chinese_wwm segments Chinese words with jieba") and "pip install jieba" in lines[0]
+  assert not (files / "out").exists() or not list((files / "out").iterdir())
+  config = pretrain.get_config("size=tiny,runlocal")
+  config.data.input_files, config.data.chinese_whole_word_mask = str(files / "corpus.txt"), True
+  with pytest.raises(UserError, match="config.data.chinese_whole_word_mask=true segments Chinese words with jieba"):
+    data_plan.resolve_data_plan(config, str(files / "vocab.txt"), 1)

@@ -68,6 +68,7 @@ from bert_jax.input_pipeline import fileio
 from bert_jax.input_pipeline import instances as instances_lib
 from bert_jax.input_pipeline import manifest
 from bert_jax.input_pipeline import masking
+from bert_jax.input_pipeline import shard_builder
 from bert_jax.input_pipeline import sharding
 from bert_jax.input_pipeline import text_io
 from bert_jax.input_pipeline.shard_builder import (Config, NoInstancesError, ShardResult, build_shard, make_tokenizer,
@@ -387,6 +388,8 @@ def main(argv=None) -> int:
   except ValueError as e:
     p.error(str(e))
   _check_files(args.input_file, names, args.vocab_file)
+  if args.chinese_wwm:
+    shard_builder.require_jieba("--chinese_wwm")
   cfg = Config(max_seq_length=args.max_seq_length, max_predictions_per_seq=args.max_predictions_per_seq,
                random_seed=args.random_seed, dupe_factor=args.dupe_factor,
                masked_lm_prob=args.masked_lm_prob, short_seq_prob=args.short_seq_prob,

@@ -31,7 +31,7 @@ import logging
 from typing import List, Sequence, Tuple
 
 from bert_jax.errors import UserError
-from bert_jax.input_pipeline import checks, fileio, masking, text_io, tfrecord_io
+from bert_jax.input_pipeline import checks, fileio, masking, shard_builder, text_io, tfrecord_io
 
 _log = logging.getLogger("bert_jax")
 
@@ -253,6 +253,8 @@ def resolve_data_plan(config, vocab_file: str, process_count: int) -> DataPlan:
   strategy = resolve_masking_strategy(config)
   _check_input_files(config, pair_mode, pack, process_count)
   _check_record_lengths(config, phases)
+  if bool(d.get("chinese_whole_word_mask", False)) and checks.is_raw_text(text_io.expand_globs(d.input_files)):
+    shard_builder.require_jieba("config.data.chinese_whole_word_mask=true")   # raw text is segmented at start-up
   return DataPlan(phases, PretrainData(
       input_files=str(d.input_files), eval_input_files=str(d.eval_input_files), vocab_file=vocab_file,
       per_host_batch_size=int(config.batch_size) // process_count, masking=str(d.get("masking", "auto")),

@@ -77,6 +77,16 @@ def jieba_segmenter():
   return "jieba", jieba.lcut
 
 
+def require_jieba(what: str) -> None:
+  """UserError naming `what` (the flag or field) when no jieba segmenter is installed: found before any
+  work, not as an ImportError traceback from the first shard."""
+  try:
+    jieba_segmenter()
+  except ImportError as e:
+    raise UserError(f"{what} segments Chinese words with jieba, which is not installed: pip install jieba "
+                    "(or rjieba, a faster drop-in)") from e
+
+
 def _jieba_continuation(lines: Sequence[str], spans: Sequence[Sequence[tuple]], cut=None) -> List[np.ndarray]:
   """Per line, bool per token: True when the token starts inside a jieba word (Chinese BERT-wwm).
   Each distinct line is segmented once."""
