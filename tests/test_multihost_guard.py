@@ -111,6 +111,39 @@ def test_distributed_settings_jax_cannot_use_are_one_error_line_and_exit_2(field
   assert proc.stderr.strip().splitlines()[-1].startswith("error: " + message), proc.stderr[-500:]
 
 
+FAIL = r'''
+import sys, jax
+from bert_jax.training import watchdog
+class Client:
+  kv = {}
+  def key_value_set(self, key, value, allow_overwrite=False): self.kv[key] = value
+  def key_value_dir_get(self, prefix): return sorted(self.kv.items())
+s = watchdog.GuardSettings(60.0, False, 10.0, 300.0, 0.0, 0.0, 0.0, None)
+g = watchdog.HostGuard(s, "", process_index=1, process_count=2, client=Client())
+g.step_done(40, synced=True)
+g.fail(jax.errors.JaxRuntimeError(sys.argv[1]))
+'''
+
+
+@pytest.mark.parametrize("error, code, line", [
+    ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00GiB", 2,
+     "error: host 1 of 2: step 41 failed (JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to "
+     "allocate 1.00GiB): out of device memory, which a restart would repeat: lower config.batch_size"),
+    ("UNAVAILABLE: Gloo AllGather failed: Connection reset by peer", RETRYABLE_EXIT_CODE,
+     "error: host 1 of 2: step 41 failed (JaxRuntimeError: UNAVAILABLE: Gloo AllGather failed"),
+])
+def test_a_failed_step_out_of_device_memory_is_not_retried_but_a_lost_collective_is(error, code, line):
+  """An OOM on a pod exited 75 like a lost collective: supervise and the SLURM script restarted it into the
+  same OOM up to MAX_RESTARTS times."""
+  import subprocess
+  import sys
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  proc = subprocess.run([sys.executable, "-c", FAIL, error], cwd=root, capture_output=True, text=True, timeout=120,
+                        env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  assert proc.returncode == code, proc.stderr[-2000:]
+  assert proc.stderr.strip().splitlines()[-1].startswith(line), proc.stderr[-1000:]
+
+
 def test_fault_spec_parses_and_shows_in_the_plan_description():
   f = watchdog.parse_fault("die_in_save@20:1", 2)
   assert f == watchdog.Fault("die_in_save", 20, 1)

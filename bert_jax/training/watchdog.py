@@ -523,12 +523,16 @@ class HostGuard:
     """A multi-host run's step raised `error` and every host still looks alive (`await_verdict` returned):
     its traceback goes to the log, the peers learn (they stop within two beats), and the process ends now,
     not after `jax.distributed.shutdown` has waited 5 min for peers that wait for it. A JAX runtime error (a
-    collective that timed out or lost a connection) is retryable: one `error:` line, exit 75; anything else
-    is an internal error: exit 1 after its traceback. Single-process runs: returns (the caller re-raises)."""
+    collective that timed out or lost a connection) is retryable: one `error:` line, exit 75; out of device
+    memory (RESOURCE_EXHAUSTED) is not: a line naming the fields that lower it, exit 2; anything else is an
+    internal error: exit 1 after its traceback. Single-process runs: returns (the caller re-raises)."""
     if not self.multi_host:
       return
     traceback.print_exception(error, file=self._err())
-    retryable = isinstance(error, jax.errors.JaxRuntimeError)
+    # Out of device memory is a JAX runtime error too, but a restart repeats it: not retryable (exit 2), so a
+    # supervisor stops instead of restarting into the same OOM MAX_RESTARTS times.
+    out_of_memory = "RESOURCE_EXHAUSTED" in str(error)
+    retryable = isinstance(error, jax.errors.JaxRuntimeError) and not out_of_memory
     first = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
     message = (f"host {self.index} of {self.count}: step {self.step + 1} failed ({type(error).__name__}: "
                f"{first})")
@@ -542,6 +546,12 @@ class HostGuard:
       except Exception:  # noqa: BLE001
         pass
     self._publish_within(2.0)
+    if out_of_memory:
+      self._err().write(f"error: {message}: out of device memory, which a restart would repeat: lower "
+                        "config.batch_size (raise config.grad_accum_steps to keep it), set config.model.remat_policy "
+                        "or shard the parameters (config.mesh.shape, fsdp)\n")
+      self._err().flush()
+      os._exit(2)
     self._err().write(f"error: {message}: an internal error, see the traceback above\n")
     self._err().flush()
     os._exit(1)
