@@ -193,7 +193,8 @@ def test_offline_tool_and_online_masking_make_spans(tmp_path):
   assert cpd.main([f"--input_file={corpus}", f"--output_file={out}", f"--vocab_file={vocab}",
                    "--masking_strategy=span", "--max_seq_length=48", "--max_predictions_per_seq=12",
                    "--masked_lm_prob=0.25", "--dupe_factor=4", "--progress=false"]) == 0
-  with pytest.raises(SystemExit):
+  from bert_jax.errors import UserError
+  with pytest.raises(UserError, match="--do_whole_word_mask is the old name"):   # one `error:` line from the CLI
     cpd.main([f"--input_file={corpus}", f"--output_file={out}", f"--vocab_file={vocab}",
               "--masking_strategy=span", "--do_whole_word_mask", "--progress=false"])
   ds = pretrain_dataset.make_pretraining_dataset(

@@ -40,6 +40,8 @@ CASES = [
     ({"masked_lm_prob": "0"}, "--masked_lm_prob=0.0; expected 0 < p <= 1"),
     ({"short_seq_prob": "-0.1"}, "--short_seq_prob=-0.1; expected 0 <= p <= 1"),
     ({"num_output_shards": "0"}, "--num_output_shards=0; expected >= 1"),
+    ({"max_seq_length": "abc"}, "^error: argument --max_seq_length: invalid int value: 'abc'"),
+    ({"masking_strategy": "spam"}, "^error: argument --masking_strategy: invalid choice: 'spam'"),
 ]
 
 
@@ -58,8 +60,8 @@ def test_a_user_mistake_is_one_error_line(files, change, message, capsys):
   assert e.value.code == 2, err
   assert "Traceback" not in err, err
   lines = [line for line in err.splitlines() if "error:" in line]
-  # ours: "error: ..."; argparse: "PROG: error: ..."
-  assert len(lines) == 1 and (lines[0].startswith("error: ") or ": error: " in lines[0]), err
+  # Flag mistakes too: "error: --flag=...", not argparse's usage block and "PROG: error: ..."
+  assert len(lines) == 1 and lines[0].startswith("error: ") and "usage:" not in err, err
   assert re.search(message, lines[0]), lines[0]
   assert not list(files.glob("out/*.tfrecord"))
   assert (files / "corpus.txt").read_text().startswith("the cat sat .")
@@ -173,7 +175,7 @@ def test_build_vocab_user_mistakes_are_one_error_line(files, args, message, caps
     cli.run_plain_main(build_vocab.main, [f"{k}={v}" for k, v in flags.items()])
   err = capsys.readouterr().err
   lines = [line for line in err.splitlines() if "error:" in line]
-  assert e.value.code == 2 and "Traceback" not in err and len(lines) == 1, err
+  assert e.value.code == 2 and "Traceback" not in err and len(lines) == 1 and lines[0].startswith("error: "), err
   assert re.search(message, lines[0]), lines[0]
 
 

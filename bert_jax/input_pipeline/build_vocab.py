@@ -21,6 +21,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 from bert_jax import cli
 from bert_jax.errors import UserError
+from bert_jax.input_pipeline import checks
 from bert_jax.input_pipeline import fileio
 from bert_jax.input_pipeline import text_io
 from bert_jax.input_pipeline import tokenization
@@ -134,7 +135,7 @@ def build_vocab(input_files, vocab_size: int, output: str, do_lower_case: bool =
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = checks.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--input_files", required=True, help="comma-separated globs of text files")
   p.add_argument("--vocab_size", type=int, required=True)
   p.add_argument("--output", required=True)

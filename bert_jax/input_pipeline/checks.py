@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import logging
 import math
@@ -24,6 +25,15 @@ _log = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 _TEXT_SUFFIXES = (".txt", ".text", ".txt.gz", ".text.gz")   # raw text, as pretrain_dataset's input_format="auto"
+
+
+class ArgumentParser(argparse.ArgumentParser):
+  """argparse for the data tools' command lines: a bad flag (unknown, wrong type, out of range) is a
+  UserError, so the entry point prints one `error: --flag ...` line and exits 2, as for every other user
+  mistake, instead of argparse's usage block and `PROG: error:` line."""
+
+  def error(self, message: str):
+    raise UserError(f"{message} (--help lists the flags)")
 
 
 # ---- generic field checks -------------------------------------------------------------------------------

@@ -327,7 +327,7 @@ def _check_output(name: str, input_file: str, inputs) -> None:
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = checks.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--input_file", required=True, help="comma-separated globs of raw text files")
   p.add_argument("--output_file", required=True, help="output TFRecord file(s), comma-separated")
   p.add_argument("--vocab_file", required=True)
