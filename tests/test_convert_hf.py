@@ -436,3 +436,21 @@ def test_export_hf_default_heads_are_the_trained_ones_and_untrained_heads_are_re
     convert_main(["export-hf", f"--input={ours}", f"--output={tmp_path / 'pt'}", "--heads=pretraining"])
   assert convert_main(["export-hf", f"--input={ours}", f"--output={tmp_path / 'bare'}", "--heads=none"]) == 0
   assert "pooler was randomly initialised at conversion" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("family", ["bert", "albert", "electra"])
+def test_import_hf_config_field_of_the_wrong_type_names_the_file(tmp_path, family):
+  """"vocab_size": "30522" or a null group count was a TypeError traceback from the model or the converter."""
+  from bert_jax.errors import UserError
+  folder = tmp_path / "hf"
+  folder.mkdir()
+  base = {"model_type": family, "vocab_size": 30, "hidden_size": 8, "num_hidden_layers": 1,
+          "num_attention_heads": 2, "intermediate_size": 16}
+  argv = ["import-hf", f"--input={folder}", f"--output={tmp_path / 'out'}"]
+  for bad, match in (({"vocab_size": "30"}, "vocab_size='30'; expected an integer"),
+                     ({"num_attention_heads": 0}, "num_attention_heads=0; expected >= 1"),
+                     ({"embedding_size": None, "num_hidden_groups": None} if family == "albert" else
+                      {"layer_norm_eps": None}, "integer|expected a number")):
+    (folder / "config.json").write_text(json.dumps(dict(base, **bad)))
+    with pytest.raises(UserError, match=f"config.json: .*({match})"):
+      convert_main(argv)

@@ -188,7 +188,15 @@ def hf_config_to_bert(config_dict: dict, source: str) -> BertConfig:
   d = dict(architecture_dict(config_dict))
   if "hidden_act" in d:
     d["hidden_act"] = mapping.check_hidden_act(d["hidden_act"], source)
-  return BertConfig.from_dict(d)
+  return config_from_dict(d, source)
+
+
+def config_from_dict(d: dict, source: str) -> BertConfig:
+  """BertConfig.from_dict, its refusal of a field (a string vocab_size, zero heads) naming `source`."""
+  try:
+    return BertConfig.from_dict(d)
+  except (ValueError, TypeError) as e:
+    raise mapping.ConversionError(f"{source}: {e}") from e
 
 
 def normalize_hf_state_dict(state: Dict[str, np.ndarray], report: mapping.ConversionReport) -> Dict[str, np.ndarray]:

@@ -136,17 +136,21 @@ def hf_config_to_albert(d: dict, source: str) -> BertConfig:
                          "intermediate_size") if k not in d]
   if missing:
     raise ConversionError(f"{source}: config lacks {missing}")
-  layers, groups, inner = int(d["num_hidden_layers"]), int(d.get("num_hidden_groups", 1)), \
-      int(d.get("inner_group_num", 1))
+  try:
+    layers, groups, inner, width = (int(d["num_hidden_layers"]), int(d.get("num_hidden_groups", 1)),
+                                    int(d.get("inner_group_num", 1)), int(d.get("embedding_size", 128)))
+  except (TypeError, ValueError) as e:
+    raise ConversionError(f"{source}: num_hidden_layers, num_hidden_groups, inner_group_num and embedding_size "
+                          f"must be integers ({e})") from e
   if inner != 1 or groups not in (1, layers):
     raise ConversionError(f"{source}: num_hidden_groups={groups}, inner_group_num={inner}; supported are one "
                           f"layer shared by all (1, 1) or one per layer ({layers}, 1)")
   act = mapping.check_hidden_act(d.get("hidden_act", "gelu_new"), source)
   fields = dict(hf.architecture_dict(d), hidden_act=act,
-                embedding_size=int(d.get("embedding_size", 128)), share_layers=groups == 1 and layers > 1)
+                embedding_size=width, share_layers=groups == 1 and layers > 1)
   if layers == 1:
     fields["share_layers"] = False   # one layer: the same either way; the per-layer layout is the simpler one
-  return BertConfig.from_dict(fields)
+  return hf.config_from_dict(fields, source)
 
 
 def normalize_albert_state_dict(state: Dict[str, np.ndarray], report: mapping.ConversionReport

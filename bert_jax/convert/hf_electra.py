@@ -255,8 +255,11 @@ def electra_config_to_bert(d: dict, source: str) -> BertConfig:
   fields = {k: v for k, v in hf.architecture_dict(d).items() if k != "embedding_size"}
   if "hidden_act" in fields:
     fields["hidden_act"] = mapping.check_hidden_act(fields["hidden_act"], source)
-  config = BertConfig.from_dict(fields)
-  width = int(d.get("embedding_size") or config.hidden_size)
+  config = hf.config_from_dict(fields, source)
+  try:
+    width = int(d.get("embedding_size") or config.hidden_size)
+  except (TypeError, ValueError) as e:
+    raise ConversionError(f"{source}: embedding_size={d.get('embedding_size')!r}; expected an integer") from e
   if width != config.hidden_size:
     if "embedding_size" not in {f.name for f in dataclasses.fields(BertConfig)}:
       raise ConversionError(f"{source}: embedding_size={width} != hidden_size={config.hidden_size} needs "

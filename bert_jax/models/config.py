@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 from typing import Any, Optional
 
 import jax.numpy as jnp
@@ -41,6 +42,11 @@ _GOOGLE_KEYS = (
 )
 
 
+_INT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+               "max_position_embeddings", "type_vocab_size", "embedding_size")
+_FLOAT_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "layer_norm_eps")
+
+
 @dataclasses.dataclass(frozen=True)
 class BertConfig:
   """Architecture of a BERT-family encoder. Field names follow Google's bert_config.json."""
@@ -69,6 +75,20 @@ class BertConfig:
   share_layers: bool = False               # one layer's parameters for every layer (ALBERT cross-layer sharing)
 
   def __post_init__(self):
+    # Types first: a JSON config's "vocab_size": "30522" or a null reached the model as a TypeError traceback.
+    for name in _INT_FIELDS:
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"BertConfig.{name}={value!r}; expected an integer")
+      if value < (0 if name in ("num_hidden_layers", "embedding_size") else 1):
+        raise ValueError(f"BertConfig.{name}={value}; expected "
+                         f"{'>= 0' if name in ('num_hidden_layers', 'embedding_size') else '>= 1'}")
+    for name in _FLOAT_FIELDS:
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"BertConfig.{name}={value!r}; expected a number")
+    if not isinstance(self.hidden_act, str):
+      raise ValueError(f"BertConfig.hidden_act={self.hidden_act!r}; expected a name such as 'gelu'")
     if self.hidden_size % self.num_attention_heads:
       raise ValueError(
           f"hidden_size={self.hidden_size} is not a multiple of num_attention_heads="
@@ -146,7 +166,10 @@ class BertConfig:
                            "intermediate_size") if k not in d]
     if missing:
       raise ValueError(f"{path}: model config lacks required keys {missing}")
-    return cls.from_dict(d)
+    try:
+      return cls.from_dict(d)
+    except (ValueError, TypeError) as e:
+      raise ValueError(f"{path}: {e}") from e
 
   from_google_json = from_json_file
 
