@@ -279,6 +279,14 @@ def test_resuming_with_another_optimizer_names_the_field_and_leaves_the_work_dir
   assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["10", "5"]
 
 
+def test_a_finished_run_started_again_reports_its_last_logged_metrics(run10, tmp_path):
+  # train.py printed a bare "final: step=10" (no step ran, so no window was logged)
+  workdir, corpus, vocab = copy_run(run10, tmp_path)
+  result = pretrain.train_and_evaluate(tiny_config(corpus, vocab, steps=10), workdir)
+  assert result == {"mlm_loss": 3.0, "step": 10}, result
+  assert steps_in(os.path.join(workdir, "metrics.jsonl")) == [5, 10]
+
+
 def test_init_checkpoint_with_another_vocab_size_is_refused_before_training(run10, tmp_path):
   src, corpus, vocab = run10
   bigger = str(tmp_path / "vocab_big.txt")

@@ -299,6 +299,8 @@ def _train(plan: PretrainPlan, lock: workdir_lib.WorkdirLock) -> Dict[str, Any]:
   try:
     step, last = _run_phases(plan, ckpt, model, mesh, tx, train_step, abstract, shardings, batch_sharding,
                              schedule, guard)
+    if not last:      # a finished run started again (a relaunch, a restart after its end): its last rows, not
+      last = _last_logged(plan.workdir)   # a bare "final: step=N"
     outcome = "done"
   except Interrupted:
     outcome = "stopped"
@@ -312,6 +314,16 @@ def _train(plan: PretrainPlan, lock: workdir_lib.WorkdirLock) -> Dict[str, Any]:
     guard.stop(outcome)
   plot_loss_curve(plan.workdir)
   return dict(last, step=step)
+
+
+def _last_logged(workdir: str) -> Dict[str, Any]:
+  """The last metrics.jsonl row merged with the last eval_metrics.jsonl row (without "step"), or {}."""
+  out = {}
+  for name in ("metrics.jsonl", "eval_metrics.jsonl"):
+    rows = read_jsonl(fileio.join(workdir, name))
+    if rows:
+      out.update({k: v for k, v in rows[-1].items() if k != "step"})
+  return out
 
 
 def _run_phases(plan, ckpt, model, mesh, tx, train_step, abstract, shardings, batch_sharding, schedule,
