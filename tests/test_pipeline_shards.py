@@ -290,7 +290,7 @@ def test_gzip_input_makes_the_records_of_its_text(corpus, tmp_path, capsys):
                                        CFG, progress=False, verbose=False)
   assert zipped.read.bad_utf8_lines == {} and zipped.read.documents == plain.read.documents
   assert (tmp_path / "z/t.tfrecord").read_bytes() == (tmp_path / "p/t.tfrecord").read_bytes()
-  assert len(sharding.plan_shards([str(gz)], shard_bytes=64)) == 1
+  assert len(sharding.plan_shards([str(gz)], shard_bytes=64)) == 1   # and a warning that it is held whole
   assert checks.is_raw_text([str(gz)]) and checks.count_documents_upto([str(gz)], 10**6) == plain.read.documents
   v_plain = build_vocab.build_vocab(str(corpus / "a.txt"), 60, str(tmp_path / "v1.txt"), backend="python",
                                     verbose=False)

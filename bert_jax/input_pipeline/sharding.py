@@ -20,6 +20,7 @@ the shards ran in, so the output is the same for 1, 2 or 96 workers and on Beam.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -114,6 +115,10 @@ def plan_shards(files: Sequence[str], shard_bytes: int = DEFAULT_SHARD_BYTES,
     close_group()
     with fileio.open_file(path, "rb") as f:
       if text_io.is_gzip(f.read(2)):      # compressed: no byte range but the whole file is text
+        logging.getLogger("bert_jax").warning(
+            "%s: a gzip'd file of %.1f MB (compressed) is one shard, larger than --shard_size=%d bytes: its whole "
+            "text is held in memory; decompress it so that --shard_size can cut it", path, size / 2**20,
+            shard_bytes)
         shards.append(Shard(len(shards), ((path, 0, size),)))
         continue
       cuts = [0]
