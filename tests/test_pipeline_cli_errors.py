@@ -250,3 +250,18 @@ def test_chinese_wwm_without_jieba_is_one_error_line(files, capsys, monkeypatch)
   config.data.input_files, config.data.chinese_whole_word_mask = str(files / "corpus.txt"), True
   with pytest.raises(UserError, match="config.data.chinese_whole_word_mask=true segments Chinese words with jieba"):
     data_plan.resolve_data_plan(config, str(files / "vocab.txt"), 1)
+
+
+@pytest.mark.parametrize("output,message", [("a_dir", "is a directory"), ("corpus.txt/b.jsonl", "corpus.txt/b.jsonl'")])
+def test_inspect_output_that_cannot_be_written_is_one_error_line_before_reading(files, output, message, capsys):
+  """inspect --output=DIR (or under a file) read every batch, then died with an IsADirectoryError /
+  FileNotFoundError traceback (exit 1), leaving a temp file; now one `error:` line before any reading."""
+  from bert_jax.input_pipeline import inspect as inspect_lib  # pylint: disable=g-import-not-at-top
+  rc = inspect_lib.main(["--config=configs/pretrain.py:size=tiny,runlocal",
+                         f"--config.data.input_files={files}/corpus.txt", f"--config.data.vocab_file={files}/vocab.txt",
+                         f"--output={files}/{output}"])
+  err = capsys.readouterr().err
+  lines = [line for line in err.splitlines() if line.startswith("error:")]
+  assert rc == 2 and "Traceback" not in err and len(lines) == 1 and "--output=" in lines[0], err
+  assert message in lines[0], lines[0]
+  assert sorted(p.name for p in files.iterdir() if p.name.startswith(".")) == []

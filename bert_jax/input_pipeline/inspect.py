@@ -39,7 +39,7 @@ from ml_collections import config_flags
 
 from bert_jax import cli
 from bert_jax.errors import UserError
-from bert_jax.input_pipeline import checks, pretrain_dataset, tokenization
+from bert_jax.input_pipeline import checks, fileio, pretrain_dataset, tokenization
 from bert_jax.input_pipeline.data_plan import DataPlan, resolve_data_plan
 
 FIELDS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
@@ -166,17 +166,22 @@ def example_records(batch: Dict[str, np.ndarray], batch_index: int, vocab: Vocab
   return out
 
 
+def check_output(path: str) -> None:
+  """--output before any batch is read: not a directory, in a directory that can be made and written to
+  (UserError naming the flag: one `error:` line, where a traceback came after all the reading)."""
+  with fileio.storage_errors_as_user_errors(f"--output={path!r}"):
+    if fileio.isdir(path):
+      raise UserError(f"--output={path!r} is a directory; give a file name such as "
+                      f"{fileio.join(path, 'batches.jsonl')}")
+    directory = fileio.dirname(path)
+    fileio.makedirs(directory)
+    if not fileio.is_remote(directory) and not os.access(directory, os.W_OK):
+      raise UserError(f"--output={path!r}: its directory {directory} is not writable")
+
+
 def write_jsonl_atomic(path: str, records: List[Dict]) -> None:
-  """temp file + fsync + rename, so a reader never sees half a file."""
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}")
-  with open(tmp, "w", encoding="utf-8") as f:
-    for r in records:
-      f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+  """temp file + fsync + rename (fileio: local or gs://), so a reader never sees half a file."""
+  fileio.write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
 
 
 def inspect_batches(plan: DataPlan, num_batches: int, show: int = 2, output: Optional[str] = None,
@@ -232,6 +237,8 @@ def main(argv=None) -> int:
       raise UserError("--config is required, e.g. --config=configs/pretrain.py:size=tiny,runlocal")
     if fv.num_batches < 1:
       raise UserError(f"--num_batches={fv.num_batches}; expected >= 1")
+    if fv.output:
+      check_output(fv.output)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     inspect_batches(resolve(fv.config), fv.num_batches, fv.show, fv.output)
   except UserError as e:
