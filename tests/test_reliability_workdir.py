@@ -242,6 +242,27 @@ def test_an_unreadable_newest_checkpoint_is_moved_aside_and_the_previous_restore
   reader.close()
 
 
+def test_a_failed_restore_drops_the_orphaned_reads_event_loop_tracebacks_and_nothing_else(monkeypatch):
+  # a truncated checkpoint's restore printed ~130 "RuntimeError: Event loop is closed" tracebacks (tensorstore
+  # reads completing into Orbax's closed loop) after the one-line warning
+  import sys
+  import types
+  seen = []
+  monkeypatch.setattr(sys, "unraisablehook", seen.append)
+  monkeypatch.setitem(checkpoints._QUIET, "installed", False)
+  checkpoints.quiet_orphaned_reads()
+  checkpoints.quiet_orphaned_reads()                 # once: the previous hook is not wrapped twice
+
+  def unraisable(error, obj=None):
+    return types.SimpleNamespace(exc_type=type(error), exc_value=error, exc_traceback=None, err_msg=None, object=obj)
+  sys.unraisablehook(unraisable(RuntimeError("Event loop is closed")))
+  other = [unraisable(RuntimeError("something else")), unraisable(ValueError("Event loop is closed")),
+           unraisable(RuntimeError("Event loop is closed"), obj=object())]
+  for u in other:
+    sys.unraisablehook(u)
+  assert seen == other
+
+
 def test_when_no_checkpoint_restores_the_run_stops_with_an_error_and_moves_nothing(run10, tmp_path):
   workdir, corpus, vocab = copy_run(run10, tmp_path)
   _damage(os.path.join(workdir, "checkpoints", "10"), "missing state/")

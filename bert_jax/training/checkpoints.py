@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from typing import Optional
 
@@ -170,6 +171,7 @@ def restore_latest_readable(ckpt: Checkpointer, config, model, mesh, tx):
     try:
       out = restore_train_state(ckpt, config, model, mesh, tx, step=step)
     except Exception as e:  # noqa: BLE001 - Orbax/tensorstore/JSON errors of a damaged checkpoint
+      quiet_orphaned_reads()
       reason = _reason(e)
       failed.append((step, reason))
       nxt = steps[i + 1] if i + 1 < len(steps) else None
@@ -210,6 +212,28 @@ def _changed_fields(ckpt: Checkpointer, run_config: Optional[dict]) -> str:
   changed = [f"config.{f}: {get(saved, f)!r} in the work dir vs {get(run_config, f)!r} now" for f in STATE_FIELDS
              if run_config and get(saved, f) is not None and get(saved, f) != get(run_config, f)]
   return f"This run changes {'; '.join(changed)}. " if changed else ""
+
+
+_QUIET = {"installed": False}
+
+
+def quiet_orphaned_reads() -> None:
+  """After a failed restore, the tensorstore reads still in flight complete into Orbax's closed event loop, and
+  each printed a bare `RuntimeError: Event loop is closed` traceback through sys.unraisablehook (132 of them
+  for a truncated tiny checkpoint, after the one-line "checkpoint 20 unreadable" warning). From the first
+  failure on, those are dropped; any other unraisable exception still reaches the previous hook."""
+  if _QUIET["installed"]:
+    return
+  previous = sys.unraisablehook
+
+  def hook(unraisable):
+    if (unraisable.object is None and isinstance(unraisable.exc_value, RuntimeError)
+        and str(unraisable.exc_value) == "Event loop is closed"):
+      return
+    previous(unraisable)
+
+  sys.unraisablehook = hook
+  _QUIET["installed"] = True
 
 
 def _move_aside(ckpt: Checkpointer, steps) -> None:
