@@ -347,6 +347,18 @@ def test_pretrain_config_takes_a_custom_width_and_depth_from_the_command_line_as
   assert (tiny.hidden_size, tiny.num_hidden_layers, tiny.num_attention_heads) == (128, 2, 2)   # -1: the size's
 
 
+def test_electra_settings_without_the_electra_target_are_a_warning_naming_them(files, tmp_path, caplog):
+  # they were ignored in silence: a run meant as ELECTRA trained BERT's MLM + NSP
+  with caplog.at_level(logging.WARNING):
+    resolve_pretrain(pretrain_config(files, **{"electra.disc_weight": 20.0}), str(tmp_path / "w"), num_devices=8,
+                     process_count=1)
+  assert "config.electra.disc_weight=20.0 has no effect: config.targets=('mlm', 'nsp') has no 'electra'" in caplog.text
+  caplog.clear()
+  with caplog.at_level(logging.WARNING):
+    resolve_pretrain(pretrain_config(files), str(tmp_path / "w"), num_devices=8, process_count=1)
+  assert "has no effect" not in caplog.text
+
+
 def test_the_loops_validate_before_creating_the_work_dir(files, tmp_path):
   with pytest.raises(errors.UserError, match=r"config.batch_size=12 is not divisible by 8"):
     pretrain.train_and_evaluate(pretrain_config(files, batch_size=12), str(tmp_path / "pretrain"))

@@ -234,6 +234,12 @@ def _check_fields(config) -> None:
 def _resolve_electra(config, targets) -> Optional[ElectraSettings]:
   """config.electra as settings when the targets hold 'electra' (each field's range checked here)."""
   if "electra" not in targets:
+    e, d = config.get("electra") or {}, ElectraSettings()
+    changed = [f"config.electra.{f.name}={e[f.name]!r}" for f in dataclasses.fields(ElectraSettings)
+               if f.name in e and e[f.name] != getattr(d, f.name)]
+    if changed:
+      checks.warn(f"{', '.join(changed)} has no effect: config.targets={targets!r} has no 'electra' (set "
+                  "--config.targets='(\"electra\",)' to train ELECTRA)")
     return None
   checks.check_range(config, "electra.generator_hidden_fraction", lo=0, hi=1, lo_open=True)
   checks.check_range(config, "electra.generator_num_layers", lo=1, allow=(-1,), integer=True)
