@@ -46,7 +46,11 @@ class Cluster:
     self.flags, self.logs_dir, self.processes, self.devices = list(flags), logs_dir, processes, devices
     self.port = port or free_port()
     self.env = dict(os.environ if env is None else env)
-    self.env.update(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
+    # the device count is ours; the caller's other XLA flags (--xla_dump_to=..., ...) are kept, not dropped
+    kept = [f for f in self.env.get("XLA_FLAGS", "").split()
+            if not f.startswith("--xla_force_host_platform_device_count")]
+    self.env.update(XLA_FLAGS=" ".join(kept + [f"--xla_force_host_platform_device_count={devices}"]),
+                    JAX_PLATFORMS="cpu")
     self.script = script
     self.new_session = new_session     # the processes out of the terminal's reach: signals come from us only
     self.procs: List[subprocess.Popen] = []

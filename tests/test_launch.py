@@ -497,6 +497,17 @@ def test_slurm_does_not_requeue_a_finished_or_failed_run(slurm_env, exit_code):
   assert "requeue" not in (tmp_path / "scontrol_calls").read_text()
 
 
+def test_local_cluster_sets_the_device_count_and_keeps_the_callers_other_xla_flags():
+  # it replaced XLA_FLAGS whole: a --xla_dump_to=... (or any other flag) of the caller was dropped
+  sys.path.insert(0, LAUNCH)
+  import local_cluster
+  env = {"XLA_FLAGS": "--xla_dump_to=/tmp/d --xla_force_host_platform_device_count=8 --xla_cpu_use_thunk_runtime=1"}
+  got = local_cluster.Cluster([], "logs", devices=2, env=env).env["XLA_FLAGS"]
+  assert got == "--xla_dump_to=/tmp/d --xla_cpu_use_thunk_runtime=1 --xla_force_host_platform_device_count=2"
+  assert local_cluster.Cluster([], "logs", devices=3, env={}).env["XLA_FLAGS"] == (
+      "--xla_force_host_platform_device_count=3")
+
+
 def test_local_cluster_exits_with_a_killed_processs_code_as_a_shell_reports_it():
   sys.path.insert(0, LAUNCH)
   try:
