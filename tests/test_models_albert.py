@@ -16,6 +16,7 @@ transformers = pytest.importorskip("transformers")
 from bert_jax.convert import hf_albert, mapping  # noqa: E402
 from bert_jax.convert.__main__ import main as convert_main  # noqa: E402
 from bert_jax.convert.mapping import ConversionError, init_params  # noqa: E402
+from bert_jax.pretrained import params_dir  # noqa: E402
 from bert_jax.models import BertConfig, BertForPreTraining, count_params, dummy_inputs  # noqa: E402
 
 from configs import pretrain as pretrain_config  # noqa: E402
@@ -23,9 +24,10 @@ from configs import pretrain as pretrain_config  # noqa: E402
 VOCAB = 40
 
 
-def _hf_config(groups=1, layers=3):
+def _hf_config(groups=1, layers=3, inner=1):
   return transformers.AlbertConfig(vocab_size=VOCAB, embedding_size=16, hidden_size=32, num_hidden_layers=layers,
-                                   num_hidden_groups=groups, num_attention_heads=4, intermediate_size=37,
+                                   num_hidden_groups=groups, inner_group_num=inner, num_attention_heads=4,
+                                   intermediate_size=37,
                                    max_position_embeddings=24, hidden_dropout_prob=0.0,
                                    attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0)
 
@@ -42,11 +44,11 @@ def _inputs(seed=0):
   return ids, mask, segment_ids
 
 
-def _hf_folder(path, groups=1, layers=3, cls=None, seed=0):
+def _hf_folder(path, groups=1, layers=3, cls=None, seed=0, inner=1):
   """A random-weight transformers ALBERT saved with safetensors; every tensor perturbed (zero biases and unit
   LayerNorm scales would hide a swapped bias or scale)."""
   torch.manual_seed(seed)
-  model = (cls or transformers.AlbertForPreTraining)(_hf_config(groups, layers))
+  model = (cls or transformers.AlbertForPreTraining)(_hf_config(groups, layers, inner))
   with torch.no_grad():
     for p in model.parameters():
       p.add_(0.05 * torch.randn_like(p))
@@ -91,6 +93,28 @@ def test_import_albert_for_pretraining_matches_transformers(tmp_path, groups):
   print(f"ALBERT ({'shared' if groups == 1 else 'per-layer'}) vs transformers: sequence {seq:.1e}, "
         f"MLM {mlm:.1e}, SOP {sop:.1e}")
   assert seq < 1e-4 and mlm < 1e-4 and sop < 1e-4
+
+
+def test_import_albert_of_other_groupings_unrolls_them_with_transformers_outputs(tmp_path):
+  """num_hidden_groups=2 of 3 layers, inner_group_num=2 (the groupings of ALBERT's ablations, no release) were
+  refused; they import unrolled into 6 layers, each holding its group's weights, with transformers' outputs,
+  and export back as one group per layer (the same function)."""
+  ref = _hf_folder(tmp_path / "hf", groups=2, layers=3, inner=2)
+  config, params, report = hf_albert.import_hf_albert(str(tmp_path / "hf"))
+  assert (config.num_hidden_layers, config.share_layers) == (6, False) and "unrolled into 6 layers" in report.summary()
+  # layers 0-1 and 2-3 run group 0's inner layers 0, 1 (int(i / 1.5) = 0 for source layers 0, 1), 4-5 group 1's
+  enc = params["bert"]["encoder"]
+  np.testing.assert_array_equal(enc["layer_0"]["ffn"]["output"]["bias"], enc["layer_2"]["ffn"]["output"]["bias"])
+  assert not np.array_equal(enc["layer_0"]["ffn"]["output"]["bias"], enc["layer_1"]["ffn"]["output"]["bias"])
+  assert not np.array_equal(enc["layer_2"]["ffn"]["output"]["bias"], enc["layer_4"]["ffn"]["output"]["bias"])
+  seq, mlm, sop = _max_diffs(_ours(config, params), _reference(ref))
+  assert seq < 1e-4 and mlm < 1e-4 and sop < 1e-4
+  out = tmp_path / "back"
+  params_dir.save_params_dir(str(tmp_path / "ours"), config, params, str(tmp_path / "hf" / "vocab.txt"))
+  assert convert_main(["export-hf", f"--input={tmp_path / 'ours'}", f"--output={out}"]) == 0
+  back = transformers.AlbertForPreTraining.from_pretrained(str(out)).eval()
+  assert (back.config.num_hidden_layers, back.config.num_hidden_groups, back.config.inner_group_num) == (6, 6, 1)
+  assert np.abs(_reference(back).prediction_logits.numpy() - _reference(ref).prediction_logits.numpy()).max() < 1e-5
 
 
 @pytest.mark.slow   # torch reference model + XLA compiles (2-5 s on 2 idle cores)
@@ -138,8 +162,11 @@ def test_albert_conversion_refuses_what_it_cannot_map(tmp_path):
   _hf_folder(tmp_path / "hf", layers=4)
   cfg_path = tmp_path / "hf" / "config.json"
   d = json.loads(cfg_path.read_text())
-  cfg_path.write_text(json.dumps(dict(d, num_hidden_groups=2)))
-  with pytest.raises(ConversionError, match="num_hidden_groups=2"):
+  cfg_path.write_text(json.dumps(dict(d, num_hidden_groups=5)))      # more groups than layers
+  with pytest.raises(ConversionError, match="num_hidden_groups=5"):
+    hf_albert.import_hf_albert(str(tmp_path / "hf"))
+  cfg_path.write_text(json.dumps(dict(d, num_hidden_groups=2)))      # a group the weights lack: named
+  with pytest.raises(ConversionError, match="albert_layer_groups.1.albert_layers.0"):
     hf_albert.import_hf_albert(str(tmp_path / "hf"))
   albert_like = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                            intermediate_size=37, embedding_size=16, share_layers=True)

@@ -80,15 +80,10 @@ def _first_existing(folder: str, names) -> str:
               os.path.join(folder, names[0]))
 
 
-def _albert_layout():
-  from bert_jax.convert import hf_albert   # lazy: the ALBERT tables import the Hugging Face converter
-  return hf_albert.ALBERT
-
-
-def _albert_config(config_file: str) -> BertConfig:
+def _albert_config(config_file: str, report: mapping.ConversionReport):
   """google-research/albert's albert_config.json (no model_type; num_hidden_groups, inner_group_num) as the
-  model's config, as its Hugging Face twin reads: its modeling.py's gelu is the tanh approximation
-  (transformers' gelu_new, what the Hugging Face ALBERT configs say)."""
+  model's config and the layout that reads it, as its Hugging Face twin reads: its modeling.py's gelu is the
+  tanh approximation (transformers' gelu_new, what the Hugging Face ALBERT configs say)."""
   from bert_jax.convert import hf, hf_albert
   d = dict(hf.read_config_json(config_file))
   d.setdefault("model_type", "albert")
@@ -97,7 +92,8 @@ def _albert_config(config_file: str) -> BertConfig:
                                   "its albert_config.json (pass --config=PATH)")
   if d.get("hidden_act", "gelu") == "gelu":
     d["hidden_act"] = "gelu_new"
-  return hf_albert.hf_config_to_albert(d, config_file)
+  config = hf_albert.hf_config_to_albert(d, config_file)
+  return config, hf_albert.albert_layout(d, report)
 
 
 def import_tf_checkpoint(checkpoint: str, output: Optional[str] = None, config_file: Optional[str] = None,
@@ -128,7 +124,7 @@ def import_tf_checkpoint(checkpoint: str, output: Optional[str] = None, config_f
     report.notes.append("variables under module/ (a TF-Hub export) read without that prefix")
   albert = any("/transformer/group_" in n for n in variables)
   if albert:
-    config, layout = _albert_config(config_file), _albert_layout()
+    config, layout = _albert_config(config_file, report)
     report.notes.append("google-research/albert checkpoint (bert/encoder/transformer/group_*): its 'gelu' is "
                         f"the tanh approximation, hidden_act={config.hidden_act!r}")
   else:

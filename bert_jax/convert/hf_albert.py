@@ -16,9 +16,10 @@ ALBERT in this package's terms (Lan et al. 2020): `BertConfig(embedding_size=E, 
   sop_classifier.classifier                       sop (kernel [H, 2])
 
 google-research/albert's TF checkpoints (import-tf) map by the same table (its TF names:
-albert_name_table). Other group counts and inner_group_num != 1 (not in any released checkpoint) are refused
-with a ConversionError. The decoder (predictions.decoder.weight/bias) must equal the word embeddings and
-predictions.bias, as transformers ties them.
+albert_name_table). Other groupings (num_hidden_groups G of L layers, inner_group_num I; not in any
+released checkpoint) import unrolled: L x I layers, each holding a copy of the weights of the group it runs
+(the same outputs; export-hf then writes one group per layer). The decoder (predictions.decoder.weight/bias) must
+equal the word embeddings and predictions.bias, as transformers ties them.
 
 Tokenizers: the Chinese ALBERTs (voidful/albert_chinese_*, clue/albert_chinese_*) ship a WordPiece vocab.txt
 and are used with BertTokenizer. The English ALBERTs (albert-*-v2) use a SentencePiece unigram model: its
@@ -30,6 +31,7 @@ back with tokenizer_class AlbertTokenizer.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -77,9 +79,14 @@ def is_albert_folder(folder: str) -> bool:
   return isinstance(d, dict) and _is_albert_dict(d)
 
 
-def albert_name_table(config: BertConfig) -> List[Entry]:
+def albert_name_table(config: BertConfig, groups: int = 0, inner: int = 1) -> List[Entry]:
   """Every parameter of BertForPreTraining(config, ("mlm", "sop")) with its Hugging Face ALBERT key and its
-  google-research/albert TF variable (the names transformers' TF converter renamed; group G, inner group 0)."""
+  google-research/albert TF variable (the names transformers' TF converter renamed; group G, inner group 0).
+
+  groups > 0: a source of `groups` layer groups of `inner` layers each, unrolled into this per-layer config
+  (config.num_hidden_layers = source layers x inner): layer k = (i, j) = divmod(k, inner) reads inner layer j of
+  the group source layer i runs, int(i / (source layers / groups)) as in transformers' AlbertTransformer (one
+  source tensor feeds several of ours; the outputs are the same)."""
   mapping.check_post_ln_transformer(config)
   if not config.factorised_embeddings:
     raise ConversionError("ALBERT always maps its embeddings to H (embedding_hidden_mapping_in): the model "
@@ -92,14 +99,18 @@ def albert_name_table(config: BertConfig) -> List[Entry]:
   t += _ln(emb + ("LayerNorm",), "bert/embeddings/LayerNorm", "albert.embeddings.LayerNorm", "embeddings")
   t += _dense(emb + ("projection",), "bert/encoder/embedding_hidden_mapping_in",
               "albert.encoder.embedding_hidden_mapping_in", "embeddings")
-  hf_layer = "albert.encoder.albert_layer_groups.{}.albert_layers.0"
-  tf_layer = "bert/encoder/transformer/group_{}/inner_group_0"
+  hf_layer = "albert.encoder.albert_layer_groups.{}.albert_layers.{}"
+  tf_layer = "bert/encoder/transformer/group_{}/inner_group_{}"
   if config.share_layers:
-    layers = [(("bert", "encoder", "shared", "layer"), 0)]
+    layers = [(("bert", "encoder", "shared", "layer"), 0, 0)]
+  elif groups:
+    per_group = (config.num_hidden_layers // inner) / groups
+    layers = [(("bert", "encoder", f"layer_{k}"), int((k // inner) / per_group), k % inner)
+              for k in range(config.num_hidden_layers)]
   else:
-    layers = [(("bert", "encoder", f"layer_{i}"), i) for i in range(config.num_hidden_layers)]
-  for o, i in layers:
-    h, g = hf_layer.format(i), tf_layer.format(i)
+    layers = [(("bert", "encoder", f"layer_{i}"), i, 0) for i in range(config.num_hidden_layers)]
+  for o, i, j in layers:
+    h, g = hf_layer.format(i, j), tf_layer.format(i, j)
     for qkv in ("query", "key", "value"):
       t += _dense(o + ("attention", qkv), f"{g}/attention_1/self/{qkv}", f"{h}.attention.{qkv}", "encoder",
                   kernel_kind="qkv_kernel", bias_kind="qkv_bias")
@@ -142,15 +153,38 @@ def hf_config_to_albert(d: dict, source: str) -> BertConfig:
   except (TypeError, ValueError) as e:
     raise ConversionError(f"{source}: num_hidden_layers, num_hidden_groups, inner_group_num and embedding_size "
                           f"must be integers ({e})") from e
-  if inner != 1 or groups not in (1, layers):
-    raise ConversionError(f"{source}: num_hidden_groups={groups}, inner_group_num={inner}; supported are one "
-                          f"layer shared by all (1, 1) or one per layer ({layers}, 1)")
+  if not (1 <= groups <= layers and inner >= 1):
+    raise ConversionError(f"{source}: num_hidden_groups={groups}, inner_group_num={inner}; expected 1 <= "
+                          f"num_hidden_groups <= num_hidden_layers={layers} and inner_group_num >= 1")
   act = mapping.check_hidden_act(d.get("hidden_act", "gelu_new"), source)
   fields = dict(hf.architecture_dict(d), hidden_act=act,
                 embedding_size=width, share_layers=groups == 1 and layers > 1)
-  if layers == 1:
-    fields["share_layers"] = False   # one layer: the same either way; the per-layer layout is the simpler one
+  if layers == 1 or _unrolled(groups, inner, layers):
+    # one layer: the same either way; the per-layer layout is the simpler one. Other groupings run as their
+    # layers unrolled (albert_layout).
+    fields.update(share_layers=False, num_hidden_layers=layers * inner)
   return hf.config_from_dict(fields, source)
+
+
+def _unrolled(groups: int, inner: int, layers: int) -> bool:
+  """A grouping other than one layer shared by all (1, 1) or one per layer (L, 1), which this package's
+  model (share_layers or not) holds only unrolled."""
+  return inner != 1 or groups not in (1, layers)
+
+
+def albert_layout(d: dict, report: Optional[mapping.ConversionReport] = None) -> mapping.Layout:
+  """The layout that reads a checkpoint of ALBERT config `d` (hf_config_to_albert's): ALBERT, or for other
+  num_hidden_groups / inner_group_num its table unrolled, noted in `report`."""
+  layers = int(d["num_hidden_layers"])
+  groups, inner = int(d.get("num_hidden_groups", 1)), int(d.get("inner_group_num", 1))
+  if layers == 1 or not _unrolled(groups, inner, layers):
+    return ALBERT
+  if report is not None:
+    report.notes.append(f"num_hidden_groups={groups}, inner_group_num={inner}: unrolled into {layers * inner} "
+                        "layers, each holding the weights of the group it runs (the same outputs; export-hf "
+                        "writes one group per layer)")
+  return mapping.Layout("albert", functools.partial(albert_name_table, groups=groups, inner=inner),
+                        ALBERT.targets, ALBERT.optional_groups)
 
 
 def normalize_albert_state_dict(state: Dict[str, np.ndarray], report: mapping.ConversionReport
@@ -184,12 +218,14 @@ def import_hf_albert(folder: str, output: Optional[str] = None, vocab_file: Opti
   config_path = os.path.join(folder, "config.json")
   if not os.path.exists(config_path):
     raise FileNotFoundError(f"{folder}: no config.json (not a Hugging Face model folder)")
-  config = hf_config_to_albert(hf.read_config_json(config_path), config_path)
+  d = hf.read_config_json(config_path)
+  config = hf_config_to_albert(d, config_path)
   report = mapping.ConversionReport(source=folder, fmt="hf")
+  layout = albert_layout(d, report)
   state = normalize_albert_state_dict(hf.read_hf_state_dict(folder), report)
   patterns = [re.compile(p) for p in ignore]
   ignorable = lambda n: bool(hf._HF_BUFFERS.search(n)) or any(p.search(n) for p in patterns)  # noqa: E731
-  params = mapping.assign_params(state, "hf", config, report, ignorable=ignorable, seed=seed, layout=ALBERT)
+  params = mapping.assign_params(state, "hf", config, report, ignorable=ignorable, seed=seed, layout=layout)
 
   tmp_dir = None
   if vocab_file is None:
