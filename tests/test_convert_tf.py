@@ -279,10 +279,10 @@ def test_google_research_albert_tf_checkpoint_imports_with_transformers_outputs(
   real = mask[..., None] > 0
   assert np.abs(np.where(real, np.asarray(ours["mlm_logits"]) - out.prediction_logits.numpy(), 0)).max() < 1e-4
   assert np.abs(np.asarray(ours["sop_logits"]) - out.sop_logits.numpy()).max() < 1e-4
-  # groups other than 1 or one per layer are refused naming the config file
-  json.dump(dict(json.load(open(folder / "albert_config.json")), num_hidden_groups=2),
+  # more groups than layers is refused naming the config file
+  json.dump(dict(json.load(open(folder / "albert_config.json")), num_hidden_groups=5),
             open(folder / "albert_config.json", "w"))
-  with pytest.raises(ConversionError, match="albert_config.json: num_hidden_groups=2"):
+  with pytest.raises(ConversionError, match="albert_config.json: num_hidden_groups=5"):
     google_tf.import_tf_checkpoint(str(folder / "model.ckpt-best"), variables=variables)
 
 
