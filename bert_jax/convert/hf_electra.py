@@ -217,7 +217,7 @@ def _assign(source: Dict[str, np.ndarray], fmt: str, table: List[Entry], shapes,
     flat[e.ours] = mapping.to_ours(fmt, e.kind, array.astype(np.float32), target)
   if bad:
     raise ConversionError(f"{report.source}: {len(bad)} shape mismatch(es) between the checkpoint and the model "
-                          "config (is it this checkpoint's config?):" + mapping._capped(bad))
+                          "config (is it this checkpoint's config?):" + mapping.capped_lines(bad))
   report.loaded = len(flat)
   return flat
 

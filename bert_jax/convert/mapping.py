@@ -35,6 +35,7 @@ import numpy as np
 from flax import traverse_util
 
 from bert_jax.models import BertForPreTraining, dummy_inputs
+from bert_jax.models import layers
 from bert_jax.models.config import BertConfig
 from bert_jax.pretrained import params_dir
 
@@ -77,9 +78,9 @@ def _dense(ours: Tuple[str, ...], google: str, hf: str, group: str, kernel_kind=
           Entry(ours + ("bias",), google + "/bias", hf + ".bias", bias_kind, group)]
 
 
-# hidden_act values models.layers.activation computes, and transformers' other names for two of them
-# (gelu_python: the erf GELU in Python; gelu_fast: the tanh approximation, gelu_new's formula).
-HIDDEN_ACTS = ("gelu", "gelu_new", "gelu_tanh", "gelu_pytorch_tanh", "relu", "silu", "swish", "tanh")
+# hidden_act values the model computes (models.layers.ACTIVATIONS), and transformers' other names for two of
+# them (gelu_python: the erf GELU in Python; gelu_fast: the tanh approximation, gelu_new's formula).
+HIDDEN_ACTS = tuple(layers.ACTIVATIONS)
 HIDDEN_ACT_ALIASES = {"gelu_python": "gelu", "gelu_fast": "gelu_new"}
 
 
@@ -93,7 +94,7 @@ def check_hidden_act(act, source: str) -> str:
   return act
 
 
-def _capped(lines: List[str], limit: int = 10) -> str:
+def capped_lines(lines: List[str], limit: int = 10) -> str:
   """At most `limit` lines of a problem list, then how many more (a wrong config mismatches every tensor)."""
   shown = lines[:limit] + ([f"... and {len(lines) - limit} more"] if len(lines) > limit else [])
   return "\n  " + "\n  ".join(shown)
@@ -354,7 +355,7 @@ def assign_params(source: Mapping[str, np.ndarray], fmt: str, config: BertConfig
     flat[e.ours] = to_ours(fmt, e.kind, array.astype(target_dtype, copy=False), target_shape)
   if mismatched:
     raise ConversionError(f"{report.source}: {len(mismatched)} shape mismatch(es) between the checkpoint and "
-                          f"the model config (is it this checkpoint's config?):" + _capped(mismatched))
+                          f"the model config (is it this checkpoint's config?):" + capped_lines(mismatched))
   if fresh:
     fresh_paths = [e.ours for e in table if e.group in fresh]
     init = traverse_util.flatten_dict(init_params(config, seed, paths=fresh_paths, targets=layout.targets))

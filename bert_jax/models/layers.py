@@ -34,17 +34,20 @@ def constrain(x: Array, names) -> Array:
   return nn.with_logical_constraint(x, names)
 
 
+# hidden_act names -> functions: the one list of what the model computes (the converters check against it).
+ACTIVATIONS = {
+    "gelu": functools.partial(jax.nn.gelu, approximate=False),   # BERT's exact erf GELU
+    **{n: functools.partial(jax.nn.gelu, approximate=True) for n in ("gelu_new", "gelu_tanh", "gelu_pytorch_tanh")},
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+    "tanh": jnp.tanh,
+}
+
+
 def activation(name: str):
-  if name == "gelu":
-    return functools.partial(jax.nn.gelu, approximate=False)   # BERT's exact erf GELU
-  if name in ("gelu_new", "gelu_tanh", "gelu_pytorch_tanh"):
-    return functools.partial(jax.nn.gelu, approximate=True)
-  if name == "relu":
-    return jax.nn.relu
-  if name in ("swish", "silu"):
-    return jax.nn.silu
-  if name == "tanh":
-    return jnp.tanh
+  if name in ACTIVATIONS:
+    return ACTIVATIONS[name]
   raise ValueError(f"unknown hidden_act {name!r}; expected gelu, gelu_new, relu, silu or tanh")
 
 
