@@ -7,9 +7,10 @@ collectives, D CPU devices each). The multi-host tests (tests/test_multihost.py)
         --config.data.vocab_file=vocab.txt
 
 Each process gets the train.py flags after `--` plus --config.distributed.{enable,coordinator_address,
-num_processes,process_id}; its output goes to LOGS/host<i>.log. The command exits with the first non-zero
-exit code of the processes (0 when all finished; a process killed by signal N counts as 128 + N, 137 for
-SIGKILL, as a shell reports it), and prints each process's exit code, seconds and last line. Ctrl-C (or
+num_processes,process_id}; its output goes to LOGS/host<i>.log. The command exits with the most severe
+exit code of the processes (`exit_status`: a user error before a crash before a retryable stop before a
+stopped run; 0 when all finished; a process killed by signal N counts as 128 + N, 137 for SIGKILL, as a
+shell reports it), and prints each process's exit code, seconds and last line. Ctrl-C (or
 SIGTERM, SIGHUP) sends SIGTERM to every process: they agree on a step, save it and exit 143; a second Ctrl-C
 kills them.
 
@@ -125,10 +126,35 @@ class Cluster:
     return False
 
 
+# exit_status's order, most severe first. What decides it is what a supervisor should do with the job's code:
+# one host's user error (2) means every rerun fails the same way, however many peers then reported it dead
+# (75) or were killed; a crash (1, or any code not listed here: 139 SIGSEGV, ...) needs a look too and a rerun
+# likely repeats it; 75 (a host died or stalled; its line names it), 137 (a SIGKILLed host) and 134 (JAX's
+# abort when the coordinator went) are retryable: a restart resumes from the newest checkpoint; 143 / 130 a
+# run stopped on request after saving its checkpoint; 0 finished.
+USER_ERROR, RETRYABLE, STOPPED = 2, (75, 137, 134), (143, 130)
+
+
+def severity(code: int) -> int:
+  """The rank of one process's exit code (128 + N for a signal) in exit_status's order: higher is worse."""
+  if code == 0:
+    return 0
+  if code in STOPPED:
+    return 1 + len(STOPPED) - STOPPED.index(code)            # 143 above 130
+  if code in RETRYABLE:
+    return 10 + len(RETRYABLE) - RETRYABLE.index(code)       # 75 above 137 above 134
+  if code == USER_ERROR:
+    return 30
+  return 20                                                 # 1 and anything else: a crash
+
+
 def exit_status(codes: Sequence[Optional[int]]) -> int:
-  """The first non-zero exit code, a signal (Popen's -N) as 128 + N; 0 when none."""
-  first = next((c for c in codes if c), 0)
-  return 128 - first if first < 0 else first
+  """The most severe of the processes' exit codes (see `severity`): 2 (a user error) > 1 and any other
+  unlisted code (a crash) > 75 > 137 > 134 (retryable: restart and it resumes) > 143 > 130 (stopped after
+  a checkpoint) > 0. A signal (Popen's -N) counts as 128 + N; None (still running) is ignored; ties go to the
+  first process."""
+  shell = [128 - c if c < 0 else c for c in codes if c is not None]
+  return max(shell, key=severity, default=0)
 
 
 def main(argv=None) -> int:

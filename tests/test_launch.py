@@ -517,7 +517,30 @@ def test_local_cluster_exits_with_a_killed_processs_code_as_a_shell_reports_it()
   assert local_cluster.exit_status([0, 0]) == 0
   assert local_cluster.exit_status([75, -signal.SIGKILL]) == 75
   assert local_cluster.exit_status([None, -signal.SIGKILL]) == 137      # was -9: the shell saw 247
-  assert local_cluster.exit_status([0, -signal.SIGABRT, 75]) == 134
+  assert local_cluster.exit_status([0, -signal.SIGABRT]) == 134
+
+
+@pytest.mark.parametrize("codes, want", [
+    ([75, 2], 2),                          # host 1's user error, host 0 then saw it gone: not retryable
+    ([2, -signal.SIGKILL, 75], 2),
+    ([143, 1], 1),                         # a crash outranks a stop and a retryable code
+    ([75, 139], 139),                      # SIGSEGV: a crash
+    ([1, 2], 2),
+    ([143, 75], 75),                       # was 143: a supervisor saw "stopped", not "a host died"
+    ([-signal.SIGKILL, 75], 75),           # 75's line names the dead host
+    ([0, -signal.SIGABRT, 75], 75),
+    ([-signal.SIGABRT, -signal.SIGKILL], 137),
+    ([130, 143], 143),
+    ([0, 130], 130),
+    ([None, None], 0),
+])
+def test_local_cluster_exits_with_the_most_severe_code_not_the_first(codes, want):
+  sys.path.insert(0, LAUNCH)
+  try:
+    import local_cluster  # pylint: disable=g-import-not-at-top  launch/ is scripts, not a package
+  finally:
+    sys.path.remove(LAUNCH)
+  assert local_cluster.exit_status(codes) == want
 
 
 CLUSTER_STANDIN = textwrap.dedent("""\
