@@ -309,11 +309,22 @@ def _train(plan: PretrainPlan, lock: workdir_lib.WorkdirLock) -> Dict[str, Any]:
     if not isinstance(e, UserError):     # e.g. a collective that lost its peer: name the host, exit 75
       guard.await_verdict(e)
       guard.fail(e)                      # peers alive: one line, exit 75 (JAX runtime) or 1, no 5-min wait
+      if watchdog.is_out_of_memory(e):   # one process (fail returned): one line and exit 2, as multi-host
+        raise UserError(_out_of_memory_message(guard, e)) from e
     raise
   finally:
     guard.stop(outcome)
   plot_loss_curve(plan.workdir)
   return dict(last, step=step)
+
+
+def _out_of_memory_message(guard: watchdog.HostGuard, error: BaseException) -> str:
+  """The one line of a single-process run out of device memory: where (the step and phase the guard last
+  saw, or start-up), XLA's first line, what lowers the memory."""
+  first = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
+  where = ("start-up (initialising or restoring the state)" if guard.phase == "start" else
+           f"step {guard.step + 1} ({guard.phase})")
+  return f"{where} failed ({type(error).__name__}: {first}): {watchdog.OUT_OF_MEMORY_ADVICE}"
 
 
 def _last_logged(workdir: str) -> Dict[str, Any]:

@@ -237,6 +237,17 @@ class _StallingData:
     return getattr(self._data, name)
 
 
+# What a run out of device memory prints after its step (multi-host: HostGuard.fail; one process: pretrain).
+OUT_OF_MEMORY_ADVICE = ("out of device memory, which a restart would repeat: lower config.batch_size (raise "
+                        "config.grad_accum_steps to keep it), set config.model.remat_policy or shard the parameters "
+                        "(config.mesh.shape, fsdp)")
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+  """XLA's RESOURCE_EXHAUSTED (an allocation or a compile that does not fit in device memory): not retryable."""
+  return "RESOURCE_EXHAUSTED" in str(error)
+
+
 # ---- the guard -------------------------------------------------------------------------------------------
 class HostGuard:
   """See the module docstring. One per run; every method is cheap (the main thread calls them per step)."""
@@ -531,7 +542,7 @@ class HostGuard:
     traceback.print_exception(error, file=self._err())
     # Out of device memory is a JAX runtime error too, but a restart repeats it: not retryable (exit 2), so a
     # supervisor stops instead of restarting into the same OOM MAX_RESTARTS times.
-    out_of_memory = "RESOURCE_EXHAUSTED" in str(error)
+    out_of_memory = is_out_of_memory(error)
     retryable = isinstance(error, jax.errors.JaxRuntimeError) and not out_of_memory
     first = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
     message = (f"host {self.index} of {self.count}: step {self.step + 1} failed ({type(error).__name__}: "
@@ -547,9 +558,7 @@ class HostGuard:
         pass
     self._publish_within(2.0)
     if out_of_memory:
-      self._err().write(f"error: {message}: out of device memory, which a restart would repeat: lower "
-                        "config.batch_size (raise config.grad_accum_steps to keep it), set config.model.remat_policy "
-                        "or shard the parameters (config.mesh.shape, fsdp)\n")
+      self._err().write(f"error: {message}: {OUT_OF_MEMORY_ADVICE}\n")
       self._err().flush()
       os._exit(2)
     self._err().write(f"error: {message}: an internal error, see the traceback above\n")

@@ -1,0 +1,89 @@
+"""train.py as a user meets it: out of device memory on one process, SIGTERM before the first step, and the
+command-line mistakes the README's training section invites. Each mistake is one `error:` line and a
+non-zero exit without a traceback (only --verbose shows it).
+
+In-process tests use tests/test_reliability_workdir.py's tiny config (2 layers, hidden 64); the subprocess
+ones run train.py itself on the same corpus."""
+
+import os
+import subprocess
+import sys
+
+import jax
+import pytest
+
+from bert_jax.errors import UserError
+from bert_jax.training import pretrain
+from test_reliability_workdir import tiny_config, write_corpus
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OOM = "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 12.00GiB."
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+  return write_corpus(str(tmp_path_factory.mktemp("train_cli")))
+
+
+def _train_argv(workdir, files, *extra):
+  corpus, vocab = files
+  return [sys.executable, os.path.join(REPO, "train.py"), "--config=configs/pretrain.py:size=tiny,runlocal",
+          f"--workdir={workdir}", f"--config.data.input_files={corpus}", f"--config.data.vocab_file={vocab}",
+          "--config.num_train_steps=4", "--config.batch_size=8", "--config.data.max_seq_length=32",
+          "--config.data.max_predictions_per_seq=5", "--config.progress_bar=false", *extra]
+
+
+def _env():
+  return dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1", PYTHONPATH=REPO)
+
+
+# ---- out of device memory, one process ----------------------------------------------------------------
+def _out_of_memory(*args, **kwargs):
+  raise jax.errors.JaxRuntimeError(OOM)
+
+
+def test_a_step_out_of_device_memory_is_a_user_error_naming_the_step_and_what_lowers_it(files, tmp_path,
+                                                                                       monkeypatch):
+  """It was JaxRuntimeError's traceback and exit 1 (which launchers retry); multi-host printed one line, exit 2."""
+  # the first call (compile + run) fails; without .lower() the ahead-of-time compile is skipped
+  monkeypatch.setattr(pretrain.ts, "make_train_step", lambda *a, **k: _out_of_memory)
+  with pytest.raises(UserError) as e:
+    pretrain.train_and_evaluate(tiny_config(*files), str(tmp_path / "run"))
+  assert str(e.value).startswith(f"step 1 (compile) failed (JaxRuntimeError: {OOM}): out of device memory, "
+                                 "which a restart would repeat: lower config.batch_size (raise "
+                                 "config.grad_accum_steps to keep it)"), str(e.value)
+  assert isinstance(e.value.__cause__, jax.errors.JaxRuntimeError)     # --verbose shows XLA's traceback
+
+
+def test_out_of_device_memory_during_start_up_names_start_up(files, tmp_path, monkeypatch):
+  monkeypatch.setattr(pretrain, "_initial_state", _out_of_memory)
+  with pytest.raises(UserError, match=r"^start-up \(initialising or restoring the state\) failed "
+                                      r"\(JaxRuntimeError: RESOURCE_EXHAUSTED: .*lower config.batch_size"):
+    pretrain.train_and_evaluate(tiny_config(*files), str(tmp_path / "run"))
+
+
+def test_other_runtime_errors_of_one_process_keep_their_traceback(files, tmp_path, monkeypatch):
+  def fail(*args, **kwargs):
+    raise jax.errors.JaxRuntimeError("INTERNAL: something XLA got wrong")
+  monkeypatch.setattr(pretrain, "_initial_state", fail)
+  with pytest.raises(jax.errors.JaxRuntimeError):
+    pretrain.train_and_evaluate(tiny_config(*files), str(tmp_path / "run"))
+
+
+_OOM_MAIN = ("import os, runpy, sys, jax\n"
+             "from bert_jax.training import pretrain\n"
+             "def oom(*a, **k): raise jax.errors.JaxRuntimeError(os.environ['OOM'])\n"
+             "pretrain._initial_state = oom\n"
+             "sys.argv = sys.argv[1:]\n"
+             "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+
+
+def test_train_py_out_of_device_memory_is_one_error_line_and_exit_2(files, tmp_path):
+  argv = _train_argv(tmp_path / "run", files)
+  got = subprocess.run([sys.executable, "-c", _OOM_MAIN] + argv[1:], cwd=REPO, env=dict(_env(), OOM=OOM),
+                       capture_output=True, text=True, timeout=300)
+  assert got.returncode == 2, got.stderr[-3000:]
+  assert "Traceback" not in got.stderr, got.stderr[-3000:]
+  last = got.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: start-up (initialising or restoring the state) failed (JaxRuntimeError: "
+                         "RESOURCE_EXHAUSTED: Out of memory"), last
