@@ -6,13 +6,15 @@ In-process tests use tests/test_reliability_workdir.py's tiny config (2 layers, 
 ones run train.py itself on the same corpus."""
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import jax
 import pytest
 
-from bert_jax.errors import UserError
+from bert_jax.errors import Interrupted, UserError
 from bert_jax.training import pretrain
 from test_reliability_workdir import tiny_config, write_corpus
 
@@ -87,3 +89,36 @@ def test_train_py_out_of_device_memory_is_one_error_line_and_exit_2(files, tmp_p
   last = got.stderr.strip().splitlines()[-1]
   assert last.startswith("error: start-up (initialising or restoring the state) failed (JaxRuntimeError: "
                          "RESOURCE_EXHAUSTED: Out of memory"), last
+
+
+# ---- SIGTERM before the first step ------------------------------------------------------------------
+def test_sigterm_during_start_up_prints_an_interrupted_line_saying_no_checkpoint_was_written(files, tmp_path):
+  """It died of the signal (exit 143, no line): a scheduler's log did not say the run stopped on request."""
+  workdir = tmp_path / "run"
+  proc = subprocess.Popen(_train_argv(workdir, files), cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.time() + 120
+    while not (workdir / "workdir.lock").exists():     # the plan is resolved, start-up begins
+      assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
+      time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  assert proc.returncode == 143, err[-3000:]
+  assert "interrupted: stopped by SIGTERM during start-up, before step 1; no checkpoint written" in err, err[-3000:]
+  assert "Traceback" not in err
+  ckpts = workdir / "checkpoints"
+  assert not ckpts.exists() or not [n for n in os.listdir(ckpts) if n.isdigit()]
+  assert not (workdir / "workdir.lock").exists()
+
+
+def test_a_signal_during_start_up_of_a_resumed_run_names_the_checkpoint_it_resumes_from():
+  class Signals:
+    signum = signal.SIGTERM
+  e = pretrain._stopped_during_start_up(Signals(), 40)
+  assert isinstance(e, Interrupted) and e.exit_code == 143 and e.step == 40
+  assert str(e) == "stopped by SIGTERM during start-up at step 40; no new checkpoint written, rerun to resume " \
+                   "from step 40"

@@ -36,7 +36,12 @@ than model_config.json and an init_checkpoint of another vocab size.
 
 Signals: SIGINT (Ctrl-C) and SIGTERM (single process), or the JAX preemption sync point (multi-host), save a
 checkpoint at the current step, wait for it and raise bert_jax.errors.Interrupted(signum, step) (the entry
-point exits 128 + signum: 130 / 143). A second Ctrl-C while that checkpoint is written aborts at once.
+point exits 128 + signum: 130 / 143). A second Ctrl-C while that checkpoint is written aborts at once. One
+that arrives before the first step (the plan, restore, compile, the first batch) stops the run once start-up
+ends, with no checkpoint written; its `interrupted:` line says so.
+
+Out of device memory (XLA's RESOURCE_EXHAUSTED) is not retryable: one process raises a UserError naming the
+step and phase (one `error:` line, exit 2), as the host guard does on a pod.
 Multi-host, SIGTERM on any one host reaches every host through that sync point: all save the same step.
 
 Dead, frozen or stuck hosts (training/watchdog.py, HostGuard): every host publishes a heartbeat with its
@@ -109,22 +114,35 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
   """What train.py does: jax.distributed when asked, the plan (UserError for a bad config, before any model
   or data work), then `run_plan`."""
   maybe_initialize_distributed(config)
-  return run_plan(resolve_pretrain(config, workdir))
-
-
-def run_plan(plan: PretrainPlan) -> Dict[str, Any]:
-  """Runs (or resumes) pre-training as `plan` says, holding the work-dir lock; returns the last logged
-  metrics (plus eval metrics if any) and the step."""
+  # One process: from here SIGINT / SIGTERM stop the run with an `interrupted:` line (exit 130 / 143), also
+  # during the plan and start-up (restore, compile, the first batch), before any step.
+  signals = workdir_lib.StopSignals()
   try:
-    fileio.makedirs(plan.workdir)
-  except OSError as e:     # e.g. a read-only or virtual file system: one line and exit 2, not a traceback
-    raise UserError(f"--workdir={plan.workdir}: cannot create it ({e.strerror or e})") from e
-  lock = workdir_lib.WorkdirLock(plan.workdir, kind="pretrain").acquire()   # before anything writes or cleans
-  try:
-    compile_cache.enable(plan.compilation_cache_dir)
-    return _train(plan, lock)
+    return run_plan(resolve_pretrain(config, workdir), signals)
   finally:
-    lock.release()
+    signals.restore()
+
+
+def run_plan(plan: PretrainPlan, signals: Optional[workdir_lib.StopSignals] = None) -> Dict[str, Any]:
+  """Runs (or resumes) pre-training as `plan` says, holding the work-dir lock; returns the last logged
+  metrics (plus eval metrics if any) and the step. `signals`: SIGINT / SIGTERM handlers already installed
+  (train_and_evaluate), else they are installed here."""
+  own = signals is None
+  signals = workdir_lib.StopSignals() if own else signals
+  try:
+    try:
+      fileio.makedirs(plan.workdir)
+    except OSError as e:     # e.g. a read-only or virtual file system: one line and exit 2, not a traceback
+      raise UserError(f"--workdir={plan.workdir}: cannot create it ({e.strerror or e})") from e
+    lock = workdir_lib.WorkdirLock(plan.workdir, kind="pretrain").acquire()   # before anything writes or cleans
+    try:
+      compile_cache.enable(plan.compilation_cache_dir)
+      return _train(plan, lock, signals)
+    finally:
+      lock.release()
+  finally:
+    if own:
+      signals.restore()
 
 
 # ---- data -------------------------------------------------------------------------------------------------
@@ -280,10 +298,11 @@ class _Run:
   last: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-def _train(plan: PretrainPlan, lock: workdir_lib.WorkdirLock) -> Dict[str, Any]:
+def _train(plan: PretrainPlan, lock: workdir_lib.WorkdirLock, signals: workdir_lib.StopSignals) -> Dict[str, Any]:
   """Set-up, the phases, the end; the work-dir lock is held."""
   log.info("plan (%s):\n%s", fileio.join(plan.workdir, PLAN_NAME), plan.describe())
   ckpt = checkpoints.Checkpointer(fileio.join(plan.workdir, CHECKPOINT_SUBDIR), keep=plan.keep_checkpoints)
+  signals.ckpt = ckpt                     # multi-host: the preemption sync point goes through it
   model = pretraining_model(plan.model, plan.targets, plan.electra)
   mesh = sharding.make_mesh(plan.mesh_shape, plan.mesh_axes)
   batch_sharding = sharding.batch_sharding(mesh, plan.logical_axis_rules)
@@ -298,7 +317,7 @@ def _train(plan: PretrainPlan, lock: workdir_lib.WorkdirLock) -> Dict[str, Any]:
   outcome = "failed"
   try:
     step, last = _run_phases(plan, ckpt, model, mesh, tx, train_step, abstract, shardings, batch_sharding,
-                             schedule, guard)
+                             schedule, guard, signals)
     if not last:      # a finished run started again (a relaunch, a restart after its end): its last rows, not
       last = _last_logged(plan.workdir)   # a bare "final: step=N"
     outcome = "done"
@@ -338,20 +357,22 @@ def _last_logged(workdir: str) -> Dict[str, Any]:
 
 
 def _run_phases(plan, ckpt, model, mesh, tx, train_step, abstract, shardings, batch_sharding, schedule,
-                guard) -> tuple:
+                guard, signals) -> tuple:
   """Start-up, then the phases' steps from the resumed one: (final step, last logged metrics)."""
+  if signals.reached_before_start():     # one process: a signal during the plan; nothing compiles yet
+    raise _stopped_during_start_up(signals, ckpt.latest_step())
   state, step, opened, clock = _start(plan, ckpt, model, mesh, tx, train_step, abstract, batch_sharding)
   progress = (tqdm(total=plan.num_train_steps, initial=step, desc="pretrain", dynamic_ncols=True)
               if jax.process_index() == 0 and plan.progress_bar else None)
   run = _Run(plan, ckpt, MetricWriter(plan.workdir, purge_step=step + 1), train_step, ts.make_eval_step(plan, model, mesh, shardings),
-             schedule, batch_sharding, workdir_lib.StopSignals(ckpt),
+             schedule, batch_sharding, signals,
              ts.NonFiniteGuard(plan.nan_policy, plan.max_consecutive_nonfinite, checkpoint=ckpt.latest_step),
              clock, step, progress,
              flops.peak_flops_per_device(dtype=plan.model.dtype, override=plan.peak_flops_per_device), guard)
   try:
     if run.signals.start(step):
-      log.warning("stopped at step %d before training: a preemption notice arrived during start-up", step)
-      raise Interrupted(run.signals.signum or signal.SIGTERM, step)
+      log.warning("stopped at step %d before training: a stop signal arrived during start-up", step)
+      raise _stopped_during_start_up(run.signals, ckpt.latest_step(), step)
     for phase in plan.phases:
       if phase.end <= step:
         continue
@@ -370,6 +391,22 @@ def _run_phases(plan, ckpt, model, mesh, tx, train_step, abstract, shardings, ba
     run.writer.close()
     ckpt.close()
   return step, run.last
+
+
+def _stopped_during_start_up(signals: workdir_lib.StopSignals, saved: Optional[int],
+                             step: Optional[int] = None) -> Interrupted:
+  """The Interrupted of a run stopped before its first step: it wrote no checkpoint; `saved` is the newest one
+  on disk (a resume), if any."""
+  signum = signals.signum or signal.SIGTERM
+  name = signal.Signals(signum).name
+  step = (saved or 0) if step is None else step
+  if saved is None:
+    message = (f"stopped by {name} during start-up, before step {step + 1}; no checkpoint written, a rerun "
+               "starts from the beginning")
+  else:
+    message = (f"stopped by {name} during start-up at step {step}; no new checkpoint written, rerun to resume "
+               f"from step {saved}")
+  return Interrupted(signum, step, message)
 
 
 def _train_phase(run: _Run, phase: Phase, state, step: int, data, first) -> tuple:

@@ -306,8 +306,8 @@ class StopSignals:
   def _handler(self, signum, frame):
     del frame
     if self.signum is None:
-      log.warning("%s: saving a checkpoint at the current step and stopping (Ctrl-C again to abort at once)",
-                  signal.Signals(signum).name)
+      log.warning("%s: saving a checkpoint at the current step and stopping (during start-up: stopping once it "
+                  "ends, without a checkpoint; Ctrl-C again to abort at once)", signal.Signals(signum).name)
       self.signum = signum
       if signum == signal.SIGINT:
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -323,8 +323,10 @@ class StopSignals:
     start-up, before any check, set the sync point to 1, which no later step equals, and the signal was
     lost. So: check counter 1 (a notice already in), then set the counter to k (a later one gives k + 1,
     the first step). A notice landing between the two checks on every host is still missed."""
-    if jax.process_count() == 1 or self.ckpt is None:
-      return False          # one process: its own handler's flag is read after each step, as before
+    if jax.process_count() == 1:
+      return self.signum is not None      # one process: a signal during start-up (restore, compile, data)
+    if self.ckpt is None:
+      return False
     try:
       early = self.ckpt.reached_preemption(1)
       self.ckpt.reached_preemption(step)
@@ -333,6 +335,10 @@ class StopSignals:
     if early:
       self.signum = self.signum or signal.SIGTERM
     return early
+
+  def reached_before_start(self) -> bool:
+    """One process: a signal already arrived (before the run's state exists, e.g. during the plan)."""
+    return jax.process_count() == 1 and self.signum is not None
 
   def reached(self, step: int) -> bool:
     if jax.process_count() > 1 and self.ckpt is not None:
