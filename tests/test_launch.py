@@ -49,8 +49,9 @@ STANDIN_TRAIN = textwrap.dedent("""\
     home = os.environ.get("STANDIN_HOME", os.environ["HOME"])
     with open(os.path.join(home, "argv.json"), "w") as f:
       json.dump(args, f)
-    if os.environ.get("STANDIN_EXIT"):
-      sys.exit(int(os.environ["STANDIN_EXIT"]))
+    exit_code = os.environ.get(f"STANDIN_EXIT_{os.environ.get('SLURM_PROCID')}") or os.environ.get("STANDIN_EXIT")
+    if exit_code:                               # STANDIN_EXIT_<i>: SLURM task i's code, STANDIN_EXIT: every one's
+      sys.exit(int(exit_code))
     freeze = False
     if os.environ.get("STANDIN_PLAN"):          # {"worker1": [75, 0]}: this worker's exit code, run by run
       n_path = os.path.join(home, "runs")
@@ -407,9 +408,10 @@ def slurm_env(tmp_path):
   for d in (code, bin_dir, venv / "bin"):
     d.mkdir(parents=True)
   (code / "train.py").write_text(STANDIN_TRAIN)
-  _write_exe(bin_dir / "srun", '#!/bin/bash\n# Stub srun: one task, process 0, this node.\n'
-             f'printf "%s\\n" "$@" > {tmp_path}/srun_argv\n'
-             'while [[ "$1" == --* ]]; do shift; done\nSLURM_PROCID=0 exec "$@"\n')
+  (code / "launch").mkdir()
+  for name in ("slurm_state.py", "local_cluster.py"):
+    shutil.copy(os.path.join(LAUNCH, name), code / "launch" / name)
+  _write_exe(bin_dir / "srun", SRUN_STUB.format(argv=tmp_path / "srun_argv"))
   _write_exe(bin_dir / "scontrol", f'#!/bin/bash\necho "$*" >> {tmp_path}/scontrol_calls\n'
              '[ "$1 $2" = "show hostnames" ] && echo gpu-node-1\nexit 0\n')
   os.symlink(PY, venv / "bin" / "python")
@@ -420,6 +422,24 @@ def slurm_env(tmp_path):
              VENV=str(venv), STANDIN_HOME=str(tmp_path / "slurm"))
   (tmp_path / "slurm").mkdir()
   return tmp_path, env
+
+
+# STUB_TASKS tasks (default 1; SLURM_PROCID 0, 1, ...) on this node, each in its own process group. SIGTERM
+# goes to every process of every task, as SLURM's process tracking does; the exit code is the tasks' highest.
+SRUN_STUB = textwrap.dedent("""\
+    #!/bin/bash
+    printf "%s\\n" "$@" > {argv}
+    while [[ "$1" == --* ]]; do shift; done
+    pids=()
+    for ((i = 0; i < ${{STUB_TASKS:-1}}; i++)); do SLURM_PROCID=$i setsid "$@" & pids+=($!); done
+    trap 'for p in "${{pids[@]}}"; do kill -TERM -- "-$p" 2>/dev/null; done' TERM
+    rc=0
+    for p in "${{pids[@]}}"; do
+      while true; do c=0; wait "$p" || c=$?; kill -0 "$p" 2>/dev/null || break; done
+      if [ "$c" -gt "$rc" ]; then rc=$c; fi
+    done
+    exit "$rc"
+    """)
 
 
 def _sbatch(env, typed=TYPED):
@@ -450,12 +470,61 @@ def test_slurm_requeues_a_job_whose_host_died_or_stalled_up_to_max_restarts(slur
   job = _sbatch(dict(env, STANDIN_EXIT="75"), typed="")
   out, _ = job.communicate(timeout=60)
   assert job.returncode == 75 and "requeue 4242" in (tmp_path / "scontrol_calls").read_text(), out
+  assert (tmp_path / "workdir" / "slurm" / "4242" / "failure_requeues").read_text() == "1\n"
   (tmp_path / "scontrol_calls").write_text("")
+  (tmp_path / "workdir" / "slurm" / "4242" / "failure_requeues").write_text("3\n")
   job = _sbatch(dict(env, STANDIN_EXIT="75", SLURM_RESTART_COUNT="3", MAX_RESTARTS="3"), typed="")
   out, _ = job.communicate(timeout=60)
   assert job.returncode == 75 and "requeue" not in (tmp_path / "scontrol_calls").read_text(), out
   # the output says why the job was not requeued (it ended with "job step exited 75" alone)
-  assert "not requeued: exit 75 after 3 requeue(s) = MAX_RESTARTS (3)" in out, out
+  assert "not requeued: exit 75 after 3 requeue(s) after a failure = MAX_RESTARTS (3)" in out, out
+
+
+def test_slurm_max_restarts_counts_only_its_own_requeues_after_a_failure(slurm_env):
+  """SLURM_RESTART_COUNT counts the time-limit and preemption requeues too: a long run requeued at each time
+  limit had used up MAX_RESTARTS before its first failure."""
+  tmp_path, env = slurm_env
+  counter = tmp_path / "workdir" / "slurm" / "4242" / "failure_requeues"
+  job = _sbatch(dict(env, SLURM_RESTART_COUNT="7", MAX_RESTARTS="2"), typed="")    # 7 time-limit requeues
+  _wait_for(tmp_path / "slurm" / "ready")
+  job.send_signal(signal.SIGUSR1)
+  out, _ = job.communicate(timeout=60)
+  assert job.returncode == 143 and "requeue 4242" in (tmp_path / "scontrol_calls").read_text(), out
+  assert not counter.exists()                         # a time-limit requeue is not a failure
+  for n in (1, 2):                                    # then two failures: requeued, counted
+    (tmp_path / "scontrol_calls").write_text("")
+    job = _sbatch(dict(env, STANDIN_EXIT="75", SLURM_RESTART_COUNT=str(7 + n), MAX_RESTARTS="2"), typed="")
+    out, _ = job.communicate(timeout=60)
+    assert job.returncode == 75 and "requeue 4242" in (tmp_path / "scontrol_calls").read_text(), out
+    assert counter.read_text() == f"{n}\n"
+  (tmp_path / "scontrol_calls").write_text("")
+  job = _sbatch(dict(env, STANDIN_EXIT="75", SLURM_RESTART_COUNT="10", MAX_RESTARTS="2"), typed="")
+  out, _ = job.communicate(timeout=60)
+  assert job.returncode == 75 and "requeue" not in (tmp_path / "scontrol_calls").read_text(), out
+  assert "after 2 requeue(s) after a failure = MAX_RESTARTS (2)" in out
+  assert sorted(os.listdir(counter.parent)) == ["failure_requeues", "task0.exit_code"]    # no temp files left
+
+
+@pytest.mark.parametrize("codes", [(75, 2), (2, 137), (-1, 2)])
+def test_slurm_never_requeues_a_user_error_of_one_host_behind_its_peers_codes(slurm_env, codes):
+  """srun returns its tasks' highest code: host 1's user error (2) hid behind host 0's 75 (it saw host 1
+  go), a SIGKILLed host's 137, or a node gone without a code (-1: its task recorded none), and the job was
+  requeued into the same error up to MAX_RESTARTS times."""
+  tmp_path, env = slurm_env
+  env = dict(env, STUB_TASKS="2", **{f"STANDIN_EXIT_{i}": str(c) for i, c in enumerate(codes) if c >= 0})
+  if -1 in codes:                  # task 0 ends with 137 but records nothing, as if its node went with it
+    env.update(STANDIN_EXIT_0="137")
+    state = tmp_path / "code" / "launch" / "slurm_state.py"
+    head = "def task_exit(workdir: str, job_id: str, procid: int, code: int) -> None:"
+    assert head in state.read_text()
+    state.write_text(state.read_text().replace(head, head + "\n  if procid == 0: return"))
+  job = _sbatch(env, typed="")
+  out, _ = job.communicate(timeout=60)
+  assert job.returncode == 2, out
+  assert "requeue" not in (tmp_path / "scontrol_calls").read_text(), out
+  assert "the tasks' most severe exit code is 2" in out, out
+  if -1 in codes:
+    assert not (tmp_path / "workdir" / "slurm" / "4242" / "task0.exit_code").exists()
 
 
 def test_slurm_lets_every_task_end_by_itself_so_the_steps_code_is_theirs(slurm_env):
