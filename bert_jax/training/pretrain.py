@@ -371,7 +371,7 @@ def _run_phases(plan, ckpt, model, mesh, tx, train_step, abstract, shardings, ba
              flops.peak_flops_per_device(dtype=plan.model.dtype, override=plan.peak_flops_per_device), guard)
   try:
     if run.signals.start(step):
-      log.warning("stopped at step %d before training: a stop signal arrived during start-up", step)
+      log.warning("stopped at step %d before training: a preemption notice arrived during start-up", step)
       raise _stopped_during_start_up(run.signals, ckpt.latest_step(), step)
     for phase in plan.phases:
       if phase.end <= step:
