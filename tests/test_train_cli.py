@@ -122,3 +122,13 @@ def test_a_signal_during_start_up_of_a_resumed_run_names_the_checkpoint_it_resum
   assert isinstance(e, Interrupted) and e.exit_code == 143 and e.step == 40
   assert str(e) == "stopped by SIGTERM during start-up at step 40; no new checkpoint written, rerun to resume " \
                    "from step 40"
+
+
+# ---- the command line, as a new user meets it ---------------------------------------------------------
+def test_an_empty_workdir_is_one_error_not_a_run_in_the_current_directory(files, tmp_path, monkeypatch):
+  """--workdir= trained into the current directory (checkpoints/, config.json, vocab.txt ... in a checkout)."""
+  monkeypatch.chdir(tmp_path)
+  for workdir in ("", "  "):
+    with pytest.raises(UserError, match=r"^--workdir='\s*' is empty: expected the run's directory"):
+      pretrain.train_and_evaluate(tiny_config(*files), workdir)
+  assert os.listdir(tmp_path) == []

@@ -113,6 +113,9 @@ def maybe_initialize_distributed(config) -> None:
 def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
   """What train.py does: jax.distributed when asked, the plan (UserError for a bad config, before any model
   or data work), then `run_plan`."""
+  if not str(workdir or "").strip():     # "" was the current directory: checkpoints/, config.json ... there
+    raise UserError(f"--workdir={workdir!r} is empty: expected the run's directory (a local path or gs://...), "
+                    "e.g. --workdir=/tmp/bert_tiny")
   maybe_initialize_distributed(config)
   # One process: from here SIGINT / SIGTERM stop the run with an `interrupted:` line (exit 130 / 143), also
   # during the plan and start-up (restore, compile, the first batch), before any step.
