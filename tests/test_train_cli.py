@@ -132,3 +132,16 @@ def test_an_empty_workdir_is_one_error_not_a_run_in_the_current_directory(files,
     with pytest.raises(UserError, match=r"^--workdir='\s*' is empty: expected the run's directory"):
       pretrain.train_and_evaluate(tiny_config(*files), workdir)
   assert os.listdir(tmp_path) == []
+
+
+def test_resuming_with_fewer_steps_than_the_newest_checkpoint_is_refused_before_anything_changes(files,
+                                                                                                 tmp_path):
+  """It exited 0 having trained nothing and rewrote config.json with the smaller num_train_steps."""
+  from bert_jax.training.plan import resolve_pretrain
+  workdir = tmp_path / "run"
+  (workdir / "checkpoints" / "6").mkdir(parents=True)
+  (workdir / "config.json").write_text("{}")
+  with pytest.raises(UserError, match=r"^config.num_train_steps=4 is below step 6, the newest checkpoint of the "
+                                      r"work dir .*: pass --config.num_train_steps=6 or more"):
+    resolve_pretrain(tiny_config(*files, steps=4), str(workdir))
+  assert (workdir / "config.json").read_text() == "{}"

@@ -326,6 +326,16 @@ def _resolve_model(config, workdir: str, resume: bool, init_dir: Optional[str], 
   return build_model_config(config.model, vocab_size)
 
 
+def _check_steps_left(config, workdir: str) -> None:
+  """UserError when a resumed run's num_train_steps lies below the work dir's newest checkpoint: it trained
+  nothing, exited 0 and rewrote config.json with the smaller number (the work dir then misdescribed its run)."""
+  saved, wanted = v.latest_checkpoint_step(workdir), int(config.num_train_steps)
+  if saved is not None and wanted < saved:
+    raise UserError(f"config.num_train_steps={wanted} is below step {saved}, the newest checkpoint of the work "
+                    f"dir {workdir} this run resumes: pass --config.num_train_steps={saved} or more to go on, or a "
+                    f"new --workdir (with --config.init_checkpoint={workdir} to start from its weights)")
+
+
 def resolve_pretrain(config, workdir: Optional[str], *, num_devices: Optional[int] = None,
                      process_count: Optional[int] = None) -> PretrainPlan:
   """The plan of a configs/pretrain.py config; UserError for the first mistake (module docstring).
@@ -344,6 +354,8 @@ def resolve_pretrain(config, workdir: Optional[str], *, num_devices: Optional[in
     raise UserError(f"config.targets={targets!r}: {e}") from e
   _check_fields(config)
   resume = v.has_checkpoint(workdir)
+  if resume:
+    _check_steps_left(config, workdir)
   init_dir = v.checkpoint_dir(config.init_checkpoint) if config.init_checkpoint and not resume else None
   vocab_file, vocab_lines = _resolve_vocab(config, workdir, resume, init_dir)
   model = _resolve_model(config, workdir, resume, init_dir, vocab_file, vocab_lines)

@@ -93,6 +93,17 @@ def check_workdir(workdir: Optional[str], field: str = "--workdir") -> None:
     raise UserError(f"{field}={workdir}: cannot be created, {parent} is a file, not a directory")
 
 
+def latest_checkpoint_step(workdir: Optional[str]) -> Optional[int]:
+  """The highest step under workdir/checkpoints (local or gs://), or None."""
+  if not workdir:
+    return None
+  d = fileio.join(workdir, CHECKPOINT_SUBDIR)
+  if not fileio.isdir(d):
+    return None
+  steps = [int(n.rstrip("/")) for n in fileio.listdir(d) if n.rstrip("/").isdigit()]
+  return max(steps) if steps else None
+
+
 def has_checkpoint(workdir: Optional[str]) -> bool:
   """A work dir with a checkpoint (local or gs://): a run on it resumes, with the work dir's vocab."""
   if not workdir:
