@@ -5,7 +5,7 @@ Run (a few seconds on a CPU):
       --config.data.input_files=corpus.txt --config.data.vocab_file=vocab.txt
 
 Variants after the colon, comma-separated:
-  size=tiny|mini|small|medium|base|large    model size (heads = H/64, FFN = 4H)
+  size=tiny|mini|small|medium|base|large    model size (heads = H/64, FFN = 4H); the bare name (`tiny`) too
   runlocal (alias debug)                    shrink steps/batch/length so it runs in seconds on a CPU
   preset=bert_paper                         BERT paper: 256 x 512 tokens, 1M steps, lr 1e-4, 10k warmup,
                                             90% of steps at length 128, then 10% at 512
@@ -32,10 +32,18 @@ _SIZES = ("tiny", "mini", "small", "medium", "base", "large")
 
 
 def _parse(arg):
-  opts = {"size": "base", "runlocal": False, "preset": None, "fast": False}
+  opts = {"size": "base", "runlocal": False, "preset": None, "fast": False, "size_given": False}
+  given = {}
   for part in filter(None, (arg or "").split(",")):
     key, _, value = part.partition("=")
     key = key.strip()
+    field = "size" if key in _SIZES and not value else key
+    if field in ("size", "preset"):      # size=tiny,size=base took the last one without a word
+      value_of = key if key in _SIZES else value.strip()
+      if given.setdefault(field, value_of) != value_of:
+        raise ValueError(f"configs/pretrain.py: {field} given twice ({given[field]!r} and {value_of!r}); "
+                         "expected one")
+      opts["size_given"] = opts["size_given"] or field == "size"
     if key in ("runlocal", "debug") and not value:
       opts["runlocal"] = True
     elif key == "fast" and not value:
@@ -213,7 +221,7 @@ def get_config(arg=None):
     # with --config.init_checkpoint=<phase-1 workdir> --config.batch_size=32768 --config.num_train_steps=1563
     # --config.optimizer.learning_rate=4e-3 --config.warmup_steps=200 --config.data.max_seq_length=512
     # --config.data.max_predictions_per_seq=80.
-    config.model.size = opts["size"] if arg and "size=" in arg else "large"
+    config.model.size = opts["size"] if opts["size_given"] else "large"   # `tiny` too, not only size=tiny
     config.batch_size = 65_536
     config.num_train_steps = 7_038
     config.warmup_steps = 2_000

@@ -145,3 +145,18 @@ def test_resuming_with_fewer_steps_than_the_newest_checkpoint_is_refused_before_
                                       r"work dir .*: pass --config.num_train_steps=6 or more"):
     resolve_pretrain(tiny_config(*files, steps=4), str(workdir))
   assert (workdir / "config.json").read_text() == "{}"
+
+
+@pytest.mark.parametrize("arg, size", [("tiny,preset=lamb_pod", "tiny"), ("size=mini,preset=lamb_pod", "mini"),
+                                       ("preset=lamb_pod", "large"), ("tiny", "tiny"), ("", "base")])
+def test_the_config_string_size_is_kept_also_as_a_bare_name_under_lamb_pod(arg, size):
+  """`tiny,preset=lamb_pod` trained BERT-large: lamb_pod looked for "size=" in the string only."""
+  from configs import pretrain as pretrain_config
+  assert pretrain_config.get_config(arg).model.size == size
+
+
+@pytest.mark.parametrize("arg", ["size=tiny,size=base", "tiny,base", "preset=albert,preset=budget"])
+def test_a_size_or_preset_given_twice_is_an_error_not_the_last_one(arg):
+  from configs import pretrain as pretrain_config
+  with pytest.raises(ValueError, match="given twice"):
+    pretrain_config.get_config(arg)
