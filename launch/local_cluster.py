@@ -157,10 +157,32 @@ def exit_status(codes: Sequence[Optional[int]]) -> int:
   return max(shell, key=severity, default=0)
 
 
+def positive_int(text: str) -> int:
+  """argparse type: an integer >= 1 (--processes=0 ran nothing and exited 0; --devices=0 crashed XLA)."""
+  try:
+    value = int(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+  if value < 1:
+    raise argparse.ArgumentTypeError(f"{value}; expected >= 1")
+  return value
+
+
+def shell_code(rc: Optional[int]) -> str:
+  """A Popen return code as a shell reports it: -N (killed by signal N) -> "128+N (SIGNAME)"."""
+  if rc is None or rc >= 0:
+    return str(rc)
+  try:
+    name = signal.Signals(-rc).name
+  except ValueError:
+    name = f"signal {-rc}"
+  return f"{128 - rc} ({name})"
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--processes", type=int, default=2)
-  parser.add_argument("--devices", type=int, default=2, help="CPU devices per process")
+  parser.add_argument("--processes", type=positive_int, default=2)
+  parser.add_argument("--devices", type=positive_int, default=2, help="CPU devices per process")
   parser.add_argument("--logs", default="local_cluster_logs", help="folder of the per-process logs")
   parser.add_argument("flags", nargs="*", help="train.py flags (after --)")
   args = parser.parse_args(argv)
@@ -190,7 +212,7 @@ def main(argv=None) -> int:
       codes = cluster.poll()
   for i, rc in enumerate(codes):
     took = cluster.ended.get(i, time.monotonic()) - cluster.started
-    print(f"host {i}: exit {rc} after {took:.0f} s; last line: {cluster.last_line(i)}")
+    print(f"host {i}: exit {shell_code(rc)} after {took:.0f} s; last line: {cluster.last_line(i)}")
   return exit_status(codes)
 
 

@@ -679,3 +679,23 @@ def test_readme_pods_section_shows_the_tested_commands_and_the_scripts_variables
   for phrase in ("gs://", "0\nfinished", "143", "130", "--signal=B:USR1@300", 'scontrol requeue "$SLURM_JOB_ID"',
                  "DRY_RUN=1", "STOP_TIMEOUT", "jax[tpu]"):
     assert phrase.replace("\n", " ") in section.replace("\n", " ").replace("  ", " "), phrase
+
+
+@pytest.mark.parametrize("flag", ["--processes=0", "--processes=-1", "--devices=0", "--processes=two"])
+def test_local_cluster_refuses_a_count_below_one_with_one_error_line_and_exit_2(flag, tmp_path):
+  """--processes=0 started nothing and exited 0 (a run that "finished"); --devices=0 crashed XLA (exit 139)."""
+  proc = subprocess.run([PY, os.path.join(LAUNCH, "local_cluster.py"), flag, f"--logs={tmp_path / 'logs'}", "--",
+                         "--workdir=unused"], capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 2, proc.stdout + proc.stderr
+  assert f"local_cluster.py: error: argument --{flag[2:].split('=')[0]}: " in proc.stderr, proc.stderr
+  assert "Traceback" not in proc.stderr and not (tmp_path / "logs").exists()
+
+
+def test_local_cluster_reports_a_killed_process_as_the_shell_does():
+  sys.path.insert(0, LAUNCH)
+  try:
+    import local_cluster  # pylint: disable=g-import-not-at-top  launch/ is scripts, not a package
+  finally:
+    sys.path.remove(LAUNCH)
+  assert local_cluster.shell_code(-signal.SIGSEGV) == "139 (SIGSEGV)"      # was "exit -11"
+  assert local_cluster.shell_code(2) == "2" and local_cluster.shell_code(None) == "None"
