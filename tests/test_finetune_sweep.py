@@ -183,9 +183,9 @@ def test_the_rule_can_change_after_the_runs(config, tmp_path, monkeypatch):
 
 
 def test_a_sweep_whose_every_run_failed_is_an_error_not_an_empty_table(tmp_path):
-  runs = [{"seed": 0, "status": "failed"}, {"seed": 1, "status": "done", "dev": None}]
+  runs = [{"seed": 0, "status": "diverged"}, {"seed": 1, "status": "done", "dev": None}]
   results = {"main_metric": "accuracy", "runs_total": 2, "selected": None, "points": [{"runs": runs}]}
-  assert sweep.nothing_selected(results).startswith("no run of the sweep has a dev accuracy: 1 of 2 runs failed")
+  assert sweep.nothing_selected(results).startswith("no run of the sweep has a dev accuracy: 1 of 2 runs diverged")
   assert sweep.nothing_selected(dict(results, selected=0)) is None
 
 
@@ -209,3 +209,76 @@ def test_the_table_prints_every_task_in_percent_once(task, want):
   table = sweep.table_markdown(results)
   assert want in table and "-> dev 82.0, test 81.0 (seed 1)" in table
   assert ("in percent" if task == "squad_v1" else "x 100") in table.splitlines()[0]
+
+
+def _diverging_training(calls, diverge):
+  """_fake_training, except the runs whose (learning rate, seed) is in `diverge` diverge: {"error": ...} and no
+  eval_results.json, as multirun.run_plans returns for a NonFiniteError."""
+  fake = _fake_training([])
+
+  def run_plans(plans):
+    calls.append([(p.optimizer.learning_rate, p.seed) for p in plans])
+    out = []
+    for p in plans:
+      if (p.optimizer.learning_rate, p.seed) in diverge:
+        out.append({"error": f"classification seed {p.seed}: non-finite loss at step 3"})
+      else:
+        out += fake([p])
+    return out
+  return run_plans
+
+
+def test_a_diverged_run_is_a_result_shown_in_the_table_and_not_rerun_on_resume(config, tmp_path, monkeypatch):
+  """A run that diverged (NaN loss) was retried on every resume (only eval_results.json counted as done): it is
+  a finished result, recorded as diverged, shown in the table and never selected; --retry_diverged reruns it."""
+  calls = []
+  monkeypatch.setattr(sweep.multirun, "run_plans", _diverging_training(calls, {(1e-3, 1)}))
+  monkeypatch.setattr(sweep, "plot_spread", lambda results, path: path)
+  w = str(tmp_path / "sw")
+  grid = {"optimizer.learning_rate": [1e-3, 3e-4]}
+  out = sweep.run_sweep(config, grid, 2, w)
+  assert json.load(open(os.path.join(w, "runs", "p000_s1", sweep.ERROR_NAME)))["status"] == "diverged"
+  assert [r["status"] for r in out["points"][0]["runs"]] == ["done", "diverged"]
+  assert out["runs_diverged"] == 1 and out["runs_missing"] == 0
+  assert out["result"]["seed"] == 0 and out["selected"] == 0     # lr 1e-3 seed 0: 0.6; seed 1 has no score
+  table = open(os.path.join(w, sweep.TABLE_NAME)).read()
+  assert "3/4 runs done, 1 diverged" in table and "| 1 (seed 1) |" in table
+  calls.clear()
+  again = sweep.run_sweep(config, grid, 2, w)
+  assert calls == [] and again["runs_diverged"] == 1                # a resume does not rerun it
+  monkeypatch.setattr(sweep.multirun, "run_plans", _diverging_training(calls, set()))
+  retried = sweep.run_sweep(config, grid, 2, w, retry_diverged=True)
+  assert calls == [[(1e-3, 1)]] and retried["runs_diverged"] == 0
+  assert not os.path.exists(os.path.join(w, "runs", "p000_s1", sweep.ERROR_NAME))
+
+
+def test_nothing_selected_names_the_diverged_runs_and_the_retry_flag():
+  runs = [{"seed": 0, "status": "diverged"}, {"seed": 1, "status": "done", "dev": None}]
+  results = {"main_metric": "accuracy", "runs_total": 2, "selected": None, "points": [{"runs": runs}]}
+  assert "1 of 2 runs diverged" in sweep.nothing_selected(results)
+  assert "--retry_diverged" in sweep.nothing_selected(results)
+
+
+def test_a_larger_seeds_extends_a_finished_sweep_and_a_smaller_one_is_refused(config, tmp_path, monkeypatch):
+  """Rerunning a finished sweep with more --seeds was 'another sweep'; it keeps the finished seeds, runs only
+  the new ones and reports them all. Fewer seeds, another config.seed or another grid is one error naming it."""
+  calls = []
+  monkeypatch.setattr(sweep.multirun, "run_plans", _fake_training(calls))
+  monkeypatch.setattr(sweep, "plot_spread", lambda results, path: path)
+  w = str(tmp_path / "sw")
+  grid = {"optimizer.learning_rate": [1e-3]}
+  sweep.run_sweep(config, grid, 2, w)
+  calls.clear()
+  out = sweep.run_sweep(config, grid, 4, w)
+  assert calls == [[(1e-3, 2), (1e-3, 3)]]
+  assert out["seeds"] == [0, 1, 2, 3] and out["points"][0]["dev"]["n"] == 4 and out["result"]["seed"] == 3
+  assert json.load(open(os.path.join(w, sweep.SPEC_NAME)))["seeds"] == [0, 1, 2, 3]
+  with pytest.raises(UserError, match=r"holds a sweep over 4 seeds \[0, 1, 2, 3\]; --seeds=2 asks for fewer"):
+    sweep.run_sweep(config, grid, 2, w)
+  config.seed = 7
+  with pytest.raises(UserError, match=r"config.seed 0 in the sweep vs 7 now"):
+    sweep.run_sweep(config, grid, 5, w)
+  config.seed = 0
+  with pytest.raises(UserError, match=r"holds another sweep \(grid: .*0.001.* in the sweep vs .*0.0003.* now"):
+    sweep.run_sweep(config, {"optimizer.learning_rate": [3e-4]}, 4, w)
+  assert json.load(open(os.path.join(w, sweep.SPEC_NAME)))["seeds"] == [0, 1, 2, 3]   # refused: unchanged

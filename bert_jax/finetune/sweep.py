@@ -10,9 +10,14 @@ From Python / a notebook:   results = sweep.run_sweep(config, {"optimizer.learni
 Any config field can be on the grid (`field=v1,v2` joined by `;`); a field the config lacks, or a value of
 the wrong type or out of range, is one `error:` line before anything runs (every point is resolved into its
 plan first). Seeds are `config.seed + 0 .. seeds-1`. Each (point, seed) run is an ordinary fine-tuning work
-directory, DIR/runs/p<point>_s<seed>/; a run whose eval_results.json exists is done, so a rerun of the same
-command resumes (finished runs are skipped; a rerun that changes a config field off the grid is an error, not a
-mix of old and new runs). A missing dev split, which selection needs, is an error before any run. Runs that
+directory, DIR/runs/p<point>_s<seed>/; a run whose eval_results.json exists is done, and so is a run that
+diverged (NaN/Inf loss: its sweep_error.json records why; it is shown in the table as diverged and never
+selected), so a rerun of the same command resumes (finished and diverged runs are skipped; --retry_diverged
+runs the diverged ones again; a rerun that changes a config field off the grid is an error, not a mix of old
+and new runs). A rerun with a larger --seeds extends the sweep: the finished seeds are kept, only the new ones
+run, and the report covers all of them; a smaller --seeds is an error (the directory's report would silently
+drop finished seeds: give the same --seeds, or report a subset from sweep_results.json's per-seed runs). A
+missing dev split, which selection needs, is an error before any run. Runs that
 differ only in seed and learning rate train together as one vmapped program (finetune/multirun.py); anything
 else one at a time.
 
@@ -177,8 +182,21 @@ def run_dir(workdir: str, point: int, seed: int) -> str:
   return os.path.join(workdir, "runs", f"p{point:03d}_s{seed}")
 
 
-def is_done(run: Run) -> bool:
-  return os.path.exists(os.path.join(run.workdir, "eval_results.json"))
+ERROR_NAME = "sweep_error.json"     # a run that diverged: {"error": message, "status": "diverged"}
+
+
+def is_diverged(run: Run) -> bool:
+  """The run diverged (sweep_error.json, and no eval_results.json from a later successful retry). Only a
+  NonFiniteError writes that file (multirun.run_plans), so one from before it held "status" counts too."""
+  return (os.path.exists(os.path.join(run.workdir, ERROR_NAME))
+          and not os.path.exists(os.path.join(run.workdir, "eval_results.json")))
+
+
+def is_done(run: Run, retry_diverged: bool = False) -> bool:
+  """Finished: eval_results.json exists, or the run diverged (a result too) unless `retry_diverged`."""
+  if os.path.exists(os.path.join(run.workdir, "eval_results.json")):
+    return True
+  return is_diverged(run) and not retry_diverged
 
 
 def parse_shard(text: str) -> Tuple[int, int]:
@@ -260,10 +278,10 @@ def _check_dev_split(plans: Sequence[FinetunePlan], split: Optional[str]) -> Non
 
 
 def run_sweep(config, grid, seeds: int = 5, workdir: str = "sweep", *, select: str = "best",
-              shard: Tuple[int, int] = (0, 1), report: Optional[bool] = None) -> dict:
+              shard: Tuple[int, int] = (0, 1), report: Optional[bool] = None, retry_diverged: bool = False) -> dict:
   """Runs the sweep's missing runs of this shard and, unsharded (or `report=True`), writes the report.
-  `grid`: {field: [values]} or the --grid text. Returns sweep_results.json's content ({} when a shard only
-  ran its runs)."""
+  `grid`: {field: [values]} or the --grid text; `retry_diverged`: run the runs that diverged again (they are
+  finished results otherwise). Returns sweep_results.json's content ({} when a shard only ran its runs)."""
   if select not in SELECT_RULES:
     raise UserError(f"--select={select!r}; expected one of {', '.join(SELECT_RULES)}")
   if int(seeds) < 1:
@@ -286,17 +304,24 @@ def run_sweep(config, grid, seeds: int = 5, workdir: str = "sweep", *, select: s
   index, count = shard
   units = work_units(len(points), seed_list, count)
   mine = [r for u, unit in enumerate(units) if u % count == index for r in unit]
-  todo = [(i, s) for i, s in mine if not is_done(Run(i, s, run_dir(workdir, i, s)))]
+  todo = [(i, s) for i, s in mine if not is_done(Run(i, s, run_dir(workdir, i, s)), retry_diverged)]
   if todo:
     _check_dev_split([plans[r] for r in todo], spec["dev_split"])
   _write_spec(workdir, spec)     # after every check: a failed start leaves no spec to block the corrected one
-  _log.info("sweep: %d points x %d seeds; shard %d/%d has %d runs, %d already done", len(points), len(seed_list),
-            index, count, len(mine), len(mine) - len(todo))
+  diverged = sum(is_diverged(Run(i, s, run_dir(workdir, i, s))) for i, s in mine if (i, s) not in todo)
+  _log.info("sweep: %d points x %d seeds; shard %d/%d has %d runs, %d already done%s", len(points), len(seed_list),
+            index, count, len(mine), len(mine) - len(todo),
+            f" ({diverged} of them diverged; --retry_diverged runs them again)" if diverged else "")
+  for i, s in todo:   # a retried diverged run: its old record goes, so a crash of the retry is not "diverged"
+    old = os.path.join(run_dir(workdir, i, s), ERROR_NAME)
+    if os.path.exists(old):
+      os.remove(old)
   for group in _vmap_groups([plans[r] for r in todo]):
     for plan, result in zip(group, multirun.run_plans(group)):
       if "error" in result:
-        _log.warning("run %s failed: %s", plan.workdir, result["error"])
-        params_dir.write_json_atomic(os.path.join(plan.workdir, "sweep_error.json"), result)
+        _log.warning("run %s diverged: %s", plan.workdir, result["error"])
+        fileio.makedirs(plan.workdir)
+        params_dir.write_json_atomic(os.path.join(plan.workdir, ERROR_NAME), dict(result, status="diverged"))
   if report if report is not None else count == 1:
     return write_report(workdir)
   return {}
@@ -369,11 +394,25 @@ def _check_spec(workdir: str, spec: dict) -> None:
       raise UserError(f"--workdir={workdir} holds a sweep run with another config ({shown}): its finished runs "
                       "would be reused as if run with this one; use a new directory, or the same --config "
                       "flags to resume it")
-    # the selection rule only changes the report: a rerun may ask for another
-    if dict(new, select=None) != dict(old, select=None):
-      raise UserError(f"--workdir={workdir} holds another sweep ({SPEC_NAME}: task {old.get('task')}, grid "
-                      f"{old.get('grid')}, seeds {old.get('seeds')}); use a new directory, or the same flags to "
-                      "resume it")
+    # the selection rule only changes the report: a rerun may ask for another; more seeds extend the sweep
+    was_seeds, now_seeds = list(old.get("seeds") or []), list(new.get("seeds") or [])
+    differ = [k for k in sorted(set(old) | set(new)) if k not in ("select", "seeds", "points")
+              and old.get(k) != new.get(k)]
+    if differ:
+      shown = "; ".join(f"{k}: {old.get(k)!r} in the sweep vs {new.get(k)!r} now" for k in differ)
+      raise UserError(f"--workdir={workdir} holds another sweep ({shown}); use a new directory, or the same "
+                      "flags to resume it")
+    if now_seeds[:len(was_seeds)] != was_seeds:
+      if len(now_seeds) < len(was_seeds) and was_seeds[:len(now_seeds)] == now_seeds:
+        raise UserError(f"--workdir={workdir} holds a sweep over {len(was_seeds)} seeds {was_seeds}; --seeds="
+                        f"{len(now_seeds)} asks for fewer: give --seeds={len(was_seeds)} to resume it (a sweep "
+                        "only grows; sweep_results.json lists every seed's run)")
+      raise UserError(f"--workdir={workdir} holds a sweep over seeds {was_seeds}, not {now_seeds} (config.seed "
+                      f"{was_seeds[0] if was_seeds else '?'} in the sweep vs {now_seeds[0]} now); use a new "
+                      "directory, or the same --config.seed to resume or extend it")
+    if len(now_seeds) > len(was_seeds):
+      _log.info("sweep: extending %d seeds to %d (seeds %s run now)", len(was_seeds), len(now_seeds),
+                now_seeds[len(was_seeds):])
 
 
 def _write_spec(workdir: str, spec: dict) -> None:
@@ -400,8 +439,14 @@ def _read_run(workdir: str, spec: dict, point: int, seed: int) -> dict:
   out = {"seed": seed, "workdir": os.path.relpath(d, workdir)}
   path = os.path.join(d, "eval_results.json")
   if not os.path.exists(path):
-    err = os.path.join(d, "sweep_error.json")
-    out["status"] = "failed" if os.path.exists(err) else "missing"
+    err = os.path.join(d, ERROR_NAME)
+    out["status"] = "diverged" if os.path.exists(err) else "missing"
+    if os.path.exists(err):
+      try:
+        with open(err, encoding="utf-8") as f:
+          out["error"] = str(json.load(f).get("error", ""))
+      except (OSError, ValueError, AttributeError):
+        pass
     return out
   with open(path, encoding="utf-8") as f:
     r = json.load(f)
@@ -445,9 +490,10 @@ def collect(workdir: str, select: Optional[str] = None) -> dict:
       result = {"dev": run["dev"], "test": run["test"], "seed": run["seed"]}
     else:
       result = {"dev": selected["dev"]["median"], "test": selected["test"]["median"] if selected["test"] else None}
-  missing = sum(r["status"] != "done" for p in points for r in p["runs"])
+  missing = sum(r["status"] == "missing" for p in points for r in p["runs"])
+  diverged = sum(r["status"] == "diverged" for p in points for r in p["runs"])
   return dict(spec, points=points, selected=selected["index"] if selected else None, result=result,
-              runs_total=len(spec["points"]) * len(spec["seeds"]), runs_missing=missing)
+              runs_total=len(spec["points"]) * len(spec["seeds"]), runs_missing=missing, runs_diverged=diverged)
 
 
 def _fmt(s: Optional[dict], scale: float = 100.0) -> Tuple[str, str, str, str]:
@@ -477,15 +523,21 @@ def table_markdown(results: dict) -> str:
   m = results["main_metric"]
   k, words = _scale(results)
   rule = ("best dev run over seeds (BERT)" if results["select"] == "best" else "median dev over seeds (ELECTRA)")
+  diverged = results.get("runs_diverged", 0)
+  finished = results["runs_total"] - results["runs_missing"] - diverged
   lines = [f"Task {results['task']}, {m} {words} over seeds {results['seeds']}; selection: {rule}. "
-           f"{results['runs_total'] - results['runs_missing']}/{results['runs_total']} runs done.", "",
-           "| point | n | dev median | dev mean ± std | dev min | dev max | test median | test mean ± std | "
-           "test min | test max |", "|" + "---|" * 10]
+           f"{finished}/{results['runs_total']} runs done"
+           + (f", {diverged} diverged (NaN/Inf; not selected; --retry_diverged reruns them)" if diverged else "")
+           + ".", "",
+           "| point | n | diverged | dev median | dev mean ± std | dev min | dev max | test median | "
+           "test mean ± std | test min | test max |", "|" + "---|" * 11]
   for p in results["points"]:
     sel = p["index"] == results["selected"]
     label = f"**{p['label']}** (selected)" if sel else p["label"]
     n = p["dev"]["n"] if p["dev"] else 0
-    lines.append("| " + " | ".join((label, str(n)) + _fmt(p["dev"], k) + _fmt(p["test"], k)) + " |")
+    bad = [str(r["seed"]) for r in p["runs"] if r.get("status") == "diverged"]
+    div = f"{len(bad)} (seed {', '.join(bad)})" if bad else "0"
+    lines.append("| " + " | ".join((label, str(n), div) + _fmt(p["dev"], k) + _fmt(p["test"], k)) + " |")
   r = results.get("result")
   if r:
     test = "–" if r["test"] is None else f"{k * r['test']:.1f}"
@@ -539,9 +591,9 @@ def nothing_selected(results: dict) -> Optional[str]:
   the command does not exit 0 with an empty table; None when a point was selected."""
   if results.get("selected") is not None:
     return None
-  failed = sum(r.get("status") == "failed" for p in results["points"] for r in p["runs"])
+  failed = sum(r.get("status") in ("diverged", "failed") for p in results["points"] for r in p["runs"])
   return (f"no run of the sweep has a dev {results['main_metric']}: {failed} of {results['runs_total']} runs "
-          "failed (runs/*/sweep_error.json says why; a rerun retries them)")
+          f"diverged (runs/*/{ERROR_NAME} says why; lower the learning rate, or rerun with --retry_diverged)")
 
 
 # ---- command line ------------------------------------------------------------------------------------------
@@ -559,6 +611,8 @@ def define_flags() -> None:
   flags.DEFINE_string("shard", "0/1", "I/N: run share I of N of the work units (one host or slice each).")
   flags.DEFINE_bool("report", False, "Only merge the existing runs into the report (after the shards); with "
                     "--select, under that rule.")
+  flags.DEFINE_bool("retry_diverged", False, "Run the runs that diverged (NaN/Inf) again; a resume skips them "
+                    "otherwise, as finished results.")
 
 def main(argv):
   if len(argv) > 1:
@@ -572,7 +626,7 @@ def main(argv):
     if FLAGS.config is None:
       raise UserError("--config is required, e.g. --config=configs/finetune.py:task=mrpc")
     results = run_sweep(FLAGS.config, FLAGS.grid, FLAGS.seeds, FLAGS.workdir, select=FLAGS.select,
-                        shard=parse_shard(FLAGS.shard))
+                        shard=parse_shard(FLAGS.shard), retry_diverged=FLAGS.retry_diverged)
   if results:
     print(table_markdown(results), end="")
     print(f"results: {os.path.join(FLAGS.workdir, RESULTS_NAME)}")
