@@ -160,3 +160,21 @@ def test_a_size_or_preset_given_twice_is_an_error_not_the_last_one(arg):
   from configs import pretrain as pretrain_config
   with pytest.raises(ValueError, match="given twice"):
     pretrain_config.get_config(arg)
+
+
+def test_a_work_dir_that_exists_but_cannot_be_written_is_one_error_line(files, tmp_path, monkeypatch):
+  """An existing read-only work dir (another user's, a read-only mount) was a PermissionError traceback,
+  exit 1; /sys/kernel, as root, shows it for real."""
+  from bert_jax.training import workdir as wd
+  workdir = tmp_path / "ro"
+  workdir.mkdir()
+  real_open = os.open
+
+  def read_only(path, flags, *args):
+    if str(path).startswith(str(workdir)) and flags & os.O_CREAT:
+      raise PermissionError(13, "Permission denied", str(path))
+    return real_open(path, flags, *args)
+  monkeypatch.setattr(wd.os, "open", read_only)
+  with pytest.raises(UserError, match=rf"^work dir {workdir}: cannot write in it \(Permission denied creating "
+                                      r"workdir.lock\); pass a writable --workdir"):
+    pretrain.train_and_evaluate(tiny_config(*files), str(workdir))

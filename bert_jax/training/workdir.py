@@ -194,6 +194,9 @@ class WorkdirLock:
         fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
       except FileExistsError:
         return False
+      except OSError as e:   # read-only, not ours, a virtual file system: one line and exit 2, not a traceback
+        raise UserError(f"work dir {self.directory}: cannot write in it ({e.strerror or e} creating {LOCK_NAME}); "
+                        "pass a writable --workdir") from e
       try:
         os.write(fd, data)
         os.fsync(fd)
