@@ -150,3 +150,16 @@ def test_mnli_given_its_task_folder_still_predicts_ax_from_the_sibling_diagnosti
   mnli = get_task("mnli")
   es = mnli.read("ax", os.path.join(glue_root, "MNLI"))
   assert es.source == os.path.join(glue_root, "diagnostic", "diagnostic.tsv") and len(es) == 8
+
+
+@pytest.mark.parametrize("score", ["5.5", "-0.2", "nan"])
+def test_an_stsb_score_outside_0_5_names_file_line_and_value(glue_root, score):
+  """STS-B's gold scores are in [0, 5]; 5.5 or -0.2 (a scaled or shifted file) was read silently."""
+  path = os.path.join(glue_root, "STS-B", "dev.tsv")
+  _append(path, f"8\tg\tf\ty\to\tn\tn\tthe cat .\tthe dog .\t{score}")
+  want = "'nan' is not a number" if score == "nan" else rf"'{score}' is outside STS-B's \[0, 5\]"
+  with pytest.raises(TaskDataError, match=rf"STS-B/dev.tsv:10: bad score: {want}"):
+    glue.read_glue("stsb", "dev", glue_root)
+  es = glue.read_glue("stsb", "dev", glue_root, on_error="skip")
+  assert len(es) == 8 and es.skipped.counts == {"bad score": 1}
+  assert all(0.0 <= e.label <= 5.0 for e in glue.read_glue("stsb", "train", glue_root))   # 0 and 4.375 kept

@@ -20,7 +20,7 @@ Column layouts of the GLUE release (0-based; Google's run_classifier processors 
   QNLI/RTE/WNLI  header index, a, b, label:   index, a 1, b 2
          a 1, b 2, label last
   AX     diagnostic/diagnostic.tsv (or AX/test.tsv): index, sentence1 1, sentence2 2 (no labels)
-Labels are checked against the task's label set; a bad row raises TaskDataError("<file>:<line>: ...") or,
+Labels are checked against the task's label set (STS-B's scores: a number in [0, 5]); a bad row raises TaskDataError("<file>:<line>: ...") or,
 with on_error="skip", is counted in ExampleSet.skipped. Quotes are literal (QUOTE_NONE) as in Google's code.
 
 GlueTask is the task kind of all ten names: GLUE's metrics per task, its fixed label order and its
@@ -73,6 +73,9 @@ class GlueSpec:
   @property
   def is_regression(self) -> bool:
     return self.label_list is None
+
+
+STSB_RANGE = (0.0, 5.0)    # STS-B's gold similarity scores (Cer et al. 2017); a score outside is a bad row
 
 
 _STD_SPLITS = {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}
@@ -186,7 +189,11 @@ def read_glue(task: str, split: str, data_dir: str, on_error: str = "raise") -> 
           if not math.isfinite(label):
             raise ValueError
         except ValueError:
-          bad(path, line, "bad score", f"{row[layout.label]!r} is not a number")
+          bad(path, line, "bad score", f"{row[layout.label]!r} is not a number (column {layout.label})")
+          continue
+        if not STSB_RANGE[0] <= label <= STSB_RANGE[1]:
+          bad(path, line, "bad score", f"{row[layout.label].strip()!r} is outside STS-B's "
+              f"[{STSB_RANGE[0]:g}, {STSB_RANGE[1]:g}] (column {layout.label})")
           continue
       elif label not in label_set:
         bad(path, line, "label not in label set",
@@ -225,6 +232,9 @@ def read_glue_tfds(task: str, split: str, data_dir: Optional[str] = None, downlo
     if spec.is_regression:
       v = float(raw)
       if not split.startswith("test") or v != -1.0:
+        if not (math.isfinite(v) and STSB_RANGE[0] <= v <= STSB_RANGE[1]):
+          bad(source, n, "bad score", f"{v!r} is outside STS-B's [{STSB_RANGE[0]:g}, {STSB_RANGE[1]:g}]")
+          continue
         label = v
     else:
       v = int(raw)
