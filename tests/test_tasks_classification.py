@@ -137,3 +137,20 @@ def test_test_rows_keep_their_own_id_in_the_prediction_file(tmp_path):
   assert [e.index for e in es] == ["7", "1"]     # no id: the row number
   path = classification.write_predictions_tsv(str(tmp_path / "p.tsv"), es, ["1", "0"])
   assert open(path, encoding="utf-8").read() == "index\tprediction\n7\t1\n1\t0\n"
+
+
+def test_dev_prediction_files_carry_the_gold_label_and_test_files_keep_their_format(tmp_path):
+  """A dev file was `index\\tprediction` only: comparing with gold meant re-joining it with dev.tsv. Dev files
+  (classification, multilabel) now end with the gold label; test (submission) files are unchanged."""
+  from bert_jax.finetune.tasks import multilabel
+  (tmp_path / "dev.tsv").write_text("text_a\tlabel\n好\t1\n不好\t0\n", encoding="utf-8")
+  task = get_task("classification", label_list=["0", "1"])
+  es = task.read("dev", str(tmp_path))
+  (path,) = task.write_predictions(str(tmp_path / "out"), "dev", es, np.array([1, 1]))
+  assert open(path, encoding="utf-8").read() == "index\tprediction\tlabel\n0\t1\t1\n1\t1\t0\n"
+  (path,) = task.write_predictions(str(tmp_path / "out"), "test", es, np.array([1, 1]))
+  assert open(path, encoding="utf-8").read() == "index\tprediction\n0\t1\n1\t1\n"
+  ml = [multilabel.MultilabelExample(guid="g", text_a="x", labels=["a", "b"], index="0")]
+  p = multilabel.write_predictions(str(tmp_path / "m.tsv"), ml, np.array([[1, 0]]), np.array([[0.9, 0.2]]),
+                                   ["a", "b"], gold=True)
+  assert open(p, encoding="utf-8").read() == "index\tprediction\tprobabilities\tlabel\n0\ta\ta:0.9000 b:0.2000\ta|b\n"

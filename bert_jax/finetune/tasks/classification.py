@@ -40,7 +40,7 @@ import numpy as np
 from bert_jax.evaluation import glue as glue_eval
 from bert_jax.finetune.tasks import common
 from bert_jax.finetune.tasks.base import Task, labelled_weights, require_training_labels, softmax_sums
-from bert_jax.input_pipeline import tokenization
+from bert_jax.input_pipeline import fileio, tokenization
 from bert_jax.models import heads
 
 Column = Union[int, str]
@@ -286,17 +286,22 @@ def infer_label_list(example_set) -> List[str]:
   return sorted(labels, key=_label_sort_key)
 
 
-def write_predictions_tsv(path: str, example_set, predictions: Sequence, label_list=None) -> str:
-  """`index\\tprediction` rows (label strings, or scores for regression) for a generic test set."""
+def write_predictions_tsv(path: str, example_set, predictions: Sequence, label_list=None, gold: bool = False) -> str:
+  """`index\tprediction` rows (label strings, or scores for regression) for a generic test set; `gold`: a
+  third column `label`, the example's gold label (empty when unlabelled), so a dev file can be compared with
+  the gold labels without joining files. Written atomically."""
   d = os.path.dirname(path)
   if d:
     os.makedirs(d, exist_ok=True)
-  with open(path, "w", encoding="utf-8") as f:
-    f.write("index\tprediction\n")
-    for e, p in zip(example_set, predictions):
-      if label_list is not None and not isinstance(p, str) and float(p) == int(p):
-        p = label_list[int(p)]
-      f.write(f"{e.index}\t{p}\n")
+  lines = ["index\tprediction" + ("\tlabel" if gold else "")]
+  for e, p in zip(example_set, predictions):
+    if label_list is not None and not isinstance(p, str) and float(p) == int(p):
+      p = label_list[int(p)]
+    if gold:
+      lines.append(f"{e.index}\t{p}\t{'' if e.label is None else e.label}")
+    else:
+      lines.append(f"{e.index}\t{p}")
+  fileio.write_text_atomic(path, "\n".join(lines) + "\n")
   return path
 
 
@@ -448,4 +453,5 @@ class ClassificationTask(SequenceTask):
   def write_predictions(self, output_dir, split, example_set, predictions):
     path = os.path.join(output_dir, f"{self.name}_{split}_predictions.tsv")
     labels = None if self.is_regression else self.label_list
-    return [write_predictions_tsv(path, example_set, list(predictions), labels)]
+    # dev files carry the gold label; test files keep the two-column submission format
+    return [write_predictions_tsv(path, example_set, list(predictions), labels, gold=not split.startswith("test"))]

@@ -30,6 +30,7 @@ import numpy as np
 from bert_jax.evaluation import multilabel as multilabel_eval
 from bert_jax.finetune.tasks import classification, common
 from bert_jax.finetune.tasks.base import Task
+from bert_jax.input_pipeline import fileio
 from bert_jax.models import heads
 
 
@@ -129,18 +130,22 @@ def convert_examples_to_features(examples: Sequence[MultilabelExample], tokenize
 
 
 def write_predictions(path: str, examples, predicted: np.ndarray, probabilities: np.ndarray, label_list,
-                      separator: str = "|") -> str:
-  """`index\\tprediction\\tprobabilities` TSV: the predicted labels joined by `separator`, then
-  label:probability pairs."""
+                      separator: str = "|", gold: bool = False) -> str:
+  """`index\tprediction\tprobabilities` TSV: the predicted labels joined by `separator`, then
+  label:probability pairs; `gold`: a fourth column `label`, the gold labels joined the same way (empty when
+  unlabelled). Written atomically."""
   d = os.path.dirname(path)
   if d:
     os.makedirs(d, exist_ok=True)
-  with open(path, "w", encoding="utf-8") as f:
-    f.write("index\tprediction\tprobabilities\n")
-    for e, row, pr in zip(examples, predicted, probabilities):
-      labs = separator.join(l for l, on in zip(label_list, row) if on)
-      probs = " ".join(f"{l}:{p:.4f}" for l, p in zip(label_list, pr))
-      f.write(f"{e.index}\t{labs}\t{probs}\n")
+  lines = ["index\tprediction\tprobabilities" + ("\tlabel" if gold else "")]
+  for e, row, pr in zip(examples, predicted, probabilities):
+    labs = separator.join(l for l, on in zip(label_list, row) if on)
+    probs = " ".join(f"{l}:{p:.4f}" for l, p in zip(label_list, pr))
+    line = f"{e.index}\t{labs}\t{probs}"
+    if gold:
+      line += "\t" + ("" if e.labels is None else separator.join(e.labels))
+    lines.append(line)
+  fileio.write_text_atomic(path, "\n".join(lines) + "\n")
   return path
 
 
@@ -240,7 +245,7 @@ class MultilabelTask(Task):
   def write_predictions(self, output_dir, split, example_set, predictions):
     path = os.path.join(output_dir, f"{self.name}_{split}_predictions.tsv")
     return [write_predictions(path, example_set, self.decide(predictions), predictions, self.label_list,
-                              self.separator)]
+                              self.separator, gold=not split.startswith("test"))]
 
   def text_examples(self, texts, text_pairs=None):
     return [MultilabelExample(guid=f"input:{i}", text_a=t, text_b=None if text_pairs is None else text_pairs[i])
