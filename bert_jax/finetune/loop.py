@@ -26,8 +26,9 @@ Files written to `workdir`:
   eval_results.json      {"task", "main_metric", "best": {step, epoch, value}, "<split>": metrics, ...} for
                          every eval split (dev; MNLI dev_matched/dev_mismatched) and labelled test split,
                          computed with the best parameters, plus timing and the training summary
-  predictions            GLUE: <task>_dev_predictions.tsv (index, prediction, gold label) and leaderboard files (CoLA.tsv, MNLI-m.tsv, AX.tsv..)
-                         for test; SQuAD: predictions.json, nbest_predictions.json (+ null_odds.json for v2);
+  predictions            GLUE: <task>_dev_predictions.tsv (index, prediction, gold label) and leaderboard
+                         files (CoLA.tsv, MNLI-m.tsv, AX.tsv..) for test; SQuAD: predictions.json,
+                         nbest_predictions.json (+ null_odds.json for v2);
                          NER: dev_predictions.txt / test_predictions.txt (CoNLL: word gold pred);
                          classification: <task>_<split>_predictions.tsv (index, prediction; dev splits
                          add the gold label column)
