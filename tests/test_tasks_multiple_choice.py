@@ -57,7 +57,7 @@ def test_c3_reader_and_features_pad_choices(tmp_path, tok, layout):
   es = task.read("train", write_c3(str(tmp_path), layout))
   assert [(e.question, e.label, len(e.choices)) for e in es] == [
       ("女的明天去哪儿？", 1, 3), ("这本书怎么样？", 0, 2), ("说的是什么？", 0, 4)]
-  assert es[0].context == "男：你今天去北京吗？女：不去，我明天去上海。" and es[2].id == "d2-2"
+  assert es[0].context == "男：你今天去北京吗？\n女：不去，我明天去上海。" and es[2].id == "d2-2"
   f = task.featurize(es, tok, 24)
   assert f["input_ids"].shape == (3, 4, 24) and f["choice_mask"].tolist() == [[1, 1, 1, 0], [1, 1, 0, 0],
                                                                               [1, 1, 1, 1]]
@@ -267,3 +267,15 @@ def test_multiple_choice_label_that_is_no_index_is_an_error(tmp_path, label):
     get_task("multiple_choice").read("train", str(tmp_path))
   es = get_task("multiple_choice", on_error="skip").read("train", str(tmp_path))
   assert [e.label for e in es] == [1] and es.skipped.total == 1
+
+
+def test_c3_turns_are_joined_by_a_newline_so_words_at_a_boundary_stay_apart(tmp_path, tok):
+  """The turns were joined with nothing: "... the cat" + "sat on ..." read as "catsat", one wrong WordPiece
+  sequence. Joined by a newline (the C3 baseline's choice), which the tokenizer reads as whitespace."""
+  docs = [[["A: the cat", "B: sat on the mat ."],
+           [{"question": "who sat ?", "choice": ["cat", "dog"], "answer": "cat", "id": 1}], "d9"]]
+  (tmp_path / "train.json").write_text(json.dumps(docs), encoding="utf-8")
+  (ex,) = get_task("c3").read("train", str(tmp_path))
+  assert ex.context == "A: the cat\nB: sat on the mat ."
+  assert tok.tokenize(ex.context)[2:5] == ["the", "cat", "b"]
+  assert tok.tokenize("A: the catB: sat")[2:5] != ["the", "cat", "b"]       # what the glued text read as
