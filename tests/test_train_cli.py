@@ -178,3 +178,14 @@ def test_a_work_dir_that_exists_but_cannot_be_written_is_one_error_line(files, t
   with pytest.raises(UserError, match=rf"^work dir {workdir}: cannot write in it \(Permission denied creating "
                                       r"workdir.lock\); pass a writable --workdir"):
     pretrain.train_and_evaluate(tiny_config(*files), str(workdir))
+
+
+def test_an_init_checkpoint_a_resumed_run_does_not_load_is_a_warning_naming_it(files, tmp_path, caplog):
+  """The work dir's checkpoint wins (README's start-up order), but the flag was dropped without a word."""
+  from bert_jax.training.plan import resolve_pretrain
+  workdir = tmp_path / "run"
+  (workdir / "checkpoints" / "6").mkdir(parents=True)
+  with pytest.raises(UserError):              # the steps check comes first; the warning is already out
+    resolve_pretrain(tiny_config(*files, steps=4, init_checkpoint="/elsewhere/run"), str(workdir))
+  assert f"config.init_checkpoint=/elsewhere/run is not loaded: the work dir {workdir} resumes from its own " \
+         "checkpoint" in caplog.text

@@ -355,6 +355,9 @@ def resolve_pretrain(config, workdir: Optional[str], *, num_devices: Optional[in
   _check_fields(config)
   resume = v.has_checkpoint(workdir)
   if resume:
+    if config.init_checkpoint:         # the start-up order: the work dir's checkpoint wins, said once
+      log.warning("config.init_checkpoint=%s is not loaded: the work dir %s resumes from its own checkpoint "
+                  "(to start a new run from those weights, use a new --workdir)", config.init_checkpoint, workdir)
     _check_steps_left(config, workdir)
   init_dir = v.checkpoint_dir(config.init_checkpoint) if config.init_checkpoint and not resume else None
   vocab_file, vocab_lines = _resolve_vocab(config, workdir, resume, init_dir)
