@@ -29,11 +29,25 @@ flags.DEFINE_string("workdir", None, "Work directory: config, vocab, checkpoints
 flags.mark_flags_as_required(["config", "workdir"])
 
 
+# Top-level fields every pre-training config has (configs/pretrain.py); the loop reads them unconditionally.
+REQUIRED_FIELDS = ("batch_size", "num_train_steps", "targets", "model", "data", "optimizer", "mesh", "distributed")
+
+
+def check_is_pretrain_config(config, filename: str) -> None:
+  """UserError when --config is not a pre-training config (e.g. configs/finetune.py): it was an
+  AttributeError traceback from deep in the loop."""
+  missing = [f for f in REQUIRED_FIELDS if f not in config]
+  if missing:
+    raise errors.UserError(f"--config={filename}: not a pre-training config, it lacks {', '.join(missing)}; "
+                           "train.py takes configs/pretrain.py (a fine-tuning config goes to finetune.py)")
+
+
 def main(argv):
   if len(argv) > 1:
     raise errors.UserError(f"unexpected arguments: {argv[1:]} (flags are --name=value)")
   logging.getLogger().setLevel(logging.INFO)
   logging.getLogger("absl").setLevel(logging.WARNING)   # Orbax's per-file INFO lines
+  check_is_pretrain_config(FLAGS.config, config_flags.get_config_filename(FLAGS["config"]))
   # lazy: --help and flag errors answer before JAX and TensorFlow load (seconds)
   from bert_jax.training import pretrain  # pylint: disable=g-import-not-at-top
   result = pretrain.train_and_evaluate(FLAGS.config, FLAGS.workdir)

@@ -189,3 +189,15 @@ def test_an_init_checkpoint_a_resumed_run_does_not_load_is_a_warning_naming_it(f
     resolve_pretrain(tiny_config(*files, steps=4, init_checkpoint="/elsewhere/run"), str(workdir))
   assert f"config.init_checkpoint=/elsewhere/run is not loaded: the work dir {workdir} resumes from its own " \
          "checkpoint" in caplog.text
+
+
+def test_a_fine_tuning_config_given_to_train_py_is_one_error_line(tmp_path):
+  """It was AttributeError: "'distributed'" with a traceback, exit 1."""
+  got = subprocess.run([sys.executable, os.path.join(REPO, "train.py"), "--config=configs/finetune.py:task=mrpc",
+                        f"--workdir={tmp_path / 'run'}"], cwd=REPO, env=_env(), capture_output=True, text=True,
+                       timeout=120)
+  assert got.returncode == 2, got.stderr[-3000:]
+  assert got.stderr.strip().splitlines()[-1] == (
+      "error: --config=configs/finetune.py:task=mrpc: not a pre-training config, it lacks num_train_steps, "
+      "targets, data, distributed; train.py takes configs/pretrain.py (a fine-tuning config goes to finetune.py)")
+  assert "Traceback" not in got.stderr and not (tmp_path / "run").exists()
