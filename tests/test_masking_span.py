@@ -55,8 +55,8 @@ def test_span_lengths_follow_the_truncated_geometric_law(geo_p, max_length, rows
   wrong = [masking.span_length_probs(geo_p * 1.1, max_length), clipped, np.full(max_length, 1.0 / max_length)]
   for probs in wrong:
     assert _chi2_pvalue(lengths, probs) < 1e-6
-  # What is masked is what was drawn: every span but a row's last has its drawn length (no overlap, no
-  # clipping at the sequence end); the last one stops at the number to predict.
+  # What is masked is what was drawn: with one-token words every span but a row's last has its drawn length
+  # (no overlap, no clipping at the sequence end); the last one stops at the number to predict.
   realised = _realised_lengths(span_id, np.ones_like(selected))
   n_spans = (drawn > 0).sum(axis=1)
   for key, n in realised.items():
@@ -66,6 +66,17 @@ def test_span_lengths_follow_the_truncated_geometric_law(geo_p, max_length, rows
     else:
       assert 1 <= n <= drawn[row, span]
   assert np.array_equal(selected, span_id >= 0)
+
+
+def _first_cut(realised, drawn):
+  """[B]: the index of each row's first span shorter than drawn (the budget cut it), or its span count."""
+  n_spans = (drawn > 0).sum(axis=1)
+  first = n_spans.copy()
+  for key, n in realised.items():
+    row, span = divmod(key, 10_000)
+    if n < drawn[row, span]:
+      first[row] = min(first[row], span)
+  return first, n_spans
 
 
 def test_span_masking_takes_whole_words_and_counts_spans_in_words():
@@ -84,13 +95,36 @@ def test_span_masking_takes_whole_words_and_counts_spans_in_words():
       in_word = cand[r] & (word[r] == w)
       assert len(set(span_id[r][in_word].tolist())) == 1
   realised = _realised_lengths(span_id, word_start)   # in words
-  n_spans = (drawn > 0).sum(axis=1)
-  inner = {key: n for key, n in realised.items() if key % 10_000 < n_spans[key // 10_000] - 1}
+  first_cut, n_spans = _first_cut(realised, drawn)
+  inner = {key: n for key, n in realised.items() if key % 10_000 < first_cut[key // 10_000]}
   assert len(inner) > 1000
   assert all(n == drawn[key // 10_000, key % 10_000] for key, n in inner.items())
-  # Whole words may leave a row under its budget, never over it.
+  # After the cut a row fills its budget with a few short spans: most spans keep their drawn length.
+  assert (n_spans - first_cut).mean() < 2.0
+  assert sum(n_spans) - len(inner) < 0.3 * sum(n_spans)
+  # Whole words may leave a row under its budget (only when no free word fits), never over it.
   k = np.minimum(np.maximum(np.floor(cand.sum(1) * 0.2), 1), 40)
   assert np.all(selected.sum(axis=1) <= k + 1)
+
+
+@pytest.mark.parametrize("tokens_per_word", [1.0, 1.7, 3.0])
+def test_span_masking_of_whole_words_selects_the_number_to_predict(tokens_per_word):
+  """The rate is masked_lm_prob as with token masking: a span the budget cuts (its next word would pass the
+  number to predict) no longer ends the row (that selected ~14.5% instead of 15% at 1.7 tokens per word)."""
+  ids, mask = _rows(4000, 128, seed=7)
+  rng = np.random.default_rng(8)
+  cont = rng.random(ids.shape) < 1 - 1 / tokens_per_word
+  cont[:, 0] = cont[:, 1] = False
+  kw = dict(max_predictions_per_seq=128, masked_lm_prob=0.15)
+  span_sel, k = _masker(strategy="span", **kw).select(ids, mask, np.random.default_rng(9), cont)
+  token_sel, _ = _masker(strategy="token", **kw).select(ids, mask, np.random.default_rng(9), cont)
+  real = 126 * ids.shape[0]
+  span_rate, token_rate = span_sel.sum() / real, token_sel.sum() / real
+  assert abs(token_rate - 0.15) < 0.001
+  if tokens_per_word < 2:     # short words always leave one that fits: exactly the number to predict
+    assert np.array_equal(span_sel.sum(axis=1), k)
+  assert abs(span_rate - token_rate) < 0.0015, (span_rate, token_rate)
+  assert np.all(span_sel.sum(axis=1) <= k)
 
 
 def test_span_masking_keeps_the_rate_and_80_10_10_per_span():
