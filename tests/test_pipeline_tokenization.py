@@ -272,3 +272,28 @@ def test_split_isolating_makes_matching_characters_tokens_of_their_own():
   assert tokenization.split_isolating("ab中c d", cjk) == ["ab", "中", "c", "d"]
   assert tokenization.split_isolating("  plain   text ", cjk) == ["plain", "text"]
   assert tokenization.split_isolating("a-b", lambda ch: ch == "-") == ["a", "-", "b"]
+
+
+@pytest.mark.parametrize("backend", ["tokenizers", "python"])
+def test_build_vocab_never_writes_more_than_vocab_size(tmp_path, backend, capsys):
+  """The `tokenizers` trainer kept every character whatever vocab_size said (447 entries for 100), and the
+  Python one cut the alphabet silently; now the output has at most vocab_size entries, or the CLI says in one
+  `error:` line how many the alphabet needs (and writes nothing)."""
+  from bert_jax import cli  # pylint: disable=g-import-not-at-top
+  zh = tmp_path / "zh.txt"
+  chars = [chr(0x4e00 + i) for i in range(120)]
+  zh.write_text("".join(f"{''.join(chars[(7 * i + j) % 120] for j in range(20))} word{i} the\n" +
+                    ("\n" if i % 5 == 4 else "") for i in range(60)), encoding="utf-8")
+  out = tmp_path / "vocab.txt"
+  with pytest.raises(SystemExit) as e:
+    cli.run_plain_main(build_vocab.main, [f"--input_files={zh}", "--vocab_size=100", f"--output={out}",
+                                          f"--backend={backend}"])
+  assert e.value.code == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith("error: --vocab_size=100 cannot hold") and "Traceback" not in err[0]
+  need = int(err[0].split(">= ")[1].split()[0].replace(",", ""))
+  assert need > 120 and not out.exists()
+  for size in (need, need + 30):
+    tokens = build_vocab.build_vocab(str(zh), size, str(out), backend=backend, verbose=False)
+    assert len(tokens) <= size and len(out.read_text(encoding="utf-8").splitlines()) == len(tokens)
+    assert set(chars) <= set(tokens)

@@ -5,7 +5,7 @@ r"""Builds a BERT WordPiece vocab from raw text.
 
 Output: one token per line, ids = line numbers: [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4, then every
 character seen (and its "##" continuation form when it occurs inside a word), then learned multi-character
-pieces, up to `vocab_size` entries. Text is split with BERT's basic tokenizer first, so every CJK ideograph
+pieces, up to `vocab_size` entries (an error when the special tokens and the characters alone need more). Text is split with BERT's basic tokenizer first, so every CJK ideograph
 is its own word: a Chinese corpus yields a character vocab (plus pieces for the digits/Latin words in it).
 
 Training uses the Hugging Face `tokenizers` WordPiece trainer (Rust) when installed; otherwise a small
@@ -94,18 +94,24 @@ def _train_python(lines: Iterable[str], vocab_size: int, do_lower_case: bool,
     if merged not in vocab_set:
       vocab.append(merged)
       vocab_set.add(merged)
-  return vocab[:max(vocab_size, len(SPECIAL_TOKENS))]
+  return vocab   # longer than vocab_size only when the alphabet is: build_vocab raises VocabSizeError
 
 
 class NoTextError(UserError, ValueError):
   """The input files hold no text: one `error:` line from the CLI, a ValueError for library callers."""
 
 
+class VocabSizeError(UserError, ValueError):
+  """vocab_size cannot hold the special tokens and the corpus' characters (one `error:` line from the CLI)."""
+
+
 def build_vocab(input_files, vocab_size: int, output: str, do_lower_case: bool = True,
                 min_frequency: int = 2, backend: str = "auto", verbose: bool = True) -> List[str]:
   """Trains a WordPiece vocab on `input_files` (comma-separated globs or a list) and writes `output`.
 
-  Returns the token list (index = id). Raises ValueError when the files hold no text.
+  Returns the token list (index = id), at most `vocab_size` entries. Raises ValueError (NoTextError) when
+  the files hold no text, and (VocabSizeError) when vocab_size cannot hold the special tokens and every
+  character of the corpus.
   """
   files = text_io.expand_globs(input_files)
   stats = text_io.ReadStats()
@@ -123,10 +129,16 @@ def build_vocab(input_files, vocab_size: int, output: str, do_lower_case: bool =
     tokens = _train_python(lines, vocab_size, do_lower_case, min_frequency)
   if tokens[:len(SPECIAL_TOKENS)] != SPECIAL_TOKENS:
     raise RuntimeError(f"trainer did not put {SPECIAL_TOKENS} first: {tokens[:8]}")
+  if len(tokens) > vocab_size:
+    # Both trainers keep every character seen (the `tokenizers` one whatever vocab_size says; truncating
+    # would silently map the dropped characters to [UNK]), so the alphabet alone passes vocab_size.
+    raise VocabSizeError(
+        f"--vocab_size={vocab_size} cannot hold the {len(SPECIAL_TOKENS)} special tokens and the "
+        f"{len(tokens) - len(SPECIAL_TOKENS):,} characters (with their '##' forms inside words) of "
+        f"{len(files)} input file(s); expected --vocab_size >= {len(tokens):,} (more leaves room for "
+        f"learned pieces)")
   fileio.makedirs(fileio.dirname(output))
-  with fileio.open_file(output, "w") as f:
-    for t in tokens:
-      f.write(t + "\n")
+  fileio.write_text_atomic(output, "".join(t + "\n" for t in tokens))
   if verbose:
     for line in stats.summary_lines():
       print(line)
