@@ -69,6 +69,42 @@ def test_generator_config_is_the_fraction_of_the_discriminator_with_64_wide_head
   assert (tiny.hidden_size, tiny.num_attention_heads) == (32, 1)
 
 
+def test_generator_width_rounding_is_said_once_naming_the_fields(caplog):
+  electra._WARNED.clear()
+  disc = BertConfig.from_size("tiny")   # H 128
+  with caplog.at_level("WARNING", logger="bert_jax.models.electra"):
+    gen = electra.generator_config(disc, ElectraSettings(generator_hidden_fraction=0.3))   # 38.4 -> 38
+    electra.generator_config(disc, ElectraSettings(generator_hidden_fraction=0.3))
+  assert gen.hidden_size == 38
+  msgs = [r.getMessage() for r in caplog.records if "generator_hidden_fraction" in r.getMessage()]
+  assert len(msgs) == 1, msgs
+  assert "model.hidden_size=128" in msgs[0] and "hidden size 38" in msgs[0]
+  caplog.clear()
+  with caplog.at_level("WARNING", logger="bert_jax.models.electra"):   # exact (and .6g-rounded 1/3): silent
+    electra.generator_config(BertConfig.from_size("base"), ElectraSettings(generator_hidden_fraction=0.333333))
+    electra.generator_config(disc, ElectraSettings(generator_hidden_fraction=0.25))
+  assert not caplog.records
+  with caplog.at_level("WARNING", logger="bert_jax.models.electra"):   # 0.125 x 768 = 96: one head of 96
+    gen = electra.generator_config(BertConfig.from_size("base"), ElectraSettings(generator_hidden_fraction=0.125))
+  assert (gen.hidden_size, gen.num_attention_heads) == (96, 1)
+  assert any("1 heads of size 96" in r.getMessage() for r in caplog.records)
+
+
+def test_generator_deeper_than_the_discriminator_is_a_config_error():
+  from bert_jax.errors import UserError
+  disc = BertConfig.from_size("tiny")   # 2 layers
+  with pytest.raises(UserError, match=r"config.electra.generator_num_layers=3 .*model.num_hidden_layers=2"):
+    electra.generator_config(disc, ElectraSettings(0.25, generator_num_layers=3))
+  assert electra.generator_config(disc, ElectraSettings(0.25, generator_num_layers=2)).num_hidden_layers == 2
+
+
+def test_scan_layers_with_the_lstm_encoder_is_a_config_error():
+  with pytest.raises(ValueError, match=r"scan_layers=True needs encoder='transformer'.*'lstm'"):
+    BertConfig.from_size("tiny", encoder="lstm", scan_layers=True)
+  with pytest.raises(ValueError, match="scan_layers"):
+    BertConfig.from_size("tiny", encoder="lstm").replace(scan_layers=True)
+
+
 def test_electra_stands_alone_among_the_targets():
   assert validate_targets(("electra",)) == ("electra",)
   with pytest.raises(ValueError, match="stands alone"):

@@ -101,6 +101,10 @@ class BertConfig:
       raise ValueError(f"BertConfig.embedding_size={self.embedding_size}; expected 0 (= hidden_size) or > 0")
     if self.share_layers and self.encoder != "transformer":
       raise ValueError(f"BertConfig.share_layers=True needs encoder='transformer' (got {self.encoder!r})")
+    if self.encoder != "transformer" and self.scan_layers:
+      # nn.scan stacks Transformer layers; the lstm encoder has no such stack, so the flag did nothing.
+      raise ValueError(f"BertConfig.scan_layers=True needs encoder='transformer' (got encoder={self.encoder!r}); "
+                       "set scan_layers=False")
     if self.encoder == "lstm" and self.hidden_size % 2:
       raise ValueError("the lstm encoder needs an even hidden_size (two directions of H/2)")
     for name in ("dtype", "param_dtype"):

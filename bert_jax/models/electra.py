@@ -27,12 +27,14 @@ with disc_mlm_weight > 0 also disc_mlm_{loss,correct,weight}_sum (the discrimina
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Optional, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bert_jax.errors import UserError
 from bert_jax.models import axes
 from bert_jax.models.bert import BertForPreTraining, BertModel, validate_targets
 from bert_jax.models.config import BertConfig
@@ -40,6 +42,8 @@ from bert_jax.models.encoders import make_encoder
 from bert_jax.models.layers import activation, constrain, dense, layer_norm, zeros_init
 from bert_jax.models.losses import masked_lm_sums
 from bert_jax.models.targets import LanguageModelHead, gather_positions
+
+log = logging.getLogger(__name__)
 
 TARGET = "electra"
 _SAMPLE_SALT = 0x5A3F   # folds the step's dropout key into an independent key for the generator's samples
@@ -76,14 +80,45 @@ def annealed_temperature(settings: ElectraSettings, step):
   return jnp.exp((1.0 - frac) * jnp.log(start) + frac * jnp.log(final))
 
 
+_WARNED = set()   # generator-size warnings already given (once per process and message)
+
+
+def _warn_once(message: str) -> None:
+  if message not in _WARNED:
+    _WARNED.add(message)
+    log.warning("%s", message)
+
+
 def generator_config(disc: BertConfig, settings: ElectraSettings) -> BertConfig:
   """The generator's architecture: hidden Hg = round(fraction x H), heads Hg/64 (at least 1, dividing Hg),
-  FFN 4Hg, the discriminator's vocab, positions, activation and runtime fields."""
-  hidden = max(1, int(round(disc.hidden_size * float(settings.generator_hidden_fraction))))
+  FFN 4Hg, the discriminator's vocab, positions, activation and runtime fields.
+
+  When fraction x H is not a whole number, the rounded Hg is used and a warning (once) names
+  electra.generator_hidden_fraction, model.hidden_size and Hg; so is a head size other than 64 forced by an Hg
+  that 64 does not divide (Hg >= 64). A generator deeper than the discriminator
+  (electra.generator_num_layers > model.num_hidden_layers) is a UserError."""
+  fraction = float(settings.generator_hidden_fraction)
+  if not 0.0 < fraction <= 1.0:
+    raise UserError(f"config.electra.generator_hidden_fraction={fraction:g}; expected > 0 and <= 1")
+  exact = disc.hidden_size * fraction
+  hidden = max(1, int(round(exact)))
+  if abs(exact - hidden) > 1e-5 * disc.hidden_size:   # 1e-5: a fraction written as %.6g (1/3 = 0.333333) is exact
+    _warn_once(f"ELECTRA generator width: config.electra.generator_hidden_fraction={fraction:g} x "
+               f"model.hidden_size={disc.hidden_size} = {exact:g} is not a whole number; the generator uses "
+               f"hidden size {hidden} (fraction {hidden / disc.hidden_size:.6g})")
   heads = max(1, hidden // 64)
   while hidden % heads:
     heads -= 1
-  layers = disc.num_hidden_layers if int(settings.generator_num_layers) <= 0 else int(settings.generator_num_layers)
+  if hidden >= 64 and hidden % 64:
+    _warn_once(f"ELECTRA generator heads: hidden size {hidden} (config.electra.generator_hidden_fraction="
+               f"{fraction:g} x model.hidden_size={disc.hidden_size}) is not a multiple of 64; the generator uses "
+               f"{heads} heads of size {hidden // heads}")
+  requested = int(settings.generator_num_layers)
+  if requested > disc.num_hidden_layers:
+    raise UserError(f"config.electra.generator_num_layers={requested} exceeds the discriminator's "
+                    f"model.num_hidden_layers={disc.num_hidden_layers}; expected 1 .. {disc.num_hidden_layers} "
+                    "or -1 (as deep as the discriminator)")
+  layers = disc.num_hidden_layers if requested <= 0 else requested
   # embedding_size 0: the generator has no tables of its own; it projects the shared E-wide embeddings itself.
   return disc.replace(hidden_size=hidden, num_attention_heads=heads, intermediate_size=4 * hidden,
                       num_hidden_layers=layers, embedding_size=0, share_layers=False)
