@@ -1,7 +1,9 @@
 """A new user's mistakes with fine-tuning input, each one `error:` line or a counted `warning:` (no traceback),
 on the standard release layouts; fast (data reading and plan checks only, no training)."""
 
+import json
 import os
+import re
 
 import pytest
 
@@ -228,3 +230,33 @@ def test_reproduce_paper_prepare_takes_a_relative_root(tmp_path):
   root = str(work / "rel")
   assert any(f"--output={root}/converted/uncased_L-12_H-768_A-12" in l for l in lines)
   assert all(l.endswith(f"{root}/tensorflow_datasets") for l in lines if "tensorflow_datasets as tfds" in l)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--tasks=mrpc,bogus", "--dry_run"], r"error: --tasks='mrpc,bogus': unknown tasks \['bogus'\]"),
+    (["--seeds=0", "--dry_run"], r"error: --seeds=0: at least 1"),
+    (["--seeds=x"], r"error: argument --seeds: invalid int value: 'x'"),
+    (["--learning_rates=5e-5,fast", "--dry_run"], r"error: --learning_rates='5e-5,fast': 'fast' is not a positive"),
+    (["--shard=4/4", "--dry_run"], r"error: --shard='4/4': expected I/N"),
+    ([], r"error: --root=.*/missing: no such directory"),
+])
+def test_reproduce_paper_run_bad_flags_are_one_error_line_before_any_sweep(tmp_path, capsys, flags, message):
+  """argparse printed its usage block and 'run.py: error:'; --seeds=0 or a missing --root failed inside each
+  task's sweep after the log was opened. Now one `error:` line, exit 2, nothing written."""
+  from experiments.reproduce_paper import run
+  assert run.main([f"--root={tmp_path / 'missing'}", f"--output_dir={tmp_path / 'out'}"] + flags) == 2
+  err = capsys.readouterr().err
+  assert re.search(message, err) and len(err.strip().splitlines()) == 1 and "usage:" not in err, err
+  assert not os.path.exists(tmp_path / "out")
+
+
+def test_reproduce_paper_table_of_a_missing_dir_is_one_error_line(tmp_path, capsys):
+  """table.py --output_dir=<missing> was a FileNotFoundError traceback from writing results.md."""
+  from experiments.reproduce_paper import table
+  assert table.main([f"--output_dir={tmp_path / 'missing'}"]) == 2
+  assert capsys.readouterr().err.startswith(f"error: --output_dir={tmp_path / 'missing'}: no such directory")
+  run = tmp_path / "out" / "mrpc" / "runs" / "p001_s0"     # a run whose sweep_spec.json is gone
+  run.mkdir(parents=True)
+  (run / "eval_results.json").write_text(json.dumps({"dev": {"accuracy": 0.5}}), encoding="utf-8")
+  assert table.main([f"--output_dir={tmp_path / 'out'}"]) == 0
+  assert "| MRPC | accuracy | 86.7 | 50.0 | 50.0 (1 seeds) | p001 |" in capsys.readouterr().out

@@ -38,6 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
+from bert_jax.errors import UserError  # noqa: E402
 from experiments.reproduce_paper import table  # noqa: E402
 
 # task -> (finetune task name, TFDS name, checkpoint subfolder, extra config overrides)
@@ -76,8 +77,49 @@ def command(task, args):
   return cmd, workdir
 
 
+class _Parser(argparse.ArgumentParser):
+  """A bad flag is one `error: ...` line and exit 2 (main), not argparse's usage block."""
+
+  def error(self, message):
+    raise UserError(f"{message} (--help lists the flags)")
+
+
+def _check(args):
+  """UserError for a flag value the sweeps would refuse only after a task or two had run."""
+  if args.seeds < 1:
+    raise UserError(f"--seeds={args.seeds}: at least 1")
+  if args.batch_size < 1:
+    raise UserError(f"--batch_size={args.batch_size}: at least 1")
+  for lr in (x.strip() for x in args.learning_rates.split(",")):
+    try:
+      ok = float(lr) > 0
+    except ValueError:
+      ok = False
+    if not ok:
+      raise UserError(f"--learning_rates={args.learning_rates!r}: {lr!r} is not a positive number "
+                      "(comma-separated, e.g. 5e-5,3e-5)")
+  i, _, n = args.shard.partition("/")
+  if not (i.isdigit() and n.isdigit() and int(i) < int(n)):
+    raise UserError(f"--shard={args.shard!r}: expected I/N with 0 <= I < N, e.g. 0/4")
+  if args.dry_run or args.report:
+    return
+  for flag in ("root", "glue_dir", "squad_dir", "conll_dir"):
+    path = getattr(args, flag)
+    if path and not os.path.isdir(path):
+      raise UserError(f"--{flag}={path}: no such directory" + (
+          " (prepare.sh's folder: converted/ and tensorflow_datasets/)" if flag == "root" else ""))
+
+
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  try:
+    return _main(argv)
+  except UserError as e:
+    print(f"error: {e}", file=sys.stderr, flush=True)
+    return 2
+
+
+def _main(argv=None):
+  p = _Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--root", required=True, help="prepare.sh's folder: converted/ and tensorflow_datasets/")
   p.add_argument("--output_dir", required=True, help="one work directory per task and learning rate")
   p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {','.join(TASKS)}")
@@ -102,8 +144,9 @@ def main(argv=None):
   args.output_dir, args.root = os.path.abspath(args.output_dir), os.path.abspath(args.root)
   tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
   unknown = [t for t in tasks if t not in TASKS]
-  if unknown:
-    p.error(f"unknown tasks {unknown}; expected some of {list(TASKS)}")
+  if unknown or not tasks:
+    raise UserError(f"--tasks={args.tasks!r}: unknown tasks {unknown}; expected some of {list(TASKS)}")
+  _check(args)
   log_path = os.path.join(args.output_dir, "commands.log")
   if not args.dry_run:
     os.makedirs(args.output_dir, exist_ok=True)

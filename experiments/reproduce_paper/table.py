@@ -11,6 +11,7 @@ import glob
 import json
 import os
 import statistics
+import sys
 
 # task -> (row label, metric label, paper value, eval split, metric key in eval_results.json, scale to %)
 # Paper numbers: Devlin et al. 2019, Table 5 (BERT-base dev: MNLI-m, QNLI, MRPC and SST-2 accuracy),
@@ -27,10 +28,14 @@ ROWS = (
 
 
 def _settings(output_dir, task, run_dir):
-  with open(os.path.join(output_dir, task, "sweep_spec.json"), encoding="utf-8") as f:
-    spec = json.load(f)
-  point = int(os.path.basename(run_dir).split("_")[0][1:])
-  return spec["points"][point]["label"]
+  """The grid point's label from sweep_spec.json; the run's point name (p000) when the spec is gone."""
+  name = os.path.basename(run_dir).split("_")[0]
+  try:
+    with open(os.path.join(output_dir, task, "sweep_spec.json"), encoding="utf-8") as f:
+      spec = json.load(f)
+    return spec["points"][int(name[1:])]["label"]
+  except (OSError, ValueError, KeyError, IndexError, TypeError):
+    return name
 
 
 def best_run(output_dir, task, split, key, select_key=None):
@@ -68,9 +73,14 @@ def markdown(output_dir=None):
 
 
 def write_results(output_dir, path):
-  with open(path, "w", encoding="utf-8") as f:
-    f.write("# BERT-base fine-tuned with bert_jax vs the BERT paper (dev sets)\n\n")
-    f.write(markdown(output_dir))
+  """results.md, written atomically (temp file, fsync, rename): a reader never sees half a table."""
+  text = "# BERT-base fine-tuned with bert_jax vs the BERT paper (dev sets)\n\n" + markdown(output_dir)
+  tmp = f"{path}.tmp-{os.getpid()}"
+  with open(tmp, "w", encoding="utf-8") as f:
+    f.write(text)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
   return path
 
 
@@ -78,9 +88,14 @@ def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__)
   p.add_argument("--output_dir", required=True)
   args = p.parse_args(argv)
+  if not os.path.isdir(args.output_dir):
+    print(f"error: --output_dir={args.output_dir}: no such directory (run.py's --output_dir, holding one sweep "
+          "per task)", file=sys.stderr)
+    return 2
   print(open(write_results(args.output_dir, os.path.join(args.output_dir, "results.md")),
              encoding="utf-8").read())
+  return 0
 
 
 if __name__ == "__main__":
-  main()
+  sys.exit(main())
