@@ -201,3 +201,25 @@ def test_a_fine_tuning_config_given_to_train_py_is_one_error_line(tmp_path):
       "error: --config=configs/finetune.py:task=mrpc: not a pre-training config, it lacks num_train_steps, "
       "targets, data, distributed; train.py takes configs/pretrain.py (a fine-tuning config goes to finetune.py)")
   assert "Traceback" not in got.stderr and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("which", ["other", "missing", "same"])
+def test_a_resumed_runs_vocab_file_that_is_not_the_work_dirs_is_a_warning(files, tmp_path, caplog, which):
+  """A resumed run tokenizes with the work dir's vocab.txt; another --config.data.vocab_file was ignored
+  without a word."""
+  from bert_jax.training.plan import _resolve_vocab
+  corpus, vocab = files
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  (workdir / "vocab.txt").write_bytes(open(vocab, "rb").read())
+  given = {"other": tmp_path / "other.txt", "missing": tmp_path / "missing.txt", "same": vocab}[which]
+  if which == "other":
+    given.write_text(open(vocab).read() + "extra\n")
+  got, _ = _resolve_vocab(tiny_config(corpus, str(given)), str(workdir), True, None)
+  assert got == str(workdir / "vocab.txt")
+  want = {"other": "has other tokens: this resumed run uses the work dir's",
+          "missing": "cannot be read (No such file or directory): this resumed run uses the work dir's"}
+  if which == "same":
+    assert "vocab_file" not in caplog.text
+  else:
+    assert f"config.data.vocab_file={given} {want[which]} {workdir / 'vocab.txt'}" in caplog.text, caplog.text

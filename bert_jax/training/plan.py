@@ -278,11 +278,26 @@ def _warn_warmup(config) -> None:
          "--config.warmup_steps (BERT: 1% of the steps)")
 
 
+def _warn_other_vocab(given: str, workdir_vocab: str) -> None:
+  """A resumed run tokenizes with the work dir's vocab.txt (its model's token ids): a config.data.vocab_file
+  that is missing or has other tokens is not used, and a warning says so (it was dropped without a word)."""
+  if not given:
+    return
+  try:
+    why = None if fileio.read_bytes(given) == fileio.read_bytes(workdir_vocab) else "has other tokens"
+  except OSError as e:
+    why = f"cannot be read ({e.strerror or e})"
+  if why:
+    checks.warn(f"config.data.vocab_file={given} {why}: this resumed run uses the work dir's {workdir_vocab} "
+                "(its checkpoints' token ids); to train with another vocab, start a new --workdir")
+
+
 def _resolve_vocab(config, workdir: str, resume: bool, init_dir: Optional[str]) -> Tuple[str, int]:
   """(vocab file, its size): the work dir's on resume, else data.vocab_file, else the init checkpoint's."""
   vocab_file, field = config.data.vocab_file, "config.data.vocab_file"
   workdir_vocab = fileio.join(workdir, params_dir.VOCAB_NAME)
   if resume and fileio.exists(workdir_vocab):
+    _warn_other_vocab(vocab_file, workdir_vocab)
     vocab_file, field = workdir_vocab, f"the work dir's vocab ({workdir})"
   elif not vocab_file and init_dir is not None:
     vocab_file = params_dir.vocab_path(init_dir) or ""
