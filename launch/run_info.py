@@ -7,7 +7,7 @@ r"""Prints where a pre-training work dir stands: its latest complete checkpoint 
 `launch/tpu_pod.sh status|stop` runs it on worker 0. Paths go through `etils.epath` (installed with Orbax),
 which reads gs:// itself. A complete Orbax checkpoint is a `checkpoints/<step>` folder with an integer name;
 saves still in flight are `<step>.orbax-checkpoint-tmp-*` locally, or lack `commit_success.txt` on gs://,
-and are not counted. Exit 0, or 2 when the work dir does not exist.
+and are not counted. Exit 0, or 2 when the work dir does not exist or is a file.
 """
 
 import json
@@ -49,6 +49,9 @@ def main(argv):
   workdir = epath.Path(argv[1])
   if not workdir.exists():
     print(f"error: work dir {workdir} does not exist", file=sys.stderr)
+    return 2
+  if not workdir.is_dir():      # a file read as an empty work dir: "none", exit 0
+    print(f"error: work dir {workdir} is a file, not a directory", file=sys.stderr)
     return 2
   step = latest_checkpoint_step(workdir)
   print("latest checkpoint: " + (f"step {step} ({workdir / 'checkpoints' / str(step)})" if step is not None

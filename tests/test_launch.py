@@ -304,6 +304,15 @@ def test_run_info_counts_a_gs_step_only_once_orbax_committed_it(tmp_path):
   assert run_info.latest_checkpoint_step(path) == 20            # local: a complete save is renamed into place
 
 
+def test_run_info_on_a_file_is_one_error_line_not_an_empty_work_dir(tmp_path):
+  """It printed "latest checkpoint: none" and exited 0, as for a fresh work dir."""
+  (tmp_path / "corpus.txt").write_text("x\n")
+  proc = subprocess.run([PY, os.path.join(LAUNCH, "run_info.py"), str(tmp_path / "corpus.txt")],
+                        capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+  assert proc.stderr == f"error: work dir {tmp_path / 'corpus.txt'} is a file, not a directory\n"
+
+
 def test_tpu_dry_run_prints_every_command_and_runs_none(slice_env, tmp_path):
   repo, root, env, _ = slice_env
   env = dict(env, DRY_RUN="1", STUB_ROOT=str(tmp_path), WORKDIR="gs://my-bucket/runs/x y")
