@@ -286,6 +286,12 @@ def test_tpu_supervise_that_gives_up_or_stops_says_so_and_why_in_status(slice_en
   assert _pod(repo, env, "supervise", check=False).returncode == 2
   assert ("last reason: exit 2: vm: error: stand-in run 0 of worker1 exits 2 (not retryable: the supervisor "
           "stopped the job)") in _pod(repo, env, "status").stdout
+  # a crash on one worker and a user error on the other: the user error is the job's code (was the 1)
+  for i in range(2):
+    (root / f"worker{i}" / "runs").unlink()
+  env["STANDIN_PLAN"] = json.dumps({"worker0": [1], "worker1": [2]})
+  proc = _pod(repo, env, "supervise", check=False)
+  assert proc.returncode == 2 and "supervise: a worker exited 2: " in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_run_info_counts_a_gs_step_only_once_orbax_committed_it(tmp_path):
