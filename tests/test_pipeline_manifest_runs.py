@@ -76,3 +76,58 @@ def test_a_wildcard_over_the_records_directory_skips_the_manifests(parts):
   it = pretrain_dataset.make_pretraining_dataset(f"{out}/*", 4, 16, 3, str(parts / "vocab.txt"),
                                                  process_index=0, process_count=1, is_training=False)
   assert next(iter(it))["input_ids"].shape == (4, 16)
+
+
+def test_concurrent_runs_into_one_directory_keep_their_manifests(parts, monkeypatch):
+  """Two runs started together (one per input shard) both read 'no manifest.json' and both claimed it: the
+  last writer won and the other run's entries were lost. The claim now holds the directory's lock."""
+  import threading  # pylint: disable=g-import-not-at-top
+  barrier = threading.Barrier(2)
+  waiting = {"a", "b"}
+  load = manifest.load
+
+  def slow_load(path):    # both runs meet here before reading, unless the lock lets only one in
+    name = threading.current_thread().name
+    if name in waiting:
+      waiting.discard(name)
+      try:
+        barrier.wait(timeout=1.0)
+      except threading.BrokenBarrierError:
+        pass
+    return load(path)
+
+  monkeypatch.setattr(manifest, "load", slow_load)
+  errors = []
+
+  def run(part, output):
+    try:
+      _run(parts, part, output)
+    except SystemExit as e:
+      if e.code:
+        errors.append(e.code)
+
+  threads = [threading.Thread(target=run, args=(f"part_{n}.txt", f"{n}.tfrecord"), name=n) for n in "ab"]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  assert not errors
+  out = parts / "records"
+  names = sorted(os.listdir(out))
+  assert len([n for n in names if manifest.is_manifest(n)]) == 2, names
+  files = [str(out / "a.tfrecord"), str(out / "b.tfrecord")]
+  assert manifest.record_counts(files) == [manifest.count_tfrecords(f) for f in files]
+
+
+def test_concurrent_saves_of_one_run_merge_their_shards(tmp_path):
+  """The same command run twice at once: each save merges the shards the file lists that it lacks."""
+  path = str(tmp_path / manifest.FILENAME)
+  base = manifest.new({"output_file": ["t.tfrecord"]}, "h", [["in.txt", 10]], 2)
+  entry = lambda i: {"index": i, "files": [f"t-{i}"], "records": [i + 1], "bytes": [1]}  # noqa: E731
+  a, b = dict(base, shards=[entry(0)]), dict(base, shards=[entry(1)])
+  manifest.save(path, a)
+  manifest.save(path, b)                     # was: shard 0 lost
+  data = manifest.load(path)
+  assert [e["index"] for e in data["shards"]] == [0, 1] and data["records"] == 3 and data["complete"]
+  manifest.save(path, dict(base, flags={"output_file": ["u.tfrecord"]}, shards=[entry(1)]))   # another run
+  assert [e["index"] for e in manifest.load(path)["shards"]] == [1]

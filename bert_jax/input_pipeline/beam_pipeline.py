@@ -118,6 +118,9 @@ class BuildShard(beam.DoFn):
 
 def _write_manifest(entries: List[Dict], path: str, data: Dict) -> int:
   data = dict(data, shards=list(data["shards"]) + list(entries), complete=True)
+  if not fileio.is_remote(path):      # a local directory: under its lock, as the local driver (manifest.py)
+    manifest.save(path, data)
+    return data["records"]
   data["shards"] = sorted(data["shards"], key=lambda s: s["index"])
   data["records"] = int(sum(sum(s["records"]) for s in data["shards"]))
   text = json.dumps(data, indent=1, sort_keys=True) + "\n"

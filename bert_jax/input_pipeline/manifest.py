@@ -16,13 +16,27 @@ Written by `create_pretraining_data` (atomically, after every finished shard) an
   - the training input pipeline (`record_counts`): the number of records per file, so a resume at step k
     skips whole files by their counts instead of reading through them.
 Nothing in it depends on the number of workers or on timing, so 1 and 2 workers write the same bytes.
+
+Concurrent runs into one local directory: the claim of manifest.json (`sharding.plan_run`) and every `save`
+hold an exclusive lock on the directory (`locked`: flock on the directory itself, no lock file), and `save`
+merges the shards its file already lists (a concurrent run of the same command), so no run loses another's
+entries or claims another's manifest. Object stores (URL paths) have no lock: give concurrent runs there
+distinct output directories.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from typing import Dict, List, Optional, Sequence
+import os
+import threading
+from typing import Dict, Iterator, List, Optional, Sequence
+
+try:
+  import fcntl
+except ImportError:   # not POSIX: no lock
+  fcntl = None
 
 from bert_jax import __version__
 from bert_jax.errors import UserError
@@ -81,10 +95,58 @@ def load(path: str) -> Optional[Dict]:
   return data
 
 
-def save(path: str, data: Dict) -> None:
-  data["shards"] = sorted(data["shards"], key=lambda s: s["index"])
-  data["records"] = int(sum(sum(s["records"]) for s in data["shards"]))
-  fileio.write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+_HELD = threading.local()   # directories this thread holds the lock of (`locked` is re-entrant per thread)
+
+
+@contextlib.contextmanager
+def locked(directory: str) -> Iterator[None]:
+  """Holds an exclusive lock on the local `directory` (flock on the directory's own descriptor, so it leaves no
+  file behind and a killed run's lock goes with its process) for a manifest's read-modify-write. Re-entrant
+  within a thread; other threads and processes wait. URL paths and non-POSIX systems: no lock."""
+  held = _HELD.__dict__.setdefault("dirs", {})
+  key = os.path.abspath(directory or ".") if not fileio.is_remote(directory) else directory
+  if fcntl is None or fileio.is_remote(directory) or held.get(key):
+    held[key] = held.get(key, 0) + 1
+    try:
+      yield
+    finally:
+      held[key] -= 1
+    return
+  fd = os.open(key, os.O_RDONLY)
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    held[key] = 1
+    try:
+      yield
+    finally:
+      held[key] = 0
+  finally:
+    os.close(fd)   # releases the lock
+
+
+def _same_run(a: Dict, b: Dict) -> bool:
+  return all(a.get(k) == b.get(k) for k in ("tool_version", "vocab_sha256", "flags", "inputs", "num_shards"))
+
+
+def save(path: str, data: Dict, merge: bool = True) -> None:
+  """Writes `data` to `path` atomically, under the directory's lock; with `merge`, the shards the file on disk
+  lists that `data` lacks (a concurrent run of the same command finished them) are merged into `data` first
+  (`sharding.plan_run` rewrites it with merge=False: it has just checked the listed shards' files)."""
+  with locked(fileio.dirname(path)):
+    old = None
+    if merge:
+      try:
+        old = load(path)
+      except UserError:
+        old = None
+    by_index = {}
+    if old is not None and _same_run(old, data):
+      by_index.update((int(e["index"]), e) for e in old.get("shards", []))
+    by_index.update((int(e["index"]), e) for e in data["shards"])
+    data["shards"] = [by_index[i] for i in sorted(by_index)]
+    data["complete"] = bool(data.get("complete")) or len(data["shards"]) == data.get("num_shards")
+    data["records"] = int(sum(sum(s["records"]) for s in data["shards"]))
+    fileio.write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 def check_compatible(path: str, old: Dict, new_manifest: Dict, same_outputs: bool = True) -> None:

@@ -237,24 +237,25 @@ def plan_run(input_files, output_files: Sequence[str], vocab_file: str, cfg,
   flags.update(shard_size=int(shard_bytes), files_per_shard=int(files_per_shard),
                output_file=[relative(f, directory) for f in output_files])
   data = manifest.new(flags, manifest.vocab_sha256(vocab_file), list(zip(files, sizes)), len(shards))
-  old = manifest.load(path)
-  if old is not None and manifest.is_other_run(old, data):
-    # Google's one invocation per input shard into one directory: same flags and vocab, own manifest.
-    manifest.check_compatible(path, old, data, same_outputs=False)
-    path = manifest.path_for(directory, output_files[0])
+  with manifest.locked(directory):   # a concurrent run into this directory claims its manifest after us
     old = manifest.load(path)
-  finished: Dict[int, Dict] = {}
-  if old is not None:
-    manifest.check_compatible(path, old, data)
-    finished = manifest.finished_shards(path, old)
-    for shard in shards:                  # written whole by a run killed before it updated the manifest
-      names = outputs[shard.index]
-      if shard.index not in finished and all(file_bytes(f) >= 0 for f in names):
-        finished[shard.index] = {"index": shard.index, "pieces": shard.to_json(),
-                                 "files": [relative(f, directory) for f in names],
-                                 "records": [manifest.count_tfrecords(f) for f in names],
-                                 "bytes": [file_bytes(f) for f in names], "documents": None,
-                                 "instances": None, "skipped": ""}
-    data["shards"] = list(finished.values())
-  manifest.save(path, data)
+    if old is not None and manifest.is_other_run(old, data):
+      # Google's one invocation per input shard into one directory: same flags and vocab, own manifest.
+      manifest.check_compatible(path, old, data, same_outputs=False)
+      path = manifest.path_for(directory, output_files[0])
+      old = manifest.load(path)
+    finished: Dict[int, Dict] = {}
+    if old is not None:
+      manifest.check_compatible(path, old, data)
+      finished = manifest.finished_shards(path, old)
+      for shard in shards:                  # written whole by a run killed before it updated the manifest
+        names = outputs[shard.index]
+        if shard.index not in finished and all(file_bytes(f) >= 0 for f in names):
+          finished[shard.index] = {"index": shard.index, "pieces": shard.to_json(),
+                                   "files": [relative(f, directory) for f in names],
+                                   "records": [manifest.count_tfrecords(f) for f in names],
+                                   "bytes": [file_bytes(f) for f in names], "documents": None,
+                                   "instances": None, "skipped": ""}
+      data["shards"] = list(finished.values())
+    manifest.save(path, data, merge=False)
   return RunPlan(files, shards, outputs, directory, path, data, finished)
