@@ -427,3 +427,51 @@ def test_generator_of_another_hidden_act_than_gelu_is_refused_both_ways(tmp_path
   config_file.write_text(json.dumps(dict(json.loads(config_file.read_text()), hidden_act="relu")))
   with pytest.raises(UserError, match="hidden_act='relu'"):
     convert_main(["export-hf", f"--input={tmp_path / 'ours'}", f"--output={tmp_path / 'back'}", "--heads=mlm"])
+
+
+def test_tf_generator_heads_come_from_the_flag_or_generator_config_not_a_fixed_64(tmp_path, tiny_vocab):
+  """The generator's head count is not in a TF checkpoint's shapes: a generator of 2 heads of 16 (not
+  google-research/electra's hidden // 64 = 1) imports with transformers' logits only when --generator_heads or its
+  generator config says 2; a head count that does not divide its width, or a config of another generator, is an
+  error naming it."""
+  from bert_jax.models.electra import ElectraSettings, generator_config
+  v = _vocab_size(tiny_vocab)
+  disc = _discriminator(v)
+  torch.manual_seed(2)
+  cfg = transformers.ElectraConfig(vocab_size=v, embedding_size=H, hidden_size=GEN_H, num_hidden_layers=LAYERS,
+                                   num_attention_heads=2, intermediate_size=4 * GEN_H, max_position_embeddings=MAX_POS)
+  gen = _perturb(transformers.ElectraForMaskedLM(cfg))
+  gen.electra.embeddings.load_state_dict(disc.electra.embeddings.state_dict())
+  gen.generator_lm_head.weight = gen.electra.embeddings.word_embeddings.weight
+  variables = _google_names(disc, "electra")
+  variables.update({k: a for k, a in _google_names(gen, "generator").items() if "/embeddings/" not in k})
+  (tmp_path / "vocab.txt").write_text(open(tiny_vocab).read())
+  (tmp_path / "config.json").write_text(json.dumps(disc.config.to_dict()))
+  (tmp_path / "generator.json").write_text(json.dumps(gen.config.to_dict()))
+  ckpt, conf = str(tmp_path / "x.ckpt"), str(tmp_path / "config.json")
+  ids, mask, seg = _inputs(v)
+  positions = np.array([[1, 4, 9], [2, 3, 5], [1, 2, 4]], np.int32)
+  want = np.take_along_axis(_torch_out(gen, ids, mask, seg).logits.numpy(), positions[..., None], axis=1)
+
+  def gen_error(**kw):
+    config, generator, params, report = hf_electra.import_tf_electra(ckpt, conf, variables=variables, **kw)
+    out = jax.jit(ElectraForPreTraining(config, generator).apply)({"params": params}, ids, mask, seg, positions)
+    return generator.num_attention_heads, np.abs(np.asarray(out["generator_logits"]) - want).max(), report
+
+  heads, err, report = gen_error()
+  assert heads == 1 and err > 1e-3 and "hidden // 64" in report.summary()   # the rule: one 32-wide head
+  heads, err, report = gen_error(generator_heads=2)
+  assert heads == 2 and err < 1e-4 and "--generator_heads" in report.summary()
+  assert "--config.electra.generator_num_attention_heads=2" in report.summary()
+  heads, err, _ = gen_error(generator_config=str(tmp_path / "generator.json"))
+  assert heads == 2 and err < 1e-4
+  with pytest.raises(ConversionError, match=r"--generator_heads=3: .*hidden size 32"):
+    hf_electra.import_tf_electra(ckpt, conf, variables=variables, generator_heads=3)
+  (tmp_path / "other.json").write_text(json.dumps(dict(gen.config.to_dict(), hidden_size=64)))
+  with pytest.raises(ConversionError, match=r"other.json: hidden_size=64, but the checkpoint's generator has "
+                                            r"hidden_size=32"):
+    hf_electra.import_tf_electra(ckpt, conf, variables=variables, generator_config=str(tmp_path / "other.json"))
+  # continued pre-training rebuilds the same generator from the settings the report names
+  rebuilt = generator_config(hf_electra.electra_config_to_bert(disc.config.to_dict(), "config.json"),
+                             ElectraSettings(generator_hidden_fraction=GEN_H / H, generator_num_attention_heads=2))
+  assert (rebuilt.hidden_size, rebuilt.num_attention_heads) == (GEN_H, 2)

@@ -96,6 +96,9 @@ def test_generator_deeper_than_the_discriminator_is_a_config_error():
   with pytest.raises(UserError, match=r"config.electra.generator_num_layers=3 .*model.num_hidden_layers=2"):
     electra.generator_config(disc, ElectraSettings(0.25, generator_num_layers=3))
   assert electra.generator_config(disc, ElectraSettings(0.25, generator_num_layers=2)).num_hidden_layers == 2
+  assert electra.generator_config(disc, ElectraSettings(0.25, generator_num_attention_heads=2)).num_attention_heads == 2
+  with pytest.raises(UserError, match=r"config.electra.generator_num_attention_heads=3 does not divide .* 32"):
+    electra.generator_config(disc, ElectraSettings(0.25, generator_num_attention_heads=3))
 
 
 def test_scan_layers_with_the_lstm_encoder_is_a_config_error():

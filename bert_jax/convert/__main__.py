@@ -41,6 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
   t.add_argument("--config", default=None,
                  help="bert_config.json (default: next to the checkpoint; albert_config.json for ALBERT)")
   t.add_argument("--vocab", default=None, help="vocab.txt (default: next to the checkpoint)")
+  t.add_argument("--generator_config", default=None,
+                 help="ELECTRA: the generator's config JSON, read for its num_attention_heads (default: "
+                      "generator.json next to the checkpoint, as in HFL's zips)")
+  t.add_argument("--generator_heads", type=int, default=None,
+                 help="ELECTRA: the generator's attention heads (default: --generator_config's, else "
+                      "google-research/electra's hidden / 64)")
   t.add_argument("--output", required=True, help="output directory")
   t.add_argument("--do_lower_case", type=_bool, default=None,
                  help="tokenizer casing (default: from the folder name 'uncased'/'cased', else the vocab)")
@@ -89,7 +95,7 @@ def _check_paths(args) -> None:
   """The files a user names by flag exist, and --output is a directory or can be one, before any conversion
   work (an --output naming a file was a FileExistsError traceback after the import; a missing --vocab an
   errno message that did not say which flag)."""
-  for flag in ("vocab", "config"):
+  for flag in ("vocab", "config", "generator_config"):
     path = getattr(args, flag, None)
     if path and not os.path.isfile(path):
       raise UserError(f"--{flag}={path}: " + ("a directory; expected a file" if os.path.isdir(path)
@@ -135,11 +141,18 @@ def main(argv=None) -> int:
       # HFL's Chinese ELECTRA zips ship discriminator.json (+ generator.json) instead of a config.json.
       config = args.config or next((os.path.join(folder, n) for n in ("config.json", "discriminator.json")
                                     if os.path.exists(os.path.join(folder, n))), os.path.join(folder, "config.json"))
+      generator_json = args.generator_config or next(
+          (p for p in [os.path.join(folder, "generator.json")] if os.path.isfile(p)), None)
       _, _, _, report = hf_electra.import_tf_electra(args.checkpoint, config, args.output, vocab_file=args.vocab,
-                                                     do_lower_case=args.do_lower_case)
+                                                     do_lower_case=args.do_lower_case,
+                                                     generator_config=generator_json,
+                                                     generator_heads=args.generator_heads)
       print(report.summary())
       print(f"wrote {args.output}")
     elif args.command == "import-tf":
+      if args.generator_heads is not None or args.generator_config:
+        raise UserError(f"--generator_heads / --generator_config apply to ELECTRA checkpoints (electra/ and "
+                        f"generator/ variables); {args.checkpoint} is not one")
       _, _, report = import_tf_checkpoint(args.checkpoint, args.output, config_file=args.config,
                                           vocab_file=args.vocab, do_lower_case=args.do_lower_case)
       print(report.summary())

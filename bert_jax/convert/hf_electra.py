@@ -58,7 +58,7 @@ from bert_jax.convert.mapping import ConversionError, Entry, _dense, _ln
 from bert_jax.models import dummy_inputs
 from bert_jax.models.bert import BertForPreTraining
 from bert_jax.models.config import BertConfig
-from bert_jax.models.electra import ElectraDiscriminator, ElectraForPreTraining
+from bert_jax.models.electra import ElectraDiscriminator, ElectraForPreTraining, generator_heads as default_heads
 from bert_jax.pretrained import params_dir
 from bert_jax.pretrained.load import load_pretrained
 
@@ -342,28 +342,81 @@ def import_hf_electra(folder: str, output: Optional[str] = None, vocab_file: Opt
   return config, params, report
 
 
-def infer_generator(config: BertConfig, variables: Dict[str, np.ndarray]) -> BertConfig:
+def _generator_heads_from_config(path: str, hidden: int, layers: int, ffn: int) -> int:
+  """num_attention_heads of a generator config JSON (HFL's generator.json, or a Hugging Face ElectraConfig of
+  the generator), after checking that its sizes are the checkpoint's."""
+  d = hf.read_config_json(path)
+  heads = d.get("num_attention_heads")
+  if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
+    raise ConversionError(f"{path}: num_attention_heads={heads!r}; expected a positive integer (the generator's "
+                          "attention heads)")
+  for key, want in (("hidden_size", hidden), ("num_hidden_layers", layers), ("intermediate_size", ffn)):
+    if key in d and d[key] != want:
+      raise ConversionError(f"{path}: {key}={d[key]!r}, but the checkpoint's generator has {key}={want}: not this "
+                            "checkpoint's generator config")
+  return heads
+
+
+def infer_generator(config: BertConfig, variables: Dict[str, np.ndarray], generator_config: Optional[str] = None,
+                    generator_heads: Optional[int] = None, report: Optional[mapping.ConversionReport] = None
+                    ) -> BertConfig:
   """The generator's architecture from a google-research/electra checkpoint's shapes (hidden from the first
-  query kernel, FFN from the first intermediate kernel, depth from the layer count; heads = hidden / 64)."""
+  query kernel, FFN from the first intermediate kernel, depth from the layer count).
+
+  The head count is not in the shapes (TF kernels are [Hg, Hg]); in order: `generator_heads` (--generator_heads),
+  `generator_config` (a generator config JSON: HFL's generator.json), else google-research/electra's rule
+  (run_pretraining.get_generator_config: max(1, Hg // 64), a fixed head size of 64), which must divide Hg; when it
+  does not (a checkpoint of other code), the discriminator's head size if that divides Hg, else an error asking
+  for --generator_heads. Where the rule and the discriminator's head size disagree, the report says so."""
   q = variables.get("generator/encoder/layer_0/attention/self/query/kernel")
   ffn = variables.get("generator/encoder/layer_0/intermediate/dense/kernel")
   if q is None or ffn is None:
     raise ConversionError("the checkpoint has no generator/encoder/layer_0 variables (query and intermediate "
                           "kernels): its generator/ variables are incomplete")
   hidden = int(np.shape(q)[1])
+  ffn_size = int(np.shape(ffn)[1])
   layers = len({m.group(1) for n in variables for m in [re.match(r"generator/encoder/layer_(\d+)/", n)] if m})
-  heads = max(1, hidden // 64)
-  while hidden % heads:
-    heads -= 1
+  notes = []
+  disc_head = config.head_dim
+  if generator_heads is not None:
+    heads, source = int(generator_heads), "--generator_heads"
+    if heads < 1 or hidden % heads:
+      raise ConversionError(f"--generator_heads={generator_heads}: the generator's hidden size {hidden} (from "
+                            "generator/encoder/layer_0/attention/self/query/kernel) is not a multiple of it; "
+                            f"expected a divisor of {hidden}")
+  elif generator_config:
+    heads, source = _generator_heads_from_config(generator_config, hidden, layers, ffn_size), generator_config
+    if hidden % heads:
+      raise ConversionError(f"{generator_config}: num_attention_heads={heads} does not divide the generator's "
+                            f"hidden size {hidden}")
+  else:
+    heads = max(1, hidden // 64)
+    source = "google-research/electra's rule max(1, hidden // 64)"
+    if hidden % heads:
+      if hidden % disc_head == 0:
+        heads, source = hidden // disc_head, f"the discriminator's head size {disc_head}"
+      else:
+        raise ConversionError(f"the generator's hidden size {hidden} is a multiple of neither 64 nor the "
+                              f"discriminator's head size {disc_head}: pass --generator_heads=N (N dividing "
+                              f"{hidden}) or --generator_config=generator.json")
+    elif disc_head != 64 and hidden % disc_head == 0 and hidden // disc_head != heads:
+      notes.append(f"the discriminator's head size is {disc_head}, which would make {hidden // disc_head} "
+                   f"generator heads; if the checkpoint was trained so, pass --generator_heads="
+                   f"{hidden // disc_head}")
+  if report is not None:
+    report.notes.append(f"generator attention heads: {heads} of size {hidden // heads} (from {source})"
+                        + ("; " + "; ".join(notes) if notes else ""))
   return config.replace(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                        intermediate_size=int(np.shape(ffn)[1]))
+                        intermediate_size=ffn_size)
 
 
 def import_tf_electra(checkpoint: str, config_file: str, output: Optional[str] = None,
                       vocab_file: Optional[str] = None, do_lower_case: Optional[bool] = None,
-                      variables: Optional[Dict[str, np.ndarray]] = None):
+                      variables: Optional[Dict[str, np.ndarray]] = None, generator_config: Optional[str] = None,
+                      generator_heads: Optional[int] = None):
   """A google-research/electra pre-training checkpoint -> ElectraForPreTraining params (module docstring); one
-  without generator/ variables -> the discriminator's (generator_config None).
+  without generator/ variables -> the discriminator's (generator_config None). The generator's head count:
+  `generator_heads`, else `generator_config` (a generator config JSON), else as infer_generator says.
   Returns (config, generator_config, params, report)."""
   if variables is None:
     variables = google_tf.read_tf_checkpoint(checkpoint)
@@ -393,7 +446,7 @@ def import_tf_electra(checkpoint: str, config_file: str, output: Optional[str] =
                         "generator")
     return _finish_tf_electra(checkpoint, folder, config, None, traverse_util.unflatten_dict(flat), report,
                               config_file, vocab_file, output, do_lower_case, info={})
-  generator = infer_generator(config, variables)
+  generator = infer_generator(config, variables, generator_config, generator_heads, report)
   model = ElectraForPreTraining(config, generator)
   shapes = _shapes(model)
   table = discriminator_table(config) + generator_table(generator, _width(config))
@@ -402,14 +455,19 @@ def import_tf_electra(checkpoint: str, config_file: str, output: Optional[str] =
   _fresh_pooler(config, flat, report, 0)
   params = traverse_util.unflatten_dict(flat)
   fraction = generator.hidden_size / config.hidden_size
-  report.notes.append(f"generator: L{generator.num_hidden_layers}/H{generator.hidden_size}; continue ELECTRA "
+  same_heads = default_heads(generator.hidden_size) == generator.num_attention_heads
+  report.notes.append(f"generator: L{generator.num_hidden_layers}/H{generator.hidden_size}/"
+                      f"A{generator.num_attention_heads}; continue ELECTRA "
                       f"pre-training with --config.targets=\"('electra',)\" "
                       f"--config.electra.generator_hidden_fraction={fraction:.6g}"
                       + ("" if generator.num_hidden_layers == config.num_hidden_layers else
-                         f" --config.electra.generator_num_layers={generator.num_hidden_layers}"))
+                         f" --config.electra.generator_num_layers={generator.num_hidden_layers}")
+                      + ("" if same_heads else
+                         f" --config.electra.generator_num_attention_heads={generator.num_attention_heads}"))
+  info = {"generator_hidden_fraction": fraction, "generator_num_layers": generator.num_hidden_layers,
+          "generator_num_attention_heads": generator.num_attention_heads}
   return _finish_tf_electra(checkpoint, folder, config, generator, params, report, config_file, vocab_file, output,
-                            do_lower_case, info={"electra": {"generator_hidden_fraction": fraction,
-                                                             "generator_num_layers": generator.num_hidden_layers}})
+                            do_lower_case, info={"electra": info})
 
 
 def _finish_tf_electra(checkpoint, folder, config, generator, params, report, config_file, vocab_file, output,

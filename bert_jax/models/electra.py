@@ -55,6 +55,9 @@ class ElectraSettings:
   google/electra-base-generator is 256 / 768 = 1/3, -large 256 / 1024 = 1/4)."""
   generator_hidden_fraction: float = 0.25
   generator_num_layers: int = -1           # -1: as many layers as the discriminator (the paper's choice)
+  # -1: Hg / 64 (google-research/electra's fixed head size; see generator_heads); an imported checkpoint whose
+  # generator has other heads names its count (convert_info.json's electra.generator_num_attention_heads)
+  generator_num_attention_heads: int = -1
   disc_weight: float = 50.0                # lambda of loss = MLM_gen + lambda x BCE_disc
   temperature: float = 1.0                 # sampling temperature of the generator's softmax
   # Annealing: the temperature falls log-linearly from initial_temperature at step 0 to `temperature` at step
@@ -78,6 +81,16 @@ def annealed_temperature(settings: ElectraSettings, step):
   frac = jnp.clip(jnp.asarray(step, jnp.float32) / steps, 0.0, 1.0)
   start = float(settings.initial_temperature)
   return jnp.exp((1.0 - frac) * jnp.log(start) + frac * jnp.log(final))
+
+
+def generator_heads(hidden: int) -> int:
+  """The default head count of a generator of width `hidden`: hidden / 64 (google-research/electra's
+  get_generator_config: max(1, hidden // 64)), lowered until it divides `hidden` (where that code's would not
+  divide it, it could not build the generator)."""
+  heads = max(1, hidden // 64)
+  while hidden % heads:
+    heads -= 1
+  return heads
 
 
 _WARNED = set()   # generator-size warnings already given (once per process and message)
@@ -106,10 +119,16 @@ def generator_config(disc: BertConfig, settings: ElectraSettings) -> BertConfig:
     _warn_once(f"ELECTRA generator width: config.electra.generator_hidden_fraction={fraction:g} x "
                f"model.hidden_size={disc.hidden_size} = {exact:g} is not a whole number; the generator uses "
                f"hidden size {hidden} (fraction {hidden / disc.hidden_size:.6g})")
-  heads = max(1, hidden // 64)
-  while hidden % heads:
-    heads -= 1
-  if hidden >= 64 and hidden % 64:
+  requested_heads = int(settings.generator_num_attention_heads)
+  if requested_heads > 0:
+    if hidden % requested_heads:
+      raise UserError(f"config.electra.generator_num_attention_heads={requested_heads} does not divide the "
+                      f"generator's hidden size {hidden} (config.electra.generator_hidden_fraction={fraction:g} x "
+                      f"model.hidden_size={disc.hidden_size}); expected a divisor of {hidden}, or -1")
+    heads = requested_heads
+  else:
+    heads = generator_heads(hidden)
+  if requested_heads <= 0 and hidden >= 64 and hidden % 64:
     _warn_once(f"ELECTRA generator heads: hidden size {hidden} (config.electra.generator_hidden_fraction="
                f"{fraction:g} x model.hidden_size={disc.hidden_size}) is not a multiple of 64; the generator uses "
                f"{heads} heads of size {hidden // heads}")
