@@ -38,6 +38,8 @@ def test_grid_values_take_the_type_of_the_config_field(config):
     ("optimizer.learning_rate", "is not FIELD=V1,V2"),
     ("seed=1,2", "seed is set by --seeds"),
     ("num_train_epochs=3,3", "lists a value twice"),
+    ("optimizer.learning_rate=1e-4,,3e-4", "optimizer.learning_rate='1e-4,,3e-4' has an empty value"),   # was dropped
+    ("num_train_epochs=3,", "num_train_epochs='3,' has an empty value"),
 ])
 def test_a_bad_grid_is_one_user_error_naming_the_field(config, text, message):
   with pytest.raises(UserError, match=message.replace("(", r"\(")):

@@ -117,7 +117,11 @@ def parse_grid(text: str, config) -> Dict[str, list]:
       raise UserError(f"--grid: {part!r} is not FIELD=V1,V2,... (points are joined by ';')")
     if path in grid:
       raise UserError(f"--grid: {path} is given twice; list its values once ({path}=V1,V2,...)")
-    grid[path] = [v for v in values.split(",") if v.strip()]
+    items = values.split(",")
+    if any(not v.strip() for v in items):
+      raise UserError(f"--grid: {path}={values.strip()!r} has an empty value (a doubled or trailing comma?); "
+                      f"expected {path}=V1,V2,...")
+    grid[path] = items
   return check_grid(grid, config)
 
 
