@@ -131,3 +131,40 @@ def test_concurrent_saves_of_one_run_merge_their_shards(tmp_path):
   assert [e["index"] for e in data["shards"]] == [0, 1] and data["records"] == 3 and data["complete"]
   manifest.save(path, dict(base, flags={"output_file": ["u.tfrecord"]}, shards=[entry(1)]))   # another run
   assert [e["index"] for e in manifest.load(path)["shards"]] == [1]
+
+
+def test_an_input_edited_in_place_at_the_same_size_is_noticed_on_resume(parts, capsys):
+  """Resume compared inputs by path and size only: a file edited in place keeping its size resumed with the
+  old shards. Now its mtime and a hash of its head and tail are compared too, and the error says which."""
+  assert _exit_code(parts, "part_a.txt", "a.tfrecord") == 0
+  assert _exit_code(parts, "part_a.txt", "a.tfrecord") == 0        # unchanged: resumes
+  capsys.readouterr()
+  src = parts / "part_a.txt"
+  text = src.read_text()
+  st = os.stat(src)
+  src.write_text(text.replace("cat", "dog", 1))                     # same size
+  assert os.stat(src).st_size == st.st_size
+  assert _exit_code(parts, "part_a.txt", "a.tfrecord") == 2
+  err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+  assert len(err) == 1 and err[0].startswith("error:") and "part_a.txt was modified since" in err[0], err
+  assert "content differs" in err[0]
+  # Same size, same mtime (restored), other head bytes: the hash notices.
+  os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+  assert _exit_code(parts, "part_a.txt", "a.tfrecord") == 2
+  assert "first and last 64 KiB differ" in capsys.readouterr().err
+  src.write_text(text)                                              # the original content back
+  os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+  assert _exit_code(parts, "part_a.txt", "a.tfrecord") == 0
+
+
+def test_a_manifest_of_the_older_format_still_resumes(parts):
+  """Manifests written before inputs carried an mtime and hash ([path, size]) compare on path and size."""
+  import json  # pylint: disable=g-import-not-at-top
+  assert _exit_code(parts, "part_a.txt", "a.tfrecord") == 0
+  path = parts / "records" / manifest.FILENAME
+  data = json.loads(path.read_text())
+  data["inputs"] = [x[:2] for x in data["inputs"]]
+  path.write_text(json.dumps(data))
+  before = os.stat(parts / "records" / "a.tfrecord").st_mtime_ns
+  assert _exit_code(parts, "part_a.txt", "a.tfrecord") == 0
+  assert os.stat(parts / "records" / "a.tfrecord").st_mtime_ns == before

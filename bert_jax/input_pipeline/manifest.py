@@ -2,7 +2,7 @@
 
     {"format": "bert_jax.pretraining_records/1", "tool": "bert_jax.input_pipeline.create_pretraining_data",
      "tool_version": "0.1.0", "vocab_sha256": "...", "flags": {...every flag that changes a record...},
-     "inputs": [["corpus/a.txt", 1048576], ...], "num_shards": 8, "complete": true, "records": 212345,
+     "inputs": [["corpus/a.txt", 1048576, 1733300000.5, "9f2c..."], ...], "num_shards": 8, "complete": true, "records": 212345,
      "shards": [{"index": 0, "pieces": [["corpus/a.txt", 0, 268435901]],
                  "files": ["train-00000-of-00008.tfrecord"], "records": [26511], "bytes": [40215622],
                  "documents": 3120, "instances": 26511}, ...]}
@@ -10,7 +10,8 @@
 Written by `create_pretraining_data` (atomically, after every finished shard) and read back by:
   - a rerun into the same directory: the shards listed (whose files are still there, at their sizes) are
     skipped, so a killed 4-hour job resumes; a run with other flags, inputs or vocab is refused, naming the
-    first difference (`check_compatible`). A run with other --output_file names (none shared) and the same
+    first difference (`check_compatible`). An input is its path, size, mtime and a hash of its first and last
+    64 KiB (`input_fingerprint`), so a file edited in place at the same size is noticed too. A run with other --output_file names (none shared) and the same
     flags and vocab is another run (Google's one invocation per input shard into one directory): it keeps
     its own `NAME.manifest.json` (NAME: its first output file's base name);
   - the training input pipeline (`record_counts`): the number of records per file, so a resume at step k
@@ -165,13 +166,58 @@ def check_compatible(path: str, old: Dict, new_manifest: Dict, same_outputs: boo
       raise UserError(f"{path} was written with --{key}={old_flags.get(key)!r}, this run has --{key}="
                       f"{flags.get(key)!r}: rerun with the same flags to resume, or write to another output "
                       f"directory")
-  if same_outputs and [list(x) for x in old.get("inputs", [])] != new_manifest["inputs"]:
-    old_inputs = {p: n for p, n in old.get("inputs", [])}
-    new_inputs = {p: n for p, n in new_manifest["inputs"]}
-    diff = sorted(set(old_inputs.items()) ^ set(new_inputs.items()))[:1]
-    raise UserError(f"{path} was made from other input files (first difference: {diff[0][0]} "
-                    f"{old_inputs.get(diff[0][0], 'absent')} -> {new_inputs.get(diff[0][0], 'absent')} bytes): "
-                    "write to another output directory")
+  if same_outputs:
+    problem = inputs_difference(old.get("inputs", []), new_manifest["inputs"])
+    if problem:
+      raise UserError(f"{path} was made from other input files: {problem}; rerun with the inputs it was made "
+                      f"from to resume, or write to another output directory (or delete "
+                      f"{fileio.dirname(path)} to start over)")
+
+
+HEAD_TAIL_BYTES = 64 * 1024
+
+
+def input_fingerprint(path: str, size: int) -> List:
+  """[path, size, mtime, sha256 of the first and last 64 KiB] of an input file, as `inputs` lists it: a file
+  edited in place keeping its size changes its mtime (and its hash unless the edit is in the middle)."""
+  h = hashlib.sha256()
+  with fileio.open_file(path, "rb") as f:
+    h.update(f.read(HEAD_TAIL_BYTES))
+    if size > 2 * HEAD_TAIL_BYTES:
+      f.seek(size - HEAD_TAIL_BYTES)
+    h.update(f.read(HEAD_TAIL_BYTES))
+  return [path, int(size), fileio.mtime(path), h.hexdigest()[:16]]
+
+
+def _when(t) -> str:
+  import datetime  # pylint: disable=g-import-not-at-top
+  if not isinstance(t, (int, float)):
+    return repr(t)
+  return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def inputs_difference(old_inputs: Sequence[Sequence], new_inputs: Sequence[Sequence]) -> Optional[str]:
+  """None when the two `inputs` lists name the same files unchanged, else the first difference in words.
+  Entries of an older manifest ([path, size]) are compared on the fields they have."""
+  old_by = {x[0]: list(x) for x in old_inputs}
+  new_by = {x[0]: list(x) for x in new_inputs}
+  for p in sorted(set(old_by) | set(new_by)):
+    a, b = old_by.get(p), new_by.get(p)
+    if a is None:
+      return f"{p} is an input now, not then"
+    if b is None:
+      return f"{p} was an input then, not now"
+    if a[1] != b[1]:
+      return f"{p} was {a[1]:,} bytes, now {b[1]:,}"
+    if len(a) > 2 and len(b) > 2 and a[2] != b[2]:
+      same = len(a) > 3 and len(b) > 3 and a[3] == b[3]
+      return (f"{p} was modified since (mtime {_when(a[2])} -> {_when(b[2])}, same size"
+              + (", its first and last 64 KiB unchanged" if same else ", its content differs") + ")")
+    if len(a) > 3 and len(b) > 3 and a[3] != b[3]:
+      return f"{p} changed since (same size and mtime, its first and last 64 KiB differ)"
+  if [x[0] for x in old_inputs] != [x[0] for x in new_inputs]:
+    return "the same files in another order"
+  return None
 
 
 def finished_shards(path: str, data: Dict) -> Dict[int, Dict]:
