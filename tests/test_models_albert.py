@@ -327,6 +327,31 @@ def _albert_sentencepiece(folder, vocab_size=300):
   return tok.get_vocab_size()
 
 
+def test_sentencepiece_offsets_cover_the_piece_not_its_leading_space(tmp_path):
+  """A word-initial piece ("\u2581b") spans its own characters ("b"), not the space before it: SQuAD answer
+  spans are cut from these offsets. A lone "\u2581" piece keeps its space."""
+  from bert_jax.input_pipeline import tokenization
+  folder = tmp_path / "spm"
+  n = _albert_sentencepiece(str(folder))
+  from tokenizers import Tokenizer
+  tj = json.loads((folder / "tokenizer.json").read_text())
+  (folder / "vocab.txt").write_text("".join(p[0] + "\n" for p in tj["model"]["vocab"])
+                                    .replace("<pad>\n", "[PAD]\n", 1).replace("<unk>\n", "[UNK]\n", 1))
+  tok = tokenization.load_tokenizer(str(folder / "vocab.txt"))
+  assert isinstance(tok, tokenization.SentencePieceTokenizer) and len(tok.vocab) == n
+  text = "The  quick brown fox, zebra 1990 caf\u00e9"
+  pieces, spans = tok.tokenize_with_offsets(text)
+  assert pieces == Tokenizer.from_file(str(folder / "tokenizer.json")).encode(text, add_special_tokens=False).tokens
+  for piece, (s, e) in zip(pieces, spans):
+    if piece == "\u2581":
+      assert text[s:e] == " "
+    else:
+      assert not text[s:e][0].isspace(), (piece, text[s:e])
+  words = {text[s:e] for p, (s, e) in zip(pieces, spans) if p.startswith("\u2581") and p != "\u2581"}
+  assert words and all(w == text[text.index(w):text.index(w) + len(w)] and not w.startswith(" ") for w in words)
+  assert (0, 3) == spans[0] and text[0:3] == "The"
+
+
 def test_english_albert_text_is_tokenized_by_its_sentencepiece_model_end_to_end(tmp_path):
   """albert-*-v2 folders hold tokenizer.json (a SentencePiece Unigram model), no vocab.txt. Imported, the
   model's text path (predict, fine-tuning, rank) must segment as SentencePiece does, not with WordPiece (which

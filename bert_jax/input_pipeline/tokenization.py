@@ -553,8 +553,18 @@ class SentencePieceTokenizer(FullTokenizer):
     return self.convert_ids_to_tokens(self.encode(text))
 
   def tokenize_with_offsets(self, text) -> Tuple[List[str], List[Tuple[int, int]]]:
-    enc = self._sp.encode(convert_to_unicode(text), add_special_tokens=False)
-    return self.convert_ids_to_tokens(enc.ids), [tuple(o) for o in enc.offsets]
+    """Pieces and their [start, end) spans in `text`. The model's offsets of a word-initial piece ("\u2581b")
+    cover the space its "\u2581" stands for (" b"); SQuAD answer spans built on them started one character
+    early, so the span is narrowed to the piece's characters ("b"). A piece that is "\u2581" alone keeps the
+    space it stands for (it has no other character)."""
+    text = convert_to_unicode(text)
+    enc = self._sp.encode(text, add_special_tokens=False)
+    spans = []
+    for start, end in enc.offsets:
+      while start < end - 1 and text[start].isspace():
+        start += 1
+      spans.append((start, end))
+    return self.convert_ids_to_tokens(enc.ids), spans
 
 
 def load_tokenizer(vocab_file: str, do_lower_case: bool = True, **kwargs) -> FullTokenizer:
