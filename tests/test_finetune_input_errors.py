@@ -260,3 +260,15 @@ def test_reproduce_paper_table_of_a_missing_dir_is_one_error_line(tmp_path, caps
   (run / "eval_results.json").write_text(json.dumps({"dev": {"accuracy": 0.5}}), encoding="utf-8")
   assert table.main([f"--output_dir={tmp_path / 'out'}"]) == 0
   assert "| MRPC | accuracy | 86.7 | 50.0 | 50.0 (1 seeds) | p001 |" in capsys.readouterr().out
+
+
+def test_prediction_inputs_a_model_cannot_take_are_user_errors_not_tracebacks():
+  """`python -m bert_jax.predict classify` on an NER model with an empty input line, or on a SQuAD model
+  without --pairs, ended in a ValueError traceback (exit 1): now one error: line naming the line / flag."""
+  from bert_jax.finetune.tasks import get_task
+  from bert_jax.finetune.tasks.common import PredictInputError
+  with pytest.raises(UserError, match=r"text 1 \(line 2 of an input file\) has no words"):
+    get_task("ner", label_list=["O", "B-PER", "I-PER"]).text_examples(["John Smith", "  "])
+  with pytest.raises(UserError, match=r"needs text_pairs=contexts .*--pairs"):
+    get_task("squad_v1").text_examples(["where ?"])
+  assert issubclass(PredictInputError, ValueError)      # callers catching ValueError keep working

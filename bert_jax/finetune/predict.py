@@ -32,6 +32,7 @@ import numpy as np
 from bert_jax.finetune import data as ft
 from bert_jax.finetune import model as fm
 from bert_jax.finetune.tasks import Task, task_class
+from bert_jax.finetune.tasks.common import PredictInputError
 from bert_jax.finetune.tasks.ner import entity_text, split_words  # noqa: F401  (this module's API)
 from bert_jax.input_pipeline import tokenization
 from bert_jax.pretrained import Pretrained, load_pretrained
@@ -54,7 +55,8 @@ class Predictor:
   def __init__(self, checkpoint: Pretrained, batch_size: int = 32):
     info = checkpoint.finetune_info
     if not info or "task" not in info:
-      raise ValueError(f"{checkpoint.directory}: no finetune_info.json; this is not a fine-tuned checkpoint")
+      raise PredictInputError(f"{checkpoint.directory}: no finetune_info.json; this is not a fine-tuned "
+                              "checkpoint (give a finetune.py work dir or its best_checkpoint/)")
     self.info = info
     self.task = task_from_info(info)
     self.max_seq_length = int(info["max_seq_length"])
@@ -87,7 +89,7 @@ class Predictor:
     if isinstance(texts, str):
       raise TypeError("predict takes a list of texts; wrap a single text in a list")
     if text_pairs is not None and len(text_pairs) != len(texts):
-      raise ValueError(f"{len(texts)} texts but {len(text_pairs)} text_pairs")
+      raise PredictInputError(f"{len(texts)} texts but {len(text_pairs)} text_pairs; give one pair per text")
     if not len(texts):
       return []
     if text_pairs is None and any(not isinstance(t, str) for t in texts):

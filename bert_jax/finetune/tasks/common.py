@@ -41,6 +41,11 @@ class TaskDataError(errors.UserError, ValueError):
     super().__init__(f"{where}: {message}")
 
 
+class PredictInputError(errors.UserError, ValueError):
+  """A bad input to a fine-tuned model's prediction on raw text (an empty NER text, SQuAD questions without
+  contexts): a UserError, so the command line prints one `error:` line; a ValueError, as before."""
+
+
 @dataclasses.dataclass
 class SkipReport:
   """Counted, reported skips: reason -> count, with the first few locations/ids per reason."""

@@ -446,7 +446,8 @@ class NerTask(Task):
     for i, t in enumerate(texts):
       words = split_words(t) if isinstance(t, str) else list(t)
       if not words:
-        raise ValueError(f"text {i} has no words")
+        raise common.PredictInputError(f"text {i} (line {i + 1} of an input file) has no words: NER tags the "
+                                       "words of each text; drop the empty line or give it text")
       examples.append(NerExample(guid=f"input:{i}", words=words, labels=None))
     return examples
 

@@ -437,7 +437,8 @@ class SquadTask(Task):
   def text_examples(self, texts, text_pairs=None):
     """texts are the questions, text_pairs their contexts."""
     if text_pairs is None:
-      raise ValueError("SQuAD prediction needs text_pairs=contexts (one per question)")
+      raise common.PredictInputError("SQuAD prediction needs text_pairs=contexts (one per question); from the "
+                                     "command line: --pairs, with question<TAB>context lines")
     return [SquadExample(qas_id=str(i), question_text=q, context_text=c)
             for i, (q, c) in enumerate(zip(texts, text_pairs))]
 
