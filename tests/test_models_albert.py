@@ -403,3 +403,76 @@ def test_english_albert_text_is_tokenized_by_its_sentencepiece_model_end_to_end(
   assert tc["tokenizer_class"] == "AlbertTokenizer"
   back = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "back" / "tokenizer.json"))
   assert [back(t)["input_ids"] for t in texts] == [hf_tok(t)["input_ids"] for t in texts]
+
+
+def _pb_varint(n):
+  out = b""
+  while True:
+    b, n = n & 0x7F, n >> 7
+    out += bytes([b | (0x80 if n else 0)])
+    if not n:
+      return out
+
+
+def _pb_field(number, wire, payload):
+  key = _pb_varint(number << 3 | wire)
+  if wire == 2:
+    return key + _pb_varint(len(payload)) + payload
+  return key + payload
+
+
+def _write_spm_model(path, tokenizer_json):
+  """A SentencePiece ModelProto (the wire format, by hand: no sentencepiece package) of a tokenizer.json's
+  Unigram pieces and scores: <pad> control, <unk> unknown, [CLS]/[SEP]/[MASK] user-defined, as 30k-clean.model."""
+  import struct
+  vocab = json.load(open(tokenizer_json))["model"]["vocab"]
+  kinds = {"<pad>": 3, "<unk>": 2, "[CLS]": 4, "[SEP]": 4, "[MASK]": 4}
+  data = b""
+  for piece, score in vocab:
+    msg = (_pb_field(1, 2, piece.encode("utf-8")) + _pb_field(2, 5, struct.pack("<f", score))
+           + _pb_field(3, 0, _pb_varint(kinds.get(piece, 1))))
+    data += _pb_field(1, 2, msg)
+  data += _pb_field(3, 2, _pb_field(1, 2, b"identity") + _pb_field(3, 0, _pb_varint(1)))
+  with open(path, "wb") as f:
+    f.write(data)
+
+
+def test_english_albert_tf_checkpoint_takes_the_sentencepiece_model_beside_it(tmp_path):
+  """google-research/albert's English zips hold 30k-clean.model + 30k-clean.vocab, no vocab.txt: import-tf
+  stopped at 'vocab not found'; it now writes the model's pieces as vocab.txt with a tokenizer.json that
+  segments as the model does, and says which file it used."""
+  from bert_jax.convert import google_tf
+  from bert_jax.input_pipeline import tokenization
+  from test_convert_tf import _albert_google_variables
+  ref_dir = tmp_path / "ref"
+  n = _albert_sentencepiece(str(ref_dir))
+  folder = tmp_path / "albert_base"
+  folder.mkdir()
+  _write_spm_model(str(folder / "30k-clean.model"), str(ref_dir / "tokenizer.json"))
+  (folder / "30k-clean.vocab").write_text("".join(f"{p}\t{s}\n" for p, s in
+                                                  json.load(open(ref_dir / "tokenizer.json"))["model"]["vocab"]))
+  torch.manual_seed(0)
+  cfg = transformers.AlbertConfig(vocab_size=n, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=4, intermediate_size=64, max_position_embeddings=64,
+                                  hidden_act="gelu_new")
+  json.dump({k: cfg.to_dict()[k] for k in ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers",
+                                             "num_hidden_groups", "num_attention_heads", "intermediate_size",
+                                             "max_position_embeddings", "type_vocab_size", "inner_group_num")}
+            | {"hidden_act": "gelu"}, open(folder / "albert_config.json", "w"))
+  variables = _albert_google_variables(transformers.AlbertForPreTraining(cfg))
+  config, _, report = google_tf.import_tf_checkpoint(str(folder / "model.ckpt-best"), str(tmp_path / "out"),
+                                                     variables=variables)
+  assert "30k-clean.model" in report.summary() and config.vocab_size == n
+  tok = tokenization.load_tokenizer(str(tmp_path / "out" / "vocab.txt"))
+  assert isinstance(tok, tokenization.SentencePieceTokenizer)
+  from tokenizers import Tokenizer
+  want = Tokenizer.from_file(str(ref_dir / "tokenizer.json"))
+  for text in ("The quick brown fox plays the guitar.", "Researchers reported the CAFÉ's results in 1990."):
+    assert tok.encode(text) == want.encode(text, add_special_tokens=False).ids
+  # --vocab naming the .vocab (piece<TAB>score lines) reads the .model beside it; a torn .model is one error
+  _, _, report = google_tf.import_tf_checkpoint(str(folder / "model.ckpt-best"), vocab_file=str(
+      folder / "30k-clean.vocab"), variables=variables)
+  assert "30k-clean.model" in report.summary()
+  (folder / "30k-clean.model").write_bytes(b"\x0a\xff")
+  with pytest.raises(ConversionError, match="30k-clean.model: not a readable SentencePiece model"):
+    google_tf.import_tf_checkpoint(str(folder / "model.ckpt-best"), variables=variables)

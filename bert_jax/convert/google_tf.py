@@ -13,12 +13,15 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
+import tempfile
 from typing import Dict, Optional
 
 import numpy as np
 
 from bert_jax import lean_imports
 from bert_jax.convert import mapping
+from bert_jax.convert import spm_model as spm_model_lib
 from bert_jax.pretrained import params_dir
 from bert_jax.models.config import BertConfig
 
@@ -103,7 +106,9 @@ def import_tf_checkpoint(checkpoint: str, output: Optional[str] = None, config_f
   bert_jax.pretrained.params_dir) when given.
 
   Returns (config, params, report). `config_file` and `vocab_file` default to bert_config.json (or ALBERT's
-  albert_config.json) and vocab.txt (or vocab_chinese.txt) next to the checkpoint. `variables` may pass an
+  albert_config.json) and vocab.txt (or vocab_chinese.txt) next to the checkpoint; without either, the folder's
+  SentencePiece model (the English ALBERTs' 30k-clean.model; also a `vocab_file` ending in .model, or a .vocab
+  with its .model beside it) becomes vocab.txt + tokenizer.json (bert_jax.convert.spm_model), reported. `variables` may pass an
   already-read {name: array} dict (tests).
   """
   if variables is None:
@@ -111,12 +116,37 @@ def import_tf_checkpoint(checkpoint: str, output: Optional[str] = None, config_f
   folder = os.path.dirname(os.path.abspath(checkpoint)) if not os.path.isdir(checkpoint) else checkpoint
   # google-research/albert's zips hold albert_config.json (and, the Chinese ones, vocab_chinese.txt).
   config_file = config_file or _first_existing(folder, ("bert_config.json", "albert_config.json"))
-  vocab_file = vocab_file or _first_existing(folder, ("vocab.txt", "vocab_chinese.txt"))
-  for what, p, flag in (("model config", config_file, "--config"), ("vocab", vocab_file, "--vocab")):
+  spm_model = None
+  if vocab_file is None:
+    vocab_file = _first_existing(folder, ("vocab.txt", "vocab_chinese.txt"))
+    if not os.path.exists(vocab_file):
+      # The English ALBERTs' zips hold 30k-clean.model (SentencePiece) + 30k-clean.vocab, no vocab.txt.
+      spm_model = spm_model_lib.find_model(folder)
+  elif vocab_file.endswith(".model"):
+    spm_model = vocab_file
+  elif vocab_file.endswith(".vocab") and os.path.isfile(vocab_file[:-len(".vocab")] + ".model"):
+    spm_model = vocab_file[:-len(".vocab")] + ".model"   # "piece<TAB>score" lines: the model beside it segments
+  for what, p, flag in (("model config", config_file, "--config"), ("vocab", spm_model or vocab_file, "--vocab")):
     if not os.path.exists(p):
       raise FileNotFoundError(f"{what} not found: {p} (Google's zips hold it next to bert_model.ckpt; pass "
                               f"{flag}=PATH)")
   report = mapping.ConversionReport(source=checkpoint, fmt="google")
+  if spm_model is None:
+    return _import_tf(checkpoint, folder, config_file, vocab_file, do_lower_case, seed, variables, output, report)
+  # vocab.txt + tokenizer.json of the SentencePiece model, in a temporary folder that save_imported copies
+  # from (copy_vocab carries a tokenizer.json beside the vocab with it).
+  tmp = tempfile.mkdtemp(prefix="spm_vocab_")
+  try:
+    lower = True if do_lower_case is None else bool(do_lower_case)   # the English ALBERTs are uncased
+    vocab_file, n = spm_model_lib.write_vocab_and_tokenizer(spm_model, tmp, lower)
+    report.notes.append(f"tokenizer: SentencePiece model {spm_model} ({n} pieces) written as vocab.txt + "
+                        f"tokenizer.json (do_lower_case={lower})")
+    return _import_tf(checkpoint, folder, config_file, vocab_file, lower, seed, variables, output, report)
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _import_tf(checkpoint, folder, config_file, vocab_file, do_lower_case, seed, variables, output, report):
   if variables is None:
     variables = read_tf_checkpoint(checkpoint)
   if any(n.startswith("module/") for n in variables):   # ALBERT's TF-Hub modules keep their variables there
