@@ -20,6 +20,7 @@ def files(tmp_path):
   (tmp_path / "corpus.txt").write_text("the cat sat .\non the mat .\n\nthe dog ran .\nthe cat ran .\n")
   (tmp_path / "empty.txt").write_text("")
   (tmp_path / "blank.txt").write_text("\n\n\n")
+  (tmp_path / "one_doc.txt").write_text("the cat sat .\non the mat .\nthe dog ran .\n")   # no blank line
   (tmp_path / "a_dir").mkdir()
   return tmp_path
 
@@ -42,6 +43,10 @@ CASES = [
     ({"num_output_shards": "0"}, "--num_output_shards=0; expected >= 1"),
     ({"max_seq_length": "abc"}, "^error: argument --max_seq_length: invalid int value: 'abc'"),
     ({"masking_strategy": "spam"}, "^error: argument --masking_strategy: invalid choice: 'spam'"),
+    ({"masking_strategy": "span", "span_geo_p": "0"}, "^error: --span_geo_p=0.0; expected 0 < p <= 1"),
+    ({"masking_strategy": "span", "span_max_length": "0"}, "^error: --span_max_length=0; expected an integer"),
+    ({"input_file": "one_doc.txt"}, "a blank line separates documents, or use --pair_mode=sop"),
+    ({"max_seq_lenght": "64"}, r"unrecognized argument --max_seq_lenght \(did you mean --max_seq_length\?\)"),
 ]
 
 
@@ -163,6 +168,7 @@ def test_records_without_a_feature_of_googles_schema_stop_the_plan(tmp_path):
     (["--vocab_size=3"], "--vocab_size=3; expected more than the 5 special tokens"),
     (["--output=DIR"], "--output=.* is a directory"),
     (["--output=UNDERFILE/v.txt"], "--output=.*corpus.txt/v.txt'"),   # its directory is a file: no traceback
+    (["--min_frequency=-1"], "--min_frequency=-1; expected >= 0"),    # was an OverflowError traceback
 ])
 def test_build_vocab_user_mistakes_are_one_error_line(files, args, message, capsys):
   from bert_jax.input_pipeline import build_vocab  # pylint: disable=g-import-not-at-top
@@ -265,3 +271,21 @@ def test_inspect_output_that_cannot_be_written_is_one_error_line_before_reading(
   assert rc == 2 and "Traceback" not in err and len(lines) == 1 and "--output=" in lines[0], err
   assert message in lines[0], lines[0]
   assert sorted(p.name for p in files.iterdir() if p.name.startswith(".")) == []
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--max_seq_lenght=64"], r"unrecognized argument --max_seq_lenght \(did you mean --max_seq_length\?\)"),
+    (["--no_such_option=1"], "unrecognized arguments: --no_such_option=1"),
+])
+def test_beam_runner_refuses_flags_that_beam_would_drop(files, extra, message, capsys):
+  """With --runner, flags that are not ours go to Beam, which logged "Discarding unparseable args" and ran:
+  a mistyped flag of ours silently made records with the default. Now one `error:` line, nothing written."""
+  pytest.importorskip("apache_beam")
+  argv = [f"--input_file={files}/corpus.txt", f"--output_file={files}/out/t.tfrecord",
+          f"--vocab_file={files}/vocab.txt", "--runner=DirectRunner", *extra]
+  with pytest.raises(SystemExit) as e:
+    cli.run_plain_main(cpd.main, argv)
+  err = capsys.readouterr().err
+  lines = [line for line in err.splitlines() if line.startswith("error:")]
+  assert e.value.code == 2 and len(lines) == 1 and re.search(message, lines[0]), err
+  assert not (files / "out").exists()

@@ -133,6 +133,21 @@ def _write_manifest(entries: List[Dict], path: str, data: Dict) -> int:
   return data["records"]
 
 
+def unknown_options(beam_args: Sequence[str]) -> List[str]:
+  """The flags in `beam_args` that no Beam pipeline options class defines (Beam would log "Discarding
+  unparseable args" and drop them: a mistyped flag of ours such as --max_seq_lenght would be lost)."""
+  # pylint: disable=protected-access
+  from apache_beam.options.pipeline_options import _BeamArgumentParser  # pylint: disable=g-import-not-at-top
+  parser = _BeamArgumentParser(allow_abbrev=False)
+  seen = {}
+  for cls in PipelineOptions.__subclasses__():
+    seen.setdefault(str(cls), cls)
+  for cls in seen.values():
+    cls._add_argparse_args(parser)
+  _, unknown = parser.parse_known_args(list(beam_args))
+  return [a for a in unknown if a.startswith("-")]
+
+
 def run(input_files, output_files: Sequence[str], vocab_file: str, cfg: shard_builder.Config, *, runner: str = "DirectRunner",
         beam_args: Sequence[str] = (), shard_bytes: int = sharding.DEFAULT_SHARD_BYTES,
         files_per_shard: int = 1, wait: bool = True) -> Dict:

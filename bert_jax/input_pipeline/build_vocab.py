@@ -157,6 +157,8 @@ def main(argv=None):
   args = p.parse_args(argv)
   if args.vocab_size < len(SPECIAL_TOKENS) + 1:
     p.error(f"--vocab_size={args.vocab_size}; expected more than the {len(SPECIAL_TOKENS)} special tokens")
+  if args.min_frequency < 0:   # the tokenizers trainer raised OverflowError (a traceback) on a negative count
+    p.error(f"--min_frequency={args.min_frequency}; expected >= 0")
   with fileio.storage_errors_as_user_errors(f"--input_files={args.input_files!r}"):
     try:
       files = text_io.expand_globs(args.input_files)

@@ -54,6 +54,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
+import difflib
 import math
 import multiprocessing
 import os
@@ -291,6 +292,30 @@ def _size(s: str) -> int:
   return value
 
 
+def _check_close_to_ours(p, unknown: Sequence[str]) -> None:
+  """An error naming the first flag in `unknown` that looks like one of ours mistyped."""
+  ours = [o for a in p._actions for o in a.option_strings if o.startswith("--")]  # pylint: disable=protected-access
+  for flag in unknown:
+    name = flag.split("=", 1)[0]
+    close = difflib.get_close_matches(name, ours, n=1, cutoff=0.8) if name.startswith("--") else []
+    if close:
+      p.error(f"unrecognized argument {name} (did you mean {close[0]}?)")
+
+
+def _check_beam_args(p, runner: str, unknown: Sequence[str]) -> None:
+  """Flags neither ours nor Beam's: an error when one looks like ours mistyped (Beam would drop it and the
+  records would silently use the default) or under the DirectRunner (nothing forwards them); a warning on
+  the other runners, whose job services may take flags of their own."""
+  if not unknown:
+    return
+  _check_close_to_ours(p, unknown)
+  if runner == "DirectRunner":
+    p.error(f"unrecognized arguments: {' '.join(unknown)} (neither this tool's flags nor Beam's pipeline "
+            "options)")
+  input_warnings.warn_input(f"--runner={runner}: {' '.join(unknown)} are neither this tool's flags nor Beam's "
+                            "pipeline options; Beam may drop them")
+
+
 def _check_files(input_file: str, output_files: Sequence[str], vocab_file: str) -> None:
   """The user's files before any work: a glob matching nothing, input files all empty, a missing vocab or one
   without BERT's special tokens, an output name that is an input file or a directory or whose directory cannot
@@ -360,7 +385,15 @@ def main(argv=None) -> int:
                       "options (--project, --region, --temp_location, --setup_file, ...) are passed through")
   args, beam_args = p.parse_known_args(argv)
   if beam_args and args.runner is None:
+    _check_close_to_ours(p, beam_args)
     p.error(f"unrecognized arguments: {' '.join(beam_args)} (Beam pipeline options need --runner)")
+  if args.runner:   # before any output directory is made
+    try:   # lazy: apache_beam is an optional extra (~2 s to import) that only this path needs
+      from bert_jax.input_pipeline import beam_pipeline  # pylint: disable=g-import-not-at-top
+    except ImportError as e:
+      raise UserError(f"--runner={args.runner} needs Apache Beam ({e}): pip install 'bert_jax[beam]' (or "
+                      "pip install apache-beam) in an environment of its own (README, \"Pre-training\")") from e
+    _check_beam_args(p, args.runner, beam_pipeline.unknown_options(beam_args))
   if args.num_workers is not None and args.num_workers < 1:
     p.error(f"--num_workers={args.num_workers}; expected >= 1")
   if args.google_exact and args.long_sentence_policy not in (None, "keep"):
@@ -372,7 +405,7 @@ def main(argv=None) -> int:
   try:
     masking.span_length_probs(args.span_geo_p, args.span_max_length)
   except ValueError as e:
-    p.error(str(e))
+    p.error(f"--{e}")     # "span_geo_p=0.0; expected ...": the flag's name
   if args.google_exact and args.pair_mode != "nsp":
     p.error("--google_exact reproduces Google's NSP pairs; drop --pair_mode=sop")
   for name, lo, why in (("max_seq_length", 5, " ([CLS] A [SEP] B [SEP])"), ("max_predictions_per_seq", 1, ""),
@@ -403,11 +436,6 @@ def main(argv=None) -> int:
     p.error("give either several comma-separated --output_file names or --num_output_shards, not both")
   files_per_shard = args.num_output_shards   # one input shard: Google's round-robin over that many files
   if args.runner:
-    try:   # lazy: apache_beam is an optional extra (~2 s to import) that only this path needs
-      from bert_jax.input_pipeline import beam_pipeline  # pylint: disable=g-import-not-at-top
-    except ImportError as e:
-      raise UserError(f"--runner={args.runner} needs Apache Beam ({e}): pip install 'bert_jax[beam]' (or "
-                      "pip install apache-beam) in an environment of its own (README, \"Pre-training\")") from e
     beam_pipeline.run(args.input_file, names, args.vocab_file, cfg, runner=args.runner, beam_args=beam_args,
                       shard_bytes=args.shard_size, files_per_shard=files_per_shard)
     return 0

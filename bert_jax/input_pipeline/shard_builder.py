@@ -296,7 +296,8 @@ def build_shard(shard: sharding.Shard, output_files: Sequence[str], tokenizer: t
   need = 2 if cfg.pair_mode == "nsp" else 1
   if corpus.num_documents < need:
     result.skipped = (f"{corpus.num_documents} document(s) with tokens; "
-                      + ("next-sentence pairs need 2 (the random next comes from another document)"
+                      + ("next-sentence pairs need 2 (the random next comes from another document; a blank line "
+                            "separates documents, or use --pair_mode=sop)"
                          if need == 2 else "nothing to pair"))
     report(shard.num_bytes - tokenized)
     return result
