@@ -42,6 +42,8 @@ from typing import Dict, Iterable, Mapping, Optional, Sequence
 import numpy as np
 import scipy.stats
 
+from bert_jax.evaluation import write_text_atomic
+
 # --------------------------------------------------------------------------------------------------------
 # Task tables.
 # --------------------------------------------------------------------------------------------------------
@@ -233,11 +235,8 @@ def write_glue_submission(output_dir: str, task: str, predictions: Sequence,
     raise ValueError(f"{task}: {len(rows)} predictions but {len(indices)} indices")
   os.makedirs(output_dir, exist_ok=True)
   path = os.path.join(output_dir, name)
-  with open(path, "w", encoding="utf-8") as f:
-    f.write("index\tprediction\n")
-    for idx, pred in zip(indices, rows):
-      f.write(f"{idx}\t{pred}\n")
-  return path
+  return write_text_atomic(path, "index\tprediction\n" + "".join(f"{idx}\t{pred}\n"
+                                                                for idx, pred in zip(indices, rows)))
 
 
 def read_glue_submission(path: str) -> Mapping[str, str]:

@@ -31,6 +31,8 @@ import collections
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from bert_jax.evaluation import write_text_atomic
+
 Entity = Tuple[str, int, int]
 
 _SCHEMES = {"BIO": "IOB2", "BIOES": "IOBES"}     # seqeval.scheme's class for each tag scheme
@@ -157,17 +159,18 @@ def write_conll(path: str, sentences: Sequence[Sequence[str]], gold_seqs: Sequen
   d = os.path.dirname(path)
   if d:
     os.makedirs(d, exist_ok=True)
-  with open(path, "w", encoding="utf-8") as f:
-    for s, words in enumerate(sentences):
-      preds = pred_seqs[s]
-      golds = gold_seqs[s] if gold_seqs is not None else None
-      if len(preds) != len(words) or (golds is not None and len(golds) != len(words)):
-        raise ValueError(f"sentence {s}: {len(words)} tokens but tag sequences of other lengths")
-      for k, w in enumerate(words):
-        # conlleval splits on whitespace: a token containing whitespace would shift the columns.
-        w = "_".join(w.split()) or "_"
-        f.write(f"{w} {golds[k]} {preds[k]}\n" if golds is not None else f"{w} {preds[k]}\n")
-      f.write("\n")
+  lines = []
+  for s, words in enumerate(sentences):
+    preds = pred_seqs[s]
+    golds = gold_seqs[s] if gold_seqs is not None else None
+    if len(preds) != len(words) or (golds is not None and len(golds) != len(words)):
+      raise ValueError(f"sentence {s}: {len(words)} tokens but tag sequences of other lengths")
+    for k, w in enumerate(words):
+      # conlleval splits on whitespace: a token containing whitespace would shift the columns.
+      w = "_".join(w.split()) or "_"
+      lines.append(f"{w} {golds[k]} {preds[k]}\n" if golds is not None else f"{w} {preds[k]}\n")
+    lines.append("\n")
+  write_text_atomic(path, "".join(lines))
   return path
 
 

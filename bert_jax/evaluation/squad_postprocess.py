@@ -44,6 +44,8 @@ from typing import Dict, List, Mapping, Sequence
 
 import numpy as np
 
+from bert_jax.evaluation import write_text_atomic
+
 
 @dataclasses.dataclass
 class SquadPredictions:
@@ -168,7 +170,5 @@ def write_prediction_files(output_dir: str, result: SquadPredictions, prefix: st
     paths["null_odds"] = os.path.join(output_dir, f"{prefix}null_odds.json")
     items.append(("null_odds", result.null_odds))
   for kind, obj in items:
-    with open(paths[kind], "w", encoding="utf-8") as f:
-      json.dump(obj, f, ensure_ascii=False, indent=2)
-      f.write("\n")
+    write_text_atomic(paths[kind], json.dumps(obj, ensure_ascii=False, indent=2) + "\n")
   return paths

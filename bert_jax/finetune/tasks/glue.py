@@ -38,6 +38,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from bert_jax.evaluation import glue as glue_metrics
+from bert_jax.evaluation import write_text_atomic
 from bert_jax.finetune.tasks import common
 from bert_jax.finetune.tasks.classification import ClassificationExample, SequenceTask
 
@@ -319,9 +320,8 @@ class GlueTask(SequenceTask):
     rows = glue_metrics.format_predictions(self._metric_task(split), predictions, self.label_list)
     path = os.path.join(output_dir, f"{self.name}_{split}_predictions.tsv")
     os.makedirs(output_dir, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-      f.write("index\tprediction\tlabel\n")
-      for e, p in zip(example_set, rows):
-        label = "" if e.label is None else (f"{e.label:.3f}" if self.is_regression else e.label)
-        f.write(f"{e.index}\t{p}\t{label}\n")
-    return [path]
+    lines = ["index\tprediction\tlabel\n"]
+    for e, p in zip(example_set, rows):
+      label = "" if e.label is None else (f"{e.label:.3f}" if self.is_regression else e.label)
+      lines.append(f"{e.index}\t{p}\t{label}\n")
+    return [write_text_atomic(path, "".join(lines))]

@@ -26,6 +26,7 @@ from typing import Dict, List, Optional, Sequence, Union
 import numpy as np
 
 from bert_jax.evaluation import glue as glue_eval
+from bert_jax.evaluation import write_text_atomic
 from bert_jax.finetune.tasks import common
 from bert_jax.finetune.tasks.base import Task, labelled_weights, require_training_labels, softmax_sums
 from bert_jax.input_pipeline import tokenization
@@ -182,14 +183,14 @@ def write_predictions(path: str, examples: Sequence[MultipleChoiceExample], pred
   d = os.path.dirname(path)
   if d:
     os.makedirs(d, exist_ok=True)
-  with open(path, "w", encoding="utf-8") as f:
-    for e, p, pr in zip(examples, predictions, probabilities):
-      row = {"id": e.id, "label": int(p), "answer": e.choices[int(p)],
-             "probabilities": [round(float(x), 6) for x in pr[:len(e.choices)]]}
-      if e.label is not None:
-        row["gold"] = int(e.label)
-      f.write(json.dumps(row, ensure_ascii=False) + "\n")
-  return path
+  lines = []
+  for e, p, pr in zip(examples, predictions, probabilities):
+    row = {"id": e.id, "label": int(p), "answer": e.choices[int(p)],
+           "probabilities": [round(float(x), 6) for x in pr[:len(e.choices)]]}
+    if e.label is not None:
+      row["gold"] = int(e.label)
+    lines.append(json.dumps(row, ensure_ascii=False) + "\n")
+  return write_text_atomic(path, "".join(lines))
 
 
 class MultipleChoiceTask(Task):

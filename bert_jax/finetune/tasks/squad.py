@@ -44,7 +44,7 @@ import numpy as np
 
 from bert_jax.errors import UserError
 from bert_jax.evaluation import squad as squad_eval
-from bert_jax.evaluation import squad_postprocess
+from bert_jax.evaluation import squad_postprocess, write_text_atomic
 from bert_jax.finetune.tasks import common
 from bert_jax.finetune.tasks.base import Task
 from bert_jax.input_warnings import warn_input
@@ -337,9 +337,7 @@ def write_json(path: str, obj) -> str:
   d = os.path.dirname(path)
   if d:
     os.makedirs(d, exist_ok=True)
-  with open(path, "w", encoding="utf-8") as f:
-    json.dump(obj, f, ensure_ascii=False, indent=2)
-  return path
+  return write_text_atomic(path, json.dumps(obj, ensure_ascii=False, indent=2))
 
 
 class SquadTask(Task):
