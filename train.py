@@ -14,6 +14,14 @@ configs/pretrain.py; the loop is bert_jax/training/pretrain.py.
 
 import logging
 import os
+import signal
+
+# SIGINT / SIGTERM while the libraries load (seconds) are noted here, not fatal: the run then stops with an
+# `interrupted:` line (exit 130 / 143), as one later in start-up does (bert_jax/training/pretrain.py).
+EARLY_SIGNALS = []
+if __name__ == "__main__":
+  EARLY_HANDLERS = {s: signal.signal(s, lambda signum, frame: EARLY_SIGNALS.append(signum))
+                    for s in (signal.SIGINT, signal.SIGTERM)}
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -50,7 +58,12 @@ def main(argv):
   check_is_pretrain_config(FLAGS.config, config_flags.get_config_filename(FLAGS["config"]))
   # lazy: --help and flag errors answer before JAX and TensorFlow load (seconds)
   from bert_jax.training import pretrain  # pylint: disable=g-import-not-at-top
-  result = pretrain.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+  try:
+    result = pretrain.train_and_evaluate(FLAGS.config, FLAGS.workdir,
+                                        stop_requested=lambda: EARLY_SIGNALS[0] if EARLY_SIGNALS else None)
+  finally:   # the run's own handlers are gone: SIGINT / SIGTERM act as usual again
+    for signum, handler in globals().get("EARLY_HANDLERS", {}).items():
+      signal.signal(signum, handler)
   shown = {k: v for k, v in sorted(result.items()) if isinstance(v, (int, float)) and k != "time"}
   print("final: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                               for k, v in shown.items()))

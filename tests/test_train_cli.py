@@ -6,6 +6,7 @@ In-process tests use tests/test_reliability_workdir.py's tiny config (2 layers, 
 ones run train.py itself on the same corpus."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -223,3 +224,25 @@ def test_a_resumed_runs_vocab_file_that_is_not_the_work_dirs_is_a_warning(files,
     assert "vocab_file" not in caplog.text
   else:
     assert f"config.data.vocab_file={given} {want[which]} {workdir / 'vocab.txt'}" in caplog.text, caplog.text
+
+
+def test_a_signal_while_the_libraries_load_stops_before_the_plan_with_an_interrupted_line(files, tmp_path):
+  """train.py notes SIGINT / SIGTERM from its first lines; train_and_evaluate stops before anything starts.
+  Before, a SIGTERM in the seconds of imports killed the process: exit 143, no line."""
+  with pytest.raises(Interrupted) as e:
+    pretrain.train_and_evaluate(tiny_config(*files), str(tmp_path / "run"), stop_requested=lambda: signal.SIGTERM)
+  assert e.value.exit_code == 143 and str(e.value) == (
+      "stopped by SIGTERM while starting, before the plan; no checkpoint written, rerun to start (or resume)")
+  assert not (tmp_path / "run").exists()
+
+
+def test_sigterm_right_after_launch_is_an_interrupted_line_too(files, tmp_path):
+  proc = subprocess.Popen(_train_argv(tmp_path / "run", files), cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  time.sleep(0.8)               # train.py's handlers are in after ~0.1 s; the imports take seconds more
+  proc.send_signal(signal.SIGTERM)
+  _, err = proc.communicate(timeout=300)
+  assert proc.returncode == 143, err[-3000:]
+  assert re.search(r"^interrupted: stopped by SIGTERM (while starting, before the plan|during start-up, before "
+                   r"step 1); no checkpoint written", err, re.M), err[-3000:]
+  assert "Traceback" not in err

@@ -60,7 +60,7 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import jax
 import numpy as np
@@ -110,16 +110,26 @@ def maybe_initialize_distributed(config) -> None:
            jax.process_count(), jax.local_device_count(), jax.device_count())
 
 
-def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
+def train_and_evaluate(config, workdir: str,
+                       stop_requested: Callable[[], Optional[int]] = lambda: None) -> Dict[str, Any]:
   """What train.py does: jax.distributed when asked, the plan (UserError for a bad config, before any model
-  or data work), then `run_plan`."""
+  or data work), then `run_plan`. `stop_requested()`: the signal number of a SIGINT / SIGTERM that arrived
+  before this call's own handlers (train.py notes those while the libraries load), else None."""
   if not str(workdir or "").strip():     # "" was the current directory: checkpoints/, config.json ... there
     raise UserError(f"--workdir={workdir!r} is empty: expected the run's directory (a local path or gs://...), "
                     "e.g. --workdir=/tmp/bert_tiny")
-  maybe_initialize_distributed(config)
-  # One process: from here SIGINT / SIGTERM stop the run with an `interrupted:` line (exit 130 / 143), also
-  # during the plan and start-up (restore, compile, the first batch), before any step.
-  signals = workdir_lib.StopSignals()
+  early, signals = stop_requested(), None
+  if early is None:
+    maybe_initialize_distributed(config)
+    # One process: from here SIGINT / SIGTERM stop the run with an `interrupted:` line (exit 130 / 143), also
+    # during the plan and start-up (restore, compile, the first batch), before any step.
+    signals = workdir_lib.StopSignals()
+    early = stop_requested()             # arrived during jax.distributed's start, before the handlers
+  if early is not None:                  # nothing started: no lock, no plan, no checkpoint
+    if signals is not None:
+      signals.restore()
+    raise Interrupted(early, 0, f"stopped by {signal.Signals(early).name} while starting, before the plan; no "
+                      "checkpoint written, rerun to start (or resume)")
   try:
     return run_plan(resolve_pretrain(config, workdir), signals)
   finally:
