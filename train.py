@@ -16,12 +16,14 @@ import logging
 import os
 import signal
 
-# SIGINT / SIGTERM while the libraries load (seconds) are noted here, not fatal: the run then stops with an
-# `interrupted:` line (exit 130 / 143), as one later in start-up does (bert_jax/training/pretrain.py).
+# A SIGTERM while the libraries load (seconds) is noted here, not fatal: the run then stops with an
+# `interrupted:` line (exit 143), as one later in start-up does (bert_jax/training/pretrain.py). Multi-host,
+# jax.distributed's own SIGTERM handler (its preemption sync point) replaces this one when it starts. SIGINT
+# is left alone: a handler noting it would swallow Ctrl-C on a multi-host run, where nothing reads it.
 EARLY_SIGNALS = []
 if __name__ == "__main__":
-  EARLY_HANDLERS = {s: signal.signal(s, lambda signum, frame: EARLY_SIGNALS.append(signum))
-                    for s in (signal.SIGINT, signal.SIGTERM)}
+  EARLY_HANDLERS = {signal.SIGTERM: signal.signal(signal.SIGTERM,
+                                                  lambda signum, frame: EARLY_SIGNALS.append(signum))}
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -61,7 +63,7 @@ def main(argv):
   try:
     result = pretrain.train_and_evaluate(FLAGS.config, FLAGS.workdir,
                                         stop_requested=lambda: EARLY_SIGNALS[0] if EARLY_SIGNALS else None)
-  finally:   # the run's own handlers are gone: SIGINT / SIGTERM act as usual again
+  finally:   # the run's own handlers are gone: SIGTERM acts as usual again
     for signum, handler in globals().get("EARLY_HANDLERS", {}).items():
       signal.signal(signum, handler)
   shown = {k: v for k, v in sorted(result.items()) if isinstance(v, (int, float)) and k != "time"}

@@ -113,8 +113,8 @@ def maybe_initialize_distributed(config) -> None:
 def train_and_evaluate(config, workdir: str,
                        stop_requested: Callable[[], Optional[int]] = lambda: None) -> Dict[str, Any]:
   """What train.py does: jax.distributed when asked, the plan (UserError for a bad config, before any model
-  or data work), then `run_plan`. `stop_requested()`: the signal number of a SIGINT / SIGTERM that arrived
-  before this call's own handlers (train.py notes those while the libraries load), else None."""
+  or data work), then `run_plan`. `stop_requested()`: the signal number of a SIGTERM (or SIGINT) that
+  arrived before this call's own handlers (train.py notes a SIGTERM while the libraries load), else None."""
   if not str(workdir or "").strip():     # "" was the current directory: checkpoints/, config.json ... there
     raise UserError(f"--workdir={workdir!r} is empty: expected the run's directory (a local path or gs://...), "
                     "e.g. --workdir=/tmp/bert_tiny")
