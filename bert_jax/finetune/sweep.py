@@ -27,7 +27,9 @@ Selection on the dev split by the task's main metric (`--select`):
           the reported result is that best seed's dev and test score.
   median  ELECTRA's / Mosbach et al.'s rule: a point's score is the median dev score over its seeds; the
           reported result is the median over seeds of the selected point (dev and test).
-Either way the table shows, per point, dev and test median, mean +- std, min and max over seeds.
+Either way the table shows, per point, dev and test median, mean +- std, min and max over the seeds that
+finished, and how many diverged (those have no score: they neither count in the statistics nor can be
+selected; a point whose seeds mostly diverged is scored on the few that finished, so read the column).
 
 Launchers: `--shard=i/n` runs the i-th of n shares of the work units (a unit is a grid point with all its
 seeds, or, when there are fewer points than shards, a group of seeds of one point), so each host or slice
@@ -38,6 +40,7 @@ takes its own; then `--report` (same --workdir) merges whatever runs exist into 
   sweep_results.json  per point: settings, per-seed runs, dev/test statistics, score; the selected point
   sweep_table.md      the table (the selected point in bold, marked "(selected)")
   sweep_spread.png    dev and test per seed for every point, the median marked
+  runs/*/sweep_error.json  a run that diverged: {"error": the NaN/Inf message, "status": "diverged"}
 """
 
 from __future__ import annotations
