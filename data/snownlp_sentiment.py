@@ -8,6 +8,7 @@ files has no trustworthy label and is removed from both.
 import collections
 import random
 
+from bert_jax.input_pipeline import fileio
 from data import text_utils
 
 POSITIVE, NEGATIVE = 1, 0  # ChnSentiCorp convention: label 1 = positive.
@@ -106,12 +107,12 @@ def build_sentiment(pos_path, neg_path, seed, dev_fraction=0.1, test_fraction=0.
 
 def write_tsv(path, examples):
   """ChnSentiCorp-style TSV: header `label\\ttext_a`, no quoting (texts hold no tab or newline)."""
-  with open(path, "w", encoding="utf-8", newline="\n") as f:
-    f.write("label\ttext_a\n")
-    for label, text in examples:
-      if "\t" in text or "\n" in text:
-        raise ValueError(f"{path}: review text holds a tab or newline: {text[:40]!r}")
-      f.write(f"{label}\t{text}\n")
+  lines = ["label\ttext_a\n"]
+  for label, text in examples:
+    if "\t" in text or "\n" in text:
+      raise ValueError(f"{path}: review text holds a tab or newline: {text[:40]!r}")
+    lines.append(f"{label}\t{text}\n")
+  fileio.write_text_atomic(path, "".join(lines))   # temp file, fsync, rename: never half a file
 
 
 def review_documents(examples, reviews_per_document):
