@@ -115,7 +115,10 @@ def locked(directory: str) -> Iterator[None]:
     return
   fd = os.open(key, os.O_RDONLY)
   try:
-    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:   # a file system without flock (some network mounts): unlocked, as before
+      pass
     held[key] = 1
     try:
       yield
