@@ -272,3 +272,19 @@ def test_prediction_inputs_a_model_cannot_take_are_user_errors_not_tracebacks():
   with pytest.raises(UserError, match=r"needs text_pairs=contexts .*--pairs"):
     get_task("squad_v1").text_examples(["where ?"])
   assert issubclass(PredictInputError, ValueError)      # callers catching ValueError keep working
+
+
+@pytest.mark.parametrize("question, message", [
+    ({"context": "c", "question": "q", "choices": ["a"]}, r"question 1 \(line 2 of an input file\) has 1 choice"),
+    ({"context": "c", "question": "q", "choices": "ab"}, r"\"choices\" must be a list of strings, got 'ab'"),
+    (["c", "q"], r"question 1 \(line 2 of an input file\) is a list; expected an object"),
+])
+def test_multiple_choice_prediction_inputs_are_user_errors(question, message):
+  """A JSON line with one choice was a ValueError traceback, a JSON list an AttributeError, and a string of
+  choices ("ab") was split into characters and predicted in silence."""
+  from bert_jax.finetune.tasks import get_task
+  ok = {"context": "c", "question": "q", "choices": ["a", "b"]}
+  with pytest.raises(UserError, match=message):
+    get_task("c3").choice_examples([ok, question])
+  with pytest.raises(UserError, match="predict_choices needs a c3 / multiple_choice model"):
+    get_task("classification", label_list=["0", "1"]).choice_examples([ok])

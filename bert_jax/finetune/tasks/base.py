@@ -193,7 +193,7 @@ class Task:
 
   def choice_examples(self, questions: Sequence[dict]) -> list:
     """Examples of {"context", "question", "choices"} dicts for Predictor.predict_choices."""
-    raise ValueError(f"predict_choices needs a c3 / multiple_choice model; this one is {self.name}")
+    raise common.PredictInputError(f"predict_choices needs a c3 / multiple_choice model; this one is {self.name}")
 
   def readable_predictions(self, examples, features, outputs: Dict[str, np.ndarray]) -> List[dict]:
     """One JSON-ready dict per raw-input example (Predictor's answer)."""

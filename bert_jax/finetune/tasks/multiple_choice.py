@@ -255,15 +255,23 @@ class MultipleChoiceTask(Task):
     return [write_predictions(path, example_set, np.argmax(predictions, axis=-1), predictions)]
 
   def text_examples(self, texts, text_pairs=None):
-    raise ValueError(f"task {self.name} takes questions with choices: use predict_choices([{{'context', "
-                     "'question', 'choices'}, ...])")
+    raise common.PredictInputError(f"task {self.name} takes questions with choices: use predict_choices([{{"
+                                   "'context', 'question', 'choices'}, ...])")
 
   def choice_examples(self, questions):
+    """Examples of {"context", "question", "choices": [str, ...]} dicts; a question that is not such a dict
+    or has fewer than 2 choices is a PredictInputError naming it (line i + 1 of an input file)."""
     examples = []
     for i, q in enumerate(questions):
-      choices = list(q.get("choices") or [])
+      where = f"question {i} (line {i + 1} of an input file)"
+      if not isinstance(q, dict):
+        raise common.PredictInputError(f"{where} is a {type(q).__name__}; expected an object "
+                                       '{"context", "question", "choices": [...]}')
+      choices = q.get("choices")
+      if not isinstance(choices, (list, tuple)):   # a string was split into its characters
+        raise common.PredictInputError(f"{where}: \"choices\" must be a list of strings, got {choices!r}")
       if len(choices) < 2:
-        raise ValueError(f"question {i} has {len(choices)} choice(s); at least 2 are needed")
+        raise common.PredictInputError(f"{where} has {len(choices)} choice(s); at least 2 are needed")
       examples.append(MultipleChoiceExample(guid=f"input:{i}", context=str(q.get("context", "")),
                                             question=str(q.get("question", "")), choices=[str(c) for c in choices]))
     return examples
