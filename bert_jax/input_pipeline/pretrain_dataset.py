@@ -166,10 +166,10 @@ def resolve_masking(masking: Optional[str], input_format: str, files: Sequence[s
   """(mode, reason): "auto"/None -> static for records with stored masks, dynamic otherwise."""
   masking = "auto" if masking is None else masking
   if masking not in MASKING_MODES:
-    raise UserError(f"data.masking={masking!r}; expected one of {MASKING_MODES}")
+    raise UserError(f"config.data.masking={masking!r}; expected one of {MASKING_MODES}")
   if input_format == "text":
     if masking == "static":
-      raise UserError("data.masking='static' needs TFRecords with stored masks; raw text has none "
+      raise UserError("config.data.masking='static' needs TFRecords with stored masks; raw text has none "
                       f"({files[0]}): use 'auto' or 'dynamic'")
     return "dynamic", "raw text has no stored masks" if masking == "auto" else "asked for (data.masking)"
   if masking != "auto":
