@@ -153,3 +153,22 @@ def test_a_hugging_face_or_tf_folder_as_model_says_how_to_convert_and_a_bad_outp
   assert "is a directory; expected a file name" in capsys.readouterr().err
   assert cli.main(["features", f"--model={hf_dir}", f"--input={texts}", f"--output={tmp_path / 'new' / 'o.npy'}"]) == 2
   assert (tmp_path / "new").is_dir()       # the folder is made before the model is read
+
+
+def test_zero_sizes_and_a_config_that_does_not_fit_the_params_are_one_error_line(tmp_path, capsys):
+  """--batch_size=0 was a ZeroDivisionError traceback; a model_config.json whose num_hidden_layers (or any size)
+  no longer fits params.msgpack was a flax ScopeParamNotFoundError traceback at the first forward pass."""
+  vocab = testing.write_vocab(str(tmp_path))
+  d, params = _write_pretrained_dir(tmp_path, vocab, params_dir.count_vocab_lines(vocab))
+  for flag in ("--batch_size=0", "--max_seq_length=0", "--top_k=0"):
+    assert cli.main(["fill-mask", f"--model={d}", "--text=北[MASK]", flag]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {flag.split('=')[0]}=0; expected >= 1") and "Traceback" not in err
+  cfg = json.load(open(os.path.join(d, params_dir.CONFIG_NAME)))
+  cfg["num_hidden_layers"] += 1
+  with open(os.path.join(d, params_dir.CONFIG_NAME), "w") as f:
+    json.dump(cfg, f)
+  assert cli.main(["fill-mask", f"--model={d}", "--text=北[MASK]"]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and err.startswith("error: ") and "do not fit its model config" in err
+  assert f"bert/encoder/layer_{cfg['num_hidden_layers'] - 1}/" in err and "missing from the params" in err

@@ -82,6 +82,10 @@ def _check_output(path: str) -> None:
 
 
 def run(args) -> int:
+  for flag in ("batch_size", "max_seq_length", "top_k"):   # 0 was a ZeroDivisionError traceback (batch_size)
+    value = getattr(args, flag, None)
+    if value is not None and value < 1:
+      raise UserError(f"--{flag}={value}; expected >= 1")
   _check_output(getattr(args, "output", ""))
   if args.command == "fill-mask":
     texts = list(args.text) + (lib.read_lines(args.input) if args.input else [])

@@ -143,7 +143,44 @@ def load_pretrained(name_or_dir: str, search_dirs: Sequence[str] = ()) -> Pretra
     params = load_workdir_params(described.directory)
   else:
     _, params, _ = params_dir.load_params_dir(described.directory)
+  check_encoder_shapes(described.config, params, described.directory)
   return dataclasses.replace(described, params=params)
+
+
+class ParamsMismatchError(UserError, ValueError):
+  """A checkpoint's params do not fit its own model config (a UserError; a ValueError for older callers)."""
+
+
+def check_encoder_shapes(config: BertConfig, params, directory: str) -> None:
+  """params["bert"] has exactly the shapes BertModel(config) builds; else ParamsMismatchError naming the first
+  differences (a model_config.json edited by hand, or params copied from another model, was a flax
+  ScopeParamNotFoundError traceback at the first forward pass)."""
+  if not isinstance(params, dict) or "bert" not in params:
+    return
+  import jax
+  from bert_jax.models import dummy_inputs
+  from bert_jax.models.bert import BertModel
+  cfg = config.replace(scan_layers=False, dtype="float32", remat_policy="none")
+  model = BertModel(cfg)
+  shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), *dummy_inputs(cfg)[:3]))["params"]
+  want = {k: tuple(v.shape) for k, v in traverse_util.flatten_dict(_unbox(shapes)).items()}
+  got = {k: tuple(np.shape(v)) for k, v in traverse_util.flatten_dict(params["bert"]).items()}
+  problems = [f"bert/{'/'.join(k)}: missing from the params" for k in want if k not in got]
+  problems += [f"bert/{'/'.join(k)}: shape {got[k]}, the config gives {want[k]}" for k in want
+               if k in got and got[k] != want[k]]
+  problems += [f"bert/{'/'.join(k)}: not in a model of this config" for k in got if k not in want]
+  if problems:
+    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    raise ParamsMismatchError(
+        f"{directory}: its params do not fit its model config (L{config.num_hidden_layers}/H{config.hidden_size}/"
+        f"A{config.num_attention_heads}, FFN {config.intermediate_size}): " + "; ".join(problems[:3]) + more
+        + "; was model_config.json edited, or the params written for another model?")
+
+
+def _unbox(tree):
+  import flax
+  import flax.linen as nn
+  return nn.unbox(flax.core.unfreeze(tree))
 
 
 class VocabMismatchError(UserError, ValueError):
