@@ -188,6 +188,22 @@ def test_zoo_command_lists_the_registry(capsys):
   assert "chinese_L-12_H-768_A-12.zip" in out and "import-tf" in out
 
 
+def test_zoo_name_and_rank_flag_mistakes_are_user_errors_before_any_work(tmp_path, tiny_vocab):
+  """`zoo --name=<not a name>` printed the message without `error:`, and said nothing at all (exit 2) for a
+  folder's name; rank's missing --text was reported only after loading every checkpoint (as a max_seq_length
+  error when that also failed), and --batch_size=0 reached the scorer."""
+  from bert_jax.errors import UserError
+  with pytest.raises(UserError, match=r"--name='bert-base-chinesee' is not a zoo model name; did you mean"):
+    convert_main(["zoo", "--name=bert-base-chinesee"])
+  with pytest.raises(UserError, match=r"--name=.* is not a zoo model name"):
+    convert_main(["zoo", f"--name={tmp_path}"])
+  with pytest.raises(UserError, match=r"--text=.*nothere.txt: no such file"):
+    convert_main(["rank", f"--checkpoints={tmp_path / 'nope'}", f"--text={tmp_path / 'nothere.txt'}"])
+  (tmp_path / "t.txt").write_text("the cat sat\n")
+  with pytest.raises(UserError, match=r"--batch_size=0; expected >= 1"):
+    convert_main(["rank", f"--checkpoints={tmp_path / 'nope'}", f"--text={tmp_path / 't.txt'}", "--batch_size=0"])
+
+
 # ---- the converted directory is an init_checkpoint for training and fine-tuning -------------------------------
 def test_converted_dir_is_read_by_the_one_loader_with_its_casing(tmp_path, tiny_vocab):
   config = _config(sum(1 for _ in open(tiny_vocab)))

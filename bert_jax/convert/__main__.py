@@ -6,6 +6,7 @@ Run `python -m bert_jax.convert COMMAND --help` for each command's flags.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
@@ -95,11 +96,15 @@ def _check_paths(args) -> None:
   """The files a user names by flag exist, and --output is a directory or can be one, before any conversion
   work (an --output naming a file was a FileExistsError traceback after the import; a missing --vocab an
   errno message that did not say which flag)."""
-  for flag in ("vocab", "config", "generator_config"):
+  for flag in ("vocab", "config", "generator_config", "text"):
     path = getattr(args, flag, None)
     if path and not os.path.isfile(path):
       raise UserError(f"--{flag}={path}: " + ("a directory; expected a file" if os.path.isdir(path)
                                                 else "no such file"))
+  for flag in ("num_sequences", "max_seq_length", "batch_size"):
+    value = getattr(args, flag, None)
+    if value is not None and value < 1:
+      raise UserError(f"--{flag}={value}; expected >= 1")
   output = getattr(args, "output", None)
   if args.command in ("import-tf", "import-hf", "import-uer", "export-hf") and output:
     parent = os.path.dirname(os.path.abspath(output))
@@ -116,11 +121,10 @@ def main(argv=None) -> int:
   if args.command == "zoo":
     if args.name:
       if args.name not in zoo.REGISTRY:
-        try:
-          zoo.resolve(args.name)
-        except zoo.ZooError as err:
-          print(err, file=sys.stderr)
-        return 2
+        # One `error:` line (exit 2) as every other mistake; a folder's name also said nothing at all.
+        close = difflib.get_close_matches(args.name, list(zoo.REGISTRY), n=3)
+        raise UserError(f"--name={args.name!r} is not a zoo model name; "
+                        + (f"did you mean {close}?" if close else "`python -m bert_jax.convert zoo` lists the names"))
       x = zoo.REGISTRY[args.name]
       print(f"{x.name}: {x.size}, {x.params:,} params, {x.language}, {'cased' if x.cased else 'uncased'}, "
             f"{x.corpus}{'; ' + x.note if x.note else ''}\nformat: {x.fmt}; source: {x.url}"

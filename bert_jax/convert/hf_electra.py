@@ -383,7 +383,7 @@ def infer_generator(config: BertConfig, variables: Dict[str, np.ndarray], genera
     if heads < 1 or hidden % heads:
       raise ConversionError(f"--generator_heads={generator_heads}: the generator's hidden size {hidden} (from "
                             "generator/encoder/layer_0/attention/self/query/kernel) is not a multiple of it; "
-                            f"expected a divisor of {hidden}")
+                            f"expected a positive divisor of {hidden}")
   elif generator_config:
     heads, source = _generator_heads_from_config(generator_config, hidden, layers, ffn_size), generator_config
     if hidden % heads:

@@ -220,8 +220,9 @@ def rank_checkpoints(checkpoints: Sequence[str], text_file: str, num_sequences: 
   cands = [load_candidate(c, search_dirs) for c in checkpoints]
   for c in cands:
     if max_seq_length > c.config.max_position_embeddings:
-      raise ValueError(f"{c.name}: max_seq_length={max_seq_length} exceeds its max_position_embeddings="
-                       f"{c.config.max_position_embeddings}")
+      raise ValueError(f"{c.name}: --max_seq_length={max_seq_length} exceeds its max_position_embeddings="
+                       f"{c.config.max_position_embeddings}; pass --max_seq_length="
+                       f"{min(x.config.max_position_embeddings for x in cands)} or less")
   windows = sample_windows(read_lines(text_file), [c.tokenizer for c in cands], num_sequences, max_seq_length,
                            masked_lm_prob, seed)
   same_vocab = len({(tuple(c.tokenizer.vocab.items()), c.tokenizer.do_lower_case) for c in cands}) == 1
