@@ -227,7 +227,7 @@ def test_a_resumed_runs_vocab_file_that_is_not_the_work_dirs_is_a_warning(files,
 
 
 def test_a_signal_while_the_libraries_load_stops_before_the_plan_with_an_interrupted_line(files, tmp_path):
-  """train.py notes SIGINT / SIGTERM from its first lines; train_and_evaluate stops before anything starts.
+  """train.py notes a SIGTERM from its first lines; train_and_evaluate stops before anything starts.
   Before, a SIGTERM in the seconds of imports killed the process: exit 143, no line."""
   with pytest.raises(Interrupted) as e:
     pretrain.train_and_evaluate(tiny_config(*files), str(tmp_path / "run"), stop_requested=lambda: signal.SIGTERM)
@@ -246,3 +246,17 @@ def test_sigterm_right_after_launch_is_an_interrupted_line_too(files, tmp_path):
   assert re.search(r"^interrupted: stopped by SIGTERM (while starting, before the plan|during start-up, before "
                    r"step 1); no checkpoint written", err, re.M), err[-3000:]
   assert "Traceback" not in err
+
+
+def test_eval_files_with_evaluation_off_is_a_warning_naming_both(files, tmp_path, caplog):
+  """--config.data.eval_input_files with eval_every_steps=0 was never read, without a word."""
+  from bert_jax.training.plan import resolve_pretrain
+  corpus, vocab = files
+  resolve_pretrain(tiny_config(corpus, vocab, **{"data.eval_input_files": corpus, "eval_every_steps": 0}),
+                   str(tmp_path / "run"))
+  assert f"config.data.eval_input_files={corpus!r} is never read: config.eval_every_steps=0 turns evaluation " \
+         "off" in caplog.text
+  caplog.clear()
+  resolve_pretrain(tiny_config(corpus, vocab, **{"data.eval_input_files": corpus, "eval_every_steps": 5}),
+                   str(tmp_path / "run"))
+  assert "never read" not in caplog.text

@@ -378,6 +378,10 @@ def resolve_pretrain(config, workdir: Optional[str], *, num_devices: Optional[in
   vocab_file, vocab_lines = _resolve_vocab(config, workdir, resume, init_dir)
   model = _resolve_model(config, workdir, resume, init_dir, vocab_file, vocab_lines)
   _warn_warmup(config)
+  if config.data.eval_input_files and int(config.eval_every_steps) == 0:
+    checks.warn(f"config.data.eval_input_files={config.data.eval_input_files!r} is never read: "
+                "config.eval_every_steps=0 turns evaluation off; set it > 0 (the run also evaluates at its last "
+                "step)")
   optimizer = optimizer_settings(config.optimizer, int(config.num_train_steps), int(config.warmup_steps))
   rules = sharding.normalize_rules(config.logical_axis_rules)
   mesh_shape, shards = v.check_batch_divisible(int(config.batch_size), int(config.grad_accum_steps),
