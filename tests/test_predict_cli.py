@@ -160,6 +160,8 @@ def test_zero_sizes_and_a_config_that_does_not_fit_the_params_are_one_error_line
   no longer fits params.msgpack was a flax ScopeParamNotFoundError traceback at the first forward pass."""
   vocab = testing.write_vocab(str(tmp_path))
   d, params = _write_pretrained_dir(tmp_path, vocab, params_dir.count_vocab_lines(vocab))
+  assert cli.main(["fill-mask", f"--model={d}", f"--input={tmp_path}"]) == 2   # was an IsADirectoryError traceback
+  assert capsys.readouterr().err.startswith(f"error: --input={tmp_path} is a directory")
   for flag in ("--batch_size=0", "--max_seq_length=0", "--top_k=0"):
     assert cli.main(["fill-mask", f"--model={d}", "--text=北[MASK]", flag]) == 2
     err = capsys.readouterr().err
@@ -172,3 +174,19 @@ def test_zero_sizes_and_a_config_that_does_not_fit_the_params_are_one_error_line
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and err.startswith("error: ") and "do not fit its model config" in err
   assert f"bert/encoder/layer_{cfg['num_hidden_layers'] - 1}/" in err and "missing from the params" in err
+
+
+def test_the_command_takes_verbose_for_the_traceback_of_a_user_error(tmp_path):
+  """python -m bert_jax.predict rejected --verbose (an unrecognised argument); as bert_jax.convert, a mistake is
+  one `error:` line and exit 2, with the traceback only under --verbose."""
+  import subprocess
+  import sys
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""), JAX_PLATFORMS="cpu")
+  for extra in ([], ["--verbose"]):
+    p = subprocess.run([sys.executable, "-m", "bert_jax.predict", "fill-mask", f"--model={tmp_path}",
+                        "--text=a [MASK]", "--batch_size=0"] + extra, capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().splitlines()[-1] == "error: --batch_size=0; expected >= 1"
+    assert ("Traceback" in p.stderr) == bool(extra)

@@ -225,6 +225,10 @@ def read_lines(path: str) -> List[str]:
       text = f.read()
   except FileNotFoundError:
     raise UserError(f"--input={path}: no such file") from None
+  except IsADirectoryError:
+    raise UserError(f"--input={path} is a directory; expected a text file, one text per line") from None
+  except PermissionError:
+    raise UserError(f"--input={path}: not readable (permission denied)") from None
   except UnicodeDecodeError as e:
     raise UserError(f"--input={path}: not UTF-8 ({e.reason} at byte {e.start})") from None
   lines = text.split("\n")

@@ -148,5 +148,12 @@ def main(argv=None) -> int:
     return UserError.exit_code
 
 
+def _main_raising(argv) -> int:
+  """main without its own UserError handling: cli.run_plain_main prints the `error:` line (exit 2) and, with
+  --verbose, the traceback, as python -m bert_jax.convert does (--verbose was an unrecognised argument here)."""
+  return run(build_parser().parse_args(argv))
+
+
 if __name__ == "__main__":
-  sys.exit(main())
+  from bert_jax import cli
+  cli.run_plain_main(_main_raising)
