@@ -297,3 +297,24 @@ def test_build_vocab_never_writes_more_than_vocab_size(tmp_path, backend, capsys
     tokens = build_vocab.build_vocab(str(zh), size, str(out), backend=backend, verbose=False)
     assert len(tokens) <= size and len(out.read_text(encoding="utf-8").splitlines()) == len(tokens)
     assert set(chars) <= set(tokens)
+
+
+def test_a_vocab_with_duplicate_tokens_is_an_input_warning(tmp_path):
+  """A duplicate line was dropped without a word (its id is never produced; Google's loader maps the token
+  to the last line instead of the first)."""
+  from bert_jax import input_warnings  # pylint: disable=g-import-not-at-top
+  path = tmp_path / "vocab.txt"
+  path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncat\nthe\n\ndog\n")
+  input_warnings.clear_input_warnings()
+  vocab = tokenization.load_vocab(str(path))
+  assert vocab["the"] == 5 and vocab["dog"] == 9
+  got = input_warnings.input_warnings()
+  assert len(got) == 1 and "1 duplicate token(s) (first: 'the' on lines 6 and 8)" in got[0], got
+  input_warnings.clear_input_warnings()
+  input_warnings.set_strict(True)
+  try:
+    with pytest.raises(Exception, match="duplicate token"):
+      tokenization.load_vocab(str(path))
+  finally:
+    input_warnings.set_strict(False)
+    input_warnings.clear_input_warnings()

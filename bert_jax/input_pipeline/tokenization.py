@@ -37,6 +37,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from bert_jax import input_warnings
 from bert_jax.input_pipeline import fileio
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
@@ -172,6 +173,7 @@ def load_vocab(vocab_file: str, required: Sequence[str] = SPECIAL_TOKENS) -> "co
   lines = text.split("\n")
   if lines and lines[-1] == "":
     lines.pop()
+  duplicates = []
   for index, line in enumerate(lines):
     token = line.rstrip("\r").strip()
     if not token:
@@ -179,6 +181,13 @@ def load_vocab(vocab_file: str, required: Sequence[str] = SPECIAL_TOKENS) -> "co
       continue
     if token not in vocab:
       vocab[token] = index
+    else:
+      duplicates.append((token, vocab[token] + 1, index + 1))
+  if duplicates:   # said, not silently dropped: the later lines' ids are never produced
+    token, first, again = duplicates[0]
+    input_warnings.warn_input(
+        f"vocab file {vocab_file}: {len(duplicates)} duplicate token(s) (first: {token!r} on lines {first} and "
+        f"{again}); each maps to the id of its first line (Google's and Hugging Face's loaders take the last)")
   if not vocab:
     raise ValueError(f"vocab file {vocab_file} is empty")
   missing = [t for t in required if t not in vocab]
