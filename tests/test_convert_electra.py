@@ -475,3 +475,17 @@ def test_tf_generator_heads_come_from_the_flag_or_generator_config_not_a_fixed_6
   rebuilt = generator_config(hf_electra.electra_config_to_bert(disc.config.to_dict(), "config.json"),
                              ElectraSettings(generator_hidden_fraction=GEN_H / H, generator_num_attention_heads=2))
   assert (rebuilt.hidden_size, rebuilt.num_attention_heads) == (GEN_H, 2)
+
+
+def test_tf_electra_config_of_another_size_names_the_field_that_differs(tmp_path, tiny_vocab):
+  """A --config whose hidden_size is not the checkpoint's was reported as 'no google variable:
+  electra/embeddings_project/kernel' (a projection the config's E != H implied), not as the field."""
+  v = _vocab_size(tiny_vocab)
+  disc = _discriminator(v)
+  (tmp_path / "vocab.txt").write_text(open(tiny_vocab).read())
+  d = disc.config.to_dict()
+  (tmp_path / "config.json").write_text(json.dumps(dict(d, hidden_size=48, num_hidden_layers=3)))
+  with pytest.raises(ConversionError, match=r"config.json does not describe this checkpoint: hidden_size=48 but the "
+                                            r"checkpoint has 64 .*num_hidden_layers=3 but the checkpoint has 2"):
+    hf_electra.import_tf_electra(str(tmp_path / "x.ckpt"), str(tmp_path / "config.json"),
+                                 variables=_google_names(disc, "electra"))

@@ -410,6 +410,36 @@ def infer_generator(config: BertConfig, variables: Dict[str, np.ndarray], genera
                         intermediate_size=ffn_size)
 
 
+def check_config_sizes(config: BertConfig, variables: Dict[str, np.ndarray], config_file: str,
+                       scope: str = "electra") -> None:
+  """The config's sizes against the checkpoint's `scope`/ shapes, before the name-by-name assignment: a config of
+  another size (e.g. hidden_size 48 for a 64-wide checkpoint) was reported as missing embeddings_project
+  variables, or as dozens of shape mismatches, not as the one field that differs. ConversionError naming each."""
+  q = variables.get(f"{scope}/encoder/layer_0/attention/self/query/kernel")
+  ffn = variables.get(f"{scope}/encoder/layer_0/intermediate/dense/kernel")
+  words = variables.get(f"{scope}/embeddings/word_embeddings")
+  layers = len({m.group(1) for n in variables for m in [re.match(rf"{scope}/encoder/layer_(\d+)/", n)] if m})
+  found = []
+  if q is not None and np.ndim(q) == 2:
+    found.append(("hidden_size", config.hidden_size, int(np.shape(q)[1]), f"{scope}/encoder/layer_0/attention/self/"
+                  f"query/kernel {tuple(np.shape(q))}"))
+  if ffn is not None and np.ndim(ffn) == 2:
+    found.append(("intermediate_size", config.intermediate_size, int(np.shape(ffn)[1]),
+                  f"{scope}/encoder/layer_0/intermediate/dense/kernel {tuple(np.shape(ffn))}"))
+  if layers:
+    found.append(("num_hidden_layers", config.num_hidden_layers, layers, f"{scope}/encoder/layer_0 .. layer_{layers - 1}"))
+  if words is not None and np.ndim(words) == 2:
+    found.append(("vocab_size", config.vocab_size, int(np.shape(words)[0]),
+                  f"{scope}/embeddings/word_embeddings {tuple(np.shape(words))}"))
+    found.append(("embedding_size", _width(config), int(np.shape(words)[1]),
+                  f"{scope}/embeddings/word_embeddings {tuple(np.shape(words))}"))
+  bad = [f"{field}={ours} but the checkpoint has {theirs} ({where})" for field, ours, theirs, where in found
+         if ours != theirs]
+  if bad:
+    raise ConversionError(f"{config_file} does not describe this checkpoint: " + "; ".join(bad)
+                          + " (pass --config=PATH of this model's size)")
+
+
 def import_tf_electra(checkpoint: str, config_file: str, output: Optional[str] = None,
                       vocab_file: Optional[str] = None, do_lower_case: Optional[bool] = None,
                       variables: Optional[Dict[str, np.ndarray]] = None, generator_config: Optional[str] = None,
@@ -431,6 +461,7 @@ def import_tf_electra(checkpoint: str, config_file: str, output: Optional[str] =
     raise FileNotFoundError(f"vocab not found: {vocab_file}; pass --vocab=PATH")
   config = electra_config_to_bert(hf.read_config_json(config_file), config_file)
   report = mapping.ConversionReport(source=checkpoint, fmt="google")
+  check_config_sizes(config, variables, config_file)
   ignorable = lambda n: google_tf.is_ignorable(n) or bool(_TF_IGNORABLE.search(n))  # noqa: E731
   if not any(n.startswith("generator/") for n in variables):
     # A discriminator alone (a release without its generator, or a checkpoint of a discriminator run): it
