@@ -288,3 +288,29 @@ def test_multiple_choice_prediction_inputs_are_user_errors(question, message):
     get_task("c3").choice_examples([ok, question])
   with pytest.raises(UserError, match="predict_choices needs a c3 / multiple_choice model"):
     get_task("classification", label_list=["0", "1"]).choice_examples([ok])
+
+
+def test_a_task_field_the_task_does_not_read_is_named_not_ignored_in_silence():
+  """--config.classification.text_b=sentence2 on MRPC or --config.doc_stride=64 on NER changed nothing and
+  said nothing; the plan now logs a warning naming them (and every task's defaults name none)."""
+  from bert_jax.finetune import plan as finetune_plan
+  from bert_jax.finetune.tasks import task_names
+  from test_finetune_units import load_config_module
+  module = load_config_module()
+  for name in task_names():
+    if name in ("ax",):
+      continue
+    try:
+      c = module.get_config(f"task={name}")
+    except ValueError:      # a registry alias the config file does not take
+      continue
+    assert finetune_plan.ignored_fields(c) == [], name
+  c = module.get_config("task=mrpc")
+  c.classification.text_b, c.doc_stride = "sentence2", 64
+  assert finetune_plan.ignored_fields(c) == ["classification.text_b='sentence2'", "doc_stride=64"]
+  c = module.get_config("task=multilabel")
+  c.classification.text_a, c.ner_scheme = "sentence", "BIOES"
+  assert finetune_plan.ignored_fields(c) == ["ner_scheme='BIOES'"]
+  c = module.get_config("task=squad_v1")
+  c.doc_stride = 64
+  assert finetune_plan.ignored_fields(c) == []

@@ -211,6 +211,40 @@ def _check_fields(config) -> None:
     checks.check_range(config, "num_train_epochs", lo=0, lo_open=True)
 
 
+# Task-specific config fields and their configs/finetune.py defaults, with the task kinds that read them
+# (tests/test_finetune_input_errors.py checks the defaults against the config file).
+TASK_FIELDS = {
+    "classification": ({"classification.text_a": "text_a", "classification.text_b": "",
+                        "classification.label": "label", "classification.header": "auto",
+                        "classification.file_format": "", "classification.delimiter": "",
+                        "classification.is_regression": False}, ("ClassificationTask", "MultilabelTask")),
+    "multilabel": ({"multilabel_separator": "|", "multilabel_threshold": 0.5}, ("MultilabelTask",)),
+    "ner": ({"ner_scheme": "BIO", "ner_mode": "conlleval"}, ("NerTask",)),
+    "squad": ({"doc_stride": 128, "max_query_length": 64, "n_best_size": 20, "max_answer_length": 30,
+               "null_score_diff_threshold": 0.0, "squad_language": "auto"}, ("SquadTask",)),
+}
+_BUILT_IN = ("GlueTask", "ClassificationTask", "MultilabelTask", "NerTask", "SquadTask", "MultipleChoiceTask")
+
+
+def ignored_fields(config) -> list:
+  """The task-specific fields set away from their defaults that `config.task` does not read (e.g.
+  classification.text_b on a GLUE task, doc_stride on NER): such a setting changed nothing, in silence. []
+  for a task class outside the built-in kinds (a plugin may read any field)."""
+  from bert_jax.finetune.tasks import task_class  # the registry (cheap; already imported by plan's callers)
+  cls = task_class(str(config.task))
+  kinds = {k.__name__ for k in cls.__mro__}
+  if not kinds & set(_BUILT_IN):
+    return []
+  out = []
+  for fields, readers in TASK_FIELDS.values():
+    if kinds & set(readers):
+      continue
+    for path, default in fields.items():
+      if checks.has(config, path) and checks.get_field(config, path) != default:
+        out.append(f"{path}={checks.get_field(config, path)!r}")
+  return out
+
+
 def _train_file_exists(data_dir: str) -> bool:
   """A file named train* in data_dir or one level below (GLUE's <data_dir>/<Task>/train.tsv); C3's own
   d-train.json / m-train.json, CoNLL-2003's eng.train and CMRC2018's cmrc2018_train.json count too."""
@@ -318,6 +352,10 @@ def resolve_finetune(config, workdir: str, *, num_devices: Optional[int] = None,
   model = build_model_config(config.model, params_dir.count_vocab_lines(vocab_file),
                              init.config if init is not None else None)
   _check_length(config, model, init)
+  unused = ignored_fields(config)
+  if unused:
+    log.warning("config.task=%s does not read %s (they apply to other tasks); the run goes on without them",
+                config.task, ", ".join(f"config.{u}" for u in unused))
   reinit = int(config.get("reinit_top_layers", 0))
   if reinit > model.num_hidden_layers:
     raise UserError(f"config.reinit_top_layers={reinit} exceeds the encoder's {model.num_hidden_layers} layers")
