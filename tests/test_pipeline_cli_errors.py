@@ -20,6 +20,11 @@ def files(tmp_path):
   (tmp_path / "corpus.txt").write_text("the cat sat .\non the mat .\n\nthe dog ran .\nthe cat ran .\n")
   (tmp_path / "empty.txt").write_text("")
   (tmp_path / "blank.txt").write_text("\n\n\n")
+  # A TFRecord's bytes: a length header (mostly zero bytes), a CRC, then an Example whose padded ids are zeros.
+  record = b"\x1a\x00\x00\x00\x00\x00\x00\x00" + b"\x00" * 4 + b"\n\x18\n\x09input_ids\x12\x0b\x1a\x09" + b"\x00" * 64   # padding ids
+  (tmp_path / "records.tfrecord").write_bytes(record)   # was read as text: lines that are not UTF-8 skipped
+  (tmp_path / "records.bin").write_bytes(record * 4)
+  (tmp_path / "utf16.txt").write_bytes("the cat sat .\n\nthe dog ran .\nthe cat ran .\n".encode("utf-16"))
   (tmp_path / "one_doc.txt").write_text("the cat sat .\non the mat .\nthe dog ran .\n")   # no blank line
   (tmp_path / "a_dir").mkdir()
   return tmp_path
@@ -46,6 +51,10 @@ CASES = [
     ({"masking_strategy": "span", "span_geo_p": "0"}, "^error: --span_geo_p=0.0; expected 0 < p <= 1"),
     ({"masking_strategy": "span", "span_max_length": "0"}, "^error: --span_max_length=0; expected an integer"),
     ({"input_file": "one_doc.txt"}, "a blank line separates documents, or use --pair_mode=sop"),
+    ({"input_file": "records.tfrecord"}, "records.tfrecord is a TFRecord file; create_pretraining_data reads raw text"),
+    ({"input_file": "records.bin"}, r"records.bin is binary \(a TFRecord file\?\), not UTF-8 text"),
+    ({"input_file": "utf16.txt"}, "utf16.txt is UTF-16 text, not UTF-8 text"),
+    ({"vocab_file": "a_dir"}, "--vocab_file=.*a_dir' is a directory; expected the vocab file"),
     ({"max_seq_lenght": "64"}, r"unrecognized argument --max_seq_lenght \(did you mean --max_seq_length\?\)"),
 ]
 

@@ -92,8 +92,11 @@ def check_vocab(vocab_file: str, field: str, required: Sequence[str] = SPECIAL_T
   """Number of lines of an existing, UTF-8, non-empty vocab holding `required`; UserError naming `field`."""
   if not vocab_file:
     raise UserError(f"{field} is empty: pass the WordPiece vocab (one token per line)")
-  if not fileio.exists(vocab_file) or fileio.isdir(vocab_file):
+  if not fileio.exists(vocab_file):
     raise UserError(f"{field}={vocab_file!r}: no such file")
+  if fileio.isdir(vocab_file):
+    raise UserError(f"{field}={vocab_file!r} is a directory; expected the vocab file (e.g. "
+                    f"{fileio.join(vocab_file, 'vocab.txt')})")
   try:
     tokenization.load_vocab(vocab_file, required=tuple(required))
   except (ValueError, FileNotFoundError) as e:
