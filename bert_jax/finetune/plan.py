@@ -223,6 +223,7 @@ TASK_FIELDS = {
     "squad": ({"doc_stride": 128, "max_query_length": 64, "n_best_size": 20, "max_answer_length": 30,
                "null_score_diff_threshold": 0.0, "squad_language": "auto"}, ("SquadTask",)),
 }
+_WARNED: set = set()
 _BUILT_IN = ("GlueTask", "ClassificationTask", "MultilabelTask", "NerTask", "SquadTask", "MultipleChoiceTask")
 
 
@@ -354,8 +355,11 @@ def resolve_finetune(config, workdir: str, *, num_devices: Optional[int] = None,
   _check_length(config, model, init)
   unused = ignored_fields(config)
   if unused:
-    log.warning("config.task=%s does not read %s (they apply to other tasks); the run goes on without them",
-                config.task, ", ".join(f"config.{u}" for u in unused))
+    message = (f"config.task={config.task} does not read {', '.join(f'config.{u}' for u in unused)} (they apply "
+               "to other tasks); the run goes on without them")
+    if message not in _WARNED:     # a sweep resolves one plan per run: said once
+      _WARNED.add(message)
+      log.warning("%s", message)
   reinit = int(config.get("reinit_top_layers", 0))
   if reinit > model.num_hidden_layers:
     raise UserError(f"config.reinit_top_layers={reinit} exceeds the encoder's {model.num_hidden_layers} layers")
