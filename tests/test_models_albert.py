@@ -476,3 +476,25 @@ def test_english_albert_tf_checkpoint_takes_the_sentencepiece_model_beside_it(tm
   (folder / "30k-clean.model").write_bytes(b"\x0a\xff")
   with pytest.raises(ConversionError, match="30k-clean.model: not a readable SentencePiece model"):
     google_tf.import_tf_checkpoint(str(folder / "model.ckpt-best"), variables=variables)
+
+
+def test_a_bert_imported_over_an_english_albert_directory_does_not_keep_its_sentencepiece(tmp_path):
+  """Importing into an --output that held an English ALBERT (vocab.txt + SentencePiece tokenizer.json) left the
+  tokenizer.json beside the new WordPiece vocab.txt, and load_tokenizer read text with it."""
+  from bert_jax.input_pipeline import tokenization
+  src = tmp_path / "spm"
+  _albert_sentencepiece(str(src))
+  tj = json.loads((src / "tokenizer.json").read_text())
+  (src / "vocab.txt").write_text("".join(p[0] + "\n" for p in tj["model"]["vocab"])
+                                 .replace("<pad>\n", "[PAD]\n", 1).replace("<unk>\n", "[UNK]\n", 1))
+  out = tmp_path / "out"
+  out.mkdir()
+  params_dir.copy_vocab(str(src / "vocab.txt"), str(out))
+  assert isinstance(tokenization.load_tokenizer(str(out / "vocab.txt")), tokenization.SentencePieceTokenizer)
+  wp = tmp_path / "wp"
+  wp.mkdir()
+  (wp / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncat\n")
+  params_dir.copy_vocab(str(wp / "vocab.txt"), str(out))
+  assert not (out / "tokenizer.json").exists()
+  tok = tokenization.load_tokenizer(str(out / "vocab.txt"))
+  assert not isinstance(tok, tokenization.SentencePieceTokenizer) and tok.tokenize("the cat") == ["the", "cat"]

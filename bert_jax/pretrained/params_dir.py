@@ -70,7 +70,12 @@ def copy_vocab(vocab_file: str, directory: str) -> str:
   if fileio.abspath(vocab_file) == fileio.abspath(dst):
     return dst
   spm = tokenization.sentencepiece_json(vocab_file)
-  for src, out in ((vocab_file, dst), (spm, fileio.join(directory, tokenization.TOKENIZER_JSON))):
+  stale = fileio.join(directory, tokenization.TOKENIZER_JSON)
+  if not spm and not fileio.is_remote(directory) and tokenization.sentencepiece_json(dst):
+    # A SentencePiece tokenizer.json left by an earlier import into the same directory would tokenize this
+    # WordPiece vocab (load_tokenizer prefers it): removed before the new vocab lands.
+    fileio.remove(stale)
+  for src, out in ((vocab_file, dst), (spm, stale)):
     if not src:
       continue
     data = fileio.read_bytes(src)
