@@ -51,7 +51,7 @@ CASES = [
     ({"masking_strategy": "span", "span_geo_p": "0"}, "^error: --span_geo_p=0.0; expected 0 < p <= 1"),
     ({"masking_strategy": "span", "span_max_length": "0"}, "^error: --span_max_length=0; expected an integer"),
     ({"input_file": "one_doc.txt"}, "a blank line separates documents, or use --pair_mode=sop"),
-    ({"input_file": "records.tfrecord"}, "records.tfrecord is a TFRecord file; create_pretraining_data reads raw text"),
+    ({"input_file": "records.tfrecord"}, "records.tfrecord is a TFRecord file; expected raw text"),
     ({"input_file": "records.bin"}, r"records.bin is binary \(a TFRecord file\?\), not UTF-8 text"),
     ({"input_file": "utf16.txt"}, "utf16.txt is UTF-16 text, not UTF-8 text"),
     ({"vocab_file": "a_dir"}, "--vocab_file=.*a_dir' is a directory; expected the vocab file"),
@@ -178,6 +178,7 @@ def test_records_without_a_feature_of_googles_schema_stop_the_plan(tmp_path):
     (["--output=DIR"], "--output=.* is a directory"),
     (["--output=UNDERFILE/v.txt"], "--output=.*corpus.txt/v.txt'"),   # its directory is a file: no traceback
     (["--min_frequency=-1"], "--min_frequency=-1; expected >= 0"),    # was an OverflowError traceback
+    (["--input_files=UTF16"], "utf16.txt is UTF-16 text, not UTF-8 text"),   # was a vocab of mojibake
 ])
 def test_build_vocab_user_mistakes_are_one_error_line(files, args, message, capsys):
   from bert_jax.input_pipeline import build_vocab  # pylint: disable=g-import-not-at-top
@@ -185,6 +186,7 @@ def test_build_vocab_user_mistakes_are_one_error_line(files, args, message, caps
   for a in args:
     key, value = a.split("=", 1)
     flags[key] = value.replace("EMPTY", str(files / "empty.txt")).replace("BLANK", str(files / "blank.txt")).replace(
+        "UTF16", str(files / "utf16.txt")).replace(
         "DIR", str(files / "a_dir")).replace("UNDERFILE", str(files / "corpus.txt")).replace("nothing_", str(files / "nothing_"))
   with pytest.raises(SystemExit) as e:
     cli.run_plain_main(build_vocab.main, [f"{k}={v}" for k, v in flags.items()])

@@ -167,6 +167,8 @@ def main(argv=None):
     sizes = [fileio.size(f) for f in files]
   if not any(sizes):
     raise UserError(f"--input_files={args.input_files!r}: every file is empty ({', '.join(files[:5])})")
+  with fileio.storage_errors_as_user_errors(f"--input_files={args.input_files!r}"):
+    checks.check_is_text(files, f"--input_files={args.input_files!r}")
   with fileio.storage_errors_as_user_errors(f"--output={args.output!r}"):
     if fileio.isdir(args.output):
       raise UserError(f"--output={args.output!r} is a directory; give a file name such as "

@@ -105,6 +105,27 @@ def check_vocab(vocab_file: str, field: str, required: Sequence[str] = SPECIAL_T
     return sum(1 for _ in f)
 
 
+SNIFFED_FILES = 64          # input files whose first bytes are looked at (a glob may match thousands on GCS)
+_RECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfrec")
+
+
+def check_is_text(files: Sequence[str], what: str) -> None:
+  """A UserError (prefixed by `what`, e.g. "--input_file='x'") for a raw-text input that is not text:
+  TFRecords (by name, or bytes: records' length headers and padded ids are mostly zero bytes) or UTF-16 text.
+  Read as text they were "lines that are not UTF-8", nearly all skipped with a warning, and the tools made
+  records or a vocab from the rest. The first SNIFFED_FILES files are looked at (4 KiB each)."""
+  for path in files[:SNIFFED_FILES]:
+    if path.endswith(_RECORD_SUFFIXES):
+      raise UserError(f"{what}: {path} is a TFRecord file; expected raw text (one sentence per line, a blank "
+                      "line between documents); train on records with --config.data.input_files")
+    with fileio.open_file(path, "rb") as f:
+      head = f.read(4096)
+    if head and not text_io.is_gzip(head) and head.count(0) >= 0.1 * len(head):
+      kind = "UTF-16 text" if head[:2] in (b"\xff\xfe", b"\xfe\xff") else "binary (a TFRecord file?)"
+      raise UserError(f"{what}: {path} is {kind}, not UTF-8 text ({head.count(0)} of its first {len(head)} "
+                      "bytes are zero); expected raw UTF-8 text, one sentence per line")
+
+
 def check_input_files(patterns: str, field: str) -> List[str]:
   """The files of comma-separated globs; each glob matches, each file has bytes. UserError naming `field`."""
   if not str(patterns).strip():

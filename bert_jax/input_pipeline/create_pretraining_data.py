@@ -332,32 +332,11 @@ def _check_files(input_file: str, output_files: Sequence[str], vocab_file: str) 
     raise UserError(f"--input_file={input_file!r}: every file is empty ({', '.join(files[:5])}"
                     f"{', ...' if len(files) > 5 else ''})")
   with fileio.storage_errors_as_user_errors(f"--input_file={input_file!r}"):
-    for f in files[:_SNIFFED_FILES]:
-      _check_is_text(f, input_file)
+    checks.check_is_text(files, f"--input_file={input_file!r}")
   inputs = {fileio.abspath(f) for f in files}
   for name in output_files:
     with fileio.storage_errors_as_user_errors(f"--output_file={name!r}"):
       _check_output(name, input_file, inputs)
-
-
-_SNIFFED_FILES = 64         # input files whose first bytes are looked at (a glob may match thousands on GCS)
-_RECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfrec")
-
-
-def _check_is_text(path: str, input_file: str) -> None:
-  """A UserError for an input that is not text: TFRecords (by name, or bytes: records' length headers are
-  mostly zero bytes) or UTF-16 text. Read as text they were "lines that are not UTF-8", nearly all skipped
-  with a warning, and the run made records from the rest."""
-  if path.endswith(_RECORD_SUFFIXES):
-    raise UserError(f"--input_file={input_file!r}: {path} is a TFRecord file; create_pretraining_data reads raw "
-                    "text (one sentence per line, a blank line between documents); train on records with "
-                    "--config.data.input_files")
-  with fileio.open_file(path, "rb") as f:
-    head = f.read(4096)
-  if head and not text_io.is_gzip(head) and head.count(0) >= 0.1 * len(head):
-    kind = "UTF-16 text" if head[:2] in (b"\xff\xfe", b"\xfe\xff") else "binary (a TFRecord file?)"
-    raise UserError(f"--input_file={input_file!r}: {path} is {kind}, not UTF-8 text ({head.count(0)} of its "
-                    f"first {len(head)} bytes are zero); expected raw UTF-8 text, one sentence per line")
 
 
 def _check_output(name: str, input_file: str, inputs) -> None:
