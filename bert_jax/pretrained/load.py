@@ -19,12 +19,15 @@ import logging
 import os
 from typing import Any, Dict, Optional, Sequence
 
+import flax
+import flax.linen as nn
+import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from flax import traverse_util
 
 from bert_jax.errors import UserError
-from bert_jax.models import BertConfig
+from bert_jax.models import BertConfig, BertModel, dummy_inputs
 from bert_jax.pretrained import params_dir, zoo
 
 CHECKPOINT_SUBDIR = "checkpoints"
@@ -157,9 +160,6 @@ def check_encoder_shapes(config: BertConfig, params, directory: str) -> None:
   ScopeParamNotFoundError traceback at the first forward pass)."""
   if not isinstance(params, dict) or "bert" not in params:
     return
-  import jax
-  from bert_jax.models import dummy_inputs
-  from bert_jax.models.bert import BertModel
   cfg = config.replace(scan_layers=False, dtype="float32", remat_policy="none")
   model = BertModel(cfg)
   shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), *dummy_inputs(cfg)[:3]))["params"]
@@ -178,8 +178,6 @@ def check_encoder_shapes(config: BertConfig, params, directory: str) -> None:
 
 
 def _unbox(tree):
-  import flax
-  import flax.linen as nn
   return nn.unbox(flax.core.unfreeze(tree))
 
 
