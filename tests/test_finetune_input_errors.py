@@ -314,3 +314,15 @@ def test_a_task_field_the_task_does_not_read_is_named_not_ignored_in_silence():
   c = module.get_config("task=squad_v1")
   c.doc_stride = 64
   assert finetune_plan.ignored_fields(c) == []
+
+
+def test_single_texts_for_a_pair_model_are_named_in_a_warning():
+  """`predict classify` on an MRPC model without --pairs scored each line alone, in silence."""
+  from bert_jax.finetune.predict import missing_pairs_warning
+  from bert_jax.finetune.tasks import get_task
+  assert "fine-tuned on sentence pairs" in missing_pairs_warning(get_task("mrpc"), {"task": "mrpc"})
+  assert missing_pairs_warning(get_task("sst2"), {"task": "sst2"}) is None
+  cls = get_task("classification", label_list=["0", "1"])
+  assert missing_pairs_warning(cls, {"task": "classification", "classification": {"text_b": "text_b"}})
+  assert missing_pairs_warning(cls, {"task": "classification", "classification": {"text_b": ""}}) is None
+  assert missing_pairs_warning(get_task("ner", label_list=["O"]), {"task": "ner"}) is None

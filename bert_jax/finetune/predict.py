@@ -22,6 +22,7 @@ are processed exactly as in training. Inputs are run in fixed-size padded batche
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from typing import Dict, List, Optional, Sequence, Union
 
@@ -38,6 +39,8 @@ from bert_jax.input_pipeline import tokenization
 from bert_jax.pretrained import Pretrained, load_pretrained
 from bert_jax.training.train_step import compute_dtype
 
+_log = logging.getLogger(__name__)
+
 
 def task_from_info(info: dict) -> Task:
   """The task of a fine-tuned checkpoint, rebuilt by its kind from finetune_info.json ("task" names the
@@ -47,6 +50,21 @@ def task_from_info(info: dict) -> Task:
   task.truncation = info.get("truncation", task.truncation)
   task.truncation_head_fraction = float(info.get("truncation_head_fraction", task.truncation_head_fraction))
   return task
+
+
+def missing_pairs_warning(task: Task, info: dict) -> Optional[str]:
+  """The warning for single texts given to a model fine-tuned on sentence pairs (GLUE's MRPC/QQP/STS-B/NLI
+  tasks, or classification with text_b): it scores them, but not as it was trained; None otherwise."""
+  spec = getattr(task, "spec", None)
+  if spec is not None:
+    pairs = spec.labelled is not None and spec.labelled.text_b is not None
+  else:
+    pairs = getattr(task, "kind", "") in ("classification", "regression") and bool(
+        str((info.get("classification") or {}).get("text_b") or "").strip())
+  if not pairs:
+    return None
+  return (f"the {info.get('task')} model was fine-tuned on sentence pairs but got single texts; give text_pairs= "
+          "(command line: --pairs, with text<TAB>text_pair lines)")
 
 
 class Predictor:
@@ -66,6 +84,7 @@ class Predictor:
     self.model = fm.build_model(self.task, cfg)
     self.params = jax.device_put(checkpoint.params)
     self.batch_size = batch_size
+    self._warned_pairs = False
     model = self.model
     self._keys = tuple(self.task.model_input_keys) + tuple(self.task.extra_input_keys)
     self._forward = jax.jit(lambda p, batch: fm.row_outputs(fm.apply_model(model, p, batch)))
@@ -99,6 +118,11 @@ class Predictor:
         raise TypeError("predict takes texts as strings, or (text_a, text_b) pairs of strings, or texts and "
                         "text_pairs= of equal length")
       texts, text_pairs = [t[0] for t in texts], [t[1] for t in texts]
+    if text_pairs is None and not self._warned_pairs:
+      warning = missing_pairs_warning(self.task, self.info)
+      if warning:
+        self._warned_pairs = True
+        _log.warning("%s", warning)
     examples = self.task.text_examples(texts, text_pairs)
     feats = self.task.featurize(examples, self.tokenizer, self.max_seq_length)
     return self.task.readable_predictions(examples, feats, self._outputs(feats))
