@@ -326,3 +326,12 @@ def test_single_texts_for_a_pair_model_are_named_in_a_warning():
   assert missing_pairs_warning(cls, {"task": "classification", "classification": {"text_b": "text_b"}})
   assert missing_pairs_warning(cls, {"task": "classification", "classification": {"text_b": ""}}) is None
   assert missing_pairs_warning(get_task("ner", label_list=["O"]), {"task": "ner"}) is None
+
+
+@pytest.mark.parametrize("task, name", [("squad_v1", "train-v1.1.json"), ("c3", "train.json")])
+def test_an_empty_json_file_says_so(tmp_path, task, name):
+  """An empty SQuAD or C3 file was 'invalid JSON: Expecting value (column 1)'."""
+  from bert_jax.finetune.tasks import get_task
+  (tmp_path / name).write_text("\n", encoding="utf-8")
+  with pytest.raises(UserError, match=rf"{name}: the file is empty; expected"):
+    get_task(task).read("train", str(tmp_path))

@@ -49,8 +49,12 @@ def read_c3_file(path: str, split: str = "train", on_error: str = "raise", examp
   bad = common.ErrorPolicy(on_error, report)
   examples = examples if examples is not None else []
   labels_required = split != "test"
+  text = common.read_utf8(path)
+  if not text.strip():
+    raise common.TaskDataError(path, None, "the file is empty; expected a JSON list of [[sentences], [questions], "
+                               "id] documents")
   try:
-    docs = json.loads(common.read_utf8(path))
+    docs = json.loads(text)
   except json.JSONDecodeError as e:
     raise common.TaskDataError(path, e.lineno, f"invalid JSON: {e.msg}") from None
   if not isinstance(docs, list):

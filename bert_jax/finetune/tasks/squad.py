@@ -130,6 +130,8 @@ def read_squad(path: str, version_2_with_negative: bool = False, is_training: bo
   if on_error is None:
     on_error = "skip" if is_training else "raise"
   raw = common.read_utf8(path)
+  if not raw.strip():
+    raise common.TaskDataError(path, None, "the file is empty; expected SQuAD JSON {\"data\": [...]}")
   try:
     data = json.loads(raw)
   except json.JSONDecodeError as e:
