@@ -454,3 +454,10 @@ def test_import_hf_config_field_of_the_wrong_type_names_the_file(tmp_path, famil
     (folder / "config.json").write_text(json.dumps(dict(base, **bad)))
     with pytest.raises(UserError, match=f"config.json: .*({match})"):
       convert_main(argv)
+
+
+def test_an_ignore_pattern_that_is_not_a_regex_is_a_user_error(tmp_path):
+  """--ignore='([' was a re.error traceback from inside the importer."""
+  from bert_jax.errors import UserError
+  with pytest.raises(UserError, match=r"--ignore: '\(\[' is not a regular expression"):
+    convert_main(["import-hf", f"--input={tmp_path}", f"--output={tmp_path / 'out'}", "--ignore=^cls,(["])

@@ -105,3 +105,10 @@ def test_unknown_uer_names_are_listed(tmp_path):
   (tmp_path / "c.json").write_text(json.dumps(UER_CONFIG))
   with pytest.raises(ConversionError, match="encoder.transformer_0.weight"):
     import_uer(str(tmp_path / "m.bin"), str(tmp_path / "c.json"))
+
+
+def test_a_uer_config_that_is_not_a_json_object_is_one_error(tmp_path):
+  """A config.json holding a list was an AttributeError traceback ('list' object has no attribute 'get')."""
+  (tmp_path / "config.json").write_text("[1, 2]")
+  with pytest.raises(ConversionError, match=r"config.json: expected a JSON object of UER model settings, got a list"):
+    import_uer(str(tmp_path / "model.bin"), str(tmp_path / "config.json"))

@@ -162,6 +162,10 @@ def test_zero_sizes_and_a_config_that_does_not_fit_the_params_are_one_error_line
   d, params = _write_pretrained_dir(tmp_path, vocab, params_dir.count_vocab_lines(vocab))
   assert cli.main(["fill-mask", f"--model={d}", f"--input={tmp_path}"]) == 2   # was an IsADirectoryError traceback
   assert capsys.readouterr().err.startswith(f"error: --input={tmp_path} is a directory")
+  (tmp_path / "t.txt").write_text("北京\n")   # features --max_seq_length=1 was a numpy broadcast traceback
+  assert cli.main(["features", f"--model={d}", f"--input={tmp_path / 't.txt'}", f"--output={tmp_path / 'f.npy'}",
+                   "--max_seq_length=1"]) == 2
+  assert capsys.readouterr().err.startswith("error: --max_seq_length=1; expected >= 2")
   for flag in ("--batch_size=0", "--max_seq_length=0", "--top_k=0"):
     assert cli.main(["fill-mask", f"--model={d}", "--text=北[MASK]", flag]) == 2
     err = capsys.readouterr().err

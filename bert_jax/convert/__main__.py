@@ -9,6 +9,7 @@ import argparse
 import difflib
 import json
 import os
+import re
 import sys
 
 from bert_jax import cli
@@ -101,6 +102,11 @@ def _check_paths(args) -> None:
     if path and not os.path.isfile(path):
       raise UserError(f"--{flag}={path}: " + ("a directory; expected a file" if os.path.isdir(path)
                                                 else "no such file"))
+  for pattern in (x for x in (getattr(args, "ignore", "") or "").split(",") if x):
+    try:
+      re.compile(pattern)
+    except re.error as e:   # was a re.error traceback from inside the importer
+      raise UserError(f"--ignore: {pattern!r} is not a regular expression ({e})") from None
   for flag in ("num_sequences", "max_seq_length", "batch_size"):
     value = getattr(args, flag, None)
     if value is not None and value < 1:

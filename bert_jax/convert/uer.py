@@ -191,6 +191,9 @@ def import_uer(input_path: str, config_path: str, output: Optional[str] = None, 
       cfg = json.load(f)
     except json.JSONDecodeError as e:
       raise mapping.ConversionError(f"{config_path}: not valid JSON ({e})") from None
+  if not isinstance(cfg, dict):   # a list or a number was an AttributeError traceback in check_bert_config
+    raise mapping.ConversionError(f"{config_path}: expected a JSON object of UER model settings, got a "
+                                  f"{type(cfg).__name__}")
   check_bert_config(cfg, config_path)    # before reading a possibly large checkpoint
   report = mapping.ConversionReport(source=input_path, fmt="uer")
   state = uer_to_hf_names(read_uer_state_dict(input_path), input_path)

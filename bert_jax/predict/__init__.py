@@ -171,6 +171,8 @@ class FeatureExtractor:
   def __init__(self, model: str, pooling: str = "mean", batch_size: int = 32, max_seq_length: int = 128):
     if pooling not in POOLINGS:
       raise UserError(f"--pooling={pooling!r}; expected one of {', '.join(POOLINGS)}")
+    if int(max_seq_length) < 2:   # 1 was a numpy broadcast ValueError traceback while padding
+      raise UserError(f"--max_seq_length={max_seq_length}; expected >= 2 (a row holds [CLS] and [SEP])")
     self.pre = load_model(model)
     if "bert" not in self.pre.params:
       raise UserError(f"{self.pre.directory}: no encoder parameters (params['bert'])")
