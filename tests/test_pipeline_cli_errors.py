@@ -300,3 +300,17 @@ def test_beam_runner_refuses_flags_that_beam_would_drop(files, extra, message, c
   lines = [line for line in err.splitlines() if line.startswith("error:")]
   assert e.value.code == 2 and len(lines) == 1 and re.search(message, lines[0]), err
   assert not (files / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["utf16.txt", "records_renamed.txt"])
+def test_training_on_a_txt_that_is_not_text_is_a_plan_error(files, name):
+  """Raw-text training read a UTF-16 .txt as one undecodable document ("1 document(s), need 2") and a renamed
+  TFRecord as text (it trained on the decodable fragments)."""
+  from bert_jax.errors import UserError  # pylint: disable=g-import-not-at-top
+  from bert_jax.input_pipeline import data_plan  # pylint: disable=g-import-not-at-top
+  from configs import pretrain as pretrain_config  # pylint: disable=g-import-not-at-top
+  (files / "records_renamed.txt").write_bytes((files / "records.bin").read_bytes())
+  config = pretrain_config.get_config("size=tiny,runlocal")
+  config.data.input_files = str(files / name)
+  with pytest.raises(UserError, match=rf"config\.data\.input_files=.*{name} is (UTF-16 text|binary)"):
+    data_plan.resolve_data_plan(config, str(files / "vocab.txt"), 1)

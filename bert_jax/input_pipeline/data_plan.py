@@ -186,6 +186,8 @@ def _check_input_files(config, pair_mode: str, pack: bool, process_count: int) -
     files = checks.check_input_files(d[key], f"config.data.{key}")
     for message in data_layout_warnings(f"config.data.{key}", files, process_count):
       _log.warning("%s", message)
+    if checks.is_raw_text(files):   # a .txt that is UTF-16 or a renamed TFRecord: not text
+      checks.check_is_text(files, f"config.data.{key}={d[key]!r}")
     if pack or not checks.is_raw_text(files):   # packed rows and records need no pairs from documents
       continue
     need = (2 if pair_mode == "nsp" else 1) * process_count
