@@ -412,7 +412,7 @@ def test_a_failed_save_leaves_the_previous_params_dir_and_best_checkpoint_whole(
     loop.save_best(best, TINY, params, tiny_vocab, {"do_lower_case": True, "step": 2})
   monkeypatch.undo()
   for d in (out, best):
-    got = load_pretrained(d).params
+    _, got, _ = params_dir.load_params_dir(d)      # fake params: load_pretrained would check BertModel shapes
     for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(params)):
       np.testing.assert_array_equal(x, y)
   assert json.load(open(os.path.join(best, "finetune_info.json")))["step"] == 1
