@@ -154,3 +154,18 @@ def test_dev_prediction_files_carry_the_gold_label_and_test_files_keep_their_for
   p = multilabel.write_predictions(str(tmp_path / "m.tsv"), ml, np.array([[1, 0]]), np.array([[0.9, 0.2]]),
                                    ["a", "b"], gold=True)
   assert open(p, encoding="utf-8").read() == "index\tprediction\tprobabilities\tlabel\n0\ta\ta:0.9000 b:0.2000\ta|b\n"
+
+
+def test_an_empty_label_cell_is_unlabelled_in_test_and_a_missing_label_elsewhere(tmp_path):
+  """A test file with an empty label column (a submission template) was 'label not in label set: '''; a dev
+  row with an empty label now says the label is missing."""
+  (tmp_path / "test.tsv").write_text("label\ttext_a\n\t这本书很好\n1\t不好\n", encoding="utf-8")
+  task = get_task("classification", label_list=["0", "1"])
+  es = task.read("test", str(tmp_path))
+  assert [e.label for e in es] == [None, "1"]
+  from bert_jax import input_warnings
+  assert task.evaluate(es, np.array([1, 1])) == {}
+  assert any("1 of 2 rows have no label, so the split is not scored" in w for w in input_warnings.input_warnings())
+  (tmp_path / "dev.tsv").write_text("label\ttext_a\n \t这本书很好\n", encoding="utf-8")
+  with pytest.raises(TaskDataError, match=r"dev.tsv:2: missing label: column 'label' is empty"):
+    task.read("dev", str(tmp_path))

@@ -41,6 +41,7 @@ from bert_jax.evaluation import glue as glue_eval
 from bert_jax.finetune.tasks import common
 from bert_jax.finetune.tasks.base import Task, labelled_weights, require_training_labels, softmax_sums
 from bert_jax.input_pipeline import fileio, tokenization
+from bert_jax.input_warnings import warn_input
 from bert_jax.models import heads
 
 Column = Union[int, str]
@@ -226,6 +227,11 @@ def read_classification_file(path: str, fmt: ClassificationFormat, split: str = 
     if not text_a.strip():
       bad(path, line, "empty text", f"column {fmt.text_a!r} is empty")
       continue
+    if label is not None and not str(label).strip():
+      if labels_required:
+        bad(path, line, "missing label", f"column {fmt.label!r} is empty")
+        continue
+      label = None          # a test file's empty label column: an unlabelled row
     if label is not None:
       label = str(label).strip()
       if fmt.is_regression:
@@ -377,7 +383,11 @@ class SequenceTask(Task):
     return np.argmax(logits, axis=-1).astype(np.int32)
 
   def _gold(self, example_set):
-    if any(e.label is None for e in example_set):
+    missing = sum(e.label is None for e in example_set)
+    if missing:
+      if missing < len(example_set):   # partly labelled: not scored, and said so (it looked like a test set)
+        warn_input(f"{getattr(example_set, 'source', 'examples')}: {missing} of {len(example_set)} rows have no "
+                   "label, so the split is not scored; label every row to score it")
       return None
     if self.is_regression:
       return np.array([float(e.label) for e in example_set])
