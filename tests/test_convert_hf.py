@@ -461,3 +461,15 @@ def test_an_ignore_pattern_that_is_not_a_regex_is_a_user_error(tmp_path):
   from bert_jax.errors import UserError
   with pytest.raises(UserError, match=r"--ignore: '\(\[' is not a regular expression"):
     convert_main(["import-hf", f"--input={tmp_path}", f"--output={tmp_path / 'out'}", "--ignore=^cls,(["])
+
+
+def test_a_vocab_without_berts_special_tokens_is_refused_at_import(tmp_path):
+  """--vocab naming a file that is no BERT vocab (here a JSON list) was written into the converted directory,
+  which then failed in fine-tuning and predict; the import refuses it naming the missing tokens."""
+  from bert_jax.convert.mapping import ConversionError, ConversionReport, check_vocab_size
+  from bert_jax.models import BertConfig
+  bad = tmp_path / "list.json"
+  bad.write_text("[1, 2]\n")
+  cfg = BertConfig(vocab_size=16, hidden_size=8, num_hidden_layers=1, num_attention_heads=1, intermediate_size=16)
+  with pytest.raises(ConversionError, match=r"list.json lacks the special token\(s\).*\[CLS\].*pass --vocab=PATH"):
+    check_vocab_size(str(bad), 1, cfg, "config.json", ConversionReport(source="x", fmt="hf"))

@@ -37,6 +37,7 @@ from flax import traverse_util
 from bert_jax.models import BertForPreTraining, dummy_inputs
 from bert_jax.models import layers
 from bert_jax.models.config import BertConfig
+from bert_jax.input_pipeline import tokenization
 from bert_jax.pretrained import params_dir
 
 FORMATS = ("google", "hf")
@@ -297,6 +298,12 @@ def check_vocab_size(vocab_file: str, n_vocab: int, config: BertConfig, config_n
   if n_vocab > config.vocab_size:
     raise ConversionError(f"{vocab_file} has {n_vocab} lines but {config_name} says vocab_size="
                           f"{config.vocab_size}: token ids would overflow the embedding table")
+  # A file that is no BERT vocab (a JSON file passed as --vocab, a vocab without [CLS]/[SEP]/[MASK]) was written
+  # out, and the converted directory failed only later, in fine-tuning or predict.
+  try:
+    tokenization.load_vocab(vocab_file)
+  except ValueError as e:
+    raise ConversionError(f"{e} (is it this model's vocab? pass --vocab=PATH)") from None
   if n_vocab < config.vocab_size:
     report.notes.append(f"vocab.txt has {n_vocab} tokens for vocab_size={config.vocab_size} (padded table)")
 
