@@ -498,3 +498,25 @@ def test_a_bert_imported_over_an_english_albert_directory_does_not_keep_its_sent
   assert not (out / "tokenizer.json").exists()
   tok = tokenization.load_tokenizer(str(out / "vocab.txt"))
   assert not isinstance(tok, tokenization.SentencePieceTokenizer) and tok.tokenize("the cat") == ["the", "cat"]
+
+
+def test_an_export_over_an_english_albert_export_drops_its_tokenizer_json(tmp_path):
+  """write_folder into a folder that held an English-ALBERT export left its SentencePiece tokenizer.json,
+  which transformers' AutoTokenizer prefers over the new vocab.txt; no temp files stay behind."""
+  from bert_jax.convert import hf
+  src = tmp_path / "spm"
+  _albert_sentencepiece(str(src))
+  tj = json.loads((src / "tokenizer.json").read_text())
+  (src / "vocab.txt").write_text("".join(p[0] + "\n" for p in tj["model"]["vocab"])
+                                 .replace("<pad>\n", "[PAD]\n", 1).replace("<unk>\n", "[UNK]\n", 1))
+  out = tmp_path / "hf_out"
+  arrays = {"w": np.zeros((2, 2), np.float32)}
+  hf.write_folder(str(out), arrays, {"model_type": "albert"}, str(src / "vocab.txt"), True, 64)
+  assert (out / "tokenizer.json").exists()
+  wp = tmp_path / "wp"
+  wp.mkdir()
+  (wp / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\n")
+  hf.write_folder(str(out), arrays, {"model_type": "bert"}, str(wp / "vocab.txt"), True, 64)
+  assert not (out / "tokenizer.json").exists()
+  assert sorted(os.listdir(out)) == ["config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt"]
+  assert json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"] == "BertTokenizer"

@@ -20,6 +20,7 @@ from bert_jax.convert.hf import import_hf, write_hf
 from bert_jax.convert.mapping import ConversionError
 from bert_jax.convert.uer import import_uer
 from bert_jax.errors import UserError
+from bert_jax.input_pipeline import fileio
 from bert_jax.pretrained import zoo
 from bert_jax.pretrained.load import load_pretrained
 
@@ -203,10 +204,8 @@ def main(argv=None) -> int:
                                    masked_lm_prob=args.masked_lm_prob, seed=args.seed,
                                    batch_size=args.batch_size)
       print(rank.format_table(rows))
-      if args.output_json:
-        with open(args.output_json, "w", encoding="utf-8") as f:
-          json.dump(rows, f, indent=2)
-          f.write("\n")
+      if args.output_json:   # temp + fsync + rename: a reader never sees half a table
+        fileio.write_text_atomic(args.output_json, json.dumps(rows, indent=2) + "\n")
   except (ConversionError, FileNotFoundError, NotADirectoryError, IsADirectoryError, FileExistsError,
           PermissionError, ValueError) as err:
     # A missing or malformed input: one `error:` line and exit 2 via cli.run_plain_main (--verbose: the

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import tempfile
 from typing import Dict, Optional, Sequence
 
@@ -399,24 +398,37 @@ def write_folder(output: str, arrays: Dict[str, np.ndarray], config_dict: dict, 
   """model.safetensors, config.json, vocab.txt and tokenizer_config.json of a Hugging Face folder; with a
   SentencePiece tokenizer.json beside the vocab (tokenization.sentencepiece_json: the English ALBERTs), that
   file too, and `sentencepiece_class` with SentencePiece's <unk>/<pad> as the tokenizer class."""
+  # Every file through a temp name, fsync and rename (a crash leaves the old file or the new one, never half).
   os.makedirs(output, exist_ok=True)
   weights = os.path.join(output, "model.safetensors")
-  save_file(arrays, weights, metadata={"format": "pt"})
-  umask = os.umask(0)
-  os.umask(umask)
-  os.chmod(weights, 0o666 & ~umask)     # safetensors creates the file 0600; make it like the other files
-  with open(os.path.join(output, "config.json"), "w", encoding="utf-8") as f:
-    json.dump(config_dict, f, indent=2)
-    f.write("\n")
-  shutil.copyfile(vocab_file, os.path.join(output, "vocab.txt"))
+  tmp = f"{weights}.tmp{os.getpid()}"
+  try:
+    save_file(arrays, tmp, metadata={"format": "pt"})
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)     # safetensors creates the file 0600; make it like the other files
+    with open(tmp, "rb") as f:
+      os.fsync(f.fileno())
+    os.replace(tmp, weights)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+  params_dir.write_bytes_atomic(os.path.join(output, "config.json"),
+                                (json.dumps(config_dict, indent=2) + "\n").encode("utf-8"))
+  with open(vocab_file, "rb") as f:
+    params_dir.write_bytes_atomic(os.path.join(output, "vocab.txt"), f.read())
   if do_lower_case is None:
     do_lower_case = params_dir.guess_do_lower_case(vocab_file)
   tc = {"tokenizer_class": tokenizer_class, "do_lower_case": bool(do_lower_case),
         "model_max_length": model_max_length}
   spm = tokenization.sentencepiece_json(vocab_file)
+  tok_json = os.path.join(output, tokenization.TOKENIZER_JSON)
   if spm:
-    shutil.copyfile(spm, os.path.join(output, tokenization.TOKENIZER_JSON))
+    with open(spm, "rb") as f:
+      params_dir.write_bytes_atomic(tok_json, f.read())
     tc.update(tokenizer_class=sentencepiece_class, unk_token="<unk>", pad_token="<pad>")
-  with open(os.path.join(output, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-    json.dump(tc, f, indent=2)
-    f.write("\n")
+  elif os.path.exists(tok_json) and tokenization.sentencepiece_json(os.path.join(output, "vocab.txt")):
+    # an earlier English-ALBERT export into this folder: transformers would tokenize with its tokenizer.json
+    os.remove(tok_json)
+  params_dir.write_bytes_atomic(os.path.join(output, "tokenizer_config.json"),
+                                (json.dumps(tc, indent=2) + "\n").encode("utf-8"))
