@@ -1,5 +1,6 @@
 """Model tests: parameter counts, a NumPy reference forward pass, masking, layouts, dtypes, TF-free import."""
 
+import os
 import subprocess
 import sys
 
@@ -249,6 +250,9 @@ def test_google_and_hf_json_configs_round_trip(tmp_path):
   cfg.to_google_json(str(path))
   back = BertConfig.from_google_json(str(path))
   assert back.to_google_dict() == cfg.to_google_dict()
+  cfg.to_json_file(str(tmp_path / "ours.json"))   # written atomically: no temp file stays beside it
+  assert BertConfig.from_json_file(str(tmp_path / "ours.json")) == cfg
+  assert sorted(os.listdir(tmp_path)) == ["bert_config.json", "ours.json"]
   (tmp_path / "bad.json").write_text('{"hidden_size": 8}')
   with pytest.raises(ValueError, match="bad.json.*vocab_size"):
     BertConfig.from_json_file(str(tmp_path / "bad.json"))
