@@ -51,6 +51,7 @@ CASES = [
     ({"masking_strategy": "span", "span_geo_p": "0"}, "^error: --span_geo_p=0.0; expected 0 < p <= 1"),
     ({"masking_strategy": "span", "span_max_length": "0"}, "^error: --span_max_length=0; expected an integer"),
     ({"input_file": "one_doc.txt"}, "a blank line separates documents, or use --pair_mode=sop"),
+    ({"input_file": "a_dir"}, r"--input_file: '.*a_dir' is a directory; expected files or a glob such as '.*a_dir/\*\.txt'"),
     ({"input_file": "records.tfrecord"}, "records.tfrecord is a TFRecord file; expected raw text"),
     ({"input_file": "records.bin"}, r"records.bin is binary \(a TFRecord file\?\), not UTF-8 text"),
     ({"input_file": "utf16.txt"}, "utf16.txt is UTF-16 text, not UTF-8 text"),

@@ -49,6 +49,10 @@ def expand_globs(patterns: Union[str, Sequence[str]]) -> List[str]:
   seen = set()
   out = [f for f in files if not (f in seen or seen.add(f))]
   if not out:
+    dirs = [p.strip() for p in patterns if p.strip() and fileio.isdir(p.strip())]
+    if dirs:   # a folder given where files are expected: say so, with the glob that was probably meant
+      raise FileNotFoundError(f"{dirs[0]!r} is a directory; expected files or a glob such as "
+                              f"{fileio.join(dirs[0], '*.txt')!r}")
     raise FileNotFoundError(f"no input files in {list(patterns)!r}")
   return out
 
