@@ -15,6 +15,7 @@ This module imports from bert_jax only the leaves `errors` and `input_warnings`,
 layer may use it, and ml_collections only inside `config_flags_of`, so importing it needs only absl.
 """
 
+import argparse
 import difflib
 import re
 import sys
@@ -26,6 +27,18 @@ from absl import flags
 
 from bert_jax import input_warnings
 from bert_jax.errors import Interrupted, UserError
+
+
+class ArgumentParser(argparse.ArgumentParser):
+  """argparse for an entry point run by `run_plain_main`: a bad flag (unknown, missing, wrong type, not a
+  choice) raises UserError, so the user sees one `error: --flag ...` line and exit 2 instead of argparse's
+  usage block; `parser.fail(message)` does the same for the entry point's own checks of the values."""
+
+  def error(self, message: str):
+    raise UserError(f"{message} (--help lists the flags)")
+
+  def fail(self, message: str):
+    raise UserError(message)
 
 
 def _print_error(message: str) -> None:

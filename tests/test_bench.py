@@ -2,15 +2,22 @@
 consistent figures; the memory table's search finds the largest batch with few probes."""
 
 import json
+import os
+import re
+import subprocess
+import sys
 import types
 
 import jax
 import pytest
 
 from bert_jax.bench import __main__ as bench
+from bert_jax.errors import UserError
 from bert_jax.bench.__main__ import largest_batch, main, memory_table, synthetic_batch
 from bert_jax.models import BertConfig
 from bert_jax.training import flops
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _json_lines(out):
@@ -114,3 +121,29 @@ def test_is_out_of_memory_recognises_xla_and_torch_messages():
   assert bench.is_out_of_memory(RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate"))
   assert bench.is_out_of_memory(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
   assert not bench.is_out_of_memory(ValueError("shapes do not match"))
+
+
+@pytest.mark.parametrize("flag, named", [
+    ("--size=huge", "--size='huge': unknown size 'huge'"),
+    ("--seq_len=abc", "--seq_len='abc'"), ("--seq_len=1", "--seq_len='1'"), ("--seq_len=1024", "512 positions"),
+    ("--batch_size=x", "--batch_size='x'"), ("--batch_size=0", "--batch_size='0'"),
+    ("--steps=0", "--steps=0"), ("--num_predictions=40", "--num_predictions=40"),
+    ("--mesh=1,2", "--mesh='1,2'"), ("--mesh=3,1,1", "--mesh='3,1,1'"),
+    ("--remat_policy=bogus", "--remat_policy='bogus'"), ("--prng_impl=bogus", "--prng_impl"),
+    ("--attention_impl=foo", "--attention_impl='foo'"), ("--attention_impl=,", "--attention_impl=','"),
+    ("--dtype=fp8", "--dtype"),
+])
+def test_a_bad_flag_value_is_a_user_error_naming_it_before_any_compile(flag, named, monkeypatch):
+  # each of these used to end in a traceback, or in a "failed" row per path (exit 1) after the matmul peak
+  monkeypatch.setattr(bench, "measure_matmul_peak", lambda dtype: pytest.fail("checked after the work began"))
+  with pytest.raises(UserError, match=re.escape(named)):
+    main(["--size=tiny", "--seq_len=16", "--batch_size=8", "--vocab_size=100", flag])
+
+
+def test_bench_entry_point_prints_one_error_line_and_exits_2():
+  proc = subprocess.run([sys.executable, "-m", "bert_jax.bench", "--size=huge"], capture_output=True, text=True,
+                        cwd=ROOT, timeout=300)
+  assert proc.returncode == 2, proc.stderr
+  assert proc.stderr.strip().splitlines() == [
+      "error: --size='huge': unknown size 'huge'; expected a comma-separated list of "
+      "('tiny', 'mini', 'small', 'medium', 'base', 'large')"], proc.stderr

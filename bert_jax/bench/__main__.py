@@ -36,9 +36,12 @@ from typing import Callable, List, Tuple
 import jax
 import numpy as np
 
+from bert_jax import cli
 from bert_jax.bench import hf_baseline
 from bert_jax.bench.flops import measure_matmul_peak
+from bert_jax.errors import UserError
 from bert_jax.models import BertConfig, BertForPreTraining, attention
+from bert_jax.models.config import REMAT_POLICIES, SIZES
 from bert_jax.training import flops, optimizers, sharding
 from bert_jax.training.plan import OptimizerSettings, StepSettings
 from bert_jax.training.train_step import abstract_train_state, create_train_state, make_train_step
@@ -85,7 +88,9 @@ def attention_paths(spec: str, platform: str) -> List[str]:
   paths = [p.strip() for p in spec.split(",") if p.strip()]
   for p in paths:
     if p not in attention.IMPLS:
-      raise SystemExit(f"error: --attention_impl={p!r}; expected all or some of {attention.IMPLS}")
+      raise UserError(f"--attention_impl={p!r}; expected all or a comma-separated list of {attention.IMPLS}")
+  if not paths:
+    raise UserError(f"--attention_impl={spec!r}; expected all or a comma-separated list of {attention.IMPLS}")
   return paths
 
 
@@ -306,8 +311,59 @@ def memory_table(args, fits_factory=None) -> List[dict]:
   return rows
 
 
+def _int_list(p: cli.ArgumentParser, flag: str, text: str, lo: int) -> List[int]:
+  try:
+    values = [int(x) for x in str(text).split(",") if x.strip()]
+  except ValueError:
+    values = []
+  if not values or min(values) < lo:
+    p.fail(f"--{flag}={text!r}; expected a comma-separated list of integers >= {lo}")
+  return values
+
+
+def check_args(p: cli.ArgumentParser, args) -> None:
+  """Every flag value checked before any compilation: a mistake is one `error: --flag=...` line (exit 2)."""
+  sizes = [s.strip() for s in args.size.split(",")]
+  bad = [s for s in sizes if s not in SIZES]
+  if bad:
+    p.fail(f"--size={args.size!r}: unknown size {bad[0]!r}; expected a comma-separated list of {tuple(SIZES)}")
+  args.size = ",".join(sizes)
+  max_len = min(BertConfig.from_size(s).max_position_embeddings for s in sizes)
+  for seq_len in _int_list(p, "seq_len", args.seq_len, 3):   # [CLS] x [SEP]: one maskable token at least
+    if seq_len > max_len:
+      p.fail(f"--seq_len={args.seq_len!r}: {seq_len} is longer than the model's {max_len} positions")
+    if args.num_predictions > seq_len - 2:
+      p.fail(f"--num_predictions={args.num_predictions}: more than the {seq_len - 2} maskable positions of "
+             f"--seq_len={seq_len}")
+  if not args.memory_table:
+    _int_list(p, "batch_size", args.batch_size, 1)
+  for flag, lo in (("steps", 1), ("warmup", 0), ("num_predictions", 0), ("vocab_size", 6), ("batch_start", 1),
+                   ("batch_limit", 1), ("batch_multiple", 1)):
+    if getattr(args, flag) < lo:
+      p.fail(f"--{flag}={getattr(args, flag)}; expected an integer >= {lo}")
+  if args.memory_gib <= 0:
+    p.fail(f"--memory_gib={args.memory_gib}; expected a number > 0")
+  if args.remat_policy not in REMAT_POLICIES:
+    p.fail(f"--remat_policy={args.remat_policy!r}; expected one of {REMAT_POLICIES}")
+  try:
+    mesh = tuple(int(x) for x in args.mesh.split(","))
+  except ValueError:
+    mesh = ()
+  if len(mesh) != 3 or any(d == 0 or d < -1 for d in mesh) or mesh.count(-1) > 1:
+    p.fail(f"--mesh={args.mesh!r}; expected data,fsdp,tensor: three positive integers, one of them may be -1")
+  try:
+    sharding.make_mesh(mesh)
+  except ValueError as e:
+    p.fail(f"--mesh={args.mesh!r}: {e}")
+  attention_paths(args.attention_impl, jax.default_backend())
+
+
+PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
+REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "minimal")
+
+
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--size", default="base", help="comma-separated sizes (tiny..large)")
   p.add_argument("--seq_len", default="128", help="comma-separated sequence lengths")
   p.add_argument("--batch_size", default="256", help="comma-separated global batch sizes")
@@ -324,7 +380,7 @@ def main(argv=None) -> int:
   p.add_argument("--warmup", type=int, default=2)
   p.add_argument("--compare_hf", action="store_true", help="also time HF BertForPreTraining (PyTorch)")
   p.add_argument("--compile_hf", action="store_true", help="also time HF with torch.compile")
-  p.add_argument("--prng_impl", default="unsafe_rbg",
+  p.add_argument("--prng_impl", default="unsafe_rbg", choices=PRNG_IMPLS,
                  help="dropout PRNG: threefry2x32 (JAX default) | rbg | unsafe_rbg (much cheaper dropout masks)")
   p.add_argument("--memory_table", action="store_true", help="largest batch per size, length and path")
   p.add_argument("--probe", default="", choices=("", "run", "analysis"),
@@ -335,6 +391,7 @@ def main(argv=None) -> int:
   p.add_argument("--batch_multiple", type=int, default=8, help="memory table: batch granularity")
   p.add_argument("--memory_gib", type=float, default=139.0, help="memory per device for --probe=analysis")
   args = p.parse_args(argv)
+  check_args(p, args)
   previous_impl = jax.config.jax_default_prng_impl
   jax.config.update("jax_default_prng_impl", args.prng_impl)
   try:   # restore the process-wide PRNG setting: main() may be called from a notebook or a test
@@ -372,4 +429,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run_plain_main(main)   # a UserError: one `error:` line, exit 2 (--verbose: traceback)
