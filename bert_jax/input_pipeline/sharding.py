@@ -19,6 +19,7 @@ the shards ran in, so the output is the same for 1, 2 or 96 workers and on Beam.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import logging
 import os
@@ -236,8 +237,9 @@ def plan_run(input_files, output_files: Sequence[str], vocab_file: str, cfg,
   flags = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "tokenizer_backend"}
   flags.update(shard_size=int(shard_bytes), files_per_shard=int(files_per_shard),
                output_file=[relative(f, directory) for f in output_files])
-  data = manifest.new(flags, manifest.vocab_sha256(vocab_file),
-                      [manifest.input_fingerprint(f, n) for f, n in zip(files, sizes)], len(shards))
+  with concurrent.futures.ThreadPoolExecutor(16) as pool:   # object stores: one round trip each, overlapped
+    fingerprints = list(pool.map(manifest.input_fingerprint, files, sizes))
+  data = manifest.new(flags, manifest.vocab_sha256(vocab_file), fingerprints, len(shards))
   with manifest.locked(directory):   # a concurrent run into this directory claims its manifest after us
     old = manifest.load(path)
     if old is not None and manifest.is_other_run(old, data):
