@@ -520,3 +520,24 @@ def test_an_export_over_an_english_albert_export_drops_its_tokenizer_json(tmp_pa
   assert not (out / "tokenizer.json").exists()
   assert sorted(os.listdir(out)) == ["config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt"]
   assert json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"] == "BertTokenizer"
+
+
+def test_hf_albert_folder_with_only_spiece_model_imports_with_its_tokenizer(tmp_path):
+  """AlbertTokenizer (slow) folders hold spiece.model and no tokenizer.json: 'an spiece.model alone is not read'
+  stopped the import; it is now read as the TF checkpoints' 30k-clean.model is."""
+  from bert_jax.input_pipeline import tokenization
+  from tokenizers import Tokenizer
+  ref_dir = tmp_path / "ref"
+  n = _albert_sentencepiece(str(ref_dir))
+  hf_dir = tmp_path / "albert-slow"
+  torch.manual_seed(0)
+  config = transformers.AlbertConfig(vocab_size=n, embedding_size=16, hidden_size=32, num_hidden_layers=1,
+                                     num_attention_heads=4, intermediate_size=37, max_position_embeddings=64)
+  transformers.AlbertForMaskedLM(config).save_pretrained(str(hf_dir))
+  _write_spm_model(str(hf_dir / "spiece.model"), str(ref_dir / "tokenizer.json"))
+  assert convert_main(["import-hf", f"--input={hf_dir}", f"--output={tmp_path / 'ours'}"]) == 0
+  tok = tokenization.load_tokenizer(str(tmp_path / "ours" / "vocab.txt"))
+  assert isinstance(tok, tokenization.SentencePieceTokenizer)
+  want = Tokenizer.from_file(str(ref_dir / "tokenizer.json"))
+  text = "The quick brown fox plays the guitar."
+  assert tok.encode(text) == want.encode(text, add_special_tokens=False).ids

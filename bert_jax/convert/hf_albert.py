@@ -41,7 +41,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from bert_jax.convert import hf, mapping
+from bert_jax.convert import hf, mapping, spm_model
 from bert_jax.convert.mapping import ConversionError, Entry, _dense, _ln
 from bert_jax.models.config import BertConfig
 from bert_jax.pretrained import params_dir
@@ -211,6 +211,16 @@ def _write_vocab_from_unigram(tokenizer_json: str, out_path: str) -> bool:
   return True
 
 
+def _tokenizer_config_lower(folder: str) -> bool:
+  """tokenizer_config.json's do_lower_case (AlbertTokenizer's default, True, when absent or unreadable)."""
+  try:
+    with open(os.path.join(folder, "tokenizer_config.json"), encoding="utf-8") as f:
+      value = json.load(f).get("do_lower_case", True)
+  except (OSError, ValueError, AttributeError):
+    return True
+  return value if isinstance(value, bool) else True
+
+
 def import_hf_albert(folder: str, output: Optional[str] = None, vocab_file: Optional[str] = None,
                      do_lower_case: Optional[bool] = None, ignore: Sequence[str] = (), seed: int = 0):
   """Converts a Hugging Face ALBERT folder. Returns (config, params, report); writes `output` when given.
@@ -232,12 +242,19 @@ def import_hf_albert(folder: str, output: Optional[str] = None, vocab_file: Opti
     vocab_file = os.path.join(folder, "vocab.txt")
     if not os.path.exists(vocab_file):
       tok_json = os.path.join(folder, "tokenizer.json")
-      if not os.path.exists(tok_json):
-        raise FileNotFoundError(f"{folder}: no vocab.txt or tokenizer.json (an spiece.model alone is not read); "
-                                "pass --vocab=PATH")
+      spiece = os.path.join(folder, "spiece.model")
+      if not os.path.exists(tok_json) and not os.path.exists(spiece):
+        raise FileNotFoundError(f"{folder}: no vocab.txt, tokenizer.json or spiece.model; pass --vocab=PATH")
       tmp_dir = tempfile.mkdtemp(prefix="albert_vocab_")
       vocab_file = os.path.join(tmp_dir, "vocab.txt")
-      if _write_vocab_from_unigram(tok_json, vocab_file):
+      if not os.path.exists(tok_json):
+        # AlbertTokenizer's (slow) folders hold spiece.model alone: read as AlbertConverter reads it (spm_model)
+        lower = _tokenizer_config_lower(folder) if do_lower_case is None else bool(do_lower_case)
+        vocab_file, n = spm_model.write_vocab_and_tokenizer(spiece, tmp_dir, lower)
+        do_lower_case = lower
+        report.notes.append(f"tokenizer: SentencePiece model {spiece} ({n} pieces) written as vocab.txt + "
+                            f"tokenizer.json (do_lower_case={lower})")
+      elif _write_vocab_from_unigram(tok_json, vocab_file):
         # beside the pieces, the model that segments text into them: copy_vocab carries both to `output`
         shutil.copyfile(tok_json, os.path.join(tmp_dir, "tokenizer.json"))
         report.notes.append("vocab.txt written from tokenizer.json's SentencePiece (Unigram) pieces, in id "
