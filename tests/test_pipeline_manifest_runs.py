@@ -155,6 +155,12 @@ def test_an_input_edited_in_place_at_the_same_size_is_noticed_on_resume(parts, c
   src.write_text(text)                                              # the original content back
   os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
   assert _exit_code(parts, "part_a.txt", "a.tfrecord") == 0
+  # Copied or touched: a new mtime over the same bytes resumes, with a warning naming the file.
+  capsys.readouterr()
+  os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+  assert _exit_code(parts, "part_a.txt", "a.tfrecord") == 0
+  err = capsys.readouterr().err
+  assert "part_a.txt: mtime changed" in err and "resuming with the shards already written" in err, err
 
 
 def test_a_manifest_of_the_older_format_still_resumes(parts):

@@ -11,7 +11,8 @@ Written by `create_pretraining_data` (atomically, after every finished shard) an
   - a rerun into the same directory: the shards listed (whose files are still there, at their sizes) are
     skipped, so a killed 4-hour job resumes; a run with other flags, inputs or vocab is refused, naming the
     first difference (`check_compatible`). An input is its path, size, mtime and a hash of its first and last
-    64 KiB (`input_fingerprint`), so a file edited in place at the same size is noticed too. A run with other --output_file names (none shared) and the same
+    64 KiB (`input_fingerprint`), so a file edited in place at the same size is noticed too (only
+    a new mtime, with the same size and head/tail bytes, is a warning: a copied or touched corpus resumes). A run with other --output_file names (none shared) and the same
     flags and vocab is another run (Google's one invocation per input shard into one directory): it keeps
     its own `NAME.manifest.json` (NAME: its first output file's base name);
   - the training input pipeline (`record_counts`): the number of records per file, so a resume at step k
@@ -40,6 +41,7 @@ except ImportError:   # not POSIX: no lock
   fcntl = None
 
 from bert_jax import __version__
+from bert_jax import input_warnings
 from bert_jax.errors import UserError
 from bert_jax.input_pipeline import fileio
 
@@ -214,8 +216,17 @@ def inputs_difference(old_inputs: Sequence[Sequence], new_inputs: Sequence[Seque
       return f"{p} was {a[1]:,} bytes, now {b[1]:,}"
     if len(a) > 2 and len(b) > 2 and a[2] != b[2]:
       same = len(a) > 3 and len(b) > 3 and a[3] == b[3]
-      return (f"{p} was modified since (mtime {_when(a[2])} -> {_when(b[2])}, same size"
-              + (", its first and last 64 KiB unchanged" if same else ", its content differs") + ")")
+      if same:
+        # Copied or touched (a new machine, `gsutil cp`, a restored backup): same size and head/tail bytes.
+        # Refusing would strand a resume on an unchanged corpus; an edit in the middle that kept the size
+        # exactly is the rarer case, so it is a warning that says how to rebuild.
+        input_warnings.warn_input(
+            f"{p}: mtime changed ({_when(a[2])} -> {_when(b[2])}) but its size and first and last 64 KiB "
+            "did not; resuming with the shards already written (delete the output directory to rebuild "
+            "them if the file's content changed)")
+        continue
+      return (f"{p} was modified since (mtime {_when(a[2])} -> {_when(b[2])}, same size, its content "
+              "differs)")
     if len(a) > 3 and len(b) > 3 and a[3] != b[3]:
       return f"{p} changed since (same size and mtime, its first and last 64 KiB differ)"
   if [x[0] for x in old_inputs] != [x[0] for x in new_inputs]:
