@@ -32,3 +32,15 @@ def tiny_vocab(tmp_path):
       lines.append(t)
   path.write_text("\n".join(lines) + "\n", encoding="utf-8")
   return str(path)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_input_warnings():
+  """Input warnings and --strict are process-wide (the entry points repeat the warnings at exit): each test
+  starts with none and strict off, so one test's warnings never show up in another's output."""
+  from bert_jax import input_warnings
+  input_warnings.clear_input_warnings()
+  input_warnings.set_strict(False)
+  yield
+  input_warnings.clear_input_warnings()
+  input_warnings.set_strict(False)
