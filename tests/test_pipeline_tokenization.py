@@ -301,14 +301,15 @@ def test_build_vocab_never_writes_more_than_vocab_size(tmp_path, backend, capsys
 
 
 def test_a_vocab_with_duplicate_tokens_is_an_input_warning(tmp_path):
-  """A duplicate line was dropped without a word (its id is never produced; Google's loader maps the token
-  to the last line instead of the first)."""
+  """A duplicate line was dropped without a word, and the token took its first line's id; Google's and
+  Hugging Face's loaders map it to the last line, the id a checkpoint trained with that vocab used."""
   from bert_jax import input_warnings  # pylint: disable=g-import-not-at-top
   path = tmp_path / "vocab.txt"
   path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncat\nthe\n\ndog\n")
   input_warnings.clear_input_warnings()
   vocab = tokenization.load_vocab(str(path))
-  assert vocab["the"] == 5 and vocab["dog"] == 9
+  assert vocab["the"] == 7 and vocab["cat"] == 6 and vocab["dog"] == 9
+  assert tokenization.FullTokenizer(str(path)).convert_tokens_to_ids(["the"]) == [7]
   got = input_warnings.input_warnings()
   assert len(got) == 1 and "1 duplicate token(s) (first: 'the' on lines 6 and 8)" in got[0], got
   input_warnings.clear_input_warnings()

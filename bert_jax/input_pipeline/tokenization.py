@@ -179,15 +179,16 @@ def load_vocab(vocab_file: str, required: Sequence[str] = SPECIAL_TOKENS) -> "co
     if not token:
       # Google's loader keeps the id slot of a blank line; keep ids aligned with line numbers.
       continue
-    if token not in vocab:
-      vocab[token] = index
-    else:
+    if token in vocab:
       duplicates.append((token, vocab[token] + 1, index + 1))
-  if duplicates:   # said, not silently dropped: the later lines' ids are never produced
+    # The last line wins, as in Google's and Hugging Face's loaders: a checkpoint trained with this vocab saw
+    # that id for the token, so importing one keeps its ids (the earlier lines' ids are never produced).
+    vocab[token] = index
+  if duplicates:   # said, not silently dropped
     token, first, again = duplicates[0]
     input_warnings.warn_input(
         f"vocab file {vocab_file}: {len(duplicates)} duplicate token(s) (first: {token!r} on lines {first} and "
-        f"{again}); each maps to the id of its first line (Google's and Hugging Face's loaders take the last)")
+        f"{again}); each maps to the id of its last line, as Google's and Hugging Face's loaders do")
   if not vocab:
     raise ValueError(f"vocab file {vocab_file} is empty")
   missing = [t for t in required if t not in vocab]
