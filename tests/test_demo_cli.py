@@ -1,0 +1,53 @@
+"""`python demo.py` checks its flags and its work dir before building any data: a mistake is one `error:` line
+naming the flag and exit 2, not a traceback minutes later (e.g. an unknown --corpora failed at pre-training,
+after the data and the baselines)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bert_jax.errors import UserError
+from experiments import demo
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--corpora=wiki"], "--corpora='wiki': unknown corpus 'wiki'; expected a comma-separated list of news, reviews"),
+    (["--corpora=,"], "--corpora=','"),
+    (["--pretrain_steps=0"], "--pretrain_steps=0"),
+    (["--sentiment_steps=0"], "--sentiment_steps=0"),
+    (["--ner_steps=-5"], "--ner_steps=-5"),
+    (["--pretrain_steps=abc"], "--pretrain_steps: invalid int value: 'abc'"),
+    (["--no_such_flag"], "unrecognized arguments: --no_such_flag"),
+])
+def test_a_bad_flag_is_a_user_error_naming_it(tmp_path, flags, named):
+  with pytest.raises(UserError, match=named.replace("(", r"\(").replace(")", r"\)")):
+    demo.parse_args([f"--workdir={tmp_path}", *flags])
+
+
+def test_good_flags_parse(tmp_path):
+  args = demo.parse_args([f"--workdir={tmp_path}", "--corpora=reviews", "--sentiment_steps=-1", "--ner_steps=3"])
+  assert args.corpora == "reviews" and args.sentiment_steps == -1 and args.ner_steps == 3
+
+
+def test_a_workdir_that_is_a_file_is_one_error_line_and_exit_2(tmp_path):
+  (tmp_path / "a_file").write_text("x")
+  for workdir, named in ((tmp_path / "a_file", "exists and is not a directory"),
+                         (tmp_path / "a_file" / "out", "cannot write there")):
+    proc = subprocess.run([sys.executable, "demo.py", f"--workdir={workdir}", "--quick"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: --workdir={workdir}") and named in lines[0], lines
+    assert "[1/5]" not in proc.stdout          # nothing was built
+
+
+def test_an_unknown_corpus_stops_before_the_data_stage(tmp_path):
+  proc = subprocess.run([sys.executable, "demo.py", f"--workdir={tmp_path / 'out'}", "--corpora=wiki"], cwd=ROOT,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+      "error: --corpora='wiki': unknown corpus 'wiki'; expected a comma-separated list of news, reviews"], proc.stderr
+  assert not (tmp_path / "out").exists()
