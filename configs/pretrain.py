@@ -95,6 +95,8 @@ def get_config(arg=None):
   config.electra = ml_collections.ConfigDict()
   config.electra.generator_hidden_fraction = 0.25  # generator width / discriminator width (paper: 1/4 - 1/2)
   config.electra.generator_num_layers = -1         # generator depth; -1 = the discriminator's (the paper's)
+  config.electra.generator_num_attention_heads = -1  # -1: generator width / 64 (google-research/electra's head
+                                                   # size); an imported generator with other heads names its count
   config.electra.disc_weight = 50.0                # lambda: loss = generator MLM + lambda x discriminator BCE
   config.electra.temperature = 1.0                 # generator softmax temperature when sampling replacements
   config.electra.initial_temperature = 1.0         # with temperature_anneal_steps > 0: the temperature at step 0,

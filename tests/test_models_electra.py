@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from bert_jax.models import BertConfig, ElectraForPreTraining, ElectraSettings, dummy_inputs, pretraining_model
+from bert_jax.errors import UserError
 from bert_jax.models import electra, validate_targets
 from bert_jax.training import sharding
 from bert_jax.training import train_step as ts
@@ -421,3 +422,22 @@ def test_the_train_step_hands_the_step_to_the_loss_and_the_sampler_follows_its_t
   hot = [float(disc_loss(jax.random.key(k), jnp.int32(0))) for k in (1, 2, 3)]
   cold = [float(disc_loss(jax.random.key(k), jnp.int32(4))) for k in (1, 2, 3)]
   assert len(set(hot)) > 1 and len(set(cold)) == 1
+
+
+def test_the_generator_head_count_is_a_config_field_the_plan_checks_and_passes_on():
+  """import-tf tells users of an imported generator with other heads to pass
+  --config.electra.generator_num_attention_heads=N: the field exists in the config, is range-checked, and
+  reaches ElectraSettings (and so the generator)."""
+  from bert_jax.training import plan  # pylint: disable=g-import-not-at-top
+  from configs import pretrain as pretrain_config  # pylint: disable=g-import-not-at-top
+  config = pretrain_config.get_config("tiny")
+  assert config.electra.generator_num_attention_heads == -1     # a field --config.electra.* can set
+  config.targets = ("electra",)
+  assert plan._resolve_electra(config, config.targets).generator_num_attention_heads == -1
+  config.electra.generator_num_attention_heads = 4
+  settings = plan._resolve_electra(config, config.targets)
+  assert settings.generator_num_attention_heads == 4
+  assert electra.generator_config(BertConfig.from_size("tiny"), settings).num_attention_heads == 4
+  config.electra.generator_num_attention_heads = 0
+  with pytest.raises(UserError, match="electra.generator_num_attention_heads"):
+    plan._resolve_electra(config, config.targets)

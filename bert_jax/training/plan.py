@@ -243,6 +243,7 @@ def _resolve_electra(config, targets) -> Optional[ElectraSettings]:
     return None
   checks.check_range(config, "electra.generator_hidden_fraction", lo=0, hi=1, lo_open=True)
   checks.check_range(config, "electra.generator_num_layers", lo=1, allow=(-1,), integer=True)
+  checks.check_range(config, "electra.generator_num_attention_heads", lo=1, allow=(-1,), integer=True)
   checks.check_range(config, "electra.disc_weight", lo=0, lo_open=True)
   checks.check_range(config, "electra.temperature", lo=0, lo_open=True)
   checks.check_range(config, "electra.initial_temperature", lo=0, lo_open=True)
