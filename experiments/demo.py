@@ -28,6 +28,7 @@ import time
 
 from bert_jax import cli
 from bert_jax.errors import UserError
+from bert_jax.input_pipeline import fileio
 from experiments import runs
 
 # Full demo budget on a free 2-core CPU: data ~10 s, baselines ~1 min, pre-training ~4.5 min (3,000 steps of
@@ -244,12 +245,13 @@ def run(args) -> dict:
   res["timing"] = {"stages": watch.stages, "total": watch.total()}
   res["plots"] = [os.path.relpath(f, workdir) for f in files]
   table, timing = results_table(res), timing_table(watch)
-  with open(os.path.join(workdir, "results.json"), "w", encoding="utf-8") as f:
-    json.dump(res, f, indent=1, ensure_ascii=False)
-  with open(os.path.join(workdir, "results.md"), "w", encoding="utf-8") as f:
-    f.write(f"# bert_jax demo results{' (--quick)' if args.quick else ''}\n\n{table}\n\n{timing}\n\n"
-            f"Machine: {res['machine']['cpu']}, {res['machine']['cores']} cores, load average at the end "
-            f"{res['machine'].get('load_average_1m', '?')}.\n")
+  # atomic: a demo killed while writing leaves the previous run's results whole, never a torn JSON
+  fileio.write_text_atomic(os.path.join(workdir, "results.json"), json.dumps(res, indent=1, ensure_ascii=False))
+  fileio.write_text_atomic(
+      os.path.join(workdir, "results.md"),
+      f"# bert_jax demo results{' (--quick)' if args.quick else ''}\n\n{table}\n\n{timing}\n\n"
+      f"Machine: {res['machine']['cpu']}, {res['machine']['cores']} cores, load average at the end "
+      f"{res['machine'].get('load_average_1m', '?')}.\n")
   print("\n" + table + "\n\n" + timing + "\n")
   print(f"plots: {', '.join(os.path.join(workdir, p) for p in res['plots'])}")
   print(f"results: {os.path.join(workdir, 'results.json')}")

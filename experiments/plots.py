@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import os
 from typing import Dict, Optional, Sequence
 
+from bert_jax.input_pipeline import fileio
 from bert_jax.training.metric_writer import read_jsonl
 
 
@@ -16,11 +18,14 @@ def _plt():
 
 
 def _save(plt, fig, path: str) -> str:
-  """Lays out `fig`, writes it to `path` (creating the folder) and closes it."""
+  """Lays out `fig`, writes it to `path` atomically (creating the folder: a killed run leaves the old plot or
+  the new one, never half a PNG) and closes it."""
   fig.tight_layout()
   os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-  fig.savefig(path, dpi=90)
+  buf = io.BytesIO()
+  fig.savefig(buf, dpi=90, format=os.path.splitext(path)[1][1:] or "png")
   plt.close(fig)
+  fileio.write_bytes_atomic(path, buf.getvalue())
   return path
 
 
