@@ -194,3 +194,18 @@ def test_the_command_takes_verbose_for_the_traceback_of_a_user_error(tmp_path):
     assert p.returncode == 2, p.stderr
     assert p.stderr.strip().splitlines()[-1] == "error: --batch_size=0; expected >= 1"
     assert ("Traceback" in p.stderr) == bool(extra)
+
+
+def test_max_seq_length_over_the_position_table_is_capped_with_a_warning_naming_both(tmp_path, capsys):
+  vocab = testing.write_vocab(str(tmp_path))
+  d, _ = _write_pretrained_dir(tmp_path, vocab, params_dir.count_vocab_lines(vocab))
+  limit = params_dir.read_model_config(d).max_position_embeddings
+  (tmp_path / "t.txt").write_text("hello world\n", encoding="utf-8")
+  capsys.readouterr()
+  assert cli.main(["features", f"--model={d}", f"--input={tmp_path / 't.txt'}", f"--output={tmp_path / 'f.npy'}",
+                   f"--max_seq_length={limit + 100}"]) == 0
+  err = capsys.readouterr().err
+  assert f"--max_seq_length={limit + 100}" in err and f"max_position_embeddings={limit}" in err
+  assert cli.main(["features", f"--model={d}", f"--input={tmp_path / 't.txt'}", f"--output={tmp_path / 'f.npy'}",
+                   f"--max_seq_length={limit}"]) == 0
+  assert "warning" not in capsys.readouterr().err

@@ -16,6 +16,7 @@ batches (one compile), with a progress bar when there is more than one batch.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Dict, List, Optional, Sequence
 
 import jax
@@ -78,6 +79,17 @@ def _pad_rows(rows: Sequence[Sequence[int]], length: int) -> np.ndarray:
   return out
 
 
+def cap_seq_length(max_seq_length: int, pre) -> int:
+  """`max_seq_length`, capped at the model's position table with a warning naming both numbers (it was capped
+  silently: a user asking for 1024 tokens got 512 and no word of it)."""
+  limit = int(pre.config.max_position_embeddings)
+  if int(max_seq_length) > limit:
+    print(f"warning: --max_seq_length={int(max_seq_length)} exceeds the model's max_position_embeddings={limit} "
+          f"({pre.directory}); using {limit}", file=sys.stderr)
+    return limit
+  return int(max_seq_length)
+
+
 class FillMask:
   """Top-k tokens at each [MASK] of a text, from the checkpoint's masked-LM head."""
 
@@ -106,7 +118,7 @@ class FillMask:
     self.mask_id = self.tokenizer.vocab[MASK]
     self.inv_vocab = {i: t for t, i in self.tokenizer.vocab.items()}
     self.batch_size = int(batch_size)
-    self.max_seq_length = min(int(max_seq_length), self.pre.config.max_position_embeddings)
+    self.max_seq_length = cap_seq_length(max_seq_length, self.pre)
     cfg = self.pre.config.replace(dtype=compute_dtype("auto"), scan_layers=False)
     model_ = BertForPreTraining(cfg, targets=("mlm",))
     self.params = jax.device_put({"bert": self.pre.params["bert"], "mlm": self.pre.params["mlm"]})
@@ -182,7 +194,7 @@ class FeatureExtractor:
                       "(the same [CLS] vector without the pooler) or --pooling=mean")
     self.tokenizer = make_tokenizer(self.pre)
     self.pooling, self.batch_size = pooling, int(batch_size)
-    self.max_seq_length = min(int(max_seq_length), self.pre.config.max_position_embeddings)
+    self.max_seq_length = cap_seq_length(max_seq_length, self.pre)
     self.truncated = 0
     cfg = self.pre.config.replace(dtype=compute_dtype("auto"), scan_layers=False)
     model_ = BertModel(cfg)
