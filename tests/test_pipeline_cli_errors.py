@@ -55,7 +55,7 @@ CASES = [
     ({"input_file": "records.tfrecord"}, "records.tfrecord is a TFRecord file; expected raw text"),
     ({"input_file": "records.bin"}, r"records.bin is binary \(a TFRecord file\?\), not UTF-8 text"),
     ({"input_file": "utf16.txt"}, "utf16.txt is UTF-16 text, not UTF-8 text"),
-    ({"vocab_file": "a_dir"}, "--vocab_file=.*a_dir' is a directory; expected the vocab file"),
+    ({"vocab_file": "a_dir"}, "--vocab_file=.*a_dir' is a directory; expected a vocab file \\(one token per line"),
     ({"max_seq_lenght": "64"}, r"unrecognized argument --max_seq_lenght \(did you mean --max_seq_length\?\)"),
 ]
 

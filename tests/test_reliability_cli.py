@@ -87,10 +87,21 @@ def pretrain_config(files, **overrides):
     ({"optimizer.name": "sgd"}, r"optimizer.name='sgd'; expected adamw or lamb"),
     ({"optimizer.learning_rate": 0.0}, r"config.optimizer.learning_rate=0.0; expected > 0"),
     ({"mesh.shape": (3, 1, 1)}, r"config.mesh.shape=\(3, 1, 1\).* does not divide the 8 devices"),
+    # model sizes: 0 layers was accepted; the others named "config.model: BertConfig.<field>"
+    ({"model.num_hidden_layers": 0}, r"^config.model.num_hidden_layers=0; expected >= 1 \(or -1\)$"),
+    ({"model.num_hidden_layers": -2}, r"^config.model.num_hidden_layers=-2; expected >= 1"),
+    ({"model.hidden_size": 0}, r"^config.model.hidden_size=0; expected >= 1"),
+    ({"model.num_attention_heads": -3}, r"^config.model.num_attention_heads=-3; expected >= 1"),
+    ({"model.intermediate_size": 0}, r"^config.model.intermediate_size=0; expected >= 1"),
+    ({"model.max_position_embeddings": 0}, r"^config.model.max_position_embeddings=0; expected >= 1"),
+    ({"model.embedding_size": -3}, r"^config.model.embedding_size=-3; expected >= 0"),
+    ({"model.num_attention_heads": 5}, r"hidden_size=\d+ is not a multiple of num_attention_heads=5"),
+    ({"data.vocab_file": "A_DIR"}, r"config.data.vocab_file=.*' is a directory; expected a vocab file \(one token "
+                                   r"per line"),
 ])
 def test_pretrain_validation_names_the_field(files, tmp_path, overrides, message):
   paths = {"ONE_DOC": files / "one_doc.txt", "EMPTY": files / "empty.txt", "NOMATCH": files / "nothing_*.txt",
-           "MISSING": files / "missing.txt", "NO_MASK": files / "no_mask_vocab.txt"}
+           "MISSING": files / "missing.txt", "NO_MASK": files / "no_mask_vocab.txt", "A_DIR": files}
   overrides = {k: str(paths[v]) if isinstance(v, str) and v in paths else v for k, v in overrides.items()}
   with pytest.raises(errors.UserError, match=message):
     resolve_pretrain(pretrain_config(files, **overrides), str(tmp_path / "work"),
@@ -172,7 +183,7 @@ def finetune_config(files, config_task="classification", **overrides):
 def test_finetune_validation_names_the_field(files, overrides, message):
   (files / "no_train").mkdir()
   (files / "no_train" / "dev.tsv").write_text("label\ttext_a\n1\tthe cat\n", encoding="utf-8")
-  paths = {"MISSING": files / "missing", "NO_TRAIN": files / "no_train", "NO_MASK": files / "no_mask_vocab.txt"}
+  paths = {"MISSING": files / "missing", "NO_TRAIN": files / "no_train", "NO_MASK": files / "no_mask_vocab.txt", "A_DIR": files}
   overrides = {k: str(paths[v]) if isinstance(v, str) and v in paths else v for k, v in overrides.items()}
   config = finetune_config(files, **overrides)
   with pytest.raises(errors.UserError, match=message):

@@ -95,7 +95,7 @@ def check_vocab(vocab_file: str, field: str, required: Sequence[str] = SPECIAL_T
   if not fileio.exists(vocab_file):
     raise UserError(f"{field}={vocab_file!r}: no such file")
   if fileio.isdir(vocab_file):
-    raise UserError(f"{field}={vocab_file!r} is a directory; expected the vocab file (e.g. "
+    raise UserError(f"{field}={vocab_file!r} is a directory; expected a vocab file (one token per line, e.g. "
                     f"{fileio.join(vocab_file, 'vocab.txt')})")
   try:
     tokenization.load_vocab(vocab_file, required=tuple(required))

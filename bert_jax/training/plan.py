@@ -226,6 +226,12 @@ def _check_fields(config) -> None:
   checks.check_range(config, "peak_flops_per_device", lo=0)
   checks.check_choice(config, "nan_policy", ("stop", "skip"))
   checks.check_range(config, "model.vocab_size", lo=1, allow=(-1,), integer=True)
+  # -1 keeps the size table's value; 0 layers (an embedding-only model) or a negative width was accepted or
+  # refused as "config.model: BertConfig.<field>", not the field the user set
+  for path in ("model.num_hidden_layers", "model.hidden_size", "model.num_attention_heads",
+               "model.intermediate_size"):
+    checks.check_range(config, path, lo=1, allow=(-1,), integer=True)
+  checks.check_range(config, "model.embedding_size", lo=0, integer=True)
   checks.check_range(config, "model.hidden_dropout_prob", lo=0, hi=1, hi_open=True)
   checks.check_range(config, "model.attention_probs_dropout_prob", lo=0, hi=1, hi_open=True)
   v.check_optimizer_fields(config)
