@@ -98,6 +98,33 @@ def test_best_and_median_rules_select_different_points(tmp_path):
   assert p0["median"] == 0.5 and p0["min"] == 0.5 and p0["max"] == 0.9 and p0["n"] == 3
 
 
+def test_median_does_not_select_a_point_whose_seeds_mostly_diverged(tmp_path):
+  """Point 0's one surviving seed (0.95; two diverged) was its 'median' and won; under median a point needs a dev
+  score on more than half of its seeds, and the table says why it is not selectable."""
+  w = str(tmp_path)
+  spec = {"task": "classification", "main_metric": "accuracy", "dev_split": "dev", "test_splits": ["test"],
+          "grid": {"num_train_epochs": [3.0, 10.0]}, "seeds": [0, 1, 2], "select": "median",
+          "points": [{"index": i, "settings": {"num_train_epochs": e}, "label": f"num_train_epochs={e:g}"}
+                     for i, e in enumerate((3.0, 10.0))]}
+  with open(os.path.join(w, sweep.SPEC_NAME), "w") as f:
+    json.dump(spec, f)
+  _fake_run(w, 0, 0, 0.95, 0.9)
+  for s in (1, 2):
+    os.makedirs(sweep.run_dir(w, 0, s))
+    with open(os.path.join(sweep.run_dir(w, 0, s), sweep.ERROR_NAME), "w") as f:
+      json.dump({"error": "non-finite loss", "status": "diverged"}, f)
+  for s, d in enumerate((0.8, 0.8, 0.7)):
+    _fake_run(w, 1, s, d, d)
+  out = sweep.collect(w)
+  assert out["selected"] == 1 and [p["selectable"] for p in out["points"]] == [False, True]
+  assert "num_train_epochs=3 (not selectable: 1 of 3 seeds have a dev score" in sweep.table_markdown(out)
+  assert sweep.collect(w, "best")["selected"] == 0          # BERT's rule: any finished run is a candidate
+  for s in range(3):                                        # no point with a majority: nothing selected
+    os.remove(os.path.join(sweep.run_dir(w, 1, s), "eval_results.json"))
+  out = sweep.collect(w)
+  assert out["selected"] is None and "more than half of its 3 seeds" in sweep.nothing_selected(out)
+
+
 def _fake_training(calls):
   """multirun.run_plans without the training: records each group and writes each run's eval_results.json
   with a dev score that depends on the run's learning rate and seed."""

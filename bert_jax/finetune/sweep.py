@@ -27,9 +27,15 @@ Selection on the dev split by the task's main metric (`--select`):
           the reported result is that best seed's dev and test score.
   median  ELECTRA's / Mosbach et al.'s rule: a point's score is the median dev score over its seeds; the
           reported result is the median over seeds of the selected point (dev and test).
+          A point is selectable under median only when a strict majority of its seeds (more than half of
+          --seeds) finished with a dev score: the median of the one or two seeds that survived a mostly
+          diverged point is not the median over seeds, and the survivors are the lucky ones, so such a point
+          would win on a biased score. The table marks it "not selectable (k of n seeds)"; if no point is
+          selectable nothing is selected and the command fails naming the rule (--retry_diverged, a lower
+          learning rate, or --select=best).
 Either way the table shows, per point, dev and test median, mean +- std, min and max over the seeds that
 finished, and how many diverged (those have no score: they neither count in the statistics nor can be
-selected; a point whose seeds mostly diverged is scored on the few that finished, so read the column).
+selected).
 
 Launchers: `--shard=i/n` runs the i-th of n shares of the work units (a unit is a grid point with all its
 seeds, or, when there are fewer points than shards, a group of seeds of one point), so each host or slice
@@ -486,9 +492,11 @@ def collect(workdir: str, select: Optional[str] = None) -> dict:
     test = [r["test"] for r in runs if r.get("test") is not None]
     best_run = max((r for r in runs if r.get("dev") is not None), key=lambda r: r["dev"], default=None)
     score = None if not dev else (max(dev) if spec["select"] == "best" else statistics.median(dev))
-    points.append(dict(p, runs=runs, dev=stats(dev), test=stats(test), score=score,
+    # median: the surviving seeds of a mostly diverged (or mostly unfinished) point are no median over seeds
+    selectable = score is not None and (spec["select"] == "best" or 2 * len(dev) > len(spec["seeds"]))
+    points.append(dict(p, runs=runs, dev=stats(dev), test=stats(test), score=score, selectable=selectable,
                        best_seed=best_run["seed"] if best_run else None))
-  scored = [p for p in points if p["score"] is not None]
+  scored = [p for p in points if p["selectable"]]
   selected = max(scored, key=lambda p: p["score"]) if scored else None
   result = None
   if selected is not None:
@@ -542,6 +550,8 @@ def table_markdown(results: dict) -> str:
     sel = p["index"] == results["selected"]
     label = f"**{p['label']}** (selected)" if sel else p["label"]
     n = p["dev"]["n"] if p["dev"] else 0
+    if p.get("score") is not None and not p.get("selectable", True):
+      label += f" (not selectable: {n} of {len(results['seeds'])} seeds have a dev score, median needs a majority)"
     bad = [str(r["seed"]) for r in p["runs"] if r.get("status") == "diverged"]
     div = f"{len(bad)} (seed {', '.join(bad)})" if bad else "0"
     lines.append("| " + " | ".join((label, str(n), div) + _fmt(p["dev"], k) + _fmt(p["test"], k)) + " |")
@@ -598,6 +608,12 @@ def nothing_selected(results: dict) -> Optional[str]:
   the command does not exit 0 with an empty table; None when a point was selected."""
   if results.get("selected") is not None:
     return None
+  scored = [p["dev"]["n"] for p in results["points"] if p.get("score") is not None]
+  if scored:
+    return (f"--select=median needs a point whose seeds mostly finished, and no point has a dev "
+            f"{results['main_metric']} on more than half of its {len(results['seeds'])} seeds (at most "
+            f"{max(scored)}; the rest diverged or are missing: rerun with --retry_diverged, lower the learning "
+            f"rate, or report with --select=best)")
   failed = sum(r.get("status") in ("diverged", "failed") for p in results["points"] for r in p["runs"])
   return (f"no run of the sweep has a dev {results['main_metric']}: {failed} of {results['runs_total']} runs "
           f"diverged (runs/*/{ERROR_NAME} says why; lower the learning rate, or rerun with --retry_diverged)")
