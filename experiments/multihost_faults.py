@@ -22,7 +22,6 @@ report of it in its log, read by polling) to the last surviving host's exit, mea
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -37,6 +36,10 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "launch"))
 from local_cluster import Cluster  # noqa: E402  launch/ is scripts, not a package
+sys.path.insert(0, REPO)
+from bert_jax import cli  # noqa: E402
+from bert_jax.errors import UserError  # noqa: E402
+from experiments import runs  # noqa: E402
 
 CASES = ("dead_host", "dead_coordinator", "frozen_host", "stall_data", "killed_mid_save", "preempt_all",
          "preempt_one")
@@ -126,7 +129,7 @@ def run_case(case: str, d: str, base: str, args, env) -> dict:
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--cases", default=",".join(CASES))
   p.add_argument("--steps", type=int, default=40)
   p.add_argument("--ckpt", type=int, default=10, help="checkpoint every this many steps")
@@ -134,6 +137,11 @@ def main(argv=None) -> int:
   p.add_argument("--min_s", type=float, default=10.0, help="config.watchdog.min_s")
   p.add_argument("--out", default="", help="a Markdown table of the results (and .json beside it)")
   args = p.parse_args(argv)
+  cases = runs.choices_list("--cases", args.cases, CASES)     # before the clean run's minutes
+  for flag, value in (("--steps", args.steps), ("--ckpt", args.ckpt), ("--heartbeat", args.heartbeat),
+                      ("--min_s", args.min_s)):
+    if value <= 0:
+      raise UserError(f"{flag}={value}; expected a number > 0")
   base = tempfile.mkdtemp(prefix="multihost_faults_")
   d = os.path.join(base, "corpus")
   os.makedirs(d)
@@ -146,7 +154,7 @@ def main(argv=None) -> int:
   print(f"clean run: exit {clean_codes}, {clean.ended[0] - clean.started:.0f} s, final mlm_loss {reference}",
         flush=True)
   results = []
-  for case in args.cases.split(","):
+  for case in cases:
     r = run_case(case, d, base, args, env)
     r["equal_to_clean"] = r["restart_final_mlm_loss"] == reference
     results.append(r)
@@ -169,4 +177,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run_plain_main(main)   # a UserError: one `error:` line, exit 2 (--verbose: traceback)

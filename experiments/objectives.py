@@ -47,6 +47,7 @@ from typing import Dict, List, Optional
 if __package__ in (None, ""):
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bert_jax import cli  # noqa: E402
 from bert_jax.input_pipeline import fileio  # noqa: E402
 from experiments import runs  # noqa: E402
 from experiments.budget_recipe import Results, train_seconds_per_step  # noqa: E402
@@ -197,13 +198,10 @@ def finetune(name: str, init_dir: str, size: str, data_dir: str, vocab: str, s: 
 
 
 def _positive_ints(text: str, flag: str) -> List[int]:
-  try:
-    values = [int(v) for v in text.split(",") if v.strip()]
-  except ValueError:
-    values = []
-  if not values or min(values) < 1:
-    raise SystemExit(f"error: {flag}={text!r}: expected comma-separated positive integers (BERT steps)")
-  return values
+  return runs.number_list(flag, text, int, lo=1)
+
+
+STAGES = ("pretrain", "none", "downstream")   # pretrain always runs; the others add their rows
 
 
 def run(args) -> dict:
@@ -216,10 +214,10 @@ def run(args) -> dict:
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     unknown = [a for a in arms if a not in ARMS]
     if unknown:
-      raise SystemExit(f"error: --arms={args.arms!r}: unknown arm(s) {unknown}; expected some of {', '.join(ARMS)}")
+      raise runs.UserError(f"--arms={args.arms!r}: unknown arm(s) {unknown}; expected some of {', '.join(ARMS)}")
     s["arms"] = tuple(dict.fromkeys([BERT_ARM] + arms))
-  workdir = os.path.abspath(args.workdir)
-  os.makedirs(workdir, exist_ok=True)
+  args.stages = runs.choices_list("--stages", args.stages, STAGES)
+  workdir = runs.make_workdir("--workdir", args.workdir)
   res = Results(args.results or os.path.splitext(args.output)[0] + ".json")
   res.data["scale"] = scale
   res.data["settings"] = {k: v for k, v in s.items()}
@@ -414,7 +412,7 @@ def reading(data: dict) -> List[str]:
 
 
 def parse_args(argv=None):
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--workdir", required=True, help="run directories, data and fine-tuning sweeps")
   p.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "objectives.md"))
   p.add_argument("--results", default="", help="results JSON (default: next to --output)")
@@ -439,4 +437,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run_plain_main(main)   # a UserError: one `error:` line, exit 2 (--verbose: traceback)

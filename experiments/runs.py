@@ -20,13 +20,52 @@ import platform
 import shutil
 import sys
 import time
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # configs/ and data/ live at the repository root
   sys.path.insert(0, ROOT)
 
+from bert_jax.errors import UserError  # noqa: E402
 from bert_jax.input_pipeline import fileio  # noqa: E402  (standard library only; TensorFlow for gs:// alone)
+
+
+# ---- the experiments' flag checks: a mistake is a UserError naming the flag (one `error:` line, exit 2, under
+# bert_jax.cli.run_plain_main), raised before any work, not a traceback or a silently empty run -------------
+def choices_list(flag: str, text: str, choices: Sequence[str]) -> List[str]:
+  """The comma-separated values of `flag` (at least one), each one of `choices`."""
+  values = [v.strip() for v in str(text).split(",") if v.strip()]
+  unknown = [v for v in values if v not in choices]
+  if not values or unknown:
+    raise UserError(f"{flag}={text!r}: " + (f"unknown value {unknown[0]!r}; " if unknown else "")
+                    + f"expected a comma-separated list of {', '.join(choices)}")
+  return values
+
+
+def number_list(flag: str, text: str, kind=int, lo: float = 1) -> list:
+  """The comma-separated numbers of `flag` (at least one, each >= lo), as `kind` (int or float)."""
+  try:
+    values = [kind(v) for v in str(text).split(",") if v.strip()]
+  except ValueError:
+    values = []
+  if not values or min(values) < lo:
+    raise UserError(f"{flag}={text!r}: expected a comma-separated list of "
+                    f"{'integers' if kind is int else 'numbers'} >= {lo:g}")
+  return values
+
+
+def make_workdir(flag: str, path: str) -> str:
+  """`path` created if missing and checked writable; its absolute path."""
+  path = os.path.abspath(path)
+  try:
+    os.makedirs(path, exist_ok=True)
+    probe = os.path.join(path, f".write_test.{os.getpid()}")
+    with open(probe, "w", encoding="utf-8"):
+      pass
+    os.remove(probe)
+  except OSError as e:
+    raise UserError(f"{flag}={path}: cannot write there ({e.strerror or e})") from e
+  return path
 
 
 def quiet_logs():

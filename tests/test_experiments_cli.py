@@ -1,0 +1,68 @@
+"""The experiments' command lines check their flags before any work: an unknown stage, task, case or arm, a
+bad number or a work dir that cannot be written is a UserError naming the flag (one `error:` line and exit 2
+under bert_jax.cli.run_plain_main). Before, `budget_recipe --stages=bogus` ran nothing and exited 0,
+`objectives --stages=bogus` and `finetune_tables --tasks=bogus` started training, `multihost_faults
+--cases=bogus` spent minutes on the clean run first, and a work dir that is a file was a traceback."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bert_jax.errors import UserError
+from experiments import budget_recipe, finetune_tables, multihost_faults, objectives, runs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_choices_and_numbers_are_checked_naming_the_flag():
+  assert runs.choices_list("--stages", " a, b ", ("a", "b", "c")) == ["a", "b"]
+  with pytest.raises(UserError, match=r"^--stages='a,x': unknown value 'x'; expected a comma-separated list of a, b$"):
+    runs.choices_list("--stages", "a,x", ("a", "b"))
+  with pytest.raises(UserError, match=r"^--stages=','"):
+    runs.choices_list("--stages", ",", ("a",))
+  assert runs.number_list("--seeds", "0,1", int, lo=0) == [0, 1]
+  assert runs.number_list("--rates", "0.1,0", float, lo=0) == [0.1, 0.0]
+  for text in ("a", "0", ""):
+    with pytest.raises(UserError, match="^--budgets="):
+      runs.number_list("--budgets", text, int, lo=1)
+
+
+def test_make_workdir_names_a_path_it_cannot_write(tmp_path):
+  assert runs.make_workdir("--workdir", str(tmp_path / "new")) == str(tmp_path / "new")
+  (tmp_path / "f").write_text("x")
+  for bad in (tmp_path / "f", tmp_path / "f" / "sub"):
+    with pytest.raises(UserError, match=f"^--workdir={bad}: cannot write there"):
+      runs.make_workdir("--workdir", str(bad))
+
+
+@pytest.mark.parametrize("module, flags, named", [
+    (budget_recipe, ["--stages=bogus"], "--stages='bogus': unknown value 'bogus'"),
+    (budget_recipe, ["--stages=ablation,reprot"], "unknown value 'reprot'"),
+    (objectives, ["--stages=bogus"], "--stages='bogus': unknown value 'bogus'"),
+    (objectives, ["--arms=bogus"], "--arms='bogus': unknown arm"),
+    (objectives, ["--budgets=0"], "--budgets='0'"),
+    (multihost_faults, ["--cases=bogus"], "--cases='bogus': unknown value 'bogus'"),
+    (multihost_faults, ["--steps=0"], "--steps=0"),
+])
+def test_a_bad_flag_is_a_user_error_before_any_work(tmp_path, module, flags, named):
+  argv = flags if module is multihost_faults else [f"--workdir={tmp_path / 'w'}", *flags]
+  with pytest.raises(UserError, match=named.replace("(", r"\(")):
+    module.main(argv)
+  assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("flag, named", [("--stages=bogus", "--stages='bogus'"), ("--tasks=sentimnt", "--tasks=")])
+def test_finetune_tables_names_an_unknown_stage_or_task(tmp_path, capsys, flag, named):
+  assert finetune_tables.main([f"--workdir={tmp_path / 'w'}", "--scale=medium", flag]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith(f"error: {named}") and len(err.strip().splitlines()) == 1, err
+
+
+def test_an_experiment_entry_point_prints_one_error_line_and_exits_2(tmp_path):
+  (tmp_path / "f").write_text("x")
+  proc = subprocess.run([sys.executable, "-m", "experiments.budget_recipe", f"--workdir={tmp_path / 'f'}"],
+                        cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 2, proc.stderr
+  assert proc.stderr.strip().splitlines() == [f"error: --workdir={tmp_path / 'f'}: cannot write there (File exists)"]
