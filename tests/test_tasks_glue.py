@@ -109,9 +109,9 @@ def test_label_not_in_label_set_names_file_and_line(glue_root):
 
 
 def test_missing_columns_and_bad_scores_name_file_and_line(glue_root):
-  _append(os.path.join(glue_root, "QQP", "dev.tsv"), "99\t1\t2\tonly one question")
-  with pytest.raises(TaskDataError, match=r"QQP/dev.tsv:10: missing columns: row has 4 column\(s\)"):
-    glue.read_glue("qqp", "dev", glue_root)
+  _append(os.path.join(glue_root, "MRPC", "dev.tsv"), "1\t1\t2\tonly one sentence")
+  with pytest.raises(TaskDataError, match=r"MRPC/dev.tsv:10: missing columns: row has 4 column\(s\)"):
+    glue.read_glue("mrpc", "dev", glue_root)
   _append(os.path.join(glue_root, "STS-B", "train.tsv"), "8\tg\tf\ty\to\tn\tn\ta\tb\tfive")
   with pytest.raises(TaskDataError, match=r"STS-B/train.tsv:10: bad score"):
     glue.read_glue("stsb", "train", glue_root)
@@ -163,3 +163,23 @@ def test_an_stsb_score_outside_0_5_names_file_line_and_value(glue_root, score):
   es = glue.read_glue("stsb", "dev", glue_root, on_error="skip")
   assert len(es) == 8 and es.skipped.counts == {"bad score": 1}
   assert all(0.0 <= e.label <= 5.0 for e in glue.read_glue("stsb", "train", glue_root))   # 0 and 4.375 kept
+
+
+def test_qqp_known_broken_rows_are_skipped_and_counted_but_many_short_rows_are_an_error(glue_root):
+  """GLUE's QQP train.tsv has rows broken by a line break inside a question (one 4-column row, then a 3-column
+  row starting with the rest of the text); Hugging Face's processor skips them. They were a TaskDataError under
+  the default on_error="raise", so QQP could not be trained on the real file without --config.on_error=skip."""
+  path = os.path.join(glue_root, "QQP", "train.tsv")
+  _append(path, "201359\t303345\t303346\tHow did the early Muslims")
+  _append(path, '"\tWas Muhammad a real historical figure? What is the evidence for his existence?\t0')
+  es = glue.read_glue("qqp", "train", glue_root)
+  assert len(es) == 8 and es.skipped.counts == {"missing columns (QQP's known broken rows)": 2}
+  assert es.skipped.samples["missing columns (QQP's known broken rows)"] == [f"{path}:10", f"{path}:11"]
+  for i in range(10):   # many short rows are no longer QQP's few broken ones: another file, the usual error
+    _append(path, f"{i}\tq\t0")
+  with pytest.raises(TaskDataError, match=r"QQP/train.tsv:10: missing columns: row has 4 column.*12 of 20 rows"):
+    glue.read_glue("qqp", "train", glue_root)
+  assert glue.read_glue("qqp", "train", glue_root, on_error="skip").skipped.counts == {"missing columns": 12}
+  _append(os.path.join(glue_root, "QQP", "test.tsv"), "8\tonly one question")   # test rows are submission rows
+  with pytest.raises(TaskDataError, match=r"QQP/test.tsv:10: missing columns"):
+    glue.read_glue("qqp", "test", glue_root)

@@ -22,6 +22,10 @@ Column layouts of the GLUE release (0-based; Google's run_classifier processors 
   AX     diagnostic/diagnostic.tsv (or AX/test.tsv): index, sentence1 1, sentence2 2 (no labels)
 Labels are checked against the task's label set (STS-B's scores: a number in [0, 5]); a bad row raises TaskDataError("<file>:<line>: ...") or,
 with on_error="skip", is counted in ExampleSet.skipped. Quotes are literal (QUOTE_NONE) as in Google's code.
+QQP's train/dev files of the GLUE release hold a few broken rows (a question with a line break inside splits
+its row into two short ones); like Hugging Face's QQP processor, rows with missing columns are skipped there
+even with on_error="raise", counted and reported as an input warning, as long as they are under
+QQP_BROKEN_ROWS_LIMIT of the rows (more means another file, and the first one is the usual error).
 
 GlueTask is the task kind of all ten names: GLUE's metrics per task, its fixed label order and its
 leaderboard files. GLUE's AX diagnostic is predicted by the MNLI model: it is MNLI's third test split "ax"
@@ -76,6 +80,7 @@ class GlueSpec:
     return self.label_list is None
 
 
+QQP_BROKEN_ROWS_LIMIT = 0.001  # fraction of a QQP train/dev file's rows that may be known-broken (short) rows
 STSB_RANGE = (0.0, 5.0)    # STS-B's gold similarity scores (Cer et al. 2017); a score outside is a bad row
 
 
@@ -170,12 +175,18 @@ def read_glue(task: str, split: str, data_dir: str, on_error: str = "raise") -> 
   examples: List[ClassificationExample] = []
   need = layout.min_columns()
   first = True
+  broken = []   # QQP train/dev: (line, columns) of short rows, its known broken rows (see the module docstring)
+  rows = 0
   for line, row in common.read_tsv_lines(path):
     if first:
       first = False
       if layout.header:
         continue
+    rows += 1
     if len(row) < need:
+      if spec.name == "qqp" and not is_test:
+        broken.append((line, len(row)))
+        continue
       bad(path, line, "missing columns", f"row has {len(row)} column(s), {spec.name} {split} needs at least "
           f"{need}", hint="--config.on_error=skip counts and skips such rows")
       continue
@@ -203,6 +214,15 @@ def read_glue(task: str, split: str, data_dir: str, on_error: str = "raise") -> 
     index = row[layout.index].strip() if layout.index is not None else str(len(examples))
     examples.append(ClassificationExample(guid=f"{path}:{line}", text_a=text_a, text_b=text_b, label=label,
                                           index=index))
+  if broken:
+    known = len(broken) <= max(10, QQP_BROKEN_ROWS_LIMIT * rows)
+    if not known:   # too many to be QQP's broken rows: the usual error (or, skipping, the usual count)
+      line, n = broken.pop(0)
+      bad(path, line, "missing columns", f"row has {n} column(s), {spec.name} {split} needs at least {need}; "
+          f"{len(broken) + 1} of {rows} rows are short, more than QQP's known broken rows",
+          hint="--config.on_error=skip counts and skips such rows")
+    for line, _ in broken:
+      report.add("missing columns (QQP's known broken rows)" if known else "missing columns", f"{path}:{line}")
   return common.finish(examples, path, split, report)
 
 
