@@ -183,3 +183,16 @@ def test_qqp_known_broken_rows_are_skipped_and_counted_but_many_short_rows_are_a
   _append(os.path.join(glue_root, "QQP", "test.tsv"), "8\tonly one question")   # test rows are submission rows
   with pytest.raises(TaskDataError, match=r"QQP/test.tsv:10: missing columns"):
     glue.read_glue("qqp", "test", glue_root)
+
+
+def test_quote_characters_are_literal_text_not_csv_quoting(glue_root):
+  """MNLI/SNLI-style text starts with or holds unbalanced `"`: with CSV quoting a row would swallow the next
+  ones (Google's and HF's readers use QUOTE_NONE)."""
+  path = os.path.join(glue_root, "MNLI", "dev_matched.tsv")
+  head = "\t".join(["8", "1", "1n", "fiction", "( a )", "( b )", "(ROOT a)", "(ROOT b)"])
+  _append(path, f'{head}\t"Yes, he said.\t"No\t' + "\t".join(["neutral"] * 6))
+  _append(path, f'{head}\tthe "cat".\tthe dog\t' + "\t".join(["entailment"] * 6))
+  es = glue.read_glue("mnli", "dev_matched", glue_root)
+  assert len(es) == 10 and es.skipped.total == 0
+  assert (es[8].text_a, es[8].text_b, es[8].label) == ('"Yes, he said.', '"No', "neutral")
+  assert (es[9].text_a, es[9].label) == ('the "cat".', "entailment")
