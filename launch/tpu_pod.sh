@@ -54,9 +54,14 @@ REF=${REF:-}
 REPO_URL=${REPO_URL:-}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-usage() {
+usage() {  # usage [MESSAGE]: one error line (or, without a message, the usage line) and exit 2 (a user error)
+  if [ $# -gt 0 ]; then echo "error: $1" >&2; exit 2; fi
   echo "usage: $0 setup|train [train.py flags]|supervise [train.py flags]|status|tail|stop   (env: TPU_NAME, ZONE, WORKDIR; see the header)" >&2
   exit 2
+}
+
+require() {  # require VAR WHAT: one error line naming the unset variable and exit 2 (a bare :? expansion exited 1)
+  if [ -z "${!1:-}" ]; then echo "error: $1 is not set: set $1 ($2)" >&2; exit 2; fi
 }
 
 q() {  # each argument quoted for a bash command line, joined by spaces
@@ -84,7 +89,7 @@ on_workers() {  # on_workers WORKER SCRIPT: runs the bash SCRIPT over ssh (WORKE
   gcloud_tpu ssh "$TPU_NAME" --worker="$1" --command="$2"
 }
 
-need_workdir() { : "${WORKDIR:?set WORKDIR (train.py --workdir, e.g. gs://my-bucket/runs/bert_large)}"; }
+need_workdir() { require WORKDIR "train.py --workdir, e.g. gs://my-bucket/runs/bert_large"; }
 
 # Remote scripts start with this prelude: the paths, absolute from the worker's home directory.
 prelude() {
@@ -284,11 +289,11 @@ tail -n 100 -F \"\$log\""
 
 [ $# -ge 1 ] || usage
 cmd=$1; shift
-: "${TPU_NAME:?set TPU_NAME (the TPU VM pod slice)}"
-: "${ZONE:?set ZONE (e.g. us-central2-b)}"
 case "$cmd" in
-  setup|status|stop|tail) [ $# -eq 0 ] || usage; "cmd_$cmd" ;;
-  train) cmd_train "$@" ;;
-  supervise) cmd_supervise "$@" ;;
-  *) usage ;;
+  setup|status|stop|tail) [ $# -eq 0 ] || usage "$cmd takes no arguments (got: $*)" ;;
+  train|supervise) ;;
+  *) usage "unknown subcommand '$cmd'; expected setup, train, supervise, status, tail or stop (see $0's header)" ;;
 esac
+require TPU_NAME "the TPU VM pod slice"
+require ZONE "e.g. us-central2-b"
+"cmd_$cmd" "$@"

@@ -339,12 +339,20 @@ def test_tpu_dry_run_prints_every_command_and_runs_none(slice_env, tmp_path):
 
 
 def test_tpu_usage_errors_exit_2(slice_env):
+  """Each is one `error:` line naming the subcommand or variable and exit 2 (a missing variable was bash's
+  `${VAR:?}` message and exit 1, which reads as a crash)."""
   repo, _, env, _ = slice_env
-  assert _pod(repo, env, "launch", check=False).returncode == 2
-  assert _pod(repo, env, "status", "extra", check=False).returncode == 2
-  no_workdir = {k: v for k, v in env.items() if k != "WORKDIR"}
-  proc = _pod(repo, no_workdir, "train", check=False)
-  assert proc.returncode != 0 and "set WORKDIR" in proc.stderr
+  proc = _pod(repo, env, "launch", check=False)
+  assert proc.returncode == 2 and proc.stderr.startswith("error: unknown subcommand 'launch'; expected setup, "
+                                                         "train"), proc.stderr
+  assert proc.stderr.count("\n") == 1, proc.stderr
+  proc = _pod(repo, env, "status", "extra", check=False)
+  assert proc.returncode == 2 and proc.stderr == "error: status takes no arguments (got: extra)\n", proc.stderr
+  for var, cmd in (("WORKDIR", "train"), ("WORKDIR", "status"), ("TPU_NAME", "setup"), ("ZONE", "train")):
+    without = {k: v for k, v in env.items() if k != var}
+    proc = _pod(repo, without, cmd, check=False)
+    assert proc.returncode == 2 and proc.stderr.startswith(f"error: {var} is not set: set {var} ("), proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stdout == "", proc.stdout + proc.stderr
 
 
 def test_tpu_supervise_restarts_workers_gone_without_an_exit_code_and_status_shows_its_max_restarts(
@@ -461,6 +469,16 @@ def _sbatch(env, typed=TYPED):
   cmd = f"exec bash {shlex.quote(os.path.join(LAUNCH, 'slurm_gpu.sbatch'))} {typed}"
   return subprocess.Popen(["bash", "-c", cmd], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True)
+
+
+@pytest.mark.parametrize("var", ["WORKDIR", "DATA", "VOCAB", "SLURM_JOB_ID"])
+def test_slurm_missing_variable_is_one_error_line_and_exit_2(slurm_env, var):
+  """It was bash's `${VAR:?}` message and exit 1 (a crash's code)."""
+  tmp_path, env = slurm_env
+  job = _sbatch({k: v for k, v in env.items() if k != var})
+  out, _ = job.communicate(timeout=60)
+  assert job.returncode == 2 and out.startswith(f"error: {var} is not set: ") and out.count("\n") == 1, out
+  assert not (tmp_path / "srun_argv").exists()
 
 
 def test_slurm_usr1_saves_a_checkpoint_then_requeues_and_args_arrive_byte_for_byte(slurm_env):
