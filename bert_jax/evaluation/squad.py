@@ -16,9 +16,11 @@ The numbers equal the official `evaluate-v1.1.py` / `evaluate-v2.0.py` scripts (
 A question without a prediction scores 0 and is counted in "missing" (v1.1's script does the same; v2.0's
 would crash).
 
-CJK text: the English tokenisation (whitespace split) would treat a Chinese answer as one token, so any
-answer containing CJK characters is tokenised per character (Latin words and digits stay whole words):
-`language="auto"` (default). `language="zh"` applies CMRC2018's official scorer instead: punctuation
+CJK text: the English tokenisation (whitespace split) would treat a Chinese answer as one token, so in a
+Chinese dataset (most questions' first gold answer holds CJK characters) CJK characters are tokenised one per
+token (Latin words and digits stay whole words): `language="auto"` (default). In an English dataset (SQuAD,
+whose dev set has a few answers in Chinese or Japanese script) "auto" is the official whitespace tokenisation,
+so the numbers stay the official script's; `language="en"` is that always. `language="zh"` applies CMRC2018's official scorer instead: punctuation
 (ASCII and Chinese) removed, mixed character/word segmentation, F1 from the longest common substring,
 EM on the punctuation-free lower-cased strings. The segmentation is written here (the runs between CJK
 characters are split on whitespace, where the official script uses NLTK's word_tokenize), so this module
@@ -94,9 +96,16 @@ def _overlap_f1(pred: List[str], gold: List[str]) -> float:
   return 2 * precision * recall / (precision + recall)
 
 
-def f1_score(prediction: str, ground_truth: str) -> float:
-  """v1.1 token F1 (0.0 when nothing overlaps, including when both are empty)."""
-  return _overlap_f1(_tokens(normalize_answer(prediction)), _tokens(normalize_answer(ground_truth)))
+def _split(normalized: str, cjk_chars: bool) -> List[str]:
+  """The official whitespace tokens, or with `cjk_chars` CJK characters one token each (_tokens)."""
+  return _tokens(normalized) if cjk_chars else normalized.split()
+
+
+def f1_score(prediction: str, ground_truth: str, cjk_chars: bool = True) -> float:
+  """v1.1 token F1 (0.0 when nothing overlaps, including when both are empty); cjk_chars=False is the official
+  whitespace tokenisation exactly."""
+  return _overlap_f1(_split(normalize_answer(prediction), cjk_chars),
+                     _split(normalize_answer(ground_truth), cjk_chars))
 
 
 def compute_exact(a_gold: str, a_pred: str) -> int:
@@ -104,10 +113,10 @@ def compute_exact(a_gold: str, a_pred: str) -> int:
   return int(normalize_answer(a_gold) == normalize_answer(a_pred))
 
 
-def compute_f1(a_gold: str, a_pred: str) -> float:
+def compute_f1(a_gold: str, a_pred: str, cjk_chars: bool = True) -> float:
   """v2.0 F1: when either side has no tokens (a no-answer), 1 if both have none else 0."""
-  gold = _tokens(normalize_answer(a_gold))
-  pred = _tokens(normalize_answer(a_pred))
+  gold = _split(normalize_answer(a_gold), cjk_chars)
+  pred = _split(normalize_answer(a_pred), cjk_chars)
   if not gold or not pred:
     return float(gold == pred)
   return _overlap_f1(pred, gold)
@@ -179,11 +188,18 @@ def gold_answers(dataset: Dataset) -> "collections.OrderedDict[str, List[str]]":
   return out
 
 
-def _score_fns(language: str):
+def _cjk_answers(golds: Mapping[str, Sequence[str]]) -> bool:
+  """Most answered questions' first gold answer contains CJK characters (a Chinese dataset, CMRC2018-like)."""
+  firsts = [a[0] for a in golds.values() if a and a[0].strip()]
+  return 2 * sum(has_cjk(a) for a in firsts) > len(firsts) > 0
+
+
+def _score_fns(language: str, golds: Mapping[str, Sequence[str]]):
   if language == "zh":
     return (lambda g, p: cmrc_exact(p, g)), (lambda g, p: cmrc_f1(p, g))
   if language in ("auto", "en"):
-    return compute_exact, compute_f1
+    cjk = language == "auto" and _cjk_answers(golds)
+    return compute_exact, (lambda g, p: compute_f1(g, p, cjk))
   raise ValueError(f"language must be 'auto', 'en' or 'zh', got {language!r}")
 
 
@@ -195,7 +211,8 @@ def evaluate_v1(dataset: Dataset, predictions: Mapping[str, str], language: str 
   if language == "zh":
     em_fn, f1_fn = cmrc_exact, cmrc_f1
   elif language in ("auto", "en"):
-    em_fn, f1_fn = exact_match_score, f1_score
+    cjk = language == "auto" and _cjk_answers(golds)
+    em_fn, f1_fn = exact_match_score, (lambda p, g: f1_score(p, g, cjk))
   else:
     raise ValueError(f"language must be 'auto', 'en' or 'zh', got {language!r}")
   em = f1 = 0.0
@@ -214,7 +231,7 @@ def evaluate_v1(dataset: Dataset, predictions: Mapping[str, str], language: str 
 def raw_scores_v2(dataset: Dataset, predictions: Mapping[str, str], language: str = "auto"):
   """Per-question (exact, f1, has_answer) dicts, before any no-answer threshold; missing -> 0."""
   golds = gold_answers(dataset)
-  exact_fn, f1_fn = _score_fns(language)
+  exact_fn, f1_fn = _score_fns(language, golds)
   exact, f1, has_ans = {}, {}, {}
   for qid, answers in golds.items():
     # Official: gold answers that normalise to "" are dropped; none left means "no answer".
