@@ -473,3 +473,99 @@ def test_a_vocab_without_berts_special_tokens_is_refused_at_import(tmp_path):
   cfg = BertConfig(vocab_size=16, hidden_size=8, num_hidden_layers=1, num_attention_heads=1, intermediate_size=16)
   with pytest.raises(ConversionError, match=r"list.json lacks the special token\(s\).*\[CLS\].*pass --vocab=PATH"):
     check_vocab_size(str(bad), 1, cfg, "config.json", ConversionReport(source="x", fmt="hf"))
+
+
+# ---- legacy and sharded layouts of real checkpoints --------------------------------------------------------
+def _random_pretraining(vocab_size):
+  torch.manual_seed(0)
+  ref = transformers.BertForPreTraining(_tiny_hf_config(vocab_size))
+  with torch.no_grad():
+    for p in ref.parameters():
+      p.add_(0.05 * torch.randn_like(p))
+  return ref.eval()
+
+
+def test_import_hf_legacy_pytorch_bin_layout_gives_transformers_logits(tmp_path, tiny_vocab):
+  """Early Hub uploads (bert-base-cased's pytorch_model.bin): only a torch pickle, LayerNorm gamma/beta,
+  cls.predictions.decoder.bias (no cls.predictions.bias), the tied decoder weight absent, position_ids buffers;
+  tokenizer_config.json's do_lower_case=false (a cased model) wins over the vocab's guess."""
+  vocab_size = sum(1 for _ in open(tiny_vocab))
+  ref = _random_pretraining(vocab_size)
+  folder = tmp_path / "hf"
+  folder.mkdir()
+  state = {}
+  for k, v in ref.state_dict().items():
+    if k in ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias"):
+      continue
+    k = k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta")
+    k = "cls.predictions.decoder.bias" if k == "cls.predictions.bias" else k
+    state[k] = v.clone()
+  state["bert.embeddings.position_ids"] = torch.arange(64)[None]
+  torch.save(state, str(folder / "pytorch_model.bin"))
+  ref.config.to_json_file(str(folder / "config.json"))
+  (folder / "vocab.txt").write_text(open(tiny_vocab).read())
+  (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False}))
+  out = str(tmp_path / "ours")
+  assert convert_main(["import-hf", f"--input={folder}", f"--output={out}"]) == 0
+  config, params, _ = params_dir.load_params_dir(out)
+  info = params_dir.read_info(out)
+  assert info["do_lower_case"] is False and info["report"]["fresh_groups"] == []
+  mlm, nsp = _compare_with_hf(config, params, ref, vocab_size)
+  print(f"legacy pytorch_model.bin: MLM max abs diff {mlm:.2e}, NSP {nsp:.2e}")
+  assert mlm < 1e-4 and nsp < 1e-4
+
+
+@pytest.mark.parametrize("safe", [True, False])
+def test_import_hf_sharded_checkpoint_gives_transformers_logits(tmp_path, tiny_vocab, safe):
+  vocab_size = sum(1 for _ in open(tiny_vocab))
+  ref = _random_pretraining(vocab_size)
+  folder = tmp_path / "hf"
+  if safe:
+    ref.save_pretrained(str(folder), max_shard_size="100KB")
+    assert (folder / "model.safetensors.index.json").exists() and len(os.listdir(folder)) > 3
+  else:   # older transformers' sharded torch layout (newer ones write only safetensors)
+    folder.mkdir()
+    ref.config.to_json_file(str(folder / "config.json"))
+    state = {k: v.clone() for k, v in ref.state_dict().items()}
+    names = sorted(state)
+    shards = {f"pytorch_model-0000{i + 1}-of-00002.bin": names[i::2] for i in range(2)}
+    for shard, keys in shards.items():
+      torch.save({k: state[k] for k in keys}, str(folder / shard))
+    (folder / "pytorch_model.bin.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {k: shard for shard, keys in shards.items() for k in keys}}))
+  (tmp_path / "hf" / "vocab.txt").write_text(open(tiny_vocab).read())
+  config, params, report = hf_convert.import_hf(str(tmp_path / "hf"))
+  assert report.fresh_groups == []
+  mlm, nsp = _compare_with_hf(config, params, ref, vocab_size)
+  assert mlm < 1e-4 and nsp < 1e-4
+
+
+def test_import_hf_sentence_transformers_folder_without_a_top_config_reads_its_transformer_module(
+    tmp_path, tiny_vocab, capsys):
+  """Older sentence-transformers releases keep the BERT in 0_Transformer/ and only modules.json at the top;
+  users point import-hf at the model's folder. It said 'no config.json'."""
+  vocab_size = sum(1 for _ in open(tiny_vocab))
+  torch.manual_seed(1)
+  ref = transformers.BertModel(_tiny_hf_config(vocab_size)).eval()
+  st = tmp_path / "st"
+  ref.save_pretrained(str(st / "0_Transformer"))
+  (st / "0_Transformer" / "vocab.txt").write_text(open(tiny_vocab).read())
+  (st / "1_Pooling").mkdir()
+  (st / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 64}))
+  (st / "modules.json").write_text(json.dumps([
+      {"idx": 0, "name": "0", "path": "0_Transformer", "type": "sentence_transformers.models.Transformer"},
+      {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+  out = str(tmp_path / "ours")
+  assert convert_main(["import-hf", f"--input={st}", f"--output={out}"]) == 0
+  assert "0_Transformer" in capsys.readouterr().out
+  config, params, _ = params_dir.load_params_dir(out)
+  ids, mask, segment_ids, _ = _inputs(vocab_size)
+  ours = _jitted_apply(BertModel, config)({"params": params["bert"]}, ids, mask, segment_ids)
+  with torch.no_grad():
+    h = ref(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
+            token_type_ids=torch.tensor(segment_ids, dtype=torch.long)).last_hidden_state.numpy()
+  diff = np.abs(np.asarray(ours["sequence_output"]) - h)[mask.astype(bool)].max()
+  print(f"sentence-transformers 0_Transformer: max abs diff {diff:.2e}")
+  assert diff < 1e-4
+  assert hf_convert.resolve_model_folder(str(st / "0_Transformer")) == str(st / "0_Transformer")
+

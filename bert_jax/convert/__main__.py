@@ -16,7 +16,7 @@ from bert_jax import cli
 from bert_jax.convert import hf_albert, rank
 from bert_jax.convert import hf_electra
 from bert_jax.convert.google_tf import import_tf_checkpoint
-from bert_jax.convert.hf import import_hf, write_hf
+from bert_jax.convert.hf import import_hf, resolve_model_folder, write_hf
 from bert_jax.convert.mapping import ConversionError
 from bert_jax.convert.uer import import_uer
 from bert_jax.errors import UserError
@@ -145,6 +145,11 @@ def main(argv=None) -> int:
     return 0
 
   _check_paths(args)
+  if args.command == "import-hf":
+    resolved = resolve_model_folder(args.input)
+    if resolved != args.input:
+      print(f"reading the model in {resolved} (the Transformer module of {args.input})")
+      args.input = resolved
   try:
     if args.command == "import-tf" and hf_electra.is_electra_tf_checkpoint(args.checkpoint):
       folder = (args.checkpoint if os.path.isdir(args.checkpoint)   # the unzipped folder, or a prefix in it

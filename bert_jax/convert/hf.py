@@ -128,6 +128,30 @@ def read_hf_state_dict(folder: str) -> Dict[str, np.ndarray]:
                           f"(files: {sorted(os.listdir(folder)) if os.path.isdir(folder) else 'not a folder'})")
 
 
+def resolve_model_folder(folder: str) -> str:
+  """The folder holding a model's config.json: `folder` itself, or for a sentence-transformers model saved
+  without one at its top (older releases keep the BERT in 0_Transformer/), the path modules.json gives its
+  sentence_transformers.models.Transformer module; else a single 0_Transformer/ or model/ subfolder with a
+  config.json (a packaged copy of such a folder). Anything else is returned as given (the caller names it)."""
+  if os.path.exists(os.path.join(folder, "config.json")) or not os.path.isdir(folder):
+    return folder
+  modules = os.path.join(folder, "modules.json")
+  if os.path.isfile(modules):
+    try:
+      with open(modules, encoding="utf-8") as f:
+        entries = json.load(f)
+      for e in entries if isinstance(entries, list) else []:
+        if isinstance(e, dict) and str(e.get("type", "")).endswith("models.Transformer"):
+          sub = os.path.join(folder, str(e.get("path", "")))
+          if os.path.isfile(os.path.join(sub, "config.json")):
+            return os.path.normpath(sub)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+      pass   # the caller's "no config.json" error names the folder
+  subs = [os.path.join(folder, n) for n in ("0_Transformer", "model")
+          if os.path.isfile(os.path.join(folder, n, "config.json"))]
+  return subs[0] if len(subs) == 1 else folder
+
+
 def _write_vocab_from_tokenizer_json(tokenizer_json: str, out_path: str) -> None:
   with open(tokenizer_json, encoding="utf-8") as f:
     model = json.load(f).get("model", {})
@@ -245,6 +269,7 @@ def import_hf(folder: str, output: Optional[str] = None, vocab_file: Optional[st
   `ignore`: regular expressions of source keys to drop deliberately (e.g. "^classifier\\." of a fine-tuned
   BertForSequenceClassification); they are listed in the report.
   """
+  folder = resolve_model_folder(folder)
   config_path = os.path.join(folder, "config.json")
   if not os.path.exists(config_path):
     raise FileNotFoundError(f"{folder}: no config.json (not a Hugging Face model folder)")
