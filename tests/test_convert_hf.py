@@ -569,3 +569,14 @@ def test_import_hf_sentence_transformers_folder_without_a_top_config_reads_its_t
   assert diff < 1e-4
   assert hf_convert.resolve_model_folder(str(st / "0_Transformer")) == str(st / "0_Transformer")
 
+
+def test_import_into_a_non_empty_output_warns_naming_the_folder(tmp_path, tiny_vocab, capsys):
+  vocab_size = sum(1 for _ in open(tiny_vocab))
+  transformers.BertModel(_tiny_hf_config(vocab_size)).save_pretrained(str(tmp_path / "hf"))
+  (tmp_path / "hf" / "vocab.txt").write_text(open(tiny_vocab).read())
+  out = tmp_path / "out"
+  assert convert_main(["import-hf", f"--input={tmp_path / 'hf'}", f"--output={out}"]) == 0
+  assert "warning" not in capsys.readouterr().err
+  assert convert_main(["import-hf", f"--input={tmp_path / 'hf'}", f"--output={out}"]) == 0
+  err = capsys.readouterr().err
+  assert f"--output={out} is not empty" in err and "model_config.json" in err

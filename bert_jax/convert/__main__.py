@@ -121,6 +121,13 @@ def _check_paths(args) -> None:
       raise UserError(f"--output={output} is a file; expected a directory (created if absent)")
     if not os.path.isdir(parent):
       raise UserError(f"--output={output}: {parent} is a file, so the directory cannot be created")
+    held = sorted(os.listdir(output)) if os.path.isdir(output) else []
+    if held:
+      # Re-converting into the same folder is a normal workflow, so this is no error, but it was silent: a
+      # mistyped --output replaced another model's files without a word.
+      shown = ", ".join(held[:6]) + (f", ... ({len(held)} entries)" if len(held) > 6 else "")
+      print(f"warning: --output={output} is not empty ({shown}); files of the same name are overwritten",
+            file=sys.stderr)
 
 
 def main(argv=None) -> int:
