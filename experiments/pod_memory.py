@@ -33,6 +33,8 @@ if __name__ == "__main__":
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+from bert_jax import cli  # noqa: E402
+from bert_jax.errors import UserError  # noqa: E402
 from bert_jax.models import BertForPreTraining  # noqa: E402
 from bert_jax.training import optimizers, sharding  # noqa: E402
 from bert_jax.training import train_step as ts  # noqa: E402
@@ -104,8 +106,43 @@ def analyze(config, mesh_shape, seq_len: int, preds: int, batches=(8, 16), chips
   return {"points": points, "parts": breakdowns, "fixed_bytes": fixed, "bytes_per_sequence": per_seq, "max_per_chip_batch": fits}
 
 
+def check_args(args, n_devices: int):
+  """(presets' configs, mesh shapes, two batches) from the flags, each checked before any compile: a mistake
+  is a UserError naming the flag."""
+  try:
+    int(args.devices)
+  except ValueError:
+    raise UserError(f"--devices={args.devices!r}; expected an integer") from None
+  batches = []
+  for b in args.batches.split(","):
+    try:
+      batches.append(int(b))
+    except ValueError:
+      batches.append(0)
+  if len(batches) != 2 or min(batches) < 1 or batches[0] == batches[1]:
+    raise UserError(f"--batches={args.batches!r}; expected two different per-chip batch sizes >= 1 (the line "
+                    "through two compiles)")
+  configs = {}
+  for preset in args.presets.split(","):
+    try:
+      configs[preset] = load_preset(preset, args.size)
+    except ValueError as e:
+      raise UserError(f"--presets={args.presets!r} / --size={args.size!r}: {e}") from e
+  meshes = []
+  for text in args.meshes.split(","):
+    try:
+      shape = tuple(int(x) for x in text.split("x"))
+    except ValueError:
+      shape = ()
+    if len(shape) != 3 or min(shape) < 1 or shape[0] * shape[1] * shape[2] != n_devices:
+      raise UserError(f"--meshes={args.meshes!r}: {text!r}; expected DATAxFSDPxTENSOR whose product is the "
+                      f"{n_devices} devices (--devices)")
+    meshes.append((text, shape))
+  return configs, meshes, tuple(batches)
+
+
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--devices", default="64", help="simulated CPU devices (set before JAX starts)")
   p.add_argument("--presets", default="lamb_pod,bert_paper")
   p.add_argument("--meshes", default="64x1x1,16x4x1")
@@ -113,14 +150,12 @@ def main(argv=None):
   p.add_argument("--size", default="large")
   args = p.parse_args(argv)
   n = jax.device_count()
+  configs, meshes, batches = check_args(args, n)
   print(f"{n} simulated devices ({jax.devices()[0].platform}); jax {jax.__version__}")
-  batches = tuple(int(b) for b in args.batches.split(","))
-  for preset in args.presets.split(","):
-    config = load_preset(preset, args.size)
+  for preset, config in configs.items():
     phases = [(float(f), int(t), int(pr)) for f, t, pr in config.data.phases] or [
         (1.0, config.data.max_seq_length, config.data.max_predictions_per_seq)]
-    for mesh_text in args.meshes.split(","):
-      mesh_shape = tuple(int(x) for x in mesh_text.split("x"))
+    for mesh_text, mesh_shape in meshes:
       for _, seq_len, preds in phases:
         print(f"\n{preset} / {args.size}: mesh {mesh_text}, length {seq_len}, {preds} predictions, "
               f"{config.optimizer.name}, dtype {config.model.dtype}, scan_layers={config.model.scan_layers}, "
@@ -135,4 +170,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  main()
+  cli.run_plain_main(main)   # a UserError: one `error:` line, exit 2 (--verbose: traceback)

@@ -5,6 +5,7 @@ under bert_jax.cli.run_plain_main). Before, `budget_recipe --stages=bogus` ran n
 --cases=bogus` spent minutes on the clean run first, and a work dir that is a file was a traceback."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -66,3 +67,36 @@ def test_an_experiment_entry_point_prints_one_error_line_and_exits_2(tmp_path):
                         cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 2, proc.stderr
   assert proc.stderr.strip().splitlines() == [f"error: --workdir={tmp_path / 'f'}: cannot write there (File exists)"]
+
+
+def test_pod_memory_checks_meshes_batches_and_presets_before_compiling():
+  import types
+  from experiments import pod_memory
+  good = types.SimpleNamespace(devices="8", presets="lamb_pod", meshes="8x1x1,2x4x1", batches="4,8", size="large")
+  configs, meshes, batches = pod_memory.check_args(good, 8)
+  assert list(configs) == ["lamb_pod"] and meshes == [("8x1x1", (8, 1, 1)), ("2x4x1", (2, 4, 1))]
+  assert batches == (4, 8)
+  for field, value, named in (("meshes", "abc", "--meshes='abc'"), ("meshes", "4x1x1", "product is the 8 devices"),
+                              ("batches", "8", "--batches='8'"), ("batches", "8,8", "two different"),
+                              ("presets", "bogus", "unknown preset 'bogus'"), ("size", "huge", "size='huge'")):
+    bad = types.SimpleNamespace(**dict(vars(good), **{field: value}))
+    with pytest.raises(UserError, match=re.escape(named)):
+      pod_memory.check_args(bad, 8)
+
+
+def test_fast_attention_checks_seeds_and_rates_before_building_data(tmp_path):
+  from experiments import fast_attention
+  for flag, named in (("--seeds=a", "--seeds='a'"), ("--rates=0.1,x", "--rates='0.1,x'"), ("--rates=1.5", "[0, 1)")):
+    with pytest.raises(UserError, match=re.escape(named)):
+      fast_attention.main([f"--workdir={tmp_path / 'w'}", flag])
+  assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("flag, named", [("--sizes=abc", "--sizes='abc'"), ("--workers=0", "--workers='0'"),
+                                         ("--shard_size=big", "--shard_size='big'")])
+def test_bench_input_pipeline_checks_scale_flags_before_any_row(flag, named):
+  proc = subprocess.run([sys.executable, "experiments/bench_input_pipeline.py", "--only=scale", flag], cwd=ROOT,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 2, proc.stderr
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith(f"error: {named}"), lines
