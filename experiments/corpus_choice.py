@@ -36,6 +36,8 @@ import time
 if __package__ in (None, ""):
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bert_jax import cli  # noqa: E402
+from bert_jax.errors import UserError  # noqa: E402
 from experiments import runs  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -465,7 +467,7 @@ def previous_run_section(prev) -> list:
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--workdir", required=True, help="data, runs and results.json go here")
   p.add_argument("--quick", action="store_true", help="smoke run on small subsets")
   p.add_argument("--pretrain_steps", type=int, default=0, help="override the pre-training steps (both corpora)")
@@ -479,6 +481,15 @@ def main(argv=None):
                  help="rewrite the page (and plots) from WORKDIR/results.json without running anything")
   args = p.parse_args(argv)
   args.command = "python -m experiments.corpus_choice " + " ".join(argv if argv is not None else sys.argv[1:])
+  if args.seed_check:
+    runs.number_list("--seed_check", args.seed_check, int, lo=0)
+  if (args.seed_check or args.render_only) and not os.path.isfile(os.path.join(args.workdir, "results.json")):
+    raise UserError(f"--workdir={args.workdir}: no results.json; --seed_check and --render_only work on the "
+                    "work dir of an earlier full run")
+  if args.previous and not os.path.isfile(args.previous):
+    raise UserError(f"--previous={args.previous}: no such file")
+  if not (args.seed_check or args.render_only):
+    runs.make_workdir("--workdir", args.workdir)
   if args.seed_check:
     seed_check(args)
     render(args)
@@ -506,4 +517,4 @@ def render(args):
 
 
 if __name__ == "__main__":
-  main()
+  cli.run_plain_main(main)   # a UserError: one `error:` line, exit 2 (--verbose: traceback)

