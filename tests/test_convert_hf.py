@@ -580,3 +580,39 @@ def test_import_into_a_non_empty_output_warns_naming_the_folder(tmp_path, tiny_v
   assert convert_main(["import-hf", f"--input={tmp_path / 'hf'}", f"--output={out}"]) == 0
   err = capsys.readouterr().err
   assert f"--output={out} is not empty" in err and "model_config.json" in err
+
+
+def test_import_hf_fine_tuned_classifier_folder_imports_the_body_and_reports_the_head(tmp_path, tiny_vocab):
+  """A Hub BertForSequenceClassification (config.json architectures names it, classifier.* keys) imports its
+  encoder and pooler, the head reported; it was an error asking for --ignore. type_vocab_size=3 travels."""
+  vocab_size = sum(1 for _ in open(tiny_vocab))
+  cfg = _tiny_hf_config(vocab_size)
+  cfg.type_vocab_size, cfg.num_labels = 3, 5
+  torch.manual_seed(2)
+  ref = transformers.BertForSequenceClassification(cfg).eval()
+  ref.save_pretrained(str(tmp_path / "hf"))
+  (tmp_path / "hf" / "vocab.txt").write_text(open(tiny_vocab).read())
+  config, params, report = hf_convert.import_hf(str(tmp_path / "hf"))
+  assert config.type_vocab_size == 3
+  assert "classifier.weight" in report.ignored and "not imported" in report.summary()
+  assert report.fresh_groups == ["mlm", "nsp"]
+  ids, mask, segment_ids, _ = _inputs(vocab_size)
+  segment_ids[1, 3:] = 2
+  ours = _jitted_apply(BertModel, config)({"params": params["bert"]}, ids, mask, segment_ids)
+  with torch.no_grad():
+    out = ref.bert(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
+                   token_type_ids=torch.tensor(segment_ids, dtype=torch.long))
+  diff = np.abs(np.asarray(ours["sequence_output"]) - out.last_hidden_state.numpy())[mask.astype(bool)].max()
+  pooled = np.abs(np.asarray(ours["pooled_output"]) - out.pooler_output.numpy()).max()
+  print(f"BertForSequenceClassification body: max abs diff {diff:.2e}, pooled {pooled:.2e}")
+  assert diff < 1e-4 and pooled < 1e-4
+
+
+def test_import_hf_refuses_a_roberta_folder_naming_its_model_type(tmp_path, tiny_vocab, capsys):
+  vocab_size = sum(1 for _ in open(tiny_vocab))
+  transformers.RobertaModel(transformers.RobertaConfig(
+      vocab_size=vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+      type_vocab_size=1)).save_pretrained(str(tmp_path / "rb"))
+  from bert_jax.errors import UserError
+  with pytest.raises(UserError, match=r"config.json: model_type='roberta'; only BERT"):
+    convert_main(["import-hf", f"--input={tmp_path / 'rb'}", f"--output={tmp_path / 'out'}"])

@@ -262,6 +262,20 @@ def prefix_bare_keys_and_untie(state: Dict[str, np.ndarray], report: mapping.Con
   return out
 
 
+# The task heads of transformers' fine-tuned BERT classes (config.json "architectures"), as key patterns.
+_TASK_HEADS = {"BertForSequenceClassification": r"^classifier\.", "BertForTokenClassification": r"^classifier\.",
+               "BertForMultipleChoice": r"^classifier\.", "BertForQuestionAnswering": r"^qa_outputs\."}
+
+
+def task_head_pattern(config_dict: dict):
+  """(architecture, key pattern) of the fine-tuned task head config.json's architectures names, or None."""
+  archs = config_dict.get("architectures")
+  for a in archs if isinstance(archs, list) else []:
+    if a in _TASK_HEADS:
+      return a, _TASK_HEADS[a]
+  return None
+
+
 def import_hf(folder: str, output: Optional[str] = None, vocab_file: Optional[str] = None,
               do_lower_case: Optional[bool] = None, ignore: Sequence[str] = (), seed: int = 0):
   """Converts a Hugging Face BERT folder. Returns (config, params, report); writes `output` when given.
@@ -273,10 +287,18 @@ def import_hf(folder: str, output: Optional[str] = None, vocab_file: Optional[st
   config_path = os.path.join(folder, "config.json")
   if not os.path.exists(config_path):
     raise FileNotFoundError(f"{folder}: no config.json (not a Hugging Face model folder)")
-  config = hf_config_to_bert(read_config_json(config_path), config_path)
+  config_dict = read_config_json(config_path)
+  config = hf_config_to_bert(config_dict, config_path)
   report = mapping.ConversionReport(source=folder, fmt="hf")
   state = normalize_hf_state_dict(read_hf_state_dict(folder), report)
   patterns = [re.compile(p) for p in ignore]
+  task_head = task_head_pattern(config_dict)
+  if task_head and any(re.search(task_head[1], k) for k in state):
+    # A fine-tuned model's task head has no place in a pre-trained checkpoint (fine-tuning starts its own);
+    # config.json names the architecture, so the body imports and the head is reported, not an error.
+    patterns.append(re.compile(task_head[1]))
+    report.notes.append(f"{task_head[0]}'s task head ({task_head[1][1:-2]}.*) not imported: a fine-tuned head; "
+                        "the encoder (and pooler) were")
   ignorable = lambda n: bool(_HF_BUFFERS.search(n)) or any(p.search(n) for p in patterns)  # noqa: E731
   params = mapping.assign_params(state, "hf", config, report, ignorable=ignorable, seed=seed)
 
