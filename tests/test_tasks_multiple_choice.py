@@ -70,6 +70,20 @@ def test_c3_reader_and_features_pad_choices(tmp_path, tok, layout):
   assert all(e.label is None for e in test) and task.evaluate(test, np.eye(4)[[0, 0, 0]]) == {}
 
 
+def test_c3_test_split_reads_clues_test1_1_json(tmp_path):
+  """CLUE's c3_public.zip: d-/m-train.json, d-/m-dev.json, test1.0.json and test1.1.json (no test.json): the
+  test split was a FileNotFoundError on the release's layout."""
+  d = write_c3(str(tmp_path), "d_m_pairs")
+  for name in ("d-test.json", "m-test.json"):
+    os.remove(os.path.join(d, name))
+  test = [[["这本书很好。"], [{"question": "这本书怎么样？", "choice": ["很好", "不好"], "id": 1000}], "t1"]]
+  for name, docs in (("test1.1.json", test), ("test1.0.json", test[:0])):
+    with open(os.path.join(d, name), "w", encoding="utf-8") as f:
+      json.dump(docs, f, ensure_ascii=False)
+  es = get_task("c3").read("test", d)
+  assert es.source.endswith("test1.1.json") and [(e.id, e.label) for e in es] == [(1000, None)]
+
+
 def test_c3_bad_answer_and_multiple_choice_jsonl(tmp_path):
   bad = json.loads(json.dumps(C3_DOCS))
   bad[0][1][0]["answer"] = "广州"

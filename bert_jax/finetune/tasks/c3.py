@@ -11,7 +11,8 @@ nothing.) Test files have no "answer".
 
 data_dir holds either `train.json` / `dev.json` / `test.json` (CLUE's release), or C3's own pairs
 `d-train.json` + `m-train.json` (dialogue + mixed-genre), `d-dev.json` + `m-dev.json`, `d-test.json` +
-`m-test.json`, merged per split in that order. Examples are tasks/multiple_choice.py's; C3Task is the
+`m-test.json`, merged per split in that order; CLUE's c3_public.zip has d-/m- train and dev files and its
+test questions in test1.1.json (read for split "test" when there is no test.json; else test1.0.json). Examples are tasks/multiple_choice.py's; C3Task is the
 multiple-choice task reading these files.
 """
 
@@ -30,7 +31,9 @@ TURN_SEPARATOR = "\n"
 
 def split_files(data_dir: str, split: str):
   """The C3 files of a split: [<split>.json] or [d-<split>.json, m-<split>.json] (those present)."""
-  names = {"dev": ("dev", "validation")}.get(split, (split,))
+  # CLUE's c3_public.zip holds d-/m-train.json, d-/m-dev.json and test1.0.json + test1.1.json (one file, the
+  # current leaderboard's 1.1 first)
+  names = {"dev": ("dev", "validation"), "test": ("test", "test1.1", "test1.0")}.get(split, (split,))
   for name in names:
     p = os.path.join(data_dir, f"{name}.json")
     if os.path.exists(p):
