@@ -18,12 +18,28 @@ import signal
 
 # A SIGTERM while the libraries load (seconds) is noted here, not fatal: the run then stops with an
 # `interrupted:` line (exit 143), as one later in start-up does (bert_jax/training/pretrain.py). Multi-host,
-# jax.distributed's own SIGTERM handler (its preemption sync point) replaces this one when it starts. SIGINT
-# is left alone: a handler noting it would swallow Ctrl-C on a multi-host run, where nothing reads it.
+# jax.distributed's own SIGTERM handler (its preemption sync point) replaces this one when it starts.
+# A SIGINT (Ctrl-C) is noted only until the loop's module is imported (nothing written yet, no jax.distributed):
+# then main restores Python's handler and stops with one `interrupted:` line (exit 130). It was a
+# KeyboardInterrupt traceback from whichever import it hit, or, raised in a garbage-collector callback, a
+# traceback and the run went on. A handler noting it any longer would swallow Ctrl-C on a multi-host run, where
+# nothing reads it. A second Ctrl-C raises KeyboardInterrupt at once; an ignored SIGINT (a background job) stays
+# ignored.
 EARLY_SIGNALS = []
+EARLY_SIGINT = []
+
+
+def _note_early_sigint(signum, frame):
+  del frame
+  EARLY_SIGINT.append(signum)
+  signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 if __name__ == "__main__":
   EARLY_HANDLERS = {signal.SIGTERM: signal.signal(signal.SIGTERM,
                                                   lambda signum, frame: EARLY_SIGNALS.append(signum))}
+  if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    EARLY_HANDLERS[signal.SIGINT] = signal.signal(signal.SIGINT, _note_early_sigint)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -60,6 +76,10 @@ def main(argv):
   check_is_pretrain_config(FLAGS.config, config_flags.get_config_filename(FLAGS["config"]))
   # lazy: --help and flag errors answer before JAX and TensorFlow load (seconds)
   from bert_jax.training import pretrain  # pylint: disable=g-import-not-at-top
+  if signal.SIGINT in globals().get("EARLY_HANDLERS", {}):   # Ctrl-C acts as usual again (see the top)
+    signal.signal(signal.SIGINT, EARLY_HANDLERS.pop(signal.SIGINT))
+  if EARLY_SIGINT:
+    raise errors.Interrupted(signal.SIGINT, 0, "stopped by SIGINT while starting (nothing written)")
   try:
     result = pretrain.train_and_evaluate(FLAGS.config, FLAGS.workdir,
                                         stop_requested=lambda: EARLY_SIGNALS[0] if EARLY_SIGNALS else None)

@@ -248,6 +248,19 @@ def test_sigterm_right_after_launch_is_an_interrupted_line_too(files, tmp_path):
   assert "Traceback" not in err
 
 
+def test_ctrl_c_while_the_libraries_load_is_an_interrupted_line_and_exit_130(files, tmp_path):
+  """It was a KeyboardInterrupt traceback from inside whichever import it hit."""
+  proc = subprocess.Popen(_train_argv(tmp_path / "run", files), cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  time.sleep(0.8)               # the imports (JAX, TensorFlow) take seconds
+  proc.send_signal(signal.SIGINT)
+  _, err = proc.communicate(timeout=300)
+  assert proc.returncode == 130, err[-3000:]
+  assert err.strip().splitlines()[-1] == "interrupted: stopped by SIGINT while starting (nothing written)", err
+  assert "Traceback" not in err and "KeyboardInterrupt" not in err
+  assert not (tmp_path / "run").exists()
+
+
 def test_eval_files_with_evaluation_off_is_a_warning_naming_both(files, tmp_path, caplog):
   """--config.data.eval_input_files with eval_every_steps=0 was never read, without a word."""
   from bert_jax.training.plan import resolve_pretrain
