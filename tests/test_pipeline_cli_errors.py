@@ -34,7 +34,7 @@ CASES = [
     ({"input_file": "nothing_*.txt"}, "--input_file: no file matches '.*nothing_\\*.txt'"),
     ({"input_file": "nothing_*.txt,corpus.txt"}, "no file matches '.*nothing_\\*.txt'"),
     ({"input_file": "empty.txt"}, "--input_file=.*every file is empty"),
-    ({"input_file": "blank.txt"}, "no instances from the input files"),
+    ({"input_file": "blank.txt"}, r"no instances from the input files .*\(empty or only blank lines: \['.*blank.txt'\]"),
     ({"vocab_file": "no_mask.txt"}, r"--vocab_file=.*lacks the special token\(s\) \['\[MASK\]'\]"),
     ({"vocab_file": "missing_vocab.txt"}, "--vocab_file=.*no such file"),
     ({"output_file": "a_dir"}, "--output_file=.*is a directory"),
@@ -80,6 +80,17 @@ def test_a_user_mistake_is_one_error_line(files, change, message, capsys):
   assert re.search(message, lines[0]), lines[0]
   assert not list(files.glob("out/*.tfrecord"))
   assert (files / "corpus.txt").read_text().startswith("the cat sat .")
+
+
+def test_a_file_of_only_blank_lines_is_not_called_empty(files, capsys):
+  """Its warning said "empty file", of a file whose size is not 0."""
+  argv = [f"--input_file={files}/blank.txt,{files}/empty.txt", f"--output_file={files}/out/train.tfrecord",
+          f"--vocab_file={files}/vocab.txt", "--num_workers=1", "--progress=false"]
+  with pytest.raises(SystemExit):
+    cli.run_plain_main(cpd.main, argv)
+  err = capsys.readouterr().err
+  assert f"warning: {files}/blank.txt: only blank lines (no text), skipped" in err, err
+  assert f"warning: {files}/empty.txt: empty file, skipped" in err, err
 
 
 def test_records_of_another_length_are_a_user_error_for_train_py(files):

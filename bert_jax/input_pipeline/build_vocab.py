@@ -117,7 +117,7 @@ def build_vocab(input_files, vocab_size: int, output: str, do_lower_case: bool =
   stats = text_io.ReadStats()
   lines = list(_iter_lines(files, stats))
   if not lines:
-    raise NoTextError(f"no text in {files} (empty files: {stats.empty_files})")
+    raise NoTextError(f"no text in {files} (empty or only blank lines: {stats.empty_files})")
   tokens: Optional[List[str]] = None
   if backend in ("auto", "tokenizers"):
     try:

@@ -254,7 +254,7 @@ def create_pretraining_data(input_files, output_files: Sequence[str], vocab_file
     summary.output_files += [fileio.join(directory, f) if f == fileio.basename(f) else f for f in entry["files"]]
     summary.counts += list(entry["records"])
   if summary.instances == 0:
-    raise NoInstancesError(f"no instances from the input files {plan.files} (empty files: {summary.read.empty_files}; "
+    raise NoInstancesError(f"no instances from the input files {plan.files} (empty or only blank lines: {summary.read.empty_files}; "
                      f"lines that are not UTF-8: {sum(summary.read.bad_utf8_lines.values())}; "
                      f"{'; '.join(summary.skipped_shards) or 'no tokens'})")
   for line in summary.skipped_shards:

@@ -69,7 +69,7 @@ class ReadStats:
   def summary_lines(self) -> List[str]:
     out = [f"files read: {self.files}, lines: {self.lines:,}, documents: {self.documents:,}"]
     if self.empty_files:
-      out.append(f"skipped empty files: {len(self.empty_files)} ({', '.join(self.empty_files[:5])}"
+      out.append(f"skipped empty or blank-only files: {len(self.empty_files)} ({', '.join(self.empty_files[:5])}"
                  f"{', ...' if len(self.empty_files) > 5 else ''})")
     if self.bad_utf8_lines:
       total = sum(self.bad_utf8_lines.values())
@@ -124,7 +124,8 @@ def parse_documents(raw: bytes, path: str, stats: ReadStats, whole_file: bool = 
   if not raw.strip():
     if whole_file:
       stats.empty_files.append(path)
-      warn_input(f"{path}: empty file, skipped")
+      # a file of blank lines is not "empty" to its owner, who sees its bytes (and its size)
+      warn_input(f"{path}: {'only blank lines (no text)' if raw else 'empty file'}, skipped")
     return documents
   try:
     lines = raw.decode("utf-8").split("\n")  # only "\n" ends a line, as in BERT's reader
