@@ -102,6 +102,18 @@ def test_the_crf_reads_conll2003_iob1_files_as_iob2(tmp_path):
   assert ner.NerTask().prepare(data_dir=str(tmp_path)).read("train", str(tmp_path))[0].labels == raw
 
 
+def test_strict_scoring_reads_conll2003_iob1_files_as_iob2(tmp_path):
+  """mode=strict (seqeval's IOB2 scheme) drops an entity that starts with I-X: on CoNLL-2003's original IOB1
+  files every gold entity but B-PER was dropped, so a perfect prediction scored 1 gold entity of 4."""
+  for split in ("train", "dev"):
+    (tmp_path / f"{split}.txt").write_text(_IOB1)
+  task = ner.NerTask(mode="strict").prepare(data_dir=str(tmp_path))
+  dev = task.read("dev", str(tmp_path))
+  assert "B-PER" in task.label_list and dev[0].labels[0] == "B-ORG"
+  r = task.evaluate(dev, [ex.labels for ex in dev])
+  assert r["num_gold"] == 4 and r["f1"] == 1.0
+
+
 def test_the_conll2003_release_file_names_are_read(tmp_path):
   """The English CoNLL-2003 release names its splits eng.train / eng.testa (dev) / eng.testb (test)."""
   for name in ("eng.train", "eng.testa", "eng.testb"):
