@@ -53,6 +53,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from bert_jax import cli  # noqa: E402
+from bert_jax.errors import UserError  # noqa: E402
 from bert_jax.models import attention  # noqa: E402
 
 TARGETS = {("base", 128, 256): (1.3, 0.45), ("large", 512, 64): (1.25, 0.50)}
@@ -239,11 +241,13 @@ def verdicts() -> dict:
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--skip_bench", action="store_true")
   p.add_argument("--memory_table", action="store_true", help="also the largest batch per path (slow)")
   p.add_argument("--steps", type=int, default=10, help="timed steps per benchmark row")
   args = p.parse_args(argv)
+  if args.steps < 1:
+    raise UserError(f"--steps={args.steps}; expected an integer >= 1")
   t_start = time.perf_counter()
   REPORT["environment"] = environment()
   print(f"[env] {json.dumps(REPORT['environment'])}", flush=True)
@@ -274,4 +278,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run_plain_main(main)   # a UserError: one `error:` line, exit 2 (--verbose: traceback)

@@ -20,6 +20,8 @@ import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
+from bert_jax import cli  # noqa: E402
+from bert_jax.errors import UserError  # noqa: E402
 from bert_jax.finetune.tasks import get_task  # noqa: E402
 from bert_jax.input_pipeline.tokenization import FullTokenizer  # noqa: E402
 from bert_jax.models import heads  # noqa: E402
@@ -44,13 +46,20 @@ def passage_sensitivity(cfg, params, features):
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--data_dir", required=True, help="a C3-format two-choice set (data/snownlp_mc.py)")
   parser.add_argument("--vocab_file", required=True)
   parser.add_argument("--checkpoint", required=True, help="a fine-tuned best_checkpoint/ directory")
   parser.add_argument("--questions", type=int, default=200, help="dev questions to score")
   parser.add_argument("--max_seq_length", type=int, default=64)
   args = parser.parse_args(argv)
+  for flag in ("data_dir", "checkpoint"):
+    if not os.path.isdir(getattr(args, flag)):
+      raise UserError(f"--{flag}={getattr(args, flag)}: no such directory")
+  if not os.path.isfile(args.vocab_file):
+    raise UserError(f"--vocab_file={args.vocab_file}: no such file")
+  if args.questions < 1 or args.max_seq_length < 8:
+    raise UserError(f"--questions={args.questions} / --max_seq_length={args.max_seq_length}; expected >= 1 / >= 8")
   tok = FullTokenizer(args.vocab_file, do_lower_case=True)
   task = get_task("c3")
   examples = list(task.read("dev", args.data_dir))[:args.questions]
@@ -66,4 +75,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  main()
+  cli.run_plain_main(main)   # a UserError: one `error:` line, exit 2 (--verbose: traceback)

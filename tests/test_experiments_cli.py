@@ -125,3 +125,15 @@ def test_corpus_choice_and_finetune_heads_check_the_workdir_first(tmp_path):
     finetune_heads.main([f"--workdir={tmp_path / 'f'}"])
   with pytest.raises(UserError, match="^--evals=0"):
     finetune_heads.main([f"--workdir={tmp_path / 'w'}", "--evals=0"])
+
+
+def test_device_check_and_multiple_choice_diag_check_their_flags(tmp_path):
+  from experiments import device_check, multiple_choice_diag
+  with pytest.raises(UserError, match=r"^--steps=0"):
+    device_check.main(["--steps=0", "--skip_bench"])
+  with pytest.raises(UserError, match=re.escape(f"--vocab_file={tmp_path / 'none'}: no such file")):
+    multiple_choice_diag.main([f"--data_dir={tmp_path}", f"--vocab_file={tmp_path / 'none'}",
+                               f"--checkpoint={tmp_path}"])
+  with pytest.raises(UserError, match=re.escape(f"--checkpoint={tmp_path / 'none'}: no such directory")):
+    multiple_choice_diag.main([f"--data_dir={tmp_path}", f"--vocab_file={tmp_path / 'none'}",
+                               f"--checkpoint={tmp_path / 'none'}"])
