@@ -15,8 +15,9 @@ sentence; `-DOCSTART-` lines (document boundaries) are dropped. A tag outside `l
 a tag in a labelled file, raises TaskDataError naming file and line (or is a counted skip of the sentence with
 on_error="skip"). Without a label list (no labels.txt: the tags are inferred from the files) every tag must
 fit the BIO / IOB / BIOES scheme, "O" or B-/I-/E-/S-<type>; other tags (X-FOO, PER) are the same error,
-with a labels.txt listing the tags as the way to use them. With the CRF and the BIO scheme, IOB1 files
-(CoNLL-2003's original release: entities start with I-X) are read as IOB2, whose paths the CRF allows.
+with a labels.txt listing the tags as the way to use them. With the CRF or the strict scorer and the BIO
+scheme, IOB1 files (CoNLL-2003's original release: entities start with I-X) are read as IOB2, whose paths the
+CRF allows and whose entities the strict scorer counts.
 
 Features, one row per window ([CLS] sub-tokens [SEP]):
   input_ids, input_mask, segment_ids  int32 [N, T]
@@ -362,7 +363,7 @@ class NerTask(Task):
     """With the CRF and the BIO scheme, B-X and I-X for every type X of `label_list` (missing ones appended, so
     the ids of the listed tags stay): IOB1 files become IOB2 (_as_crf_tags), which may write B-X where the files
     never do, and a test file's I-X must still be readable."""
-    if not (self.crf and self.scheme.upper() == "BIO"):
+    if not self._reads_iob2():
       return label_list
     out = list(label_list)
     for t in label_list:
@@ -370,11 +371,17 @@ class NerTask(Task):
         out += [x for x in (f"B-{t[2:]}", f"I-{t[2:]}") if x not in out]
     return out
 
+  def _reads_iob2(self) -> bool:
+    """IOB1 files are read as IOB2: with the BIO scheme, under the CRF or the strict scorer."""
+    return (self.crf or self.mode == "strict") and self.scheme.upper() == "BIO"
+
   def _as_crf_tags(self, example_set):
     """With the CRF and the BIO scheme, IOB1 tags (CoNLL-2003's original files) as IOB2: the CRF's BIO
     constraints forbid I-X after O, so an IOB1 gold path would be impossible (a loss of ~1e4 per entity and
-    entities never predicted). The softmax head reads the tags as they are."""
-    if self.crf and self.scheme.upper() == "BIO":
+    entities never predicted). So too with mode="strict": its IOB2 scorer drops every entity that starts with
+    I-X, gold and predicted (an IOB1 file scored near 0). The softmax head under conlleval reads the tags as
+    they are (conlleval reads IOB1)."""
+    if self._reads_iob2():
       for ex in example_set:
         if ex.labels is not None:
           ex.labels = iob1_to_iob2(ex.labels)
