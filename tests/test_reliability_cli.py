@@ -108,6 +108,19 @@ def test_pretrain_validation_names_the_field(files, tmp_path, overrides, message
                                         num_devices=8, process_count=1)
 
 
+@pytest.mark.parametrize("preset", [None, "bert_paper", "lamb_pod", "budget", "albert"])
+def test_every_preset_and_size_of_configs_pretrain_resolves_through_the_plan(files, preset):
+  """configs/pretrain.py's header documents each preset x size (and fast, runlocal): each is a valid plan
+  (no work dir, no training), so a preset field the plan refuses is caught here, not on a pod slice."""
+  for size in ("tiny", "mini", "small", "medium", "base", "large"):
+    for extra in ("", ",fast", ",runlocal"):
+      arg = f"size={size}" + (f",preset={preset}" if preset else "") + extra
+      config = _config("pretrain", arg)
+      config.data.input_files, config.data.vocab_file = str(files / "corpus.txt"), str(files / "vocab.txt")
+      plan = resolve_pretrain(config, None, num_devices=8, process_count=1)
+      assert plan.model.num_hidden_layers >= 1, arg
+
+
 def test_pretrain_validation_accepts_the_documented_tiny_run_and_sop_on_one_document(files, tmp_path):
   resolve_pretrain(pretrain_config(files), str(tmp_path / "w"), num_devices=8,
                                       process_count=1)
