@@ -196,3 +196,22 @@ def test_quote_characters_are_literal_text_not_csv_quoting(glue_root):
   assert len(es) == 10 and es.skipped.total == 0
   assert (es[8].text_a, es[8].text_b, es[8].label) == ('"Yes, he said.', '"No', "neutral")
   assert (es[9].text_a, es[9].label) == ('the "cat".', "entailment")
+
+
+def test_mrpc_from_its_own_release_files_split_by_dev_ids(tmp_path):
+  """MRPC's own msr_paraphrase_train.txt / _test.txt (UTF-8 BOM, header Quality...) with GLUE's dev_ids.tsv
+  and no train/dev/test.tsv: split as download_glue_data.py does (was a FileNotFoundError)."""
+  d = tmp_path / "MRPC"
+  rows = [f"{i % 2}\t{700 + i}\t{800 + i}\t{testing._PAIRS[i][0]}\t{testing._PAIRS[i][1]}" for i in range(6)]
+  head = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String"
+  testing._write(str(d / "msr_paraphrase_train.txt"), [head] + rows, bom=True)
+  testing._write(str(d / "msr_paraphrase_test.txt"), [head] + rows[:3], bom=True)
+  testing._write(str(d / "dev_ids.tsv"), ["701\t801", "704\t804"])
+  train, dev = glue.read_glue("mrpc", "train", str(tmp_path)), glue.read_glue("mrpc", "dev", str(tmp_path))
+  assert [e.text_a for e in dev] == [testing._PAIRS[1][0], testing._PAIRS[4][0]] and len(train) == 4
+  assert [e.label for e in dev] == ["1", "0"] and testing._PAIRS[1][0] not in [e.text_a for e in train]
+  test = glue.read_glue("mrpc", "test", str(tmp_path))
+  assert [(e.index, e.label, e.text_b) for e in test][1] == ("1", None, testing._PAIRS[1][1])
+  os.remove(d / "dev_ids.tsv")
+  with pytest.raises(FileNotFoundError, match="dev_ids.tsv"):
+    glue.read_glue("mrpc", "train", str(tmp_path))

@@ -13,6 +13,8 @@ Column layouts of the GLUE release (0-based; Google's run_classifier processors 
   SST-2  header sentence, label: 0, 1         index, sentence 1
   MRPC   header Quality, #1 ID, #2 ID,        index, #1 ID, #2 ID, #1 String 3, #2 String 4
          #1 String, #2 String: label 0, a 3, b 4
+         (without the script's train/dev/test.tsv: MRPC's own msr_paraphrase_train.txt split by dev_ids.tsv,
+         msr_paraphrase_test.txt numbered from 0, as download_glue_data.py does)
   STS-B  header; a 7, b 8, score 9            a 7, b 8
   QQP    header id,qid1,qid2,q1,q2,is_dup:    id, question1 1, question2 2
          a 3, b 4, label 5
@@ -162,13 +164,38 @@ def _split_path(spec: GlueSpec, split: str, data_dir: str) -> str:
                           f"<data_dir>/{spec.folders[0]}/{name})")
 
 
+MRPC_RAW = {"train": "msr_paraphrase_train.txt", "dev": "msr_paraphrase_train.txt", "test": "msr_paraphrase_test.txt"}
+
+
+def _mrpc_raw(spec: GlueSpec, split: str, data_dir: str):
+  """(path, dev id pairs or None) of MRPC's own release files when the GLUE script's {split}.tsv is absent:
+  train/dev are msr_paraphrase_train.txt split by dev_ids.tsv ("#1 ID\t#2 ID" rows) as download_glue_data.py
+  splits it; test is msr_paraphrase_test.txt (its labels ignored, index = row number, as the script writes)."""
+  d = task_dir(spec, data_dir)
+  if spec.name != "mrpc" or os.path.exists(os.path.join(d, spec.splits[split])):
+    return None
+  path = os.path.join(d, MRPC_RAW[split])
+  if not os.path.exists(path):
+    return None
+  if split == "test":
+    return path, None
+  ids_path = os.path.join(d, "dev_ids.tsv")
+  if not os.path.exists(ids_path):
+    raise FileNotFoundError(f"GLUE mrpc {split}: {path} needs {ids_path} (the GLUE dev set's id pairs) to be split "
+                            f"into train and dev, or give the GLUE script's {spec.splits[split]}")
+  return path, {tuple(r[:2]) for _, r in common.read_tsv_lines(ids_path) if len(r) >= 2}
+
+
 def read_glue(task: str, split: str, data_dir: str, on_error: str = "raise") -> common.ExampleSet:
   """Reads a GLUE split from the standard folder layout (see the module docstring)."""
   spec = get_spec(task)
   split = canonical_split(spec, split)
-  path = _split_path(spec, split, data_dir)
+  raw = _mrpc_raw(spec, split, data_dir)
+  path = raw[0] if raw else _split_path(spec, split, data_dir)
   is_test = split.startswith("test")
   layout = spec.test if is_test else spec.labelled
+  if raw:   # MRPC's own files: train/dev rows filtered by dev_ids.tsv, test rows numbered
+    layout = spec.labelled if raw[1] is not None else Layout(header=True, text_a=3, text_b=4)
   report = common.SkipReport(source=path)
   bad = common.ErrorPolicy(on_error, report)
   label_set = set(spec.label_list or [])
@@ -189,6 +216,8 @@ def read_glue(task: str, split: str, data_dir: str, on_error: str = "raise") -> 
         continue
       bad(path, line, "missing columns", f"row has {len(row)} column(s), {spec.name} {split} needs at least "
           f"{need}", hint="--config.on_error=skip counts and skips such rows")
+      continue
+    if raw and raw[1] is not None and ((row[1].strip(), row[2].strip()) in raw[1]) != (split == "dev"):
       continue
     text_a = row[layout.text_a]
     text_b = row[layout.text_b] if layout.text_b is not None else None
