@@ -312,12 +312,19 @@ def test_import_hf_takes_the_vocab_from_tokenizer_json_when_vocab_txt_is_absent(
   folder = _tiny_hf_folder(tmp_path, tiny_vocab, lambda s: None)
   tokens = [line.rstrip("\n") for line in open(tiny_vocab, encoding="utf-8")]
   os.remove(os.path.join(folder, "vocab.txt"))
-  json.dump({"model": {"type": "WordPiece", "vocab": {t: i for i, t in enumerate(tokens)}}},
+  os.remove(os.path.join(folder, "tokenizer_config.json"))
+  # A cased model saved by a fast tokenizer only: its casing is tokenizer.json's BertNormalizer's (it was
+  # guessed from the vocab, lowercasing a cased model).
+  json.dump({"normalizer": {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True,
+                            "strip_accents": None, "lowercase": False},
+             "model": {"type": "WordPiece", "vocab": {t: i for i, t in enumerate(tokens)}}},
             open(os.path.join(folder, "tokenizer.json"), "w"))
   out = str(tmp_path / "converted")
   _, _, report = hf_convert.import_hf(folder, output=out)
   assert open(os.path.join(out, "vocab.txt")).read().split("\n")[:-1] == tokens
   assert any("tokenizer.json" in n for n in report.notes)
+  assert params_dir.read_info(out)["do_lower_case"] is False
+  assert "tokenizer: do_lower_case=False (tokenizer.json's BertNormalizer" in report.summary()
 
 
 def test_convert_package_imports_without_tensorflow_or_torch():

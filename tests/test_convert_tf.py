@@ -109,6 +109,8 @@ def test_google_tf1_checkpoint_imports_with_outputs_equal_to_reference(tmp_path,
   config, params, vocab_file = params_dir.load_params_dir(out_dir)
   info = params_dir.read_info(out_dir)
   assert info["do_lower_case"] is True                  # from the folder name "uncased_..."
+  assert "tokenizer: do_lower_case=True (the name 'uncased_L-2_H-64_A-4' says uncased" in "\n".join(
+      info["report"]["notes"])                          # and the user is told so
   assert info["report"]["fresh_groups"] == []
   assert sorted(info["report"]["ignored"]) == sorted(set(saved) - set(variables))
   assert open(vocab_file).read() == open(tiny_vocab).read()

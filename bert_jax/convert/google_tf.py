@@ -164,7 +164,8 @@ def _import_tf(checkpoint, folder, config_file, vocab_file, do_lower_case, seed,
   params = mapping.assign_params(variables, "google", config, report, ignorable=is_ignorable, seed=seed,
                                  layout=layout)
   if do_lower_case is None:
-    do_lower_case = params_dir.guess_do_lower_case(vocab_file, hint=os.path.basename(folder))
+    do_lower_case, why = params_dir.guess_do_lower_case_why(vocab_file, hint=os.path.basename(folder))
+    report.notes.append(f"tokenizer: do_lower_case={do_lower_case} ({why}; pass --do_lower_case to override)")
   if output:
     mapping.save_imported(output, config, params, vocab_file, checkpoint, "google_tf", do_lower_case, report)
   return config, params, report

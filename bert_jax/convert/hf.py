@@ -317,7 +317,8 @@ def import_hf(folder: str, output: Optional[str] = None, vocab_file: Optional[st
     mapping.check_vocab_size(vocab_file, params_dir.count_vocab_lines(vocab_file), config, "config.json",
                              report)
     if do_lower_case is None:
-      do_lower_case = _hf_do_lower_case(folder, vocab_file)
+      do_lower_case, why = hf_do_lower_case(folder, vocab_file)
+      report.notes.append(f"tokenizer: do_lower_case={do_lower_case} ({why}; pass --do_lower_case to override)")
     if output:
       mapping.save_imported(output, config, params, vocab_file, folder, "hf", do_lower_case, report)
   finally:
@@ -326,14 +327,28 @@ def import_hf(folder: str, output: Optional[str] = None, vocab_file: Optional[st
   return config, params, report
 
 
-def _hf_do_lower_case(folder: str, vocab_file: str) -> bool:
+def hf_do_lower_case(folder: str, vocab_file: str):
+  """(do_lower_case, where it came from): tokenizer_config.json's do_lower_case, else tokenizer.json's
+  BertNormalizer lowercase (folders saved by a fast tokenizer only), else a guess from the folder name / vocab."""
   tc = os.path.join(folder, "tokenizer_config.json")
   if os.path.exists(tc):
-    with open(tc, encoding="utf-8") as f:
-      value = json.load(f).get("do_lower_case")
+    try:
+      with open(tc, encoding="utf-8") as f:
+        value = json.load(f).get("do_lower_case")
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+      value = None
     if isinstance(value, bool):
-      return value
-  return params_dir.guess_do_lower_case(vocab_file, hint=os.path.basename(os.path.normpath(folder)))
+      return value, "tokenizer_config.json"
+  tj = os.path.join(folder, "tokenizer.json")
+  if os.path.exists(tj):
+    try:
+      with open(tj, encoding="utf-8") as f:
+        norm = json.load(f).get("normalizer") or {}
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+      norm = {}
+    if isinstance(norm, dict) and norm.get("type") == "BertNormalizer" and isinstance(norm.get("lowercase"), bool):
+      return norm["lowercase"], "tokenizer.json's BertNormalizer"
+  return params_dir.guess_do_lower_case_why(vocab_file, hint=os.path.basename(os.path.normpath(folder)))
 
 
 # ---- writing ---------------------------------------------------------------------------------------------

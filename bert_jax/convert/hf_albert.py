@@ -266,7 +266,8 @@ def import_hf_albert(folder: str, output: Optional[str] = None, vocab_file: Opti
     mapping.check_vocab_size(vocab_file, params_dir.count_vocab_lines(vocab_file), config, "config.json",
                              report)
     if do_lower_case is None:
-      do_lower_case = hf._hf_do_lower_case(folder, vocab_file)
+      do_lower_case, why = hf.hf_do_lower_case(folder, vocab_file)
+      report.notes.append(f"tokenizer: do_lower_case={do_lower_case} ({why}; pass --do_lower_case to override)")
     if output:
       mapping.save_imported(output, config, params, vocab_file, folder, "hf", do_lower_case, report)
   finally:

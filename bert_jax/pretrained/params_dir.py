@@ -217,9 +217,27 @@ def guess_do_lower_case(vocab_file: str, hint: str = "") -> bool:
   """Casing of a released vocab: from a name ("uncased"/"cased"), else True unless the vocab holds
   capitalised word pieces (Google's cased vocabs contain "The", "Paris", ...; uncased and Chinese ones do
   not)."""
-  hint = hint.lower()
-  if "uncased" in hint:
-    return True
+  return guess_do_lower_case_why(vocab_file, hint)[0]
+
+
+def guess_do_lower_case_why(vocab_file: str, hint: str = ""):
+  """(guess_do_lower_case's answer, the reason in words), for telling the user which casing was chosen."""
+  low = hint.lower()
+  if "uncased" in low:
+    return True, f"the name {hint!r} says uncased"
+  if "cased" in low:
+    return False, f"the name {hint!r} says cased"
+  upper = 0
+  with fileio.open_file(vocab_file) as f:
+    for line in f:
+      tok = line.strip()
+      if tok.startswith("[") and tok.endswith("]"):
+        continue
+      if any(c.isupper() for c in tok):
+        upper += 1
+        if upper >= 20:
+          return False, "the vocab holds capitalised word pieces"
+  return True, "the vocab holds no capitalised word pieces"
   if "cased" in hint:
     return False
   upper = 0
