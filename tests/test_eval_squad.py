@@ -77,9 +77,12 @@ def test_evaluate_v2_breakdown_and_best_thresholds():
   assert "best_f1" not in squad.evaluate_v2(_v2_golds(), preds)
 
 
-def test_v2_gold_answers_that_normalise_to_empty_count_as_no_answer():
-  r = squad.evaluate_v2({"q": ["the", "."]}, {"q": ""})
-  assert r["NoAns_total"] == 1 and r["exact"] == 100.0
+def test_v2_gold_answers_that_normalise_to_empty_score_as_empty_but_stay_has_answer():
+  """The official v2 script scores such a question against "" but counts it under HasAns (its has-answer test is
+  a non-empty answers list): it was put under NoAns, which also changed best_f1_thresh's search."""
+  r = squad.evaluate_v2({"q": ["the", "."]}, {"q": ""}, na_probs={"q": 0.9})
+  assert r["HasAns_total"] == 1 and "NoAns_total" not in r and r["exact"] == 100.0
+  assert r["best_f1"] == 100.0 and r["best_f1_thresh"] == 0.9   # official: diff = its score (1), not 0
 
 
 def test_cjk_answers_are_scored_per_character():

@@ -234,11 +234,11 @@ def raw_scores_v2(dataset: Dataset, predictions: Mapping[str, str], language: st
   exact_fn, f1_fn = _score_fns(language, golds)
   exact, f1, has_ans = {}, {}, {}
   for qid, answers in golds.items():
-    # Official: gold answers that normalise to "" are dropped; none left means "no answer".
-    answers = [a for a in answers if normalize_answer(a)]
+    # Official: a question has an answer when its answers list is non-empty (make_qid_to_has_ans: the HasAns /
+    # NoAns blocks and the best-threshold search); gold texts that normalise to "" are dropped for scoring,
+    # none left scores against "".
     has_ans[qid] = bool(answers)
-    if not answers:
-      answers = [""]
+    answers = [a for a in answers if normalize_answer(a)] or [""]
     if qid not in predictions:
       exact[qid] = f1[qid] = 0.0
       continue
