@@ -300,6 +300,7 @@ def run(args) -> dict:
   s = settings(args.quick)
   stages = runs.choices_list("--stages", args.stages, STAGES)
   workdir = runs.make_workdir("--workdir", args.workdir)
+  args.output = output_path(args, workdir)
   res = Results(args.results or os.path.splitext(args.output)[0] + ".json")
   res.data["settings"] = {k: v for k, v in s.items() if k != "arms"}
   res.data["machine"] = runs.machine()
@@ -594,10 +595,19 @@ def write_markdown(data: dict, output: str, plot_dir: Optional[str]) -> None:
   os.replace(tmp, output)
 
 
+def output_path(args, workdir: str) -> str:
+  """--output, else the committed page, except under --quick: its default is in the work dir (a smoke run
+  wrote its figures over experiments/budget_recipe.md and .json)."""
+  if args.output:
+    return args.output
+  return os.path.join(workdir if args.quick else os.path.dirname(os.path.abspath(__file__)), "budget_recipe.md")
+
+
 def parse_args(argv=None):
   p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--workdir", required=True, help="runs, data and checkpoints (created if missing)")
-  p.add_argument("--output", default=os.path.join(HERE, "budget_recipe.md"), help="the markdown report")
+  p.add_argument("--output", default="", help="the markdown report (default: experiments/budget_recipe.md, the "
+                 "committed page; with --quick WORKDIR/budget_recipe.md, so a smoke run leaves the committed results alone)")
   p.add_argument("--results", default="", help="results JSON (default: next to --output)")
   p.add_argument("--plot_dir", default="", help="where budget_*.png go ('' = no plots)")
   p.add_argument("--stages", default="ablation,wallclock,downstream", help="comma-separated stages to run")

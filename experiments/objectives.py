@@ -218,6 +218,7 @@ def run(args) -> dict:
     s["arms"] = tuple(dict.fromkeys([BERT_ARM] + arms))
   args.stages = runs.choices_list("--stages", args.stages, STAGES)
   workdir = runs.make_workdir("--workdir", args.workdir)
+  args.output = output_path(args, workdir)
   res = Results(args.results or os.path.splitext(args.output)[0] + ".json")
   res.data["scale"] = scale
   res.data["settings"] = {k: v for k, v in s.items()}
@@ -411,10 +412,20 @@ def reading(data: dict) -> List[str]:
   return out
 
 
+def output_path(args, workdir: str) -> str:
+  """--output, else the committed page, except under --quick or --scale=reduced: its default is in the work
+  dir (a smoke run wrote its figures over experiments/objectives.md and .json)."""
+  if args.output:
+    return args.output
+  smoke = args.quick or args.scale == "reduced"     # reduced: a pipeline check, as --quick
+  return os.path.join(workdir if smoke else os.path.dirname(os.path.abspath(__file__)), "objectives.md")
+
+
 def parse_args(argv=None):
   p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--workdir", required=True, help="run directories, data and fine-tuning sweeps")
-  p.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "objectives.md"))
+  p.add_argument("--output", default="", help="the markdown report (default: experiments/objectives.md, the "
+                 "committed page; with --quick or --scale=reduced WORKDIR/objectives.md, so a smoke run leaves the committed results alone)")
   p.add_argument("--results", default="", help="results JSON (default: next to --output)")
   p.add_argument("--scale", default="full", choices=("full", "medium", "reduced"),
                  help="full: the issue's grid; medium: tiny, 1,200 BERT steps, every arm, 3 seeds; reduced: "

@@ -137,3 +137,17 @@ def test_device_check_and_multiple_choice_diag_check_their_flags(tmp_path):
   with pytest.raises(UserError, match=re.escape(f"--checkpoint={tmp_path / 'none'}: no such directory")):
     multiple_choice_diag.main([f"--data_dir={tmp_path}", f"--vocab_file={tmp_path / 'none'}",
                                f"--checkpoint={tmp_path / 'none'}"])
+
+
+def test_a_smoke_run_does_not_default_to_the_committed_results(tmp_path):
+  # `budget_recipe --quick` / `objectives --quick` wrote their smoke figures over experiments/*.md and .json
+  here = os.path.join(ROOT, "experiments")
+  for module, name in ((budget_recipe, "budget_recipe.md"), (objectives, "objectives.md")):
+    quick = module.parse_args([f"--workdir={tmp_path}", "--quick"])
+    assert module.output_path(quick, str(tmp_path)) == str(tmp_path / name)
+    full = module.parse_args([f"--workdir={tmp_path}"])
+    assert module.output_path(full, str(tmp_path)) == os.path.join(here, name)
+    given = module.parse_args([f"--workdir={tmp_path}", "--quick", "--output=x.md"])
+    assert module.output_path(given, str(tmp_path)) == "x.md"
+  reduced = objectives.parse_args([f"--workdir={tmp_path}", "--scale=reduced"])
+  assert objectives.output_path(reduced, str(tmp_path)) == str(tmp_path / "objectives.md")
