@@ -88,7 +88,9 @@ def get_config(arg=None):
   config.max_answer_length = 30                    # longest predicted answer, in tokens
   config.null_score_diff_threshold = 0.0           # v2: predict "" when null score - best span score > this
   config.version_2_with_negative = task == "squad_v2"  # unanswerable questions (set by the task name)
-  config.squad_language = "auto"                   # auto | en | zh: zh scores like CMRC2018 (character F1)
+  config.squad_language = "auto"                   # auto | en | zh: zh scores like CMRC2018 (character F1); en is
+  #                                                  the official scripts' tokens; auto: those, or CJK characters
+  #                                                  one token each when most answers are CJK
 
   # NER (CoNLL files: word ... tag).
   config.ner_scheme = "BIO"                        # BIO | BIOES tagging scheme of the files
