@@ -252,7 +252,7 @@ def test_ctrl_c_while_the_libraries_load_is_an_interrupted_line_and_exit_130(fil
   """It was a KeyboardInterrupt traceback from inside whichever import it hit."""
   proc = subprocess.Popen(_train_argv(tmp_path / "run", files), cwd=REPO, env=_env(), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
-  time.sleep(0.8)               # the imports (JAX, TensorFlow) take seconds
+  time.sleep(0.5)               # the handler is in after ~0.1 s; the imports (JAX, TensorFlow) take seconds
   proc.send_signal(signal.SIGINT)
   _, err = proc.communicate(timeout=300)
   assert proc.returncode == 130, err[-3000:]
