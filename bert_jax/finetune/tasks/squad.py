@@ -205,7 +205,8 @@ def _parse_qa(qa, context, title, v2, is_training, path, line_of, bad, where) ->
   if span is None:
     shown = context[start:start + len(text)] if isinstance(start, int) and isinstance(text, str) else None
     bad(path, line_of(qid), "answer mismatch", f"question id {qid}: answer {text!r} is not at answer_start={start!r}"
-        f" (context there reads {shown!r})")
+        f" (context there reads {shown!r})", hint="--config.on_error=skip counts and skips such training "
+        "questions, as Google's run_squad does")
     return None
   ex.answer_text = text
   ex.start_char, ex.end_char = span
