@@ -155,7 +155,7 @@ def main(argv=None) -> int:
   if args.command == "import-hf":
     resolved = resolve_model_folder(args.input)
     if resolved != args.input:
-      print(f"reading the model in {resolved} (the Transformer module of {args.input})")
+      print(f"reading the model in {resolved} ({args.input} has no config.json; this subfolder holds the model)")
       args.input = resolved
   try:
     if args.command == "import-tf" and hf_electra.is_electra_tf_checkpoint(args.checkpoint):
