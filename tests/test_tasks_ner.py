@@ -122,3 +122,13 @@ def test_the_conll2003_release_file_names_are_read(tmp_path):
     assert ner.read_conll_split(str(tmp_path), split)[0].words[-1] == word
   (tmp_path / "test.txt").write_text(_IOB1)                 # the usual names come first
   assert ner.read_conll_split(str(tmp_path), "test")[0].words[-1] == "Smith"
+
+
+def test_a_tab_separated_whitespace_character_is_a_word_of_a_character_per_line_file(tmp_path, tok):
+  """A char-per-line Chinese file keeps the text's ideographic space as a character ("\u3000\tO"); split()
+  saw only the tag, and the whole file failed with 'missing tag column'."""
+  (tmp_path / "train.txt").write_text("北\tB-LOC\n京\tI-LOC\n\u3000\tO\n好\tO\n\n", encoding="utf-8")
+  es = ner.read_conll(str(tmp_path / "train.txt"))
+  assert es[0].words == ["北", "京", "\u3000", "好"] and es[0].labels == ["B-LOC", "I-LOC", "O", "O"]
+  f = ner.convert_examples_to_features(es, tok, 16, ["O", "B-LOC", "I-LOC"])
+  assert sorted(set(f["word_ids"][0].tolist()) - {-1}) == [0, 1, 2, 3]   # every word still predicted once

@@ -10,7 +10,8 @@
     tags = predictions_to_tags(es, feats, pred_ids, labels)           # per-word tag strings, per sentence
 
 CoNLL format: one word per line, whitespace-separated columns, the word first and the tag in the LAST column
-(so CoNLL-2003's `word POS chunk NER` and two-column `char tag` Chinese files both work); a blank line ends a
+(so CoNLL-2003's `word POS chunk NER` and two-column `char tag` Chinese files both work; a tab-separated line
+whose character is a whitespace one, "\u3000\tO", is that character and its tag); a blank line ends a
 sentence; `-DOCSTART-` lines (document boundaries) are dropped. A tag outside `label_list`, or a line without
 a tag in a labelled file, raises TaskDataError naming file and line (or is a counted skip of the sentence with
 on_error="skip"). Without a label list (no labels.txt: the tags are inferred from the files) every tag must
@@ -117,6 +118,11 @@ def read_conll(path: str, label_list: Optional[Sequence[str]] = None, split: str
   text = common.read_utf8(path)
   for n, line in enumerate(text.split("\n"), start=1):
     parts = line.split()
+    if len(parts) == 1 and "\t" in line:
+      # a character-per-line Chinese file's whitespace character ("\u3000\tO"): split() loses the word
+      fields = line.rstrip("\r").split("\t")
+      if len(fields) >= 2 and fields[0] and not fields[0].strip() and fields[-1].strip():
+        parts = [fields[0], fields[-1].strip()]
     if not parts:
       flush()
       continue
