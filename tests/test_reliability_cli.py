@@ -95,7 +95,10 @@ def pretrain_config(files, **overrides):
     ({"model.intermediate_size": 0}, r"^config.model.intermediate_size=0; expected >= 1"),
     ({"model.max_position_embeddings": 0}, r"^config.model.max_position_embeddings=0; expected >= 1"),
     ({"model.embedding_size": -3}, r"^config.model.embedding_size=-3; expected >= 0"),
-    ({"model.num_attention_heads": 5}, r"hidden_size=\d+ is not a multiple of num_attention_heads=5"),
+    ({"model.num_attention_heads": 5}, r"^config.model.num_attention_heads=5 does not divide hidden_size of "
+                                       r"config.model.size='tiny'=128; expected a divisor of 128 \(e.g. 2: "),
+    ({"model.num_attention_heads": 5, "model.hidden_size": 96},
+     r"^config.model.num_attention_heads=5 does not divide config.model.hidden_size=96; expected a divisor"),
     ({"data.vocab_file": "A_DIR"}, r"config.data.vocab_file=.*' is a directory; expected a vocab file \(one token "
                                    r"per line"),
 ])

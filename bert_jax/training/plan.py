@@ -41,6 +41,7 @@ from bert_jax.input_pipeline import fileio
 from bert_jax.input_pipeline import checks
 from bert_jax.input_pipeline.data_plan import Phase, PretrainData, phase_fields, resolve_data_plan
 from bert_jax.models import BertConfig, ElectraSettings, validate_targets
+from bert_jax.models.config import SIZES
 from bert_jax.pretrained import params_dir
 from bert_jax.pretrained.load import CHECKPOINT_SUBDIR, check_vocab_matches, read_config
 from bert_jax.training import optimizers, sharding
@@ -232,9 +233,23 @@ def _check_fields(config) -> None:
                "model.intermediate_size"):
     checks.check_range(config, path, lo=1, allow=(-1,), integer=True)
   checks.check_range(config, "model.embedding_size", lo=0, integer=True)
+  _check_heads_divide_width(config.model)
   checks.check_range(config, "model.hidden_dropout_prob", lo=0, hi=1, hi_open=True)
   checks.check_range(config, "model.attention_probs_dropout_prob", lo=0, hi=1, hi_open=True)
   v.check_optimizer_fields(config)
+
+
+def _check_heads_divide_width(model) -> None:
+  """config.model.num_attention_heads divides the width (config.model.hidden_size, or the size table's): the
+  model's own error named neither config field nor where the width came from."""
+  heads, width = int(model.get("num_attention_heads", -1)), int(model.get("hidden_size", -1))
+  if heads < 1 or str(model.get("size")) not in SIZES:
+    return
+  source = "config.model.hidden_size" if width > 0 else f"hidden_size of config.model.size={model.size!r}"
+  width = width if width > 0 else SIZES[str(model.size)][1]
+  if width % heads:
+    raise UserError(f"config.model.num_attention_heads={heads} does not divide {source}={width}; expected a "
+                    f"divisor of {width} (e.g. {max(1, width // 64)}: 64-wide heads), or -1 for width / 64")
 
 
 def _resolve_electra(config, targets) -> Optional[ElectraSettings]:
