@@ -492,10 +492,12 @@ def _random_pretraining(vocab_size):
   return ref.eval()
 
 
-def test_import_hf_legacy_pytorch_bin_layout_gives_transformers_logits(tmp_path, tiny_vocab):
+@pytest.mark.parametrize("bare", [False, True])
+def test_import_hf_legacy_pytorch_bin_layout_gives_transformers_logits(tmp_path, tiny_vocab, bare):
   """Early Hub uploads (bert-base-cased's pytorch_model.bin): only a torch pickle, LayerNorm gamma/beta,
   cls.predictions.decoder.bias (no cls.predictions.bias), the tied decoder weight absent, position_ids buffers;
-  tokenizer_config.json's do_lower_case=false (a cased model) wins over the vocab's guess."""
+  tokenizer_config.json's do_lower_case=false (a cased model) wins over the vocab's guess. bare: a BertModel
+  pickle (no "bert." prefix, no heads)."""
   vocab_size = sum(1 for _ in open(tiny_vocab))
   ref = _random_pretraining(vocab_size)
   folder = tmp_path / "hf"
@@ -508,6 +510,8 @@ def test_import_hf_legacy_pytorch_bin_layout_gives_transformers_logits(tmp_path,
     k = "cls.predictions.decoder.bias" if k == "cls.predictions.bias" else k
     state[k] = v.clone()
   state["bert.embeddings.position_ids"] = torch.arange(64)[None]
+  if bare:
+    state = {k[len("bert."):]: v for k, v in state.items() if k.startswith("bert.")}
   torch.save(state, str(folder / "pytorch_model.bin"))
   ref.config.to_json_file(str(folder / "config.json"))
   (folder / "vocab.txt").write_text(open(tiny_vocab).read())
@@ -516,7 +520,19 @@ def test_import_hf_legacy_pytorch_bin_layout_gives_transformers_logits(tmp_path,
   assert convert_main(["import-hf", f"--input={folder}", f"--output={out}"]) == 0
   config, params, _ = params_dir.load_params_dir(out)
   info = params_dir.read_info(out)
-  assert info["do_lower_case"] is False and info["report"]["fresh_groups"] == []
+  assert info["do_lower_case"] is False
+  if bare:
+    assert info["report"]["fresh_groups"] == ["mlm", "nsp"]
+    ids, mask, segment_ids, _ = _inputs(vocab_size)
+    ours = _jitted_apply(BertModel, config)({"params": params["bert"]}, ids, mask, segment_ids)
+    with torch.no_grad():
+      out = ref.bert(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
+                     token_type_ids=torch.tensor(segment_ids, dtype=torch.long))
+    diff = np.abs(np.asarray(ours["sequence_output"]) - out.last_hidden_state.numpy())[mask.astype(bool)].max()
+    print(f"legacy bare pytorch_model.bin: max abs diff {diff:.2e}")
+    assert diff < 1e-4
+    return
+  assert info["report"]["fresh_groups"] == []
   mlm, nsp = _compare_with_hf(config, params, ref, vocab_size)
   print(f"legacy pytorch_model.bin: MLM max abs diff {mlm:.2e}, NSP {nsp:.2e}")
   assert mlm < 1e-4 and nsp < 1e-4
