@@ -492,25 +492,29 @@ def _random_pretraining(vocab_size):
   return ref.eval()
 
 
-@pytest.mark.parametrize("bare", [False, True])
-def test_import_hf_legacy_pytorch_bin_layout_gives_transformers_logits(tmp_path, tiny_vocab, bare):
+@pytest.mark.parametrize("layout", ["legacy", "bare", "full"])
+def test_import_hf_legacy_pytorch_bin_layout_gives_transformers_logits(tmp_path, tiny_vocab, layout):
   """Early Hub uploads (bert-base-cased's pytorch_model.bin): only a torch pickle, LayerNorm gamma/beta,
   cls.predictions.decoder.bias (no cls.predictions.bias), the tied decoder weight absent, position_ids buffers;
   tokenizer_config.json's do_lower_case=false (a cased model) wins over the vocab's guess. bare: a BertModel
-  pickle (no "bert." prefix, no heads)."""
+  pickle (no "bert." prefix, no heads). full: torch's whole state dict, the tied decoder.weight and
+  decoder.bias beside cls.predictions.bias (bert-base-uncased's pytorch_model.bin)."""
   vocab_size = sum(1 for _ in open(tiny_vocab))
   ref = _random_pretraining(vocab_size)
   folder = tmp_path / "hf"
   folder.mkdir()
   state = {}
   for k, v in ref.state_dict().items():
+    if layout == "full":
+      state[k] = v.clone()
+      continue
     if k in ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias"):
       continue
     k = k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta")
     k = "cls.predictions.decoder.bias" if k == "cls.predictions.bias" else k
     state[k] = v.clone()
   state["bert.embeddings.position_ids"] = torch.arange(64)[None]
-  if bare:
+  if layout == "bare":
     state = {k[len("bert."):]: v for k, v in state.items() if k.startswith("bert.")}
   torch.save(state, str(folder / "pytorch_model.bin"))
   ref.config.to_json_file(str(folder / "config.json"))
@@ -521,7 +525,7 @@ def test_import_hf_legacy_pytorch_bin_layout_gives_transformers_logits(tmp_path,
   config, params, _ = params_dir.load_params_dir(out)
   info = params_dir.read_info(out)
   assert info["do_lower_case"] is False
-  if bare:
+  if layout == "bare":
     assert info["report"]["fresh_groups"] == ["mlm", "nsp"]
     ids, mask, segment_ids, _ = _inputs(vocab_size)
     ours = _jitted_apply(BertModel, config)({"params": params["bert"]}, ids, mask, segment_ids)
