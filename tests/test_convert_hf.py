@@ -325,6 +325,7 @@ def test_import_hf_takes_the_vocab_from_tokenizer_json_when_vocab_txt_is_absent(
   assert any("tokenizer.json" in n for n in report.notes)
   assert params_dir.read_info(out)["do_lower_case"] is False
   assert "tokenizer: do_lower_case=False (tokenizer.json's BertNormalizer" in report.summary()
+  assert "no capitalised word pieces, so capitalised words become [UNK]" in report.summary()   # tiny vocab
 
 
 def test_convert_package_imports_without_tensorflow_or_torch():

@@ -327,6 +327,15 @@ def import_hf(folder: str, output: Optional[str] = None, vocab_file: Optional[st
   return config, params, report
 
 
+def _uncased_vocab_note(vocab_file: str) -> str:
+  """For do_lower_case=false over a vocab without capitalised pieces (bert-base-chinese on the Hub says false):
+  capitalised words then tokenize to [UNK], as they do in transformers; say so."""
+  if params_dir.guess_do_lower_case(vocab_file):
+    return ("; but the vocab holds no capitalised word pieces, so capitalised words become [UNK], as in "
+            "transformers; --do_lower_case=true lowercases them as Google's tokenizer does")
+  return ""
+
+
 def hf_do_lower_case(folder: str, vocab_file: str):
   """(do_lower_case, where it came from): tokenizer_config.json's do_lower_case, else tokenizer.json's
   BertNormalizer lowercase (folders saved by a fast tokenizer only), else a guess from the folder name / vocab."""
@@ -338,7 +347,7 @@ def hf_do_lower_case(folder: str, vocab_file: str):
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
       value = None
     if isinstance(value, bool):
-      return value, "tokenizer_config.json"
+      return value, "tokenizer_config.json" + ("" if value else _uncased_vocab_note(vocab_file))
   tj = os.path.join(folder, "tokenizer.json")
   if os.path.exists(tj):
     try:
@@ -347,7 +356,8 @@ def hf_do_lower_case(folder: str, vocab_file: str):
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
       norm = {}
     if isinstance(norm, dict) and norm.get("type") == "BertNormalizer" and isinstance(norm.get("lowercase"), bool):
-      return norm["lowercase"], "tokenizer.json's BertNormalizer"
+      return norm["lowercase"], "tokenizer.json's BertNormalizer" + ("" if norm["lowercase"]
+                                                                      else _uncased_vocab_note(vocab_file))
   return params_dir.guess_do_lower_case_why(vocab_file, hint=os.path.basename(os.path.normpath(folder)))
 
 
