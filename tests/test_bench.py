@@ -132,6 +132,7 @@ def test_is_out_of_memory_recognises_xla_and_torch_messages():
     ("--remat_policy=bogus", "--remat_policy='bogus'"), ("--prng_impl=bogus", "--prng_impl"),
     ("--attention_impl=foo", "--attention_impl='foo'"), ("--attention_impl=,", "--attention_impl=','"),
     ("--dtype=fp8", "--dtype"),
+    ("--batch_size=12", "12 is not a multiple of the 8 data shards"),    # tests: 8 CPU devices
 ])
 def test_a_bad_flag_value_is_a_user_error_naming_it_before_any_compile(flag, named, monkeypatch):
   # each of these used to end in a traceback, or in a "failed" row per path (exit 1) after the matmul peak

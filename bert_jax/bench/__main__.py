@@ -352,9 +352,15 @@ def check_args(p: cli.ArgumentParser, args) -> None:
   if len(mesh) != 3 or any(d == 0 or d < -1 for d in mesh) or mesh.count(-1) > 1:
     p.fail(f"--mesh={args.mesh!r}; expected data,fsdp,tensor: three positive integers, one of them may be -1")
   try:
-    sharding.make_mesh(mesh)
+    shards = sharding.make_mesh(mesh).shape
   except ValueError as e:
     p.fail(f"--mesh={args.mesh!r}: {e}")
+  shards = shards["data"] * shards["fsdp"]        # the batch is split over both
+  if not args.memory_table:
+    for b in _int_list(p, "batch_size", args.batch_size, 1):
+      if b % shards:
+        p.fail(f"--batch_size={args.batch_size!r}: {b} is not a multiple of the {shards} data shards of "
+               f"--mesh={args.mesh} on {jax.device_count()} devices")
   attention_paths(args.attention_impl, jax.default_backend())
 
 
