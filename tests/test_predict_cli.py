@@ -135,15 +135,18 @@ def test_a_hugging_face_or_tf_folder_as_model_says_how_to_convert_and_a_bad_outp
   """--model naming a Hugging Face folder or a TF checkpoint's folder said only what it is not; it now gives the
   import command. An --output under a file was a NotADirectoryError traceback after the predictions; a missing
   folder is made."""
-  hf_dir, tf_dir = tmp_path / "hf", tmp_path / "tf"
+  hf_dir, tf_dir, st_dir = tmp_path / "hf", tmp_path / "tf", tmp_path / "st"
   hf_dir.mkdir()
   tf_dir.mkdir()
+  (st_dir / "0_Transformer").mkdir(parents=True)       # an older sentence-transformers folder
+  (st_dir / "modules.json").write_text("[]")
   (hf_dir / "config.json").write_text("{}")
   (hf_dir / "model.safetensors").write_bytes(b"")
   (tf_dir / "bert_model.ckpt.index").write_bytes(b"")
   texts = tmp_path / "x.txt"
   texts.write_text("hello\n")
-  for model, hint in ((hf_dir, "convert import-hf --input="), (tf_dir, "convert import-tf --checkpoint=")):
+  for model, hint in ((hf_dir, "convert import-hf --input="), (tf_dir, "convert import-tf --checkpoint="),
+                      (st_dir, "convert import-hf --input=")):
     assert cli.main(["features", f"--model={model}", f"--input={texts}", f"--output={tmp_path / 'o.npy'}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and hint in err and err.count("\n") == 1
