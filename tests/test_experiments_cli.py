@@ -151,3 +151,28 @@ def test_a_smoke_run_does_not_default_to_the_committed_results(tmp_path):
     assert module.output_path(given, str(tmp_path)) == "x.md"
   reduced = objectives.parse_args([f"--workdir={tmp_path}", "--scale=reduced"])
   assert objectives.output_path(reduced, str(tmp_path)) == str(tmp_path / "objectives.md")
+
+
+def test_default_outputs_are_the_committed_files_from_any_working_directory(tmp_path, monkeypatch):
+  # finetune_tables' --output / --plot_dir and finetune_heads' --plot were relative to the cwd ("experiments/...")
+  import argparse
+  from experiments import finetune_heads
+  monkeypatch.chdir(tmp_path)
+  seen = {}
+  real = argparse.ArgumentParser.parse_args
+
+  def capture(self, args=None, namespace=None):
+    ns = real(self, args, namespace)
+    seen.update(vars(ns))
+    raise UserError("stop")
+
+  monkeypatch.setattr(argparse.ArgumentParser, "parse_args", capture)
+  for module in (finetune_tables, finetune_heads):
+    with pytest.raises(UserError, match="stop"):
+      module.main(["--workdir=w"])
+  here = os.path.join(ROOT, "experiments")
+  assert seen["plot"] == os.path.join(here, "plots", "finetune_heads.png")
+  seen.clear()
+  with pytest.raises(UserError, match="stop"):
+    finetune_tables.main(["--workdir=w"])
+  assert seen["output"] == os.path.join(here, "finetune_tables.md") and seen["plot_dir"] == os.path.join(here, "plots")
