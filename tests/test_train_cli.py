@@ -236,10 +236,29 @@ def test_a_signal_while_the_libraries_load_stops_before_the_plan_with_an_interru
   assert not (tmp_path / "run").exists()
 
 
+def _wait_for_early_handlers(proc, timeout=120.0):
+  """Waits until train.py has installed its first-lines SIGTERM handler (Linux: the SigCgt mask in
+  /proc/PID/status), then a little longer for the SIGINT one set next: a fixed sleep raced Python's start-up on
+  a loaded machine (a signal before the handler kills the process with no line)."""
+  deadline = time.monotonic() + timeout
+  status = f"/proc/{proc.pid}/status"
+  while time.monotonic() < deadline and proc.poll() is None:
+    try:
+      with open(status) as f:
+        caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+    except (OSError, StopIteration):
+      caught = 0
+    if caught & (1 << (signal.SIGTERM - 1)):
+      time.sleep(0.1)
+      return
+    time.sleep(0.01)
+  raise AssertionError(f"train.py installed no SIGTERM handler within {timeout} s (exit {proc.poll()})")
+
+
 def test_sigterm_right_after_launch_is_an_interrupted_line_too(files, tmp_path):
   proc = subprocess.Popen(_train_argv(tmp_path / "run", files), cwd=REPO, env=_env(), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
-  time.sleep(0.8)               # train.py's handlers are in after ~0.1 s; the imports take seconds more
+  _wait_for_early_handlers(proc)    # the imports after them take seconds more
   proc.send_signal(signal.SIGTERM)
   _, err = proc.communicate(timeout=300)
   assert proc.returncode == 143, err[-3000:]
@@ -252,7 +271,7 @@ def test_ctrl_c_while_the_libraries_load_is_an_interrupted_line_and_exit_130(fil
   """It was a KeyboardInterrupt traceback from inside whichever import it hit."""
   proc = subprocess.Popen(_train_argv(tmp_path / "run", files), cwd=REPO, env=_env(), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
-  time.sleep(0.5)               # the handler is in after ~0.1 s; the imports (JAX, TensorFlow) take seconds
+  _wait_for_early_handlers(proc)    # the imports (JAX, TensorFlow) after them take seconds
   proc.send_signal(signal.SIGINT)
   _, err = proc.communicate(timeout=300)
   assert proc.returncode == 130, err[-3000:]
