@@ -644,3 +644,18 @@ def test_import_hf_refuses_a_roberta_folder_naming_its_model_type(tmp_path, tiny
   from bert_jax.errors import UserError
   with pytest.raises(UserError, match=r"config.json: model_type='roberta'; only BERT"):
     convert_main(["import-hf", f"--input={tmp_path / 'rb'}", f"--output={tmp_path / 'out'}"])
+
+
+def test_import_hf_reads_the_hub_cache_folder_of_a_model(tmp_path, tiny_vocab, capsys):
+  """`hf download REPO` without --local-dir leaves models--ORG--NAME/{refs/main, snapshots/SHA/...}; the
+  model folder the user sees is the top one. refs/main picks the snapshot."""
+  vocab_size = sum(1 for _ in open(tiny_vocab))
+  cache = tmp_path / "models--google-bert--bert-tiny"
+  for sha in ("aaa", "bbb"):
+    transformers.BertModel(_tiny_hf_config(vocab_size)).save_pretrained(str(cache / "snapshots" / sha))
+    (cache / "snapshots" / sha / "vocab.txt").write_text(open(tiny_vocab).read())
+  (cache / "refs").mkdir()
+  (cache / "refs" / "main").write_text("bbb")
+  assert hf_convert.resolve_model_folder(str(cache)) == str(cache / "snapshots" / "bbb")
+  assert convert_main(["import-hf", f"--input={cache}", f"--output={tmp_path / 'out'}"]) == 0
+  assert str(cache / "snapshots" / "bbb") in capsys.readouterr().out

@@ -132,7 +132,8 @@ def resolve_model_folder(folder: str) -> str:
   """The folder holding a model's config.json: `folder` itself, or for a sentence-transformers model saved
   without one at its top (older releases keep the BERT in 0_Transformer/), the path modules.json gives its
   sentence_transformers.models.Transformer module; else a single 0_Transformer/ or model/ subfolder with a
-  config.json (a packaged copy of such a folder). Anything else is returned as given (the caller names it)."""
+  config.json (a packaged copy of such a folder); else, in the Hugging Face hub cache's models--ORG--NAME/,
+  the snapshot refs/main names (or the only one). Anything else is returned as given (the caller names it)."""
   if os.path.exists(os.path.join(folder, "config.json")) or not os.path.isdir(folder):
     return folder
   modules = os.path.join(folder, "modules.json")
@@ -149,7 +150,22 @@ def resolve_model_folder(folder: str) -> str:
       pass   # the caller's "no config.json" error names the folder
   subs = [os.path.join(folder, n) for n in ("0_Transformer", "model")
           if os.path.isfile(os.path.join(folder, n, "config.json"))]
-  return subs[0] if len(subs) == 1 else folder
+  if len(subs) == 1:
+    return subs[0]
+  # The Hugging Face hub cache (models--ORG--NAME/): the snapshot refs/main names, or the only one.
+  snapshots = os.path.join(folder, "snapshots")
+  if os.path.isdir(snapshots):
+    main = os.path.join(folder, "refs", "main")
+    if os.path.isfile(main):
+      with open(main, encoding="utf-8") as f:
+        sub = os.path.join(snapshots, f.read().strip())
+      if os.path.isfile(os.path.join(sub, "config.json")):
+        return resolve_model_folder(sub)
+    subs = [os.path.join(snapshots, n) for n in sorted(os.listdir(snapshots))
+            if os.path.isfile(os.path.join(snapshots, n, "config.json"))]
+    if len(subs) == 1:
+      return subs[0]
+  return folder
 
 
 def _write_vocab_from_tokenizer_json(tokenizer_json: str, out_path: str) -> None:

@@ -102,7 +102,8 @@ def _conversion_hint(directory: str) -> str:
     return ""
   weights = {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
              "pytorch_model.bin.index.json"}
-  if ("config.json" in names and names & weights) or "modules.json" in names:   # modules.json: sentence-transformers
+  # modules.json: a sentence-transformers folder; snapshots/ + refs/: the Hugging Face hub cache's models--ORG--NAME
+  if ("config.json" in names and names & weights) or "modules.json" in names or {"snapshots", "refs"} <= names:
     return (f"; it is a Hugging Face model folder: convert it first with `python -m bert_jax.convert import-hf "
             f"--input={directory} --output=DIR` and pass DIR")
   if any(n.endswith(".index") for n in names):
