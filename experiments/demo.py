@@ -74,7 +74,23 @@ def parse_args(argv=None):
       p.fail(f"--{key}={value}; expected an integer >= 1, or -1 for one epoch")
   if os.path.exists(args.workdir) and not os.path.isdir(args.workdir):
     p.fail(f"--workdir={args.workdir}: exists and is not a directory")
+  check_workdir_is_the_demos(args.workdir)
   return args
+
+
+MARKER = ".bert_jax_demo"   # written into --workdir at start: the folder is the demo's to rewrite
+
+
+def check_workdir_is_the_demos(workdir: str) -> None:
+  """A rerun replaces the demo's own folders (pretrain/, finetune_*/, scratch_*/, ...), so --workdir must be
+  new, empty or an earlier demo's (its marker, or data/manifest.json from before the marker): pointed at a
+  folder holding other runs (`--workdir=runs`), the demo deleted runs/pretrain/ without a word."""
+  if not os.path.isdir(workdir) or not os.listdir(workdir):
+    return
+  if os.path.exists(os.path.join(workdir, MARKER)) or os.path.exists(os.path.join(workdir, "data", "manifest.json")):
+    return
+  raise UserError(f"--workdir={workdir}: not empty and not an earlier demo's work dir; the demo replaces its "
+                  "pretrain/, finetune_*/ and scratch_*/ folders: give a new or empty folder")
 
 
 def majority_accuracy(tsv_path: str) -> float:
@@ -130,6 +146,8 @@ def run(args) -> dict:
     with open(probe, "w", encoding="utf-8"):
       pass
     os.remove(probe)
+    with open(os.path.join(workdir, MARKER), "w", encoding="utf-8") as f:
+      f.write("bert_jax demo work dir: `python demo.py` reruns replace its folders\n")
   except OSError as e:
     raise UserError(f"--workdir={args.workdir}: cannot write there ({e.strerror or e})") from e
   watch = runs.Stopwatch()

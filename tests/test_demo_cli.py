@@ -51,3 +51,24 @@ def test_an_unknown_corpus_stops_before_the_data_stage(tmp_path):
   assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
       "error: --corpora='wiki': unknown corpus 'wiki'; expected a comma-separated list of news, reviews"], proc.stderr
   assert not (tmp_path / "out").exists()
+
+
+def test_a_workdir_holding_other_runs_is_refused_and_left_alone(tmp_path):
+  # `--workdir=runs` used to rmtree runs/pretrain/ (the demo's pre-training folder) without a word
+  (tmp_path / "pretrain").mkdir()
+  (tmp_path / "pretrain" / "precious.txt").write_text("weeks of training")
+  with pytest.raises(UserError, match="not empty and not an earlier demo's work dir"):
+    demo.parse_args([f"--workdir={tmp_path}"])
+  assert (tmp_path / "pretrain" / "precious.txt").read_text() == "weeks of training"
+
+
+def test_an_earlier_demo_workdir_is_accepted(tmp_path):
+  (tmp_path / "new").mkdir()
+  demo.parse_args([f"--workdir={tmp_path / 'new'}"])            # empty
+  (tmp_path / "marked").mkdir()
+  (tmp_path / "marked" / demo.MARKER).write_text("")
+  (tmp_path / "marked" / "pretrain").mkdir()
+  demo.parse_args([f"--workdir={tmp_path / 'marked'}"])
+  (tmp_path / "old" / "data").mkdir(parents=True)                # a demo's from before the marker
+  (tmp_path / "old" / "data" / "manifest.json").write_text("{}")
+  demo.parse_args([f"--workdir={tmp_path / 'old'}"])
