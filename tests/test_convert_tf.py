@@ -344,3 +344,13 @@ def test_a_torn_tf_checkpoint_is_one_error_naming_it(tmp_path):
   (tmp_path / "bert_model.ckpt.index").write_text("garbage")
   with pytest.raises(ConversionError, match="bert_model.ckpt: not a readable TF checkpoint"):
     google_tf.read_tf_checkpoint(str(tmp_path))
+
+
+def test_import_tf_cased_folder_name_keeps_case_and_says_so(google_folder, tmp_path):
+  """Google's cased_L-12_H-768_A-12.zip unzips to a folder named cased_...: no lowercasing, and the report
+  names the reason (the user sees which casing the converted model tokenizes with)."""
+  prefix, variables = google_folder
+  out = str(tmp_path / "out")
+  _, _, report = google_tf.import_tf_checkpoint(prefix, out, variables=variables)
+  assert params_dir.read_info(out)["do_lower_case"] is False
+  assert "tokenizer: do_lower_case=False (the name 'cased_L-2_H-64_A-4' says cased" in report.summary()
