@@ -460,6 +460,7 @@ def test_tf_generator_heads_come_from_the_flag_or_generator_config_not_a_fixed_6
 
   heads, err, report = gen_error()
   assert heads == 1 and err > 1e-3 and "hidden // 64" in report.summary()   # the rule: one 32-wide head
+  assert "tokenizer: do_lower_case=True (the vocab holds no capitalised word pieces" in report.summary()
   heads, err, report = gen_error(generator_heads=2)
   assert heads == 2 and err < 1e-4 and "--generator_heads" in report.summary()
   assert "--config.electra.generator_num_attention_heads=2" in report.summary()

@@ -506,7 +506,8 @@ def _finish_tf_electra(checkpoint, folder, config, generator, params, report, co
                        do_lower_case, info):
   mapping.check_vocab_size(vocab_file, params_dir.count_vocab_lines(vocab_file), config, config_file, report)
   if do_lower_case is None:
-    do_lower_case = params_dir.guess_do_lower_case(vocab_file, hint=os.path.basename(folder))
+    do_lower_case, why = params_dir.guess_do_lower_case_why(vocab_file, hint=os.path.basename(folder))
+    report.notes.append(f"tokenizer: do_lower_case={do_lower_case} ({why}; pass --do_lower_case to override)")
   if output:
     params_dir.save_params_dir(output, config, params, vocab_file, info={
         "source": os.path.abspath(checkpoint), "format": "google_tf_electra", "do_lower_case": bool(do_lower_case),
