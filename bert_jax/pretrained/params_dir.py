@@ -238,16 +238,3 @@ def guess_do_lower_case_why(vocab_file: str, hint: str = ""):
         if upper >= 20:
           return False, "the vocab holds capitalised word pieces"
   return True, "the vocab holds no capitalised word pieces"
-  if "cased" in hint:
-    return False
-  upper = 0
-  with fileio.open_file(vocab_file) as f:
-    for line in f:
-      tok = line.strip()
-      if tok.startswith("[") and tok.endswith("]"):
-        continue
-      if any(c.isupper() for c in tok):
-        upper += 1
-        if upper >= 20:
-          return False
-  return True
