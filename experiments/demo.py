@@ -139,13 +139,8 @@ def run(args) -> dict:
   for key in ("pretrain_steps", "sentiment_steps", "ner_steps"):
     if getattr(args, key) is not None:
       settings[key] = getattr(args, key)
-  workdir = os.path.abspath(args.workdir)
+  workdir = runs.make_workdir("--workdir", args.workdir)
   try:
-    os.makedirs(workdir, exist_ok=True)
-    probe = os.path.join(workdir, f".write_test.{os.getpid()}")
-    with open(probe, "w", encoding="utf-8"):
-      pass
-    os.remove(probe)
     with open(os.path.join(workdir, MARKER), "w", encoding="utf-8") as f:
       f.write("bert_jax demo work dir: `python demo.py` reruns replace its folders\n")
   except OSError as e:
