@@ -34,13 +34,22 @@ def tiny_vocab(tmp_path):
   return str(path)
 
 
+_LOGGERS = ("", "bert_jax", "orbax", "absl", "jax", "tensorflow")
+
+
 @pytest.fixture(autouse=True)
-def _fresh_input_warnings():
+def _fresh_process_state():
   """Input warnings and --strict are process-wide (the entry points repeat the warnings at exit): each test
-  starts with none and strict off, so one test's warnings never show up in another's output."""
+  starts with none and strict off, so one test's warnings never show up in another's output. Logger levels
+  too: an entry point run in-process (the experiments' quiet_logs, train.py's main) sets them for the rest of
+  the worker, and a later test's caplog then saw nothing."""
+  import logging
   from bert_jax import input_warnings
+  levels = {name: logging.getLogger(name).level for name in _LOGGERS}
   input_warnings.clear_input_warnings()
   input_warnings.set_strict(False)
   yield
   input_warnings.clear_input_warnings()
   input_warnings.set_strict(False)
+  for name, level in levels.items():
+    logging.getLogger(name).setLevel(level)
