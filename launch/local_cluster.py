@@ -83,12 +83,13 @@ class Cluster:
       codes.append(rc)
     return codes
 
-  def wait(self, timeout: float) -> List[Optional[int]]:
-    """Waits until every process ended or `timeout` seconds passed; the exit codes (None: still running)."""
+  def wait(self, timeout: float, until=lambda: False) -> List[Optional[int]]:
+    """Waits until every process ended, `timeout` seconds passed or `until()` is true; the exit codes (None:
+    still running)."""
     deadline = time.monotonic() + timeout
     while True:
       codes = self.poll()
-      if all(c is not None for c in codes) or time.monotonic() > deadline:
+      if all(c is not None for c in codes) or time.monotonic() > deadline or until():
         return codes
       time.sleep(0.1)
 
@@ -189,24 +190,23 @@ def main(argv=None) -> int:
   # Ctrl-C reached every process of the terminal's group: each train.py took SIGINT on its own (a traceback, no
   # agreed step) while this one sent SIGTERM. Now only this process gets it (and SIGHUP, SIGTERM) and sends
   # SIGTERM to all: every host saves the same step and exits 143.
+  # The handler only notes the signal and the wait loops read the note: an exception raised from it could land
+  # inside Popen.poll() between taking and releasing its wait lock, after which poll() never sees an exit.
+  stops: List[int] = []
 
-  def forward(signum, frame):
-    del signum, frame
-    raise KeyboardInterrupt
+  def note(signum, frame):
+    del frame
+    stops.append(signum)
 
-  for s in (signal.SIGTERM, signal.SIGHUP):
-    signal.signal(s, forward)
+  for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(s, note)
   cluster = Cluster(args.flags, args.logs, processes=args.processes, devices=args.devices, new_session=True)
-  try:
-    cluster.start()
-    codes = cluster.wait(timeout=float("inf"))
-  except KeyboardInterrupt:
+  cluster.start()
+  codes = cluster.wait(timeout=float("inf"), until=lambda: bool(stops))
+  if stops and None in codes:
     for i in range(len(cluster.procs)):
       cluster.signal(i, signal.SIGTERM)
-    try:
-      codes = cluster.wait(timeout=600)
-    except KeyboardInterrupt:          # a second Ctrl-C: at once
-      codes = [None]
+    codes = cluster.wait(timeout=600, until=lambda: len(stops) > 1)   # a second Ctrl-C: at once
     if None in codes:                  # none left behind: SIGKILL (after 10 minutes or a second Ctrl-C)
       cluster.kill()
       codes = cluster.poll()
