@@ -269,8 +269,11 @@ def test_sigterm_right_after_launch_is_an_interrupted_line_too(files, tmp_path):
 
 def test_ctrl_c_while_the_libraries_load_is_an_interrupted_line_and_exit_130(files, tmp_path):
   """It was a KeyboardInterrupt traceback from inside whichever import it hit."""
+  # As from a terminal: SIGINT at its default (a pytest-xdist worker ignores it, and an ignored SIGINT is
+  # inherited and, by design, stays ignored in train.py).
   proc = subprocess.Popen(_train_argv(tmp_path / "run", files), cwd=REPO, env=_env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
+                          stderr=subprocess.PIPE, text=True,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
   _wait_for_early_handlers(proc)    # the imports (JAX, TensorFlow) after them take seconds
   proc.send_signal(signal.SIGINT)
   _, err = proc.communicate(timeout=300)
