@@ -353,6 +353,7 @@ def test_import_tf_electra_reads_the_discriminator_json_of_hfl_zips(tmp_path, ti
   assert convert_main(["import-tf", f"--checkpoint={folder}", f"--output={tmp_path / 'out2'}"]) == 0
 
 
+@pytest.mark.slow
 def test_export_refuses_a_projection_that_hugging_face_electra_cannot_hold(tmp_path, tiny_vocab):
   """model.embedding_size = hidden_size still projects E -> H (ALBERT's convention); transformers' ELECTRA
   projects only when embedding_size != hidden_size, so writing the folder without the projection would give
@@ -429,6 +430,7 @@ def test_generator_of_another_hidden_act_than_gelu_is_refused_both_ways(tmp_path
     convert_main(["export-hf", f"--input={tmp_path / 'ours'}", f"--output={tmp_path / 'back'}", "--heads=mlm"])
 
 
+@pytest.mark.slow
 def test_tf_generator_heads_come_from_the_flag_or_generator_config_not_a_fixed_64(tmp_path, tiny_vocab):
   """The generator's head count is not in a TF checkpoint's shapes: a generator of 2 heads of 16 (not
   google-research/electra's hidden // 64 = 1) imports with transformers' logits only when --generator_heads or its

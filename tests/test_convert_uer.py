@@ -71,6 +71,7 @@ def uer_dir(tmp_path_factory):
   return src, d
 
 
+@pytest.mark.slow
 def test_import_uer_equals_import_hf_on_minilm(uer_dir, tmp_path):
   src, d = uer_dir
   out = str(tmp_path / "from_uer")

@@ -141,6 +141,7 @@ def test_a_nan_dev_score_is_no_score_in_the_sweep_selection(tmp_path):
   assert sweep.collect(w, "best")["result"]["seed"] == 1
 
 
+@pytest.mark.slow
 def test_predictor_takes_sentence_pairs_as_tuples(tmp_path):
   """predict's signature takes (text_a, text_b) pairs; they reached the tokenizer as tuples (TypeError)."""
   from bert_jax.finetune.predict import Predictor
@@ -186,6 +187,7 @@ def test_a_grid_over_tasks_or_dev_splits_is_an_error(tmp_path):
   assert not os.path.exists(tmp_path / "sw")
 
 
+@pytest.mark.slow
 def test_a_rerun_in_a_used_workdir_removes_the_earlier_runs_prediction_files(tmp_path):
   """A second run (another task, or without a split) left the first run's submission files (CoLA.tsv) beside
   its own, as if it had written them; a rerun that fails on its data keeps them."""

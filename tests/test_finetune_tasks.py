@@ -134,6 +134,7 @@ def test_mnli_evaluates_matched_and_mismatched_and_writes_the_submission(fixture
 
 @pytest.mark.parametrize("version_2", [pytest.param(False, marks=pytest.mark.slow), True],
                          ids=["squad_v1", "squad_v2"])   # v1: CI only; v2 (spans and null odds) in the fast tier
+@pytest.mark.slow
 def test_squad_predictions_are_exact_context_substrings(fixtures, tmp_path, version_2):
   data = testing.write_squad(str(tmp_path / "squad"), version_2_with_negative=version_2)
   task = "squad_v2" if version_2 else "squad_v1"

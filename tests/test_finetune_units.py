@@ -139,6 +139,7 @@ def _write_pretrained_dir(tmp_path, vocab_file, vocab_size):
   return d, params
 
 
+@pytest.mark.slow
 def test_merge_loads_the_encoder_and_initialises_the_head(tmp_path):
   vocab = testing.write_vocab(str(tmp_path))
   n = params_dir.count_vocab_lines(vocab)

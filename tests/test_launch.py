@@ -268,6 +268,7 @@ def test_tpu_supervise_restarts_all_workers_after_exit_75_and_status_shows_why(s
   assert (root / "worker0" / "bert_jax_run" / "exit_code").read_text().strip() == "143"   # stopped, saved
 
 
+@pytest.mark.slow
 def test_tpu_supervise_that_gives_up_or_stops_says_so_and_why_in_status(slice_env, tmp_path):
   # status showed the reason of the last restart (run 0's), not the failure that ended the supervisor
   repo, root, env, _ = slice_env

@@ -198,6 +198,7 @@ def test_raw_text_online_pairs_and_masks(tmp_path, vocab_file):
     np.testing.assert_array_equal(got[k], batches[25][k], err_msg=k)
 
 
+@pytest.mark.slow
 def test_a_script_that_reads_one_batch_of_raw_text_exits(tmp_path):
   """`next(make_pretraining_dataset(raw text))` as a script's last line: the process printed the batch and then
   hung for ever at exit (a partly read tf.data pipeline with numpy_function torn down by the interpreter).

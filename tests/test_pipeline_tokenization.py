@@ -143,6 +143,7 @@ def _check_tf_text_parity(vocab_file, sentences, tok, ours):
   _assert_same_ids(ours, in_graph, sentences, tok, "TF-Text (inside tf.data)")
 
 
+@pytest.mark.slow
 def test_english_ids_equal_hugging_face_and_tf_text_on_minilm_vocab(english_vocab, english_sentences):
   tok, sentences, ours = _check_parity_with_hugging_face(english_vocab, english_sentences)
   _check_tf_text_parity(english_vocab, sentences, tok, ours)

@@ -80,6 +80,7 @@ def test_fill_mask_reads_the_mlm_head_at_each_mask(tmp_path, capsys):
   assert [r["text"] for r in rows] == ["北京", "上海很好"] and len(rows[0]["embedding"]) == cfg.hidden_size
 
 
+@pytest.mark.slow
 def test_classify_a_fine_tuned_workdir(tmp_path):
   vocab = testing.write_vocab(str(tmp_path))
   n = params_dir.count_vocab_lines(vocab)
@@ -183,6 +184,7 @@ def test_zero_sizes_and_a_config_that_does_not_fit_the_params_are_one_error_line
   assert f"bert/encoder/layer_{cfg['num_hidden_layers'] - 1}/" in err and "missing from the params" in err
 
 
+@pytest.mark.slow
 def test_the_command_takes_verbose_for_the_traceback_of_a_user_error(tmp_path):
   """python -m bert_jax.predict rejected --verbose (an unrecognised argument); as bert_jax.convert, a mistake is
   one `error:` line and exit 2, with the traceback only under --verbose."""

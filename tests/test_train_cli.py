@@ -81,6 +81,7 @@ _OOM_MAIN = ("import os, runpy, sys, jax\n"
              "runpy.run_path(sys.argv[0], run_name='__main__')\n")
 
 
+@pytest.mark.slow
 def test_train_py_out_of_device_memory_is_one_error_line_and_exit_2(files, tmp_path):
   argv = _train_argv(tmp_path / "run", files)
   got = subprocess.run([sys.executable, "-c", _OOM_MAIN] + argv[1:], cwd=REPO, env=dict(_env(), OOM=OOM),

@@ -24,6 +24,7 @@ from test_training_sharding import TINY, make_batch, run_config
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.slow
 def test_tiny_model_overfits_a_fixed_batch():
   cfg = run_config(lr=3e-3)
   cfg.optimizer.schedule = "constant"
