@@ -9,7 +9,7 @@ The work directory ends up self-describing (plan.json, config.json, model_config
 metrics.jsonl, eval_metrics.jsonl, tensorboard/, plots/): pass it as `init_checkpoint` to finetune.py.
 Multi-host: see launch/ (TPU VM pod slices are detected automatically; GPU clusters set
 --config.distributed.enable=true and the coordinator flags). Every config field is documented in
-configs/pretrain.py; the loop is bert_jax/training/pretrain.py.
+configs/pretrain.py; the loop is bert_jax/pretrain/loop.py.
 """
 
 import logging
@@ -17,7 +17,7 @@ import os
 import signal
 
 # A SIGTERM while the libraries load (seconds) is noted here, not fatal: the run then stops with an
-# `interrupted:` line (exit 143), as one later in start-up does (bert_jax/training/pretrain.py). Multi-host,
+# `interrupted:` line (exit 143), as one later in start-up does (bert_jax/pretrain/loop.py). Multi-host,
 # jax.distributed's own SIGTERM handler (its preemption sync point) replaces this one when it starts.
 # A SIGINT (Ctrl-C) is noted only until the loop's module is imported (nothing written yet, no jax.distributed):
 # then main restores Python's handler and stops with one `interrupted:` line (exit 130). It was a
@@ -75,7 +75,7 @@ def main(argv):
   logging.getLogger("absl").setLevel(logging.WARNING)   # Orbax's per-file INFO lines
   check_is_pretrain_config(FLAGS.config, config_flags.get_config_filename(FLAGS["config"]))
   # lazy: --help and flag errors answer before JAX and TensorFlow load (seconds)
-  from bert_jax.training import pretrain  # pylint: disable=g-import-not-at-top
+  from bert_jax.pretrain import loop as pretrain  # pylint: disable=g-import-not-at-top
   if signal.SIGINT in globals().get("EARLY_HANDLERS", {}):   # Ctrl-C acts as usual again (see the top)
     signal.signal(signal.SIGINT, EARLY_HANDLERS.pop(signal.SIGINT))
   if EARLY_SIGINT:

@@ -8,7 +8,7 @@ entry points (`bert_jax.cli`) print `error: <message>` and exit with `exit_code`
 under `--verbose`. Anything else is an internal error and keeps its traceback (exit 1). `Interrupted` (a run
 stopped by SIGINT/SIGTERM after its checkpoint) prints one line and exits 128 + signum. A multi-host run
 whose peer died or stalled prints one `error:` line and exits RETRYABLE_EXIT_CODE (75, EX_TEMPFAIL from
-sysexits.h: "try again later"; bert_jax.training.watchdog): restart every host and it resumes.
+sysexits.h: "try again later"; bert_jax.engine.watchdog): restart every host and it resumes.
 
 This module imports nothing from bert_jax, so every layer may import it. Input warnings and `--strict` are
 in `bert_jax.input_warnings`, the entry points' error output in `bert_jax.cli`.
@@ -16,7 +16,7 @@ in `bert_jax.input_warnings`, the entry points' error output in `bert_jax.cli`.
 
 import signal
 
-# A multi-host run stopped because a host died, froze or stalled (bert_jax.training.watchdog): nothing is
+# A multi-host run stopped because a host died, froze or stalled (bert_jax.engine.watchdog): nothing is
 # wrong with the config or the data; restarting every host resumes from the newest complete checkpoint.
 # Distinct from 1 (internal error), 2 (UserError), 130/143 (SIGINT/SIGTERM after a checkpoint).
 RETRYABLE_EXIT_CODE = 75

@@ -144,7 +144,7 @@ def get_config(arg=None):
   config.max_consecutive_nonfinite = 10            # skip: error after this many skipped steps in a row
   # The optimizer subtree has the fields of configs/pretrain.py's; fine-tuning sets its own values.
   config.optimizer = ml_collections.ConfigDict()
-  config.optimizer.name = "adamw"                  # adamw | lamb (bert_jax.training.optimizers)
+  config.optimizer.name = "adamw"                  # adamw | lamb (bert_jax.engine.optimizers)
   # -1 = by model size: large 2e-5, base 3e-5 (paper: 2e-5..5e-5), medium 5e-5, small 1e-4, mini 2e-4,
   # tiny 3e-4 (Google's small-BERT release searched 3e-4..3e-5 and small models prefer the high end).
   config.optimizer.learning_rate = -1.0

@@ -196,7 +196,7 @@ def get_config(arg=None):
   # own default, 300 s: a pod's VMs and containers start minutes apart; JAX's limit is set 30 s later. 2 .. 1e6 s.
   config.distributed.initialization_timeout_s = 300.0
 
-  # Step watchdog (bert_jax/training/watchdog.py): a host with no finished step for max(min_s, step_factor x
+  # Step watchdog (bert_jax/engine/watchdog.py): a host with no finished step for max(min_s, step_factor x
   # median step time) (+ an allowance while compiling, evaluating or checkpointing) dumps its threads' stacks,
   # names the stalled host and phase and exits 75, so that no host waits forever on a stuck one.
   config.watchdog = ml_collections.ConfigDict()

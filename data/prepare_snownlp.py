@@ -43,7 +43,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from bert_jax import cli  # noqa: E402
 from bert_jax.errors import UserError  # noqa: E402
 from bert_jax.input_pipeline import checks  # noqa: E402
-from bert_jax.input_pipeline import fileio  # noqa: E402
+from bert_jax import fileio  # noqa: E402
 from data import snownlp_mc  # noqa: E402
 from data import snownlp_news  # noqa: E402
 from data import snownlp_qa  # noqa: E402

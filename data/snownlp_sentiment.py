@@ -8,7 +8,7 @@ files has no trustworthy label and is removed from both.
 import collections
 import random
 
-from bert_jax.input_pipeline import fileio
+from bert_jax import fileio
 from data import text_utils
 
 POSITIVE, NEGATIVE = 1, 0  # ChnSentiCorp convention: label 1 = positive.

@@ -28,7 +28,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from bert_jax import cli  # noqa: E402
 from bert_jax.errors import UserError  # noqa: E402
 from bert_jax.evaluation import ner as ner_eval  # noqa: E402
-from bert_jax.input_pipeline import fileio  # noqa: E402
+from bert_jax import fileio  # noqa: E402
 from bert_jax.evaluation import squad as squad_eval  # noqa: E402
 from bert_jax.finetune.tasks import classification as cls_reader  # noqa: E402
 from bert_jax.finetune.tasks import ner as ner_reader  # noqa: E402

@@ -193,8 +193,9 @@ def score_checkpoints(run_dir: str, config, batches: Dict[str, list]) -> Dict[in
   """{step: {"packed": {mlm_loss, mlm_accuracy}, "pairs": {...}}} for every checkpoint of a run."""
   from bert_jax.models import BertForPreTraining
   from bert_jax.pretrained import params_dir
-  from bert_jax.training import checkpoints, optimizers, pretrain, sharding
-  from bert_jax.training import train_step as ts
+  from bert_jax.engine import checkpoints, optimizers, sharding
+  from bert_jax.pretrain import loop as pretrain
+  from bert_jax.engine import train_step as ts
   model = BertForPreTraining(params_dir.read_model_config(run_dir), targets=tuple(config.targets))
   mesh = sharding.make_mesh(tuple(config.mesh.shape), tuple(config.mesh.axes))
   batch_sharding = sharding.batch_sharding(mesh, sharding.normalize_rules(config.logical_axis_rules))
@@ -229,7 +230,7 @@ def plateau_exit(curve: Dict[int, dict], layout: str, level: float) -> Optional[
 
 def train_seconds_per_step(run_dir: str) -> Optional[float]:
   """Median seconds per training step from metrics.jsonl's seq_per_sec (compilation excluded)."""
-  from bert_jax.training.metric_writer import read_jsonl
+  from bert_jax.engine.metric_writer import read_jsonl
   rows = [r for r in read_jsonl(os.path.join(run_dir, "metrics.jsonl")) if r.get("seq_per_sec")]
   if not rows:
     return None
@@ -259,7 +260,7 @@ class Results:
 
 def pretrain_arm(name: str, key: str, workdir: str, inputs: str, vocab: str, s: dict, batches, res: Results,
                  section: str, steps: Optional[int] = None, keep_dir: bool = False) -> dict:
-  from bert_jax.training import pretrain
+  from bert_jax.pretrain import loop as pretrain
   run_dir = os.path.join(workdir, section, name)
   if os.path.isdir(run_dir):
     shutil.rmtree(run_dir)
@@ -283,7 +284,7 @@ def pretrain_arm(name: str, key: str, workdir: str, inputs: str, vocab: str, s: 
   print(f"    held-out packed acc {final['packed']['mlm_accuracy']:.4f}, pairs acc "
         f"{final['pairs']['mlm_accuracy']:.4f}  ({seconds:.0f} s)", flush=True)
   if not keep_dir:   # checkpoints are ~15 MB each: keep only the last one (fine-tuning may need it)
-    from bert_jax.training import checkpoints
+    from bert_jax.engine import checkpoints
     cdir = os.path.join(run_dir, checkpoints.CHECKPOINT_SUBDIR)
     for d in os.listdir(cdir):
       if d.isdigit() and int(d) != entry["steps"]:

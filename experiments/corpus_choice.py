@@ -80,8 +80,8 @@ def save_initial_weights(directory: str, vocab_file: str, model: runs.ModelSpec,
   import jax
   from bert_jax.models import BertForPreTraining
   from bert_jax.pretrained import params_dir
-  from bert_jax.training import sharding
-  from bert_jax.training import train_step as ts
+  from bert_jax.engine import sharding
+  from bert_jax.engine import train_step as ts
   config = runs.pretrain_config("", vocab_file, model, spec)
   cfg = ts.model_config(config.model, params_dir.count_vocab_lines(vocab_file))
   bert = BertForPreTraining(cfg, targets=tuple(config.targets))

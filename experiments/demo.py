@@ -28,7 +28,7 @@ import time
 
 from bert_jax import cli
 from bert_jax.errors import UserError
-from bert_jax.input_pipeline import fileio
+from bert_jax import fileio
 from experiments import runs
 
 # Full demo budget on a free 2-core CPU: data ~10 s, baselines ~1 min, pre-training ~4.5 min (3,000 steps of

@@ -56,7 +56,7 @@ def split_corpus(news_path: str, out_dir: str, held_out_fraction: float = 0.1):
 
 def run_arm(workdir: str, train: str, held_out: str, vocab: str, attention_dropout: float, seed: int,
             steps: int, max_seq_length: int) -> dict:
-  from bert_jax.training import pretrain
+  from bert_jax.pretrain import loop as pretrain
   spec = runs.PretrainSpec(steps=steps, batch_size=32, max_seq_length=max_seq_length,
                            max_predictions_per_seq=max(1, round(0.15 * max_seq_length)),
                            learning_rate=1e-3, warmup_steps=60, dropout=0.1, log_every_steps=50, seed=seed)

@@ -61,7 +61,7 @@ from typing import Dict, List, Optional
 
 from bert_jax import cli
 from bert_jax.errors import UserError
-from bert_jax.input_pipeline import fileio  # standard library only (TensorFlow for gs:// paths alone)
+from bert_jax import fileio  # standard library only (TensorFlow for gs:// paths alone)
 from experiments import runs
 
 GOALS = {"vmap_ratio": 0.4, "ner_gap": 5.0}
@@ -117,7 +117,7 @@ class Store:
 
   def save(self):
     from bert_jax.pretrained import params_dir
-    params_dir.write_json_atomic(self.path, self.data)
+    fileio.write_json_atomic(self.path, self.data)
 
 
 def model_spec(size: str) -> runs.ModelSpec:

@@ -20,7 +20,7 @@ objectives.json):
     `bert_span` = budget with data.masking_strategy=span, `albert` = budget with model.share_layers=true and
     model.embedding_size=H/2 (these two only where configs/pretrain.py has the fields).
   - equal FLOPs: a budget is B steps of the `bert` arm; every other arm runs round(B x F_bert / F_arm) steps,
-    with F the training FLOPs per sequence of bert_jax.training.flops (ELECTRA: discriminator + generator,
+    with F the training FLOPs per sequence of bert_jax.pretrain.flops (ELECTRA: discriminator + generator,
     flops.electra_flops_per_sequence). Learning-rate schedules follow each arm's own step count.
   - equal wall-clock: every other arm runs round(B x t_bert / t_arm) steps, t = the median seconds per step
     measured in its equal-FLOPs run (compilation excluded; the same session, so the machine's load is shared).
@@ -48,7 +48,7 @@ if __package__ in (None, ""):
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bert_jax import cli  # noqa: E402
-from bert_jax.input_pipeline import fileio  # noqa: E402
+from bert_jax import fileio  # noqa: E402
 from experiments import runs  # noqa: E402
 from experiments.budget_recipe import Results, train_seconds_per_step  # noqa: E402
 
@@ -123,9 +123,9 @@ def make_config(arm: str, size: str, steps: int, inputs: str, vocab: str):
 
 
 def flops_per_step(arm: str, size: str, vocab_size: int) -> float:
-  """Training FLOPs of one step (32 sequences) of an arm (bert_jax.training.flops)."""
+  """Training FLOPs of one step (32 sequences) of an arm (bert_jax.pretrain.flops)."""
   from bert_jax.models import BertConfig
-  from bert_jax.training import flops
+  from bert_jax.pretrain import flops
   cfg = BertConfig.from_size(size, vocab_size=vocab_size)
   preds = max(1, math.ceil(0.25 * (SEQ - 2) - 1e-9))
   # ELECTRA: generator included (default settings); span masking: the same model; ALBERT sharing: the same
@@ -145,8 +145,8 @@ def pretrain(name: str, arm: str, size: str, steps: int, workdir: str, inputs: s
   if config is None:
     print(f"  skip {name}: configs/pretrain.py lacks a field of arm {arm!r}", flush=True)
     return None
-  from bert_jax.training import pretrain as pt
-  from bert_jax.training.plan import resolve_pretrain
+  from bert_jax.pretrain import loop as pt
+  from bert_jax.pretrain.plan import resolve_pretrain
   run_dir = os.path.join(workdir, "pretrain", name)
   if os.path.isdir(run_dir):
     shutil.rmtree(run_dir)

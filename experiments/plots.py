@@ -6,8 +6,8 @@ import io
 import os
 from typing import Dict, Optional, Sequence
 
-from bert_jax.input_pipeline import fileio
-from bert_jax.training.metric_writer import read_jsonl
+from bert_jax import fileio
+from bert_jax.engine.metric_writer import read_jsonl
 
 
 def _plt():

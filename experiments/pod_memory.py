@@ -36,8 +36,8 @@ import jax.numpy as jnp  # noqa: E402
 from bert_jax import cli  # noqa: E402
 from bert_jax.errors import UserError  # noqa: E402
 from bert_jax.models import BertForPreTraining  # noqa: E402
-from bert_jax.training import optimizers, sharding  # noqa: E402
-from bert_jax.training import train_step as ts  # noqa: E402
+from bert_jax.engine import optimizers, sharding  # noqa: E402
+from bert_jax.engine import train_step as ts  # noqa: E402
 
 GIB = 1024 ** 3
 CHIPS = {"TPU v4 (32 GiB)": 32 * GIB, "TPU v5e (16 GiB)": 16 * GIB}

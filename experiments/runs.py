@@ -1,5 +1,5 @@
 """Building blocks shared by the demo (experiments/demo.py) and the corpus-choice experiment: configs for a
-small model, pre-training and fine-tuning calls into the library (bert_jax.training.pretrain /
+small model, pre-training and fine-tuning calls into the library (bert_jax.pretrain.loop /
 bert_jax.finetune.loop, not subprocesses), subsets of the demo data, metric files, plots and a description of the
 machine.
 
@@ -27,7 +27,7 @@ if ROOT not in sys.path:  # configs/ and data/ live at the repository root
   sys.path.insert(0, ROOT)
 
 from bert_jax.errors import UserError  # noqa: E402
-from bert_jax.input_pipeline import fileio  # noqa: E402  (standard library only; TensorFlow for gs:// alone)
+from bert_jax import fileio  # noqa: E402  (standard library only; TensorFlow for gs:// alone)
 
 
 # ---- the experiments' flag checks: a mistake is a UserError naming the flag (one `error:` line, exit 2, under
@@ -249,8 +249,8 @@ def run_pretraining(workdir: str, input_files: str, vocab_file: str, model: Mode
                     fresh: bool = True, budget: bool = False) -> dict:
   """Pre-trains into `workdir` (the work dir is then an init_checkpoint); returns the last metrics + time.
   budget=True: with the budget recipe (`budget_pretrain_config`), else with `pretrain_config`."""
-  from bert_jax.training import pretrain
-  from bert_jax.training.plan import resolve_pretrain
+  from bert_jax.pretrain import loop as pretrain
+  from bert_jax.pretrain.plan import resolve_pretrain
   if fresh and os.path.isdir(workdir):
     shutil.rmtree(workdir)
   t0 = time.time()

@@ -15,17 +15,19 @@ ALLOWED = {
     "evaluation": set(),
     "input_pipeline": {"models"},
     "pretrained": {"models", "input_pipeline"},
-    "training": {"models", "input_pipeline", "pretrained"},
-    "finetune": {"models", "input_pipeline", "pretrained", "training", "evaluation"},
+    "engine": {"models", "input_pipeline", "pretrained"},
+    "pretrain": {"models", "input_pipeline", "pretrained", "engine"},
+    "finetune": {"models", "input_pipeline", "pretrained", "engine", "evaluation"},
     "convert": {"models", "input_pipeline", "pretrained"},
-    "bench": {"models", "training"},
-    "predict": {"finetune", "pretrained", "models", "input_pipeline", "training"},
+    "bench": {"models", "engine", "pretrain"},
+    "predict": {"finetune", "pretrained", "models", "input_pipeline", "engine"},
 }
 # Top-level modules every layer may import, lowest first; each imports from bert_jax only the ones before it, so
 # they cannot close a cycle: the exception types, input warnings and --strict, TensorFlow's and tensorboardX's
 # imports without Keras and PyTorch, the entry points' error output (used by `python -m bert_jax.convert` and
 # create_pretraining_data too).
-LEAVES = ("bert_jax.errors", "bert_jax.input_warnings", "bert_jax.lean_imports", "bert_jax.cli")
+LEAVES = ("bert_jax.errors", "bert_jax.input_warnings", "bert_jax.lean_imports", "bert_jax.fileio", "bert_jax.logs",
+          "bert_jax.cli")
 
 
 def modules():

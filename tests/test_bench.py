@@ -15,7 +15,7 @@ from bert_jax.bench import __main__ as bench
 from bert_jax.errors import UserError
 from bert_jax.bench.__main__ import largest_batch, main, memory_table, synthetic_batch
 from bert_jax.models import BertConfig
-from bert_jax.training import flops
+from bert_jax.pretrain import flops
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -175,7 +175,7 @@ def test_every_preset_choice_has_a_leave_one_out_ablation_arm():
 
 
 def test_packing_with_nsp_target_is_a_user_error(tmp_path, tiny_vocab):
-  from bert_jax.training.plan import resolve_pretrain
+  from bert_jax.pretrain.plan import resolve_pretrain
   c = _budget_config()
   c.targets = ("mlm", "nsp")
   (tmp_path / "corpus.txt").write_text("the cat sat .\n\nthe dog sat .\n", encoding="utf-8")

@@ -10,6 +10,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from bert_jax import logs  # noqa: E402
 from bert_jax.input_pipeline import create_pretraining_data as cpd  # noqa: E402
 from bert_jax.input_pipeline import shard_builder  # noqa: E402
 from bert_jax.input_pipeline import inspect as inspect_lib  # noqa: E402
@@ -17,7 +18,7 @@ from bert_jax.input_pipeline import instances as instances_lib  # noqa: E402
 from bert_jax.input_pipeline import masking  # noqa: E402
 from bert_jax.input_pipeline import pretrain_dataset  # noqa: E402
 from bert_jax.input_pipeline import tokenization  # noqa: E402
-from bert_jax.training.plan import resolve_pretrain  # noqa: E402
+from bert_jax.pretrain.plan import resolve_pretrain  # noqa: E402
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = [f"w{i}" for i in range(60)]
@@ -72,13 +73,13 @@ def _config(input_files, vocab_file, **data):
 def test_trained_batches_equal_the_stored_masks_by_default(records, vocab_file, caplog):
   """The batches the training loop feeds train_step (training/pretrain.open_data, default config) are
   the records' own input_ids / positions / ids / weights: static masking is the default for records."""
-  from bert_jax.training import pretrain
+  from bert_jax.pretrain import loop as pretrain
   out, _, stored = records
   by_ids = {tuple(r["input_ids"]): r for r in stored}
   assert len(by_ids) > len(stored) * 0.9
   for shuffle_buffer in (0, 10_000):
     plan = resolve_pretrain(_config(out, vocab_file, shuffle_buffer=shuffle_buffer), None)
-    pretrain_dataset._LOGGED.clear()   # logged once per process: another test on these records may have
+    logs.forget(pretrain_dataset.log.name)   # logged once per process: another test on these records may have
     with caplog.at_level("INFO"):     # said it first in this worker
       data = pretrain.open_data(plan, plan.phases[0])
     assert data.state()["masking"] == "static"
@@ -153,7 +154,7 @@ def _google_learning_rate(step, init_lr, num_train_steps, num_warmup_steps):
 @pytest.mark.parametrize("total,warmup", [(1000, 100), (37, 0)])
 def test_google_schedule_is_googles_learning_rate_at_every_step(total, warmup):
   import ml_collections
-  from bert_jax.training import optimizers
+  from bert_jax.engine import optimizers
   opt = ml_collections.ConfigDict(dict(name="adamw", learning_rate=2e-4, schedule="google", power=1.0,
                                        end_learning_rate=0.0, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6,
                                        clip_norm=1.0, bias_correction=True))
@@ -171,7 +172,7 @@ def test_google_optimizer_updates_match_googles_adamw():
   """Two AdamWeightDecay steps (clip 1.0, no bias correction, no decay on LayerNorm/bias) by hand."""
   import jax.numpy as jnp
   import ml_collections
-  from bert_jax.training import optimizers
+  from bert_jax.engine import optimizers
   opt = ml_collections.ConfigDict(dict(name="adamw", learning_rate=1e-2, schedule="google", power=1.0,
                                        end_learning_rate=0.0, weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6,
                                        clip_norm=1.0, bias_correction=True))
@@ -446,7 +447,7 @@ def test_inspect_raw_text_marks_predictions_and_counts_them(tmp_path, vocab_file
       if w:
         assert r["input_ids"][pos] in (MASK_ID, lab) or r["input_ids"][pos] >= 5
   # The inspector reads what training reads.
-  from bert_jax.training import pretrain
+  from bert_jax.pretrain import loop as pretrain
   plan = resolve_pretrain(config, None)
   train_batch = next(pretrain.open_data(plan, plan.phases[0]))
   first = rows[:32]

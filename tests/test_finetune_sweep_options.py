@@ -10,7 +10,7 @@ from bert_jax.errors import UserError
 from bert_jax.finetune import model as fm
 from bert_jax.finetune.plan import resolve_finetune
 from bert_jax.models import scan_params
-from bert_jax.training import optimizers
+from bert_jax.engine import optimizers
 
 from test_finetune_tasks import make_config
 

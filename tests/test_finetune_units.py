@@ -20,8 +20,8 @@ from bert_jax.finetune.tasks import TaskDataError
 from bert_jax.models import BertConfig, BertForPreTraining, dummy_inputs, scan_params
 from bert_jax.pretrained import load_pretrained, params_dir
 from bert_jax.pretrained.load import merge_params
-from bert_jax.training import checkpoints, sharding
-from bert_jax.training import train_step as ts
+from bert_jax.engine import checkpoints, sharding
+from bert_jax.engine import train_step as ts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_PATH = os.path.join(ROOT, "configs", "finetune.py")

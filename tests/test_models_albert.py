@@ -215,7 +215,7 @@ def test_preset_albert_is_factorised_shared_and_sop():
   c = pretrain_config.get_config("size=base,preset=albert")
   assert tuple(c.targets) == ("mlm", "sop")
   assert c.model.embedding_size == 128 and c.model.share_layers is True
-  from bert_jax.training.train_step import model_config
+  from bert_jax.engine.train_step import model_config
   cfg = model_config(c.model, vocab_size=30000)
   assert cfg.embedding_size == 128 and cfg.share_layers and cfg.hidden_size == 768
   # ALBERT-base: ~12M parameters (the paper's Table 1), against BERT-base's ~110M.
@@ -260,7 +260,7 @@ def test_albert_parameters_carry_logical_axes_that_map_onto_the_mesh(scan):
 
 
 def test_albert_flops_count_the_projection_and_the_narrow_mlm_head():
-  from bert_jax.training import flops
+  from bert_jax.pretrain import flops
   bert = BertConfig.from_size("base", vocab_size=30000)
   albert = bert.replace(embedding_size=128, share_layers=True)
   t, p, h, e, v = 512, 20, 768, 128, 30000

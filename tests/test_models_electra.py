@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 from bert_jax.models import BertConfig, ElectraForPreTraining, ElectraSettings, dummy_inputs, pretraining_model
+from bert_jax import logs
 from bert_jax.errors import UserError
 from bert_jax.models import electra, validate_targets
-from bert_jax.training import sharding
-from bert_jax.training import train_step as ts
+from bert_jax.engine import sharding
+from bert_jax.engine import train_step as ts
 from test_reliability_cli import files  # noqa: F401  (the pytest fixture: a tiny vocab and corpus)
 from test_training_sharding import TINY, assert_trees_close, keep_gradients, make_batch, run_config
 
@@ -71,7 +72,7 @@ def test_generator_config_is_the_fraction_of_the_discriminator_with_64_wide_head
 
 
 def test_generator_width_rounding_is_said_once_naming_the_fields(caplog):
-  electra._WARNED.clear()
+  logs.forget(electra.log.name)
   disc = BertConfig.from_size("tiny")   # H 128
   with caplog.at_level("WARNING", logger="bert_jax.models.electra"):
     gen = electra.generator_config(disc, ElectraSettings(generator_hidden_fraction=0.3))   # 38.4 -> 38
@@ -92,7 +93,6 @@ def test_generator_width_rounding_is_said_once_naming_the_fields(caplog):
 
 
 def test_generator_deeper_than_the_discriminator_is_a_config_error():
-  from bert_jax.errors import UserError
   disc = BertConfig.from_size("tiny")   # 2 layers
   with pytest.raises(UserError, match=r"config.electra.generator_num_layers=3 .*model.num_hidden_layers=2"):
     electra.generator_config(disc, ElectraSettings(0.25, generator_num_layers=3))
@@ -301,7 +301,7 @@ def test_train_py_electra_checkpoints_resumes_and_fine_tuning_loads_the_discrimi
 def test_electra_runs_show_and_plot_the_generator_and_the_discriminator(tmp_path):
   """An ELECTRA run logs no mlm_loss: its progress bar and loss_curve.png show the generator's MLM and the
   discriminator (a row each) instead of an empty MLM panel."""
-  from bert_jax.training import pretrain
+  from bert_jax.pretrain import loop as pretrain
   rows = [{"step": s, "loss": 30.0 - s, "gen_mlm_loss": 6.0 - 0.1 * s, "gen_mlm_accuracy": 0.01 * s,
            "disc_loss": 0.6 - 0.01 * s, "disc_accuracy": 0.7 + 0.01 * s} for s in (10, 20, 30)]
   (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -314,7 +314,7 @@ def test_electra_runs_show_and_plot_the_generator_and_the_discriminator(tmp_path
 
 
 def test_electra_training_flops_count_the_generator_by_hand():
-  from bert_jax.training import flops
+  from bert_jax.pretrain import flops
   disc = BertConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=1, intermediate_size=16)
   gen = electra.generator_config(disc, ElectraSettings(generator_hidden_fraction=0.5))   # H 4, FFN 16
   assert (gen.hidden_size, gen.intermediate_size) == (4, 16)
@@ -342,7 +342,7 @@ def test_electra_training_flops_count_the_generator_by_hand():
 ])
 def test_plan_checks_the_electra_fields_naming_them(files, tmp_path, overrides, message):
   from bert_jax import errors
-  from bert_jax.training.plan import resolve_pretrain
+  from bert_jax.pretrain.plan import resolve_pretrain
   from test_reliability_cli import pretrain_config
   config = pretrain_config(files, targets=("electra",))
   for key, value in overrides.items():
@@ -355,7 +355,7 @@ def test_plan_checks_the_electra_fields_naming_them(files, tmp_path, overrides, 
 
 
 def test_plan_resolves_the_electra_settings_and_describes_them(files, tmp_path):
-  from bert_jax.training.plan import resolve_pretrain
+  from bert_jax.pretrain.plan import resolve_pretrain
   from test_reliability_cli import pretrain_config
   plan = resolve_pretrain(pretrain_config(files, targets=("electra",), **{"electra.generator_hidden_fraction": 0.5}),
                           str(tmp_path / "work"), num_devices=8, process_count=1)
@@ -428,7 +428,7 @@ def test_the_generator_head_count_is_a_config_field_the_plan_checks_and_passes_o
   """import-tf tells users of an imported generator with other heads to pass
   --config.electra.generator_num_attention_heads=N: the field exists in the config, is range-checked, and
   reaches ElectraSettings (and so the generator)."""
-  from bert_jax.training import plan  # pylint: disable=g-import-not-at-top
+  from bert_jax.pretrain import plan  # pylint: disable=g-import-not-at-top
   from configs import pretrain as pretrain_config  # pylint: disable=g-import-not-at-top
   config = pretrain_config.get_config("tiny")
   assert config.electra.generator_num_attention_heads == -1     # a field --config.electra.* can set

@@ -107,7 +107,7 @@ import dataclasses, os, runpy, sys
 sys.path.insert(0, os.getcwd())      # the repository (this script lives in a temp dir)
 import numpy as np
 from bert_jax.input_pipeline import pretrain_dataset
-from bert_jax.training import pretrain
+from bert_jax.pretrain import loop as pretrain
 
 class Joined:
   """The two hosts' streams side by side: host 0's rows, then host 1's (one global batch)."""

@@ -1,4 +1,4 @@
-"""bert_jax/training/watchdog.py in one process: the settings' checks, the verdicts of the heartbeat and of the
+"""bert_jax/engine/watchdog.py in one process: the settings' checks, the verdicts of the heartbeat and of the
 step watchdog on a simulated peer (a fake coordination-service client), the limits, committed checkpoints.
 The real two-process faults are tests/test_multihost.py."""
 
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from bert_jax.errors import RETRYABLE_EXIT_CODE, UserError
-from bert_jax.training import watchdog
+from bert_jax.engine import watchdog
 from configs import pretrain as pretrain_config
 
 
@@ -73,7 +73,7 @@ def test_a_host_that_never_joins_gives_one_line_and_exit_75_at_the_start_up_dead
   with socket.socket() as sock:
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-  script = ("import sys; from configs import pretrain as p; from bert_jax.training import pretrain\n"
+  script = ("import sys; from configs import pretrain as p; from bert_jax.pretrain import loop as pretrain\n"
             "c = p.get_config('size=tiny'); d = c.distributed\n"
             f"d.enable, d.coordinator_address, d.num_processes, d.process_id = True, '127.0.0.1:{port}', 2, 0\n"
             "d.initialization_timeout_s = 3\n"
@@ -100,7 +100,7 @@ def test_distributed_settings_jax_cannot_use_are_one_error_line_and_exit_2(field
   ValueError traceback from jax.distributed.initialize and exit 1."""
   import subprocess
   import sys
-  script = ("from configs import pretrain as p; from bert_jax import cli; from bert_jax.training import pretrain\n"
+  script = ("from configs import pretrain as p; from bert_jax import cli; from bert_jax.pretrain import loop as pretrain\n"
             "c = p.get_config('size=tiny'); d = c.distributed; d.enable = True; d.cpu_collectives = ''\n"
             f"for k, v in {fields!r}.items(): d[k] = v\n"
             "cli.run_main(lambda argv: pretrain.maybe_initialize_distributed(c), argv=['x'])\n")
@@ -113,7 +113,7 @@ def test_distributed_settings_jax_cannot_use_are_one_error_line_and_exit_2(field
 
 FAIL = r'''
 import sys, jax
-from bert_jax.training import watchdog
+from bert_jax.engine import watchdog
 class Client:
   kv = {}
   def key_value_set(self, key, value, allow_overwrite=False): self.kv[key] = value
@@ -326,7 +326,7 @@ def test_committed_checkpoints_exclude_a_half_written_save(tmp_path):
 
 FIRE = r'''
 import sys, time
-from bert_jax.training import watchdog
+from bert_jax.engine import watchdog
 s = watchdog.GuardSettings(10.0, True, 10.0, 0.5, 0.0, 0.0, 0.0, None)
 g = watchdog.HostGuard(s, sys.argv[1], process_index=0, process_count=1)
 g.at_exit(lambda: open(sys.argv[2], "w").write("released"))

@@ -11,7 +11,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from bert_jax.input_pipeline import create_pretraining_data as cpd  # noqa: E402
-from bert_jax.input_pipeline import fileio  # noqa: E402
+from bert_jax import fileio  # noqa: E402
 from bert_jax.input_pipeline import pretrain_dataset  # noqa: E402
 from bert_jax.input_pipeline import sharding  # noqa: E402
 from bert_jax.input_pipeline import tokenization  # noqa: E402
@@ -66,7 +66,7 @@ def test_tokenizer_loads_ram_vocab(ram_root):
 
 def test_tokenization_imports_without_tensorflow():
   code = ("import sys; sys.modules['tensorflow'] = None\n"
-          "from bert_jax.input_pipeline import tokenization, fileio\n"
+          "from bert_jax import fileio; from bert_jax.input_pipeline import tokenization\n"
           "assert fileio.glob('/nonexistent/*') == []\n"
           "try:\n  fileio.exists('gs://b/x')\nexcept ImportError as e:\n  assert 'tensorflow' in str(e)\n"
           "else:\n  raise SystemExit('expected ImportError')\n")
@@ -143,7 +143,7 @@ def test_pretraining_workdir_copies_a_remote_vocab_and_counts_it(tmp_path):
 
   from bert_jax.models import BertConfig
   from bert_jax.pretrained import params_dir
-  from bert_jax.training import checkpoints
+  from bert_jax.engine import checkpoints
 
   remote = "ram://gfile_workdir_test/vocab.txt"
   tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c"]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import task_fixtures as testing
+from bert_jax import fileio
 from bert_jax.convert.hf import import_hf
 from bert_jax.finetune import model as fm
 from bert_jax.finetune.tasks import get_task
@@ -93,7 +94,7 @@ def test_classify_a_fine_tuned_workdir(tmp_path):
   work = tmp_path / "ft"
   best = str(work / "best_checkpoint")
   params_dir.save_params_dir(best, cfg, jax.tree.map(np.asarray, flax.linen.unbox(params)), vocab)
-  params_dir.write_json_atomic(os.path.join(best, params_dir.FINETUNE_INFO_NAME),
+  fileio.write_json_atomic(os.path.join(best, params_dir.FINETUNE_INFO_NAME),
                                {"task": "classification", "kind": "classification", "label_list": ["neg", "pos"],
                                 "max_seq_length": 16, "do_lower_case": True, "pooling": "cls"})
   (tmp_path / "in.txt").write_text("这本书很好\n不喜欢\n上海\n", encoding="utf-8")

@@ -21,8 +21,8 @@ from bert_jax.finetune import loop
 from bert_jax.finetune.plan import resolve_finetune
 from bert_jax.finetune.tasks import classification, common, ner, squad
 from bert_jax.input_pipeline import checks, text_io
-from bert_jax.training import pretrain
-from bert_jax.training.plan import resolve_pretrain
+from bert_jax.pretrain import loop as pretrain
+from bert_jax.pretrain.plan import resolve_pretrain
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

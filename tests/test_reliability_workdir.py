@@ -25,13 +25,14 @@ import numpy as np
 import pytest
 
 from bert_jax.errors import Interrupted, UserError
-from bert_jax.input_pipeline import fileio
+from bert_jax import fileio
 from bert_jax.models import BertForPreTraining
 from bert_jax.pretrained import load_pretrained, params_dir
-from bert_jax.training import checkpoints, optimizers, pretrain, sharding
-from bert_jax.training import train_step as ts
-from bert_jax.training import workdir as wd
-from bert_jax.training.metric_writer import MetricWriter, read_jsonl, truncate_after
+from bert_jax.engine import checkpoints, optimizers, sharding
+from bert_jax.pretrain import loop as pretrain
+from bert_jax.engine import train_step as ts
+from bert_jax.engine import workdir as wd
+from bert_jax.engine.metric_writer import MetricWriter, read_jsonl, truncate_after
 from test_training_sharding import TINY
 
 WORDS = ["the", "a", "cat", "dog", "sat", "on", "mat", "is", "was", "hello", "world", "jax", "bert", "model",

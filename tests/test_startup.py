@@ -9,9 +9,9 @@ import pytest
 import task_fixtures as testing
 
 from bert_jax.input_pipeline import create_pretraining_data as cpd
-from bert_jax.training import compile_cache
-from bert_jax.training import pretrain
-from bert_jax.training.plan import resolve_pretrain
+from bert_jax.engine import compile_cache
+from bert_jax.pretrain import loop as pretrain
+from bert_jax.pretrain.plan import resolve_pretrain
 from configs import pretrain as pretrain_configs
 
 

@@ -16,7 +16,7 @@ import jax
 import pytest
 
 from bert_jax.errors import Interrupted, UserError
-from bert_jax.training import pretrain
+from bert_jax.pretrain import loop as pretrain
 from test_reliability_workdir import tiny_config, write_corpus
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -74,7 +74,7 @@ def test_other_runtime_errors_of_one_process_keep_their_traceback(files, tmp_pat
 
 
 _OOM_MAIN = ("import os, runpy, sys, jax\n"
-             "from bert_jax.training import pretrain\n"
+             "from bert_jax.pretrain import loop as pretrain\n"
              "def oom(*a, **k): raise jax.errors.JaxRuntimeError(os.environ['OOM'])\n"
              "pretrain._initial_state = oom\n"
              "sys.argv = sys.argv[1:]\n"
@@ -139,7 +139,7 @@ def test_an_empty_workdir_is_one_error_not_a_run_in_the_current_directory(files,
 def test_resuming_with_fewer_steps_than_the_newest_checkpoint_is_refused_before_anything_changes(files,
                                                                                                  tmp_path):
   """It exited 0 having trained nothing and rewrote config.json with the smaller num_train_steps."""
-  from bert_jax.training.plan import resolve_pretrain
+  from bert_jax.pretrain.plan import resolve_pretrain
   workdir = tmp_path / "run"
   (workdir / "checkpoints" / "6").mkdir(parents=True)
   (workdir / "config.json").write_text("{}")
@@ -167,7 +167,7 @@ def test_a_size_or_preset_given_twice_is_an_error_not_the_last_one(arg):
 def test_a_work_dir_that_exists_but_cannot_be_written_is_one_error_line(files, tmp_path, monkeypatch):
   """An existing read-only work dir (another user's, a read-only mount) was a PermissionError traceback,
   exit 1; /sys/kernel, as root, shows it for real."""
-  from bert_jax.training import workdir as wd
+  from bert_jax.engine import workdir as wd
   workdir = tmp_path / "ro"
   workdir.mkdir()
   real_open = os.open
@@ -184,7 +184,7 @@ def test_a_work_dir_that_exists_but_cannot_be_written_is_one_error_line(files, t
 
 def test_an_init_checkpoint_a_resumed_run_does_not_load_is_a_warning_naming_it(files, tmp_path, caplog):
   """The work dir's checkpoint wins (README's start-up order), but the flag was dropped without a word."""
-  from bert_jax.training.plan import resolve_pretrain
+  from bert_jax.pretrain.plan import resolve_pretrain
   workdir = tmp_path / "run"
   (workdir / "checkpoints" / "6").mkdir(parents=True)
   with pytest.raises(UserError):              # the steps check comes first; the warning is already out
@@ -209,7 +209,7 @@ def test_a_fine_tuning_config_given_to_train_py_is_one_error_line(tmp_path):
 def test_a_resumed_runs_vocab_file_that_is_not_the_work_dirs_is_a_warning(files, tmp_path, caplog, which):
   """A resumed run tokenizes with the work dir's vocab.txt; another --config.data.vocab_file was ignored
   without a word."""
-  from bert_jax.training.plan import _resolve_vocab
+  from bert_jax.pretrain.plan import _resolve_vocab
   corpus, vocab = files
   workdir = tmp_path / "run"
   workdir.mkdir()
@@ -286,7 +286,7 @@ def test_ctrl_c_while_the_libraries_load_is_an_interrupted_line_and_exit_130(fil
 
 def test_eval_files_with_evaluation_off_is_a_warning_naming_both(files, tmp_path, caplog):
   """--config.data.eval_input_files with eval_every_steps=0 was never read, without a word."""
-  from bert_jax.training.plan import resolve_pretrain
+  from bert_jax.pretrain.plan import resolve_pretrain
   corpus, vocab = files
   resolve_pretrain(tiny_config(corpus, vocab, **{"data.eval_input_files": corpus, "eval_every_steps": 0}),
                    str(tmp_path / "run"))

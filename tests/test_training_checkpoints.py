@@ -9,8 +9,8 @@ import pytest
 
 from bert_jax.models import BertForPreTraining
 from bert_jax.pretrained import load_pretrained, params_dir
-from bert_jax.training import checkpoints, optimizers, sharding
-from bert_jax.training import train_step as ts
+from bert_jax.engine import checkpoints, optimizers, sharding
+from bert_jax.engine import train_step as ts
 from test_training_sharding import TINY, run_config
 
 

@@ -17,8 +17,8 @@ import task_fixtures as testing
 from bert_jax.errors import UserError
 from bert_jax.models import BertForPreTraining
 from bert_jax.pretrained import load_pretrained
-from bert_jax.training import checkpoints, optimizers, sharding
-from bert_jax.training import train_step as ts
+from bert_jax.engine import checkpoints, optimizers, sharding
+from bert_jax.engine import train_step as ts
 from test_training_sharding import TINY, make_batch, run_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,4 +1,4 @@
-"""MetricWriter's TensorBoard events across a crash and a resume (bert_jax/training/metric_writer.py)."""
+"""MetricWriter's TensorBoard events across a crash and a resume (bert_jax/engine/metric_writer.py)."""
 
 import glob
 import os
@@ -7,7 +7,7 @@ import time
 
 from tensorboardX.proto import event_pb2
 
-from bert_jax.training.metric_writer import MetricWriter
+from bert_jax.engine.metric_writer import MetricWriter
 
 
 def read_events(path):
@@ -55,5 +55,5 @@ def test_a_resumed_writer_hides_the_crashed_runs_events_after_the_checkpoint(tmp
 
 def test_pretraining_opens_its_writer_with_the_restored_step_as_the_purge_point():
   import inspect
-  from bert_jax.training import pretrain
+  from bert_jax.pretrain import loop as pretrain
   assert "MetricWriter(plan.workdir, purge_step=step + 1)" in inspect.getsource(pretrain._run_phases)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from bert_jax.models import BertForPreTraining
-from bert_jax.training import optimizers, sharding
-from bert_jax.training import train_step as ts
+from bert_jax.engine import optimizers, sharding
+from bert_jax.engine import train_step as ts
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

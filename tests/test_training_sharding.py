@@ -12,8 +12,8 @@ import optax
 import pytest
 
 from bert_jax.models import BertConfig, BertForPreTraining
-from bert_jax.training import optimizers, sharding
-from bert_jax.training import train_step as ts
+from bert_jax.engine import optimizers, sharding
+from bert_jax.engine import train_step as ts
 
 TINY = BertConfig.from_size("tiny", vocab_size=96, hidden_size=64, num_attention_heads=4, intermediate_size=128,
                             max_position_embeddings=64)
@@ -141,9 +141,9 @@ def _assert_imports_leave_out(modules, absent):
 
 def test_training_modules_import_without_tensorflow_or_ml_collections():
   """The GPU machines have JAX but neither TensorFlow nor ml_collections."""
-  _assert_imports_leave_out(["bert_jax.training.train_step", "bert_jax.training.sharding",
-                             "bert_jax.training.optimizers", "bert_jax.training.checkpoints",
-                             "bert_jax.training.flops", "bert_jax.training.pretrain"],
+  _assert_imports_leave_out(["bert_jax.engine.train_step", "bert_jax.engine.sharding",
+                             "bert_jax.engine.optimizers", "bert_jax.engine.checkpoints",
+                             "bert_jax.pretrain.flops", "bert_jax.pretrain.loop"],
                             ["tensorflow", "ml_collections"])
 
 

@@ -10,7 +10,7 @@ platform has, see bert_jax/models/attention.py; or a comma-separated list). Path
 dropout in their kernel (einsum, cudnn_dropout, auto) run with BERT's attention dropout 0.1; the others
 (xla, cudnn, pallas_flash) cannot, so they run with attention dropout 0 (the `fast` deviation) and the row
 says so. A path that falls back on this platform/shape is reported as skipped with the reason. Each row:
-step time, sequences/s, tokens/s, MFU (model FLOPs from bert_jax.training.flops over a matmul peak measured
+step time, sequences/s, tokens/s, MFU (model FLOPs from bert_jax.pretrain.flops over a matmul peak measured
 in the same run), peak memory (the compiled step's buffers, from XLA's memory analysis), and
 Hugging Face `BertForPreTraining` eager / `torch.compile` (timed once per configuration, with BERT's
 dropout) with the ratio, when torch and transformers are importable. Every row is also one JSON line
@@ -42,9 +42,11 @@ from bert_jax.bench.flops import measure_matmul_peak
 from bert_jax.errors import UserError
 from bert_jax.models import BertConfig, BertForPreTraining, attention
 from bert_jax.models.config import REMAT_POLICIES, SIZES
-from bert_jax.training import flops, optimizers, sharding
-from bert_jax.training.plan import OptimizerSettings, StepSettings
-from bert_jax.training.train_step import abstract_train_state, create_train_state, make_train_step
+from bert_jax.engine import optimizers, sharding
+from bert_jax.pretrain import flops
+from bert_jax.engine.optimizers import OptimizerSettings
+from bert_jax.engine.train_step import StepSettings
+from bert_jax.engine.train_step import abstract_train_state, create_train_state, make_train_step
 
 BERT_ATTENTION_DROPOUT = 0.1
 # Paths per platform for --attention_impl=all, in printing order (BERT's dropout first).

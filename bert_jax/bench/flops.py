@@ -1,4 +1,4 @@
-"""A measured matmul peak (FLOP/s) for MFU; the model FLOP count is bert_jax.training.flops."""
+"""A measured matmul peak (FLOP/s) for MFU; the model FLOP count is bert_jax.pretrain.flops."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from bert_jax.convert.hf import import_hf, resolve_model_folder, write_hf
 from bert_jax.convert.mapping import ConversionError
 from bert_jax.convert.uer import import_uer
 from bert_jax.errors import UserError
-from bert_jax.input_pipeline import fileio
+from bert_jax import fileio
 from bert_jax.pretrained import zoo
 from bert_jax.pretrained.load import load_pretrained
 

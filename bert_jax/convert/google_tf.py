@@ -20,7 +20,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from bert_jax import lean_imports
-from bert_jax.convert import mapping
+from bert_jax.convert import hf, hf_albert, mapping
 from bert_jax.convert import spm_model as spm_model_lib
 from bert_jax.pretrained import params_dir
 from bert_jax.models.config import BertConfig
@@ -87,7 +87,6 @@ def _albert_config(config_file: str, report: mapping.ConversionReport):
   """google-research/albert's albert_config.json (no model_type; num_hidden_groups, inner_group_num) as the
   model's config and the layout that reads it, as its Hugging Face twin reads: its modeling.py's gelu is the
   tanh approximation (transformers' gelu_new, what the Hugging Face ALBERT configs say)."""
-  from bert_jax.convert import hf, hf_albert
   d = dict(hf.read_config_json(config_file))
   d.setdefault("model_type", "albert")
   if "embedding_size" not in d:

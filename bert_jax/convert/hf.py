@@ -29,6 +29,7 @@ import ml_dtypes
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
+from bert_jax import fileio
 from bert_jax.convert import mapping
 from bert_jax.input_pipeline import tokenization
 from bert_jax.pretrained import params_dir
@@ -489,22 +490,15 @@ def write_folder(output: str, arrays: Dict[str, np.ndarray], config_dict: dict, 
   # Every file through a temp name, fsync and rename (a crash leaves the old file or the new one, never half).
   os.makedirs(output, exist_ok=True)
   weights = os.path.join(output, "model.safetensors")
-  tmp = f"{weights}.tmp{os.getpid()}"
-  try:
+  with fileio.atomic_path(weights) as tmp:
     save_file(arrays, tmp, metadata={"format": "pt"})
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)     # safetensors creates the file 0600; make it like the other files
-    with open(tmp, "rb") as f:
-      os.fsync(f.fileno())
-    os.replace(tmp, weights)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-  params_dir.write_bytes_atomic(os.path.join(output, "config.json"),
+  fileio.write_bytes_atomic(os.path.join(output, "config.json"),
                                 (json.dumps(config_dict, indent=2) + "\n").encode("utf-8"))
   with open(vocab_file, "rb") as f:
-    params_dir.write_bytes_atomic(os.path.join(output, "vocab.txt"), f.read())
+    fileio.write_bytes_atomic(os.path.join(output, "vocab.txt"), f.read())
   if do_lower_case is None:
     do_lower_case = params_dir.guess_do_lower_case(vocab_file)
   tc = {"tokenizer_class": tokenizer_class, "do_lower_case": bool(do_lower_case),
@@ -513,10 +507,10 @@ def write_folder(output: str, arrays: Dict[str, np.ndarray], config_dict: dict, 
   tok_json = os.path.join(output, tokenization.TOKENIZER_JSON)
   if spm:
     with open(spm, "rb") as f:
-      params_dir.write_bytes_atomic(tok_json, f.read())
+      fileio.write_bytes_atomic(tok_json, f.read())
     tc.update(tokenizer_class=sentencepiece_class, unk_token="<unk>", pad_token="<pad>")
   elif os.path.exists(tok_json) and tokenization.sentencepiece_json(os.path.join(output, "vocab.txt")):
     # an earlier English-ALBERT export into this folder: transformers would tokenize with its tokenizer.json
     os.remove(tok_json)
-  params_dir.write_bytes_atomic(os.path.join(output, "tokenizer_config.json"),
+  fileio.write_bytes_atomic(os.path.join(output, "tokenizer_config.json"),
                                 (json.dumps(tc, indent=2) + "\n").encode("utf-8"))

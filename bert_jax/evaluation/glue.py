@@ -42,7 +42,7 @@ from typing import Dict, Iterable, Mapping, Optional, Sequence
 import numpy as np
 import scipy.stats
 
-from bert_jax.evaluation import write_text_atomic
+from bert_jax.fileio import write_text_atomic
 
 # --------------------------------------------------------------------------------------------------------
 # Task tables.

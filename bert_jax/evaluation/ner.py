@@ -31,7 +31,7 @@ import collections
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from bert_jax.evaluation import write_text_atomic
+from bert_jax.fileio import write_text_atomic
 
 Entity = Tuple[str, int, int]
 

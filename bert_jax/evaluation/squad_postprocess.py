@@ -44,7 +44,7 @@ from typing import Dict, List, Mapping, Sequence
 
 import numpy as np
 
-from bert_jax.evaluation import write_text_atomic
+from bert_jax.fileio import write_text_atomic
 
 
 @dataclasses.dataclass

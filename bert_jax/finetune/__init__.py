@@ -2,6 +2,6 @@
 losses and the prediction step (`model`), the loop (`loop.run`, what finetune.py runs) and inference on raw
 text (`predict.Predictor`).
 
-Imports go down only: finetune -> training -> pretrained -> input_pipeline -> models; evaluation is a leaf
+Imports go down only: finetune -> engine -> pretrained -> input_pipeline -> models (never pretrain/); evaluation is a leaf
 that the task registry calls for the official metrics.
 """

@@ -5,7 +5,7 @@ linear decay, evaluation with the official metric, the best checkpoint, and the 
     results = loop.run(config, workdir)     # config: configs/finetune.py; = run_plan(resolve_finetune(...))
 
 Start-up order: init_checkpoint (encoder weights, config, vocab; the head is initialised) else random init
-from config.model.size + vocab_file. A run holds DIR/workdir.lock (bert_jax.training.workdir: a second
+from config.model.size + vocab_file. A run holds DIR/workdir.lock (bert_jax.engine.workdir: a second
 finetune.py on the same dir stops at once naming the holder). Fine-tuning does not resume: a rerun starts
 over (metrics.jsonl anew). SIGINT / SIGTERM stop after the current step and raise errors.Interrupted
 (exit 130 / 143; best_checkpoint/ keeps the best evaluation so far); nan_policy=skip stops after
@@ -54,15 +54,16 @@ from bert_jax.errors import Interrupted, UserError
 from bert_jax.finetune import data as ft
 from bert_jax.finetune import model as fm
 from bert_jax.finetune.plan import FinetunePlan, resolve_finetune
-from bert_jax.input_pipeline import fileio, tokenization
+from bert_jax import fileio
+from bert_jax.input_pipeline import tokenization
 from bert_jax.input_warnings import warn_input
 from bert_jax.pretrained import load_pretrained, params_dir
 from bert_jax.pretrained.load import BEST_DIR, merge_params
-from bert_jax.training import compile_cache, optimizers, sharding
-from bert_jax.training import train_step as ts
-from bert_jax.training import workdir as workdir_lib
-from bert_jax.training.metric_writer import MetricWriter
-from bert_jax.training.plan import PLAN_NAME
+from bert_jax.engine import compile_cache, optimizers, sharding
+from bert_jax.engine import train_step as ts
+from bert_jax.engine import workdir as workdir_lib
+from bert_jax.engine.metric_writer import MetricWriter
+from bert_jax.engine.run_files import PLAN_NAME
 
 _log = logging.getLogger(__name__)
 
@@ -107,9 +108,9 @@ def _finetune(plan: FinetunePlan) -> dict:
                                                          for d in [train] * bool(train) + eval_data + test_data
                                                          if d.examples.skipped.total}, **schedule)
   if is_main:
-    params_dir.write_json_atomic(fileio.join(plan.workdir, PLAN_NAME), plan.to_dict())
-    params_dir.write_json_atomic(fileio.join(plan.workdir, "config.json"), dict(plan.config, resolved=resolved))
-    params_dir.write_json_atomic(fileio.join(plan.workdir, "init_report.json"), init_report)
+    fileio.write_json_atomic(fileio.join(plan.workdir, PLAN_NAME), plan.to_dict())
+    fileio.write_json_atomic(fileio.join(plan.workdir, "config.json"), dict(plan.config, resolved=resolved))
+    fileio.write_json_atomic(fileio.join(plan.workdir, "init_report.json"), init_report)
   predict_step = fm.make_predict_step(model, task, mesh, plan.logical_axis_rules, p_shard)
   log = Records(MetricWriter(plan.workdir, fresh=True))
   best = BestCheckpoint(plan, is_main and plan.save_best_checkpoint and plan.do_train)
@@ -129,7 +130,7 @@ def _finetune(plan: FinetunePlan) -> dict:
   results.update(timing=timing, train={k: resolved[k] for k in ("train_examples", "train_features", "steps_per_epoch",
                                                                 "total_steps", "learning_rate", "batch_size")})
   if is_main:
-    params_dir.write_json_atomic(fileio.join(plan.workdir, "eval_results.json"), results)
+    fileio.write_json_atomic(fileio.join(plan.workdir, "eval_results.json"), results)
     plot_curves(plan.workdir, log.records, task.main_metric)
   _log.info("eval results: %s", {k: v for k, v in results.items() if k != "prediction_files"})
   return results
@@ -436,7 +437,7 @@ def save_best(directory: str, bert_cfg, params, vocab_file: str, info: dict):
   params_dir.save_params_dir(tmp, bert_cfg.replace(scan_layers=False, dtype="float32", remat_policy="none"),
                              params, vocab_file, info={"do_lower_case": info["do_lower_case"],
                                                        "source": "finetune", "format": "bert_jax"})
-  params_dir.write_json_atomic(fileio.join(tmp, INFO_NAME), info)
+  fileio.write_json_atomic(fileio.join(tmp, INFO_NAME), info)
   if fileio.exists(directory):
     fileio.rename(directory, old)      # the old best stays whole until the new one is complete (in tmp)
   fileio.rename(tmp, directory)

@@ -25,8 +25,8 @@ from bert_jax.finetune.tasks import Task
 from bert_jax.models import BertConfig
 from bert_jax.models.config import SIZES
 from bert_jax.pretrained import params_dir
-from bert_jax.training import sharding
-from bert_jax.training.train_step import LossFn, StepFn
+from bert_jax.engine import sharding
+from bert_jax.engine.train_step import LossFn, StepFn
 
 # Peak fine-tuning learning rate by model size. BERT paper (base/large): best of 5e-5, 4e-5, 3e-5, 2e-5.
 # Google's 24 small BERTs were tuned over 3e-4, 1e-4, 5e-5, 3e-5; the small ones land at the high end.

@@ -45,15 +45,16 @@ from bert_jax.finetune import data as ft
 from bert_jax.finetune import loop
 from bert_jax.finetune import model as fm
 from bert_jax.finetune.plan import FinetunePlan
-from bert_jax.input_pipeline import fileio, tokenization
+from bert_jax import fileio
+from bert_jax.input_pipeline import tokenization
 from bert_jax.models import dummy_inputs
 from bert_jax.pretrained import load_pretrained, params_dir
 from bert_jax.pretrained.load import merge_params
-from bert_jax.training import compile_cache
-from bert_jax.training import train_step as ts
-from bert_jax.training import workdir as workdir_lib
-from bert_jax.training.metric_writer import MetricWriter
-from bert_jax.training.plan import PLAN_NAME
+from bert_jax.engine import compile_cache
+from bert_jax.engine import train_step as ts
+from bert_jax.engine import workdir as workdir_lib
+from bert_jax.engine.metric_writer import MetricWriter
+from bert_jax.engine.run_files import PLAN_NAME
 
 _log = logging.getLogger(__name__)
 
@@ -307,9 +308,9 @@ def _run(plans: Sequence[FinetunePlan]) -> List[dict]:
     resolved = dict(p.to_dict(), kind=task.kind, learning_rate=p.optimizer.learning_rate,
                     train_examples=len(train.examples), train_features=train.num_rows, mesh="vmapped",
                     multirun={"replicas": k, "seeds": [q.seed for q in plans]}, **schedule)
-    params_dir.write_json_atomic(fileio.join(p.workdir, PLAN_NAME), p.to_dict())
-    params_dir.write_json_atomic(fileio.join(p.workdir, "config.json"), dict(p.config, resolved=resolved))
-    params_dir.write_json_atomic(fileio.join(p.workdir, "init_report.json"), rep)
+    fileio.write_json_atomic(fileio.join(p.workdir, PLAN_NAME), p.to_dict())
+    fileio.write_json_atomic(fileio.join(p.workdir, "config.json"), dict(p.config, resolved=resolved))
+    fileio.write_json_atomic(fileio.join(p.workdir, "init_report.json"), rep)
   logs = [loop.Records(MetricWriter(p.workdir, fresh=True)) for p in plans]
   bests = [loop.BestCheckpoint(p, p.save_best_checkpoint) for p in plans]
   guards = [ts.NonFiniteGuard(p.nan_policy, p.max_consecutive_nonfinite, what=f"{task.name} seed {p.seed}")
@@ -388,7 +389,7 @@ def _run(plans: Sequence[FinetunePlan]) -> List[dict]:
              train={"train_examples": len(train.examples), "train_features": train.num_rows,
                     "steps_per_epoch": per_epoch, "total_steps": total,
                     "learning_rate": p.optimizer.learning_rate, "batch_size": p.batch_size})
-    params_dir.write_json_atomic(fileio.join(p.workdir, "eval_results.json"), r)
+    fileio.write_json_atomic(fileio.join(p.workdir, "eval_results.json"), r)
     loop.plot_curves(p.workdir, logs[i].records, task.main_metric)
     out.append(r)
   return out

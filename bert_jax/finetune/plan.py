@@ -4,8 +4,8 @@
     print(plan.describe())                       # the short table finetune.py logs at start-up
     loop.run_plan(plan)                          # the loop only runs it
 
-The fine-tuning counterpart of `bert_jax.training.plan`, made of the same checks (`input_pipeline/checks.py`,
-`training/validation.py`). Each rule is written once, here, and raises `bert_jax.errors.UserError` naming
+The fine-tuning counterpart of `bert_jax.pretrain.plan`, made of the same checks (`input_pipeline/checks.py`,
+`engine/validation.py`). Each rule is written once, here, and raises `bert_jax.errors.UserError` naming
 the field and what was expected:
 
   - the task is known (with "did you mean"); choice fields and ranges of every field that exists;
@@ -40,18 +40,20 @@ from typing import Any, Dict, Optional, Tuple
 import jax
 
 from bert_jax.errors import UserError
+from bert_jax.logs import log_once
 from bert_jax.finetune import data as ft
 from bert_jax.finetune import model as fm
-from bert_jax.finetune.tasks import Task, task_names
+from bert_jax.finetune.tasks import Task, task_class, task_names
 from bert_jax.finetune.tasks.common import bool_or_none
 from bert_jax.input_pipeline import checks
 from bert_jax.models.config import SIZES, BertConfig
 from bert_jax.pretrained import Pretrained, describe_pretrained, params_dir
 from bert_jax.pretrained.load import check_vocab_matches
-from bert_jax.training import sharding
-from bert_jax.training import validation as v
-from bert_jax.training.checkpoints import config_to_dict
-from bert_jax.training.plan import OptimizerSettings, build_model_config, optimizer_settings
+from bert_jax.engine import sharding
+from bert_jax.engine import validation as v
+from bert_jax.engine.checkpoints import config_to_dict
+from bert_jax.engine.optimizers import OptimizerSettings, optimizer_settings
+from bert_jax.engine.train_step import build_model_config
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +225,6 @@ TASK_FIELDS = {
     "squad": ({"doc_stride": 128, "max_query_length": 64, "n_best_size": 20, "max_answer_length": 30,
                "null_score_diff_threshold": 0.0, "squad_language": "auto"}, ("SquadTask",)),
 }
-_WARNED: set = set()
 _BUILT_IN = ("GlueTask", "ClassificationTask", "MultilabelTask", "NerTask", "SquadTask", "MultipleChoiceTask")
 
 
@@ -231,7 +232,6 @@ def ignored_fields(config) -> list:
   """The task-specific fields set away from their defaults that `config.task` does not read (e.g.
   classification.text_b on a GLUE task, doc_stride on NER): such a setting changed nothing, in silence. []
   for a task class outside the built-in kinds (a plugin may read any field)."""
-  from bert_jax.finetune.tasks import task_class  # the registry (cheap; already imported by plan's callers)
   cls = task_class(str(config.task))
   kinds = {k.__name__ for k in cls.__mro__}
   if not kinds & set(_BUILT_IN):
@@ -357,9 +357,7 @@ def resolve_finetune(config, workdir: str, *, num_devices: Optional[int] = None,
   if unused:
     message = (f"config.task={config.task} does not read {', '.join(f'config.{u}' for u in unused)} (they apply "
                "to other tasks); the run goes on without them")
-    if message not in _WARNED:     # a sweep resolves one plan per run: said once
-      _WARNED.add(message)
-      log.warning("%s", message)
+    log_once(log, message, logging.WARNING)     # a sweep resolves one plan per run: said once
   reinit = int(config.get("reinit_top_layers", 0))
   if reinit > model.num_hidden_layers:
     raise UserError(f"config.reinit_top_layers={reinit} exceeds the encoder's {model.num_hidden_layers} layers")

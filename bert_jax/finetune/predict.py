@@ -37,7 +37,7 @@ from bert_jax.finetune.tasks.common import PredictInputError
 from bert_jax.finetune.tasks.ner import entity_text, split_words  # noqa: F401  (this module's API)
 from bert_jax.input_pipeline import tokenization
 from bert_jax.pretrained import Pretrained, load_pretrained
-from bert_jax.training.train_step import compute_dtype
+from bert_jax.engine.train_step import compute_dtype
 
 _log = logging.getLogger(__name__)
 

@@ -71,7 +71,9 @@ from bert_jax.errors import UserError
 from bert_jax.finetune import data as ft
 from bert_jax.finetune import multirun
 from bert_jax.finetune.plan import FinetunePlan, resolve_finetune
-from bert_jax.input_pipeline import checks, fileio
+from bert_jax.finetune.tasks import registry
+from bert_jax import fileio
+from bert_jax.input_pipeline import checks
 from bert_jax.pretrained import params_dir
 
 _log = logging.getLogger(__name__)
@@ -334,7 +336,7 @@ def run_sweep(config, grid, seeds: int = 5, workdir: str = "sweep", *, select: s
       if "error" in result:
         _log.warning("run %s diverged: %s", plan.workdir, result["error"])
         fileio.makedirs(plan.workdir)
-        params_dir.write_json_atomic(os.path.join(plan.workdir, ERROR_NAME), dict(result, status="diverged"))
+        fileio.write_json_atomic(os.path.join(plan.workdir, ERROR_NAME), dict(result, status="diverged"))
   if report if report is not None else count == 1:
     return write_report(workdir)
   return {}
@@ -430,7 +432,7 @@ def _check_spec(workdir: str, spec: dict) -> None:
 
 def _write_spec(workdir: str, spec: dict) -> None:
   fileio.makedirs(workdir)
-  params_dir.write_json_atomic(os.path.join(workdir, SPEC_NAME), spec)
+  fileio.write_json_atomic(os.path.join(workdir, SPEC_NAME), spec)
 
 
 # ---- the report --------------------------------------------------------------------------------------------
@@ -521,7 +523,6 @@ def _fmt(s: Optional[dict], scale: float = 100.0) -> Tuple[str, str, str, str]:
 def percent_factor(task: str) -> float:
   """What prints task `task`'s metrics in percent: 100 for fractions, 1 for a task that reports percent
   (SQuAD; Task.metrics_in_percent)."""
-  from bert_jax.finetune.tasks import registry
   cls = registry.TASKS.get(task)
   cls = registry.TASKS.get(cls, cls) if isinstance(cls, str) else cls
   return 1.0 if getattr(cls, "metrics_in_percent", False) else 100.0
@@ -597,7 +598,7 @@ def write_report(workdir: str, select: Optional[str] = None) -> dict:
   `select`: report with this rule instead of the sweep's."""
   workdir = os.path.abspath(workdir)
   results = collect(workdir, select)
-  params_dir.write_json_atomic(os.path.join(workdir, RESULTS_NAME), results)
+  fileio.write_json_atomic(os.path.join(workdir, RESULTS_NAME), results)
   fileio.write_text_atomic(os.path.join(workdir, TABLE_NAME), table_markdown(results))
   plot_spread(results, os.path.join(workdir, PLOT_NAME))
   return results

@@ -33,7 +33,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from bert_jax.input_warnings import warn_input
-from bert_jax.input_pipeline import fileio
+from bert_jax import fileio
 from bert_jax.input_pipeline import manifest
 from bert_jax.input_pipeline import shard_builder
 from bert_jax.input_pipeline import sharding

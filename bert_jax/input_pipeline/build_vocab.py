@@ -22,7 +22,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 from bert_jax import cli
 from bert_jax.errors import UserError
 from bert_jax.input_pipeline import checks
-from bert_jax.input_pipeline import fileio
+from bert_jax import fileio
 from bert_jax.input_pipeline import text_io
 from bert_jax.input_pipeline import tokenization
 

@@ -19,7 +19,8 @@ import math
 from typing import Iterable, List, Sequence
 
 from bert_jax.errors import UserError
-from bert_jax.input_pipeline import fileio, text_io, tokenization
+from bert_jax import fileio
+from bert_jax.input_pipeline import text_io, tokenization
 
 _log = logging.getLogger(__name__)
 

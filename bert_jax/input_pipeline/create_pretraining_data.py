@@ -65,7 +65,7 @@ from bert_jax import cli
 from bert_jax import input_warnings
 from bert_jax.errors import UserError
 from bert_jax.input_pipeline import checks
-from bert_jax.input_pipeline import fileio
+from bert_jax import fileio
 from bert_jax.input_pipeline import instances as instances_lib
 from bert_jax.input_pipeline import manifest
 from bert_jax.input_pipeline import masking

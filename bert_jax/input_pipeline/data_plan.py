@@ -31,7 +31,8 @@ import logging
 from typing import List, Sequence, Tuple
 
 from bert_jax.errors import UserError
-from bert_jax.input_pipeline import checks, fileio, masking, shard_builder, text_io, tfrecord_io
+from bert_jax import fileio
+from bert_jax.input_pipeline import checks, masking, shard_builder, text_io, tfrecord_io
 
 _log = logging.getLogger("bert_jax")
 

@@ -39,7 +39,8 @@ from ml_collections import config_flags
 
 from bert_jax import cli
 from bert_jax.errors import UserError
-from bert_jax.input_pipeline import checks, fileio, pretrain_dataset, tokenization
+from bert_jax import fileio
+from bert_jax.input_pipeline import checks, pretrain_dataset, tokenization
 from bert_jax.input_pipeline.data_plan import DataPlan, resolve_data_plan
 
 FIELDS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",

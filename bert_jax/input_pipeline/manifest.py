@@ -43,7 +43,7 @@ except ImportError:   # not POSIX: no lock
 from bert_jax import __version__
 from bert_jax import input_warnings
 from bert_jax.errors import UserError
-from bert_jax.input_pipeline import fileio
+from bert_jax import fileio
 
 FILENAME = "manifest.json"
 FORMAT = "bert_jax.pretraining_records/1"

@@ -72,8 +72,9 @@ import numpy as np
 
 from bert_jax import lean_imports
 from bert_jax.errors import UserError
+from bert_jax.logs import log_once
 from bert_jax.input_pipeline import shard_builder
-from bert_jax.input_pipeline import fileio
+from bert_jax import fileio
 from bert_jax.input_pipeline.data_plan import PretrainData
 from bert_jax.input_pipeline import instances as instances_lib
 from bert_jax.input_pipeline import manifest
@@ -90,7 +91,6 @@ _MAX_EPOCHS = 1 << 31
 MASKING_MODES = ("auto", "static", "dynamic")
 
 log = logging.getLogger(__name__)
-_LOGGED = set()
 
 
 class _TensorFlow:
@@ -109,12 +109,6 @@ class _TensorFlow:
 
 
 tf = _TensorFlow()
-
-
-def _log_once(msg: str) -> None:
-  if msg not in _LOGGED:
-    _LOGGED.add(msg)
-    log.info(msg)
 
 
 def _mix(*xs: int) -> int:
@@ -412,7 +406,7 @@ def _file_record_counts(files: List[str]) -> List[int]:
   counts = manifest.record_counts(files)
   if counts is not None:
     return counts
-  _log_once(f"no complete manifest.json lists {files[0]}" + (f" and {len(files) - 1} more" if len(files) > 1 else "")
+  log_once(log, f"no complete manifest.json lists {files[0]}" + (f" and {len(files) - 1} more" if len(files) > 1 else "")
             + ": counting the records of every file once to resume")
   return [manifest.count_tfrecords(f) if not fileio.is_remote(f) else
           int(tf.data.TFRecordDataset([f]).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1).numpy())
@@ -522,7 +516,7 @@ def make_pretraining_dataset(
       pieces = ""
     source = " + ".join(x for x in (pieces, "the records' word_continuation" if stored_cont else "") if x)
     detail = f"; {kind} ({source})" if kind else ""
-  _log_once(f"masking: {mode} ({why}{detail}){'; google_exact' if google_exact else ''} [{files[0]}"
+  log_once(log, f"masking: {mode} ({why}{detail}){'; google_exact' if google_exact else ''} [{files[0]}"
             f"{f' + {len(files) - 1} more' if len(files) > 1 else ''}]")
   if mode == "dynamic" and vocab_file is None:
     raise ValueError("dynamic masking needs vocab_file (to know [MASK] and the vocab size)")

@@ -17,7 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from bert_jax.errors import UserError
-from bert_jax.input_pipeline import fileio
+from bert_jax import fileio
 from bert_jax.input_pipeline import instances as instances_lib
 from bert_jax.input_pipeline import masking
 from bert_jax.input_pipeline import sharding

@@ -19,7 +19,7 @@ from typing import List, Sequence, Union
 
 from bert_jax.errors import UserError
 from bert_jax.input_warnings import warn_input
-from bert_jax.input_pipeline import fileio
+from bert_jax import fileio
 from bert_jax.input_pipeline import manifest
 
 

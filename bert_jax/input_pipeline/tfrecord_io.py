@@ -23,7 +23,7 @@ from typing import Dict, Iterable, List, Sequence
 import numpy as np
 
 from bert_jax import lean_imports
-from bert_jax.input_pipeline import fileio
+from bert_jax import fileio
 
 INT_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
                 "next_sentence_labels")
@@ -348,7 +348,7 @@ class _LocalRecordWriter:
 
   def __init__(self, path: str):
     self.path = path
-    self._tmp = f"{path}.tmp{os.getpid()}"
+    self._tmp = fileio.temp_name(path)
     self._f = open(self._tmp, "wb")
     self._pending: List[bytes] = []
 
@@ -367,11 +367,9 @@ class _LocalRecordWriter:
       return
     if ok:
       self.flush()
-      self._f.flush()
-      os.fsync(self._f.fileno())
     self._f.close()
     if ok:
-      os.replace(self._tmp, self.path)
+      fileio.commit(self._tmp, self.path)   # fsync, rename, fsync the folder
     else:
       os.remove(self._tmp)
 

@@ -43,6 +43,8 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from bert_jax.logs import log_once
+
 Array = jax.Array
 log = logging.getLogger(__name__)
 
@@ -53,7 +55,6 @@ UNVERIFIED_ON_DEVICE = frozenset({"cudnn", "cudnn_dropout", "pallas_flash"})
 _CAN_DROP = ("einsum", "cudnn_dropout")
 _CUDNN_DTYPES = ("bfloat16", "float16")
 _PALLAS_BLOCK = 128    # the TPU flash kernel's block size; sequence lengths must be multiples of it
-_logged = set()
 
 
 class Choice(NamedTuple):
@@ -125,14 +126,12 @@ def choose_attention(platform: str, dropout_rate: float, deterministic: bool, dt
                            **kwargs).path
 
 
-def _log_once(choice: Choice, impl: str) -> None:
+def _log_choice(choice: Choice, impl: str) -> None:
   """One line per distinct (requested, chosen, reason): info for auto, a warning when a named path is not
   the one that runs."""
-  key = (impl, choice)
-  if key not in _logged and (choice.path != impl or impl == "auto"):
-    _logged.add(key)
-    (log.info if impl == "auto" else log.warning)("attention: %s -> %s (%s)", impl, choice.path,
-                                                     choice.reason)
+  if choice.path != impl or impl == "auto":
+    log_once(log, f"attention: {impl} -> {choice.path} ({choice.reason})",
+             logging.INFO if impl == "auto" else logging.WARNING)
 
 
 def layer_seed(path) -> int:
@@ -208,7 +207,7 @@ def attend(q: Array, k: Array, v: Array, mask: Array, input_mask: Array, *, impl
   seed: static cuDNN dropout seed. Returns [B, T, N, H]."""
   choice = resolve_attention(platform, dropout_rate, deterministic, jnp.dtype(q.dtype).name, q.shape[-1],
                              q.shape[1], impl, remat=remat, scan=scan)
-  _log_once(choice, impl)
+  _log_choice(choice, impl)
   dropout = (not deterministic) and dropout_rate > 0.0
   fused = {
       "cudnn_dropout": lambda: cudnn_dropout_attention(q, k, v, input_mask, dropout_rate if dropout else 0.0,
@@ -222,7 +221,7 @@ def attend(q: Array, k: Array, v: Array, mask: Array, input_mask: Array, *, impl
     except (NotImplementedError, ValueError, RuntimeError) as e:
       fallback = Choice("einsum" if dropout else "xla", f"{choice.path} failed while tracing: "
                         f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
-      _log_once(fallback, choice.path)
+      _log_choice(fallback, choice.path)
       choice = fallback
   if choice.path == "einsum":
     return einsum_attention(q, k, v, mask, dropout_fn if dropout else None)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import numbers
-import os
 from typing import Any, Optional
 
 import jax.numpy as jnp
+
+from bert_jax import fileio
 
 # (layers, hidden) of the size table; heads = H / 64, intermediate = 4H (Google's 24 small BERTs use the
 # same rule, e.g. BERT-mini is L4/H256/A4).
@@ -182,23 +183,7 @@ class BertConfig:
     return {k: getattr(self, k) for k in _GOOGLE_KEYS}
 
   def to_google_json(self, path: str) -> None:
-    _write_json_atomic(path, self.to_google_dict())
+    fileio.write_json_atomic(path, self.to_google_dict())
 
   def to_json_file(self, path: str) -> None:
-    _write_json_atomic(path, self.to_dict())
-
-
-def _write_json_atomic(path: str, obj: dict) -> None:
-  """obj as JSON through a temp file, fsync and rename (a reader or a crash sees the old file or the new one);
-  local paths only (the params-dir writer, bert_jax.pretrained.params_dir, handles gs://)."""
-  tmp = f"{path}.tmp{os.getpid()}"
-  try:
-    with open(tmp, "w", encoding="utf-8") as f:
-      json.dump(obj, f, indent=2, sort_keys=True)
-      f.write("\n")
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
+    fileio.write_json_atomic(path, self.to_dict())

@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.errors import UserError
+from bert_jax.logs import log_once
 from bert_jax.models import axes
 from bert_jax.models.bert import BertForPreTraining, BertModel, validate_targets
 from bert_jax.models.config import BertConfig
@@ -93,15 +94,6 @@ def generator_heads(hidden: int) -> int:
   return heads
 
 
-_WARNED = set()   # generator-size warnings already given (once per process and message)
-
-
-def _warn_once(message: str) -> None:
-  if message not in _WARNED:
-    _WARNED.add(message)
-    log.warning("%s", message)
-
-
 def generator_config(disc: BertConfig, settings: ElectraSettings) -> BertConfig:
   """The generator's architecture: hidden Hg = round(fraction x H), heads Hg/64 (at least 1, dividing Hg),
   FFN 4Hg, the discriminator's vocab, positions, activation and runtime fields.
@@ -116,9 +108,9 @@ def generator_config(disc: BertConfig, settings: ElectraSettings) -> BertConfig:
   exact = disc.hidden_size * fraction
   hidden = max(1, int(round(exact)))
   if abs(exact - hidden) > 1e-5 * disc.hidden_size:   # 1e-5: a fraction written as %.6g (1/3 = 0.333333) is exact
-    _warn_once(f"ELECTRA generator width: config.electra.generator_hidden_fraction={fraction:g} x "
+    log_once(log, f"ELECTRA generator width: config.electra.generator_hidden_fraction={fraction:g} x "
                f"model.hidden_size={disc.hidden_size} = {exact:g} is not a whole number; the generator uses "
-               f"hidden size {hidden} (fraction {hidden / disc.hidden_size:.6g})")
+               f"hidden size {hidden} (fraction {hidden / disc.hidden_size:.6g})", logging.WARNING)
   requested_heads = int(settings.generator_num_attention_heads)
   if requested_heads > 0:
     if hidden % requested_heads:
@@ -129,9 +121,9 @@ def generator_config(disc: BertConfig, settings: ElectraSettings) -> BertConfig:
   else:
     heads = generator_heads(hidden)
   if requested_heads <= 0 and hidden >= 64 and hidden % 64:
-    _warn_once(f"ELECTRA generator heads: hidden size {hidden} (config.electra.generator_hidden_fraction="
+    log_once(log, f"ELECTRA generator heads: hidden size {hidden} (config.electra.generator_hidden_fraction="
                f"{fraction:g} x model.hidden_size={disc.hidden_size}) is not a multiple of 64; the generator uses "
-               f"{heads} heads of size {hidden // heads}")
+               f"{heads} heads of size {hidden // heads}", logging.WARNING)
   requested = int(settings.generator_num_layers)
   if requested > disc.num_hidden_layers:
     raise UserError(f"config.electra.generator_num_layers={requested} exceeds the discriminator's "

@@ -30,7 +30,7 @@ from bert_jax.input_pipeline import tokenization
 from bert_jax.models.bert import BertForPreTraining, BertModel
 from bert_jax.models.heads import POOLINGS, pool
 from bert_jax.pretrained import Pretrained, is_workdir, load_pretrained, params_dir
-from bert_jax.training.train_step import compute_dtype
+from bert_jax.engine.train_step import compute_dtype
 
 MASK = "[MASK]"
 

@@ -20,6 +20,7 @@ import sys
 
 import numpy as np
 
+from bert_jax import cli, fileio
 from bert_jax import predict as lib
 from bert_jax.errors import UserError
 
@@ -50,15 +51,6 @@ def build_parser() -> argparse.ArgumentParser:
   c.add_argument("--output", default="", help="JSON lines here (default: stdout)")
   c.add_argument("--batch_size", type=int, default=32)
   return p
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-  tmp = f"{path}.tmp{os.getpid()}"
-  with open(tmp, "wb") as f:
-    f.write(data)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
 
 
 def _jsonl(rows) -> bytes:
@@ -93,7 +85,7 @@ def run(args) -> int:
       raise UserError("give --text='...[MASK]...' or --input=FILE")
     rows = lib.FillMask(args.model, args.batch_size, args.max_seq_length).predict(texts, args.top_k)
     if args.output:
-      _write_atomic(args.output, _jsonl(rows))
+      fileio.write_bytes_atomic(args.output, _jsonl(rows))
       print(f"wrote {len(rows)} rows to {args.output}")
     else:
       for r in rows:
@@ -114,9 +106,9 @@ def run(args) -> int:
     if ext == ".npy":
       buf = io.BytesIO()
       np.save(buf, vecs)
-      _write_atomic(args.output, buf.getvalue())
+      fileio.write_bytes_atomic(args.output, buf.getvalue())
     else:
-      _write_atomic(args.output, _jsonl({"text": t, "embedding": [round(float(x), 6) for x in v]}
+      fileio.write_bytes_atomic(args.output, _jsonl({"text": t, "embedding": [round(float(x), 6) for x in v]}
                                         for t, v in zip(texts, vecs)))
     note = f"; {fx.truncated} text(s) truncated to {fx.max_seq_length} tokens" if fx.truncated else ""
     print(f"wrote {vecs.shape[0]} x {vecs.shape[1]} {args.pooling}-pooled features to {args.output}{note}")
@@ -132,7 +124,7 @@ def run(args) -> int:
     lines, pairs = zip(*(l.split("\t", 1) for l in lines))
   rows = lib.classify(args.model, list(lines), None if pairs is None else list(pairs), args.batch_size)
   if args.output:
-    _write_atomic(args.output, _jsonl(rows))
+    fileio.write_bytes_atomic(args.output, _jsonl(rows))
     print(f"wrote {len(rows)} predictions to {args.output}")
   else:
     sys.stdout.write(_jsonl(rows).decode("utf-8"))
@@ -155,5 +147,4 @@ def _main_raising(argv) -> int:
 
 
 if __name__ == "__main__":
-  from bert_jax import cli
   cli.run_plain_main(_main_raising)

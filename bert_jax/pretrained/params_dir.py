@@ -15,7 +15,7 @@ The converters (import-tf, import-hf) write it, export-hf / rank / fine-tuning r
     DIR/convert_info.json    optional {"do_lower_case", "source", "format", "report"}: provenance, casing
     DIR/finetune_info.json   optional, written by fine-tuning (task, labels, max_seq_length, casing)
 
-Every file is written to a temporary name, fsynced and renamed (bert_jax.input_pipeline.fileio, the one
+Every file is written to a temporary name, fsynced and renamed (bert_jax.fileio, the one
 path layer; gs:// directories work too), so a reader never sees half a file, and a directory being
 replaced keeps its old params until the new ones are whole. No TensorFlow for local paths; Orbax is used
 only for the `params/` form.
@@ -32,7 +32,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from bert_jax.input_pipeline import fileio, tokenization
+from bert_jax import fileio
+from bert_jax.input_pipeline import tokenization
 from bert_jax.models import BertConfig, scan_params, unscan_params
 
 CONFIG_NAME = "model_config.json"
@@ -44,17 +45,7 @@ FINETUNE_INFO_NAME = "finetune_info.json"
 _CONFIG_NAMES = (CONFIG_NAME, "bert_config.json", "config.json")
 
 
-# ---- small file helpers (atomic writes, through the one path layer) -----------------------------------
-def write_bytes_atomic(path: str, data: bytes) -> None:
-  """`data` to `path` through a temp file, fsync and rename: readers see the old or the new file."""
-  fileio.write_bytes_atomic(path, data)
-
-
-def write_json_atomic(path: str, obj) -> None:
-  text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
-  write_bytes_atomic(path, text.encode("utf-8"))
-
-
+# ---- small file helpers (through the one path layer) ------------------------------------------------------
 def read_json(path: str) -> dict:
   """The JSON object in `path`, {} when the file does not exist."""
   if not fileio.exists(path):
@@ -81,7 +72,7 @@ def copy_vocab(vocab_file: str, directory: str) -> str:
     data = fileio.read_bytes(src)
     if fileio.exists(out) and fileio.read_bytes(out) == data:
       continue                      # unchanged: not rewritten (a resumed run keeps its files as they are)
-    write_bytes_atomic(out, data)
+    fileio.write_bytes_atomic(out, data)
   return dst
 
 
@@ -122,16 +113,16 @@ def save_params_dir(directory: str, config: BertConfig, params, vocab_file: Opti
   fileio.makedirs(directory)
   params = jax.tree.map(lambda x: np.asarray(x, np.float32), host_params(params))
   if fmt == "msgpack":
-    write_bytes_atomic(fileio.join(directory, PARAMS_NAME), flax.serialization.to_bytes(params))
+    fileio.write_bytes_atomic(fileio.join(directory, PARAMS_NAME), flax.serialization.to_bytes(params))
     fileio.rmtree(fileio.join(directory, ORBAX_PARAMS_NAME))    # the other form, left by an earlier save
   else:
     _save_orbax_params(fileio.join(directory, ORBAX_PARAMS_NAME), params)
     fileio.remove(fileio.join(directory, PARAMS_NAME))
-  write_json_atomic(fileio.join(directory, CONFIG_NAME), config.replace(scan_layers=False).to_dict())
+  fileio.write_json_atomic(fileio.join(directory, CONFIG_NAME), config.replace(scan_layers=False).to_dict())
   if vocab_file:
     copy_vocab(vocab_file, directory)
   if info is not None:
-    write_json_atomic(fileio.join(directory, INFO_NAME), info)
+    fileio.write_json_atomic(fileio.join(directory, INFO_NAME), info)
   return directory
 
 

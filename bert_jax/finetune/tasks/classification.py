@@ -40,7 +40,8 @@ import numpy as np
 from bert_jax.evaluation import glue as glue_eval
 from bert_jax.finetune.tasks import common
 from bert_jax.finetune.tasks.base import Task, labelled_weights, require_training_labels, softmax_sums
-from bert_jax.input_pipeline import fileio, tokenization
+from bert_jax import fileio
+from bert_jax.input_pipeline import tokenization
 from bert_jax.input_warnings import warn_input
 from bert_jax.models import heads
 

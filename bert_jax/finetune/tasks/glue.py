@@ -44,7 +44,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from bert_jax.evaluation import glue as glue_metrics
-from bert_jax.evaluation import write_text_atomic
+from bert_jax.fileio import write_text_atomic
 from bert_jax.finetune.tasks import common
 from bert_jax.finetune.tasks.classification import ClassificationExample, SequenceTask
 

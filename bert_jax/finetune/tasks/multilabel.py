@@ -30,7 +30,7 @@ import numpy as np
 from bert_jax.evaluation import multilabel as multilabel_eval
 from bert_jax.finetune.tasks import classification, common
 from bert_jax.finetune.tasks.base import Task
-from bert_jax.input_pipeline import fileio
+from bert_jax import fileio
 from bert_jax.models import heads
 
 

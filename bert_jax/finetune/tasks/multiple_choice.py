@@ -26,7 +26,7 @@ from typing import Dict, List, Optional, Sequence, Union
 import numpy as np
 
 from bert_jax.evaluation import glue as glue_eval
-from bert_jax.evaluation import write_text_atomic
+from bert_jax.fileio import write_text_atomic
 from bert_jax.finetune.tasks import common
 from bert_jax.finetune.tasks.base import Task, labelled_weights, require_training_labels, softmax_sums
 from bert_jax.input_pipeline import tokenization

@@ -44,7 +44,8 @@ import numpy as np
 
 from bert_jax.errors import UserError
 from bert_jax.evaluation import squad as squad_eval
-from bert_jax.evaluation import squad_postprocess, write_text_atomic
+from bert_jax.evaluation import squad_postprocess
+from bert_jax.fileio import write_text_atomic
 from bert_jax.finetune.tasks import common
 from bert_jax.finetune.tasks.base import Task
 from bert_jax.input_warnings import warn_input

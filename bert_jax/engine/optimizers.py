@@ -29,6 +29,7 @@ fields (configs/pretrain.py holds the defaults, configs/finetune.py the fine-tun
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, NamedTuple
 
@@ -204,3 +205,40 @@ def with_layerwise_lr_decay(tx: optax.GradientTransformation, decay: float,
   if float(decay) == 1.0:
     return tx
   return optax.chain(tx, scale_by_layer_decay(decay, num_layers))
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerSettings:
+  """config.optimizer, resolved (optimizers.make_optimizer reads these fields)."""
+  name: str
+  learning_rate: float
+  schedule: str
+  power: float
+  end_learning_rate: float
+  weight_decay: float
+  b1: float
+  b2: float
+  eps: float
+  clip_norm: float
+  bias_correction: bool
+
+  @classmethod
+  def from_config(cls, opt, **changes) -> "OptimizerSettings":
+    fields = {f.name: opt[f.name] for f in dataclasses.fields(cls) if f.name in opt}
+    fields.setdefault("schedule", "linear")
+    fields.setdefault("power", 1.0)
+    fields.setdefault("end_learning_rate", 0.0)
+    fields.setdefault("bias_correction", True)
+    fields.update(changes)
+    return cls(**fields)
+
+
+def optimizer_settings(opt, num_train_steps: int, warmup_steps: int, **changes) -> OptimizerSettings:
+  """config.optimizer (+ `changes`) as settings, checked by building the optimizer once (its own rules:
+  name, schedule, Google's schedule's fixed end and power) as a UserError naming config.optimizer."""
+  settings = OptimizerSettings.from_config(opt, **changes)
+  try:
+    make_optimizer(settings, num_train_steps, warmup_steps)
+  except ValueError as e:
+    raise UserError(f"config.optimizer: {e}") from e
+  return settings

@@ -66,8 +66,9 @@ logical_axis_rules=None means axes.DEFAULT_RULES):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from typing import Any, Callable, Mapping, NamedTuple, Optional
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Tuple
 
 import flax
 import flax.linen as nn
@@ -82,7 +83,7 @@ from bert_jax.models import BertConfig, BertForPreTraining, dummy_inputs, losses
 from bert_jax.models.electra import ElectraForPreTraining
 from bert_jax.models.config import ARCHITECTURE_FIELDS, RUNTIME_FIELDS
 from bert_jax.pretrained.params_dir import match_layout
-from bert_jax.training import optimizers, sharding
+from bert_jax.engine import optimizers, sharding
 
 NO_NONFINITE = np.int32(2**31 - 1)
 logger = logging.getLogger(__name__)
@@ -126,6 +127,29 @@ def model_config(model_fields, vocab_size: int, loaded: Optional[BertConfig] = N
     arch.setdefault("num_attention_heads", max(1, int(arch["hidden_size"]) // 64))
     arch.setdefault("intermediate_size", 4 * int(arch["hidden_size"]))
   return BertConfig.from_size(model_fields.size, vocab_size=int(vocab_size), **arch, **runtime)
+
+
+def build_model_config(model_fields, vocab_size: int, loaded: Optional[BertConfig] = None,
+                       field: str = "config.model") -> BertConfig:
+  """train_step.model_config with its errors as a UserError naming `field`."""
+  try:
+    return model_config(model_fields, vocab_size, loaded)
+  except (ValueError, TypeError) as e:
+    raise UserError(f"{field}: {e}") from e
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSettings:
+  """The part of a run the state/step factory reads (train_step's `config` argument). PretrainPlan and
+  FinetunePlan carry these fields too; `python -m bert_jax.bench` times the real step from this part alone."""
+  seed: int
+  targets: Tuple[str, ...]
+  grad_accum_steps: int
+  nan_policy: str
+  logical_axis_rules: Tuple
+  num_train_steps: int
+  warmup_steps: int
+  optimizer: optimizers.OptimizerSettings
 
 
 def _rules(config):

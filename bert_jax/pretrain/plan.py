@@ -23,7 +23,7 @@ seconds after launch instead of a traceback from inside jit, Orbax or tf.data. W
 A plan is a frozen dataclass. It also carries the step settings the state/step factory reads (`seed`,
 `targets`, `grad_accum_steps`, `nan_policy`, `logical_axis_rules`, `optimizer`, `num_train_steps`,
 `warmup_steps`), so `train_step.create_train_state(plan, ...)` takes it as its run config. The generic field
-and file checks are `input_pipeline/checks.py`, the device and checkpoint ones `training/validation.py`, shared
+and file checks are `input_pipeline/checks.py`, the device and checkpoint ones `engine/validation.py`, shared
 with the fine-tuning plan.
 """
 
@@ -37,84 +37,23 @@ from typing import Any, Dict, Optional, Tuple
 import jax
 
 from bert_jax.errors import UserError
-from bert_jax.input_pipeline import fileio
+from bert_jax import fileio
 from bert_jax.input_pipeline import checks
 from bert_jax.input_pipeline.data_plan import Phase, PretrainData, phase_fields, resolve_data_plan
 from bert_jax.models import BertConfig, ElectraSettings, validate_targets
 from bert_jax.models.config import SIZES
 from bert_jax.pretrained import params_dir
 from bert_jax.pretrained.load import CHECKPOINT_SUBDIR, check_vocab_matches, read_config
-from bert_jax.training import optimizers, sharding
-from bert_jax.training.checkpoints import config_to_dict
-from bert_jax.training import train_step as ts
-from bert_jax.training import validation as v
-from bert_jax.training import workdir as workdir_lib
-from bert_jax.training.watchdog import GuardSettings, resolve_guard
+from bert_jax.engine import optimizers, sharding
+from bert_jax.engine.checkpoints import config_to_dict
+from bert_jax.engine.run_files import PLAN_NAME
+from bert_jax.engine import train_step as ts
+from bert_jax.engine import validation as v
+from bert_jax.engine import workdir as workdir_lib
+from bert_jax.engine.watchdog import GuardSettings, resolve_guard
 
 log = logging.getLogger(__name__)
 
-PLAN_NAME = "plan.json"
-
-
-def build_model_config(model_fields, vocab_size: int, loaded: Optional[BertConfig] = None,
-                       field: str = "config.model") -> BertConfig:
-  """train_step.model_config with its errors as a UserError naming `field`."""
-  try:
-    return ts.model_config(model_fields, vocab_size, loaded)
-  except (ValueError, TypeError) as e:
-    raise UserError(f"{field}: {e}") from e
-
-
-# ---- the plan ----------------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class OptimizerSettings:
-  """config.optimizer, resolved (optimizers.make_optimizer reads these fields)."""
-  name: str
-  learning_rate: float
-  schedule: str
-  power: float
-  end_learning_rate: float
-  weight_decay: float
-  b1: float
-  b2: float
-  eps: float
-  clip_norm: float
-  bias_correction: bool
-
-  @classmethod
-  def from_config(cls, opt, **changes) -> "OptimizerSettings":
-    fields = {f.name: opt[f.name] for f in dataclasses.fields(cls) if f.name in opt}
-    fields.setdefault("schedule", "linear")
-    fields.setdefault("power", 1.0)
-    fields.setdefault("end_learning_rate", 0.0)
-    fields.setdefault("bias_correction", True)
-    fields.update(changes)
-    return cls(**fields)
-
-
-@dataclasses.dataclass(frozen=True)
-class StepSettings:
-  """The part of a run the state/step factory reads (train_step's `config` argument). PretrainPlan and
-  FinetunePlan carry these fields too; `python -m bert_jax.bench` times the real step from this part alone."""
-  seed: int
-  targets: Tuple[str, ...]
-  grad_accum_steps: int
-  nan_policy: str
-  logical_axis_rules: Tuple
-  num_train_steps: int
-  warmup_steps: int
-  optimizer: OptimizerSettings
-
-
-def optimizer_settings(opt, num_train_steps: int, warmup_steps: int, **changes) -> OptimizerSettings:
-  """config.optimizer (+ `changes`) as settings, checked by building the optimizer once (its own rules:
-  name, schedule, Google's schedule's fixed end and power) as a UserError naming config.optimizer."""
-  settings = OptimizerSettings.from_config(opt, **changes)
-  try:
-    optimizers.make_optimizer(settings, num_train_steps, warmup_steps)
-  except ValueError as e:
-    raise UserError(f"config.optimizer: {e}") from e
-  return settings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,7 +75,7 @@ class PretrainPlan:
   logical_axis_rules: Tuple
   batch_shards: int
   process_count: int
-  optimizer: OptimizerSettings
+  optimizer: optimizers.OptimizerSettings
   seed: int
   grad_accum_steps: int
   num_train_steps: int
@@ -151,7 +90,7 @@ class PretrainPlan:
   peak_flops_per_device: float
   progress_bar: bool
   compilation_cache_dir: str
-  guard: GuardSettings               # dead/stuck-host detection (training/watchdog.py)
+  guard: GuardSettings               # dead/stuck-host detection (engine/watchdog.py)
   config: Dict[str, Any]             # the run config as asked (config.json)
 
   def phase_at(self, step: int) -> Optional[Phase]:
@@ -212,7 +151,7 @@ class PretrainPlan:
   def save(self) -> None:
     """workdir/plan.json (process 0; temp + fsync + rename)."""
     if self.workdir and jax.process_index() == 0:
-      params_dir.write_json_atomic(fileio.join(self.workdir, PLAN_NAME), self.to_dict())
+      fileio.write_json_atomic(fileio.join(self.workdir, PLAN_NAME), self.to_dict())
 
 
 # ---- resolution --------------------------------------------------------------------------------------------
@@ -346,7 +285,7 @@ def _resolve_model(config, workdir: str, resume: bool, init_dir: Optional[str], 
   saved_path = fileio.join(workdir, params_dir.CONFIG_NAME)
   if resume and fileio.exists(saved_path):
     saved = read_model_config(workdir, f"the work dir's {params_dir.CONFIG_NAME} ({workdir})")
-    wanted, source = build_model_config(config.model, vocab_size), f"model.size={config.model.size}"
+    wanted, source = ts.build_model_config(config.model, vocab_size), f"model.size={config.model.size}"
     if config.init_checkpoint:
       try:
         wanted, source = read_config(config.init_checkpoint), f"init_checkpoint={config.init_checkpoint}"
@@ -355,12 +294,12 @@ def _resolve_model(config, workdir: str, resume: bool, init_dir: Optional[str], 
         log.warning("resuming: cannot read init_checkpoint's model config to compare (%s)", e)
     if wanted is not None:
       workdir_lib.check_resume_model_config(workdir, saved.to_dict(), wanted.to_dict(), source)
-    return build_model_config(config.model, vocab_size, saved)
+    return ts.build_model_config(config.model, vocab_size, saved)
   if init_dir is not None:
     loaded = read_model_config(init_dir, f"config.init_checkpoint={config.init_checkpoint!r}")
     check_vocab_matches(loaded.vocab_size, init_dir, vocab_file)   # ids must mean the same in both
-    return build_model_config(config.model, vocab_size, loaded)
-  return build_model_config(config.model, vocab_size)
+    return ts.build_model_config(config.model, vocab_size, loaded)
+  return ts.build_model_config(config.model, vocab_size)
 
 
 def _check_steps_left(config, workdir: str) -> None:
@@ -404,7 +343,7 @@ def resolve_pretrain(config, workdir: Optional[str], *, num_devices: Optional[in
     checks.warn(f"config.data.eval_input_files={config.data.eval_input_files!r} is never read: "
                 "config.eval_every_steps=0 turns evaluation off; set it > 0 (the run also evaluates at its last "
                 "step)")
-  optimizer = optimizer_settings(config.optimizer, int(config.num_train_steps), int(config.warmup_steps))
+  optimizer = optimizers.optimizer_settings(config.optimizer, int(config.num_train_steps), int(config.warmup_steps))
   rules = sharding.normalize_rules(config.logical_axis_rules)
   mesh_shape, shards = v.check_batch_divisible(int(config.batch_size), int(config.grad_accum_steps),
                                                config.mesh.shape, config.mesh.axes, rules, num_devices,

@@ -70,7 +70,8 @@ from typing import Dict, Optional
 import jax
 
 from bert_jax.errors import RETRYABLE_EXIT_CODE, UserError
-from bert_jax.input_pipeline import checks, fileio
+from bert_jax import fileio
+from bert_jax.input_pipeline import checks
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """File access for the input pipeline: local paths through Python, URL paths (gs://, ram://, ...) through
 `tf.io.gfile`.
 
-    from bert_jax.input_pipeline import fileio
+    from bert_jax import fileio
     fileio.glob("gs://bucket/corpus/*.txt"); fileio.exists(path); fileio.isdir(path); fileio.makedirs(d)
     with fileio.open_file(path, "rb") as f: ...
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import glob as _glob
+import json
 import os
 import shutil
 import time
@@ -150,34 +151,62 @@ def listdir(path: str) -> List[str]:
   return sorted(os.listdir(path))
 
 
-def _tmp_name(path: str) -> str:
+def temp_name(path: str) -> str:
+  """A fresh name beside `path` for writing it before `commit` (process id + nanoseconds: two writers of one
+  file never share a temp file)."""
   return f"{path}.tmp-{os.getpid()}-{time.time_ns()}"
 
 
+def commit(tmp: str, path: str) -> None:
+  """Moves the finished local file `tmp` onto `path`: fsync its data, rename, fsync the directory, so a reader
+  (or a crash at any moment) sees the old file or the new one, never half of one."""
+  with open(tmp, "rb") as f:
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+  _fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+@contextlib.contextmanager
+def atomic_path(path: str) -> Iterator[str]:
+  """The one atomic writer of bert_jax. Yields a temp path beside the local `path` for any writer (open(),
+  safetensors, json.dump) to fill; when the block ends without an exception the file is committed onto `path`,
+  and the temp file is removed either way.
+
+      with fileio.atomic_path(out) as tmp:
+        safetensors.numpy.save_file(arrays, tmp)
+  """
+  tmp = temp_name(path)
+  try:
+    yield tmp
+    commit(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+
+
 def write_bytes_atomic(path: str, data: bytes) -> None:
-  """`data` to `path` through a temp file in the same directory, fsync and rename: readers (and a crash at
-  any moment) see the old file or the new one. URL paths: GFile write + rename(overwrite=True)."""
-  tmp = _tmp_name(path)
+  """`data` to `path` through `atomic_path` (temp file, fsync, rename). URL paths: GFile write +
+  rename(overwrite=True): an object store shows an object whole or not at all."""
   if is_remote(path):
-    gf = _gfile()
+    tmp, gf = temp_name(path), _gfile()
     with gf.GFile(tmp, "wb") as f:
       f.write(data)
     gf.rename(tmp, path, overwrite=True)
     return
-  try:
+  with atomic_path(path) as tmp:
     with open(tmp, "wb") as f:
       f.write(data)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-  _fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
-def write_text_atomic(path: str, text: str) -> None:
+def write_text_atomic(path: str, text: str) -> str:
+  """`text` as UTF-8 through write_bytes_atomic; returns `path`."""
   write_bytes_atomic(path, text.encode("utf-8"))
+  return path
+
+
+def write_json_atomic(path: str, obj) -> None:
+  """`obj` as indented, key-sorted JSON (non-ASCII kept, unknown types as str) through write_bytes_atomic."""
+  write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n")
 
 
 def _fsync_dir(directory: str) -> None:

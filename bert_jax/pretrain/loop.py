@@ -1,6 +1,6 @@
 """The pre-training loop: `run_plan(plan)`; `train_and_evaluate(config, workdir)` resolves the plan first.
 
-    plan = resolve_pretrain(config, workdir)    # training/plan.py: validated, printed, saved as plan.json
+    plan = resolve_pretrain(config, workdir)    # pretrain/plan.py: validated, printed, saved as plan.json
     run_plan(plan)                              # set-up, the phases' steps, evaluation; nothing re-checked
 
 Start-up order (explicit): resume from `workdir/checkpoints` (params, optimizer state, step, RNG, data
@@ -28,7 +28,7 @@ state untouched for that step, counts it in `nonfinite_count`, and stops with th
 `max_consecutive_nonfinite` steps in a row were skipped. No checkpoint ever holds non-finite parameters
 (Checkpointer.save checks).
 
-The work directory (bert_jax.training.workdir): the run holds DIR/workdir.lock (a second run on it stops at
+The work directory (bert_jax.engine.workdir): the run holds DIR/workdir.lock (a second run on it stops at
 once naming the holder); the newest checkpoint that restores is used (a damaged newer one is moved aside,
 see checkpoints.restore_latest_readable); metrics rows after the restored step and torn lines are dropped
 (metric_writer.truncate_after). The plan has already refused a resume that asks for another architecture
@@ -44,7 +44,7 @@ Out of device memory (XLA's RESOURCE_EXHAUSTED) is not retryable: one process ra
 step and phase (one `error:` line, exit 2), as the host guard does on a pod.
 Multi-host, SIGTERM on any one host reaches every host through that sync point: all save the same step.
 
-Dead, frozen or stuck hosts (training/watchdog.py, HostGuard): every host publishes a heartbeat with its
+Dead, frozen or stuck hosts (engine/watchdog.py, HostGuard): every host publishes a heartbeat with its
 step and phase; a host silent for config.distributed.heartbeat_timeout_s, or no finished step for the step
 watchdog's limit, ends every host with one `error: host 1 of 2 stopped responding during step 41; newest
 complete checkpoint: step 40; restart all hosts to resume` line and exit code 75 (errors.RETRYABLE_EXIT_CODE).
@@ -68,15 +68,18 @@ from tqdm import tqdm
 
 from bert_jax import lean_imports
 from bert_jax.errors import Interrupted, UserError
-from bert_jax.input_pipeline import fileio, pretrain_dataset
+from bert_jax import fileio
+from bert_jax.input_pipeline import pretrain_dataset
 from bert_jax.models import pretraining_model
 from bert_jax.pretrained import load_pretrained, params_dir
 from bert_jax.pretrained.load import CHECKPOINT_SUBDIR, merge_params
-from bert_jax.training import checkpoints, compile_cache, flops, optimizers, sharding, timing, watchdog
-from bert_jax.training import train_step as ts
-from bert_jax.training import workdir as workdir_lib
-from bert_jax.training.metric_writer import MetricWriter, read_jsonl, truncate_after
-from bert_jax.training.plan import PLAN_NAME, Phase, PretrainPlan, resolve_pretrain
+from bert_jax.engine import checkpoints, compile_cache, optimizers, sharding, timing, watchdog
+from bert_jax.pretrain import flops
+from bert_jax.engine import train_step as ts
+from bert_jax.engine import workdir as workdir_lib
+from bert_jax.engine.metric_writer import MetricWriter, read_jsonl, truncate_after
+from bert_jax.engine.run_files import PLAN_NAME
+from bert_jax.pretrain.plan import Phase, PretrainPlan, resolve_pretrain
 
 log = logging.getLogger(__name__)
 
@@ -322,7 +325,7 @@ def _train(plan: PretrainPlan, lock: workdir_lib.WorkdirLock, signals: workdir_l
   tx, schedule = optimizers.make_optimizer(plan.optimizer, plan.num_train_steps, plan.warmup_steps)
   abstract, shardings = ts.abstract_train_state(plan, model, mesh, tx)
   train_step = ts.make_train_step(plan, model, tx, mesh, shardings)
-  # Dead or stuck hosts end the run with one line and exit 75 (training/watchdog.py); from here on, since
+  # Dead or stuck hosts end the run with one line and exit 75 (engine/watchdog.py); from here on, since
   # start-up (restore, compile, the first batch) can hang on a peer too.
   guard = watchdog.HostGuard(plan.guard, ckpt.directory, start_step=ckpt.latest_step() or 0)
   guard.at_exit(lock.release)

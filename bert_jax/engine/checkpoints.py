@@ -2,7 +2,7 @@
 params-directory format shared with the converters. No TensorFlow.
 
 Work directory of a pre-training run (self-describing: `init_checkpoint=DIR` is all fine-tuning needs):
-  DIR/plan.json              what the config resolved to (training/plan.py)
+  DIR/plan.json              what the config resolved to (pretrain/plan.py)
   DIR/config.json            the run config (configs/pretrain.py after overrides)
   DIR/model_config.json      BertConfig.to_dict() (a superset of Google's bert_config.json keys)
   DIR/vocab.txt              the WordPiece vocab, copied in
@@ -27,7 +27,7 @@ API:
   write_workdir_files(workdir, config_dict, model_config, vocab_file)
 
 A Checkpointer that writes (read_only=False) deletes interrupted saves (`<step>.orbax-checkpoint-tmp-*`) when
-it opens: open it only while holding the work-dir lock (bert_jax.training.workdir), never beside a live run.
+it opens: open it only while holding the work-dir lock (bert_jax.engine.workdir), never beside a live run.
 """
 
 from __future__ import annotations
@@ -42,12 +42,12 @@ import jax
 import orbax.checkpoint as ocp
 
 from bert_jax.errors import UserError
-from bert_jax.input_pipeline import fileio
+from bert_jax import fileio
 from bert_jax.models import BertConfig, scan_params, unscan_params
 from bert_jax.pretrained import params_dir
 from bert_jax.pretrained.load import CHECKPOINT_SUBDIR
-from bert_jax.training import train_step as ts
-from bert_jax.training import workdir as wd
+from bert_jax.engine import train_step as ts
+from bert_jax.engine import workdir as wd
 
 log = logging.getLogger(__name__)
 

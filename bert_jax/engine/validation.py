@@ -17,11 +17,11 @@ import os
 from typing import Optional, Tuple
 
 from bert_jax.errors import UserError
-from bert_jax.input_pipeline import fileio
+from bert_jax import fileio
 from bert_jax.input_pipeline.checks import check_range
 from bert_jax.pretrained import load, params_dir, zoo
 from bert_jax.pretrained.load import CHECKPOINT_SUBDIR
-from bert_jax.training import sharding
+from bert_jax.engine import sharding
 
 
 def check_batch_divisible(batch_size: int, grad_accum_steps: int, mesh_shape, mesh_axes, rules,

@@ -9,7 +9,7 @@
 Rows are flushed at every write (a crash loses nothing written). Non-finite floats are stored as strings
 ("nan", "inf") so every line stays valid JSON. TensorBoard events go to workdir/tensorboard through
 tensorboardX (no TensorFlow); without tensorboardX only the JSON lines are written. Paths go through
-bert_jax.input_pipeline.fileio (gs:// work dirs too).
+bert_jax.fileio (gs:// work dirs too).
 
 After a crash: `truncate_after(path, step)` (pre-training calls it on resume, before the writer opens)
 drops the rows logged after the restored checkpoint's step and a torn line (a write cut mid-line), keeping
@@ -29,7 +29,7 @@ import jax
 import numpy as np
 
 from bert_jax import lean_imports
-from bert_jax.input_pipeline import fileio
+from bert_jax import fileio
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from bert_jax.errors import UserError
-from bert_jax.input_pipeline import fileio
+from bert_jax import fileio
 from bert_jax.models.config import RUNTIME_FIELDS
 
 log = logging.getLogger(__name__)
