@@ -108,7 +108,7 @@ def test_v2_threshold_and_mismatched_rows_error():
 def test_prediction_files_are_replaced_whole_or_left_as_they_were(tmp_path, monkeypatch):
   """The writers opened the file with "w" (truncating it) and then wrote: a run killed or failing mid-write
   left half a predictions.json / submission TSV / CoNLL file. Now temp file + fsync + rename."""
-  import bert_jax.evaluation as evaluation
+  from bert_jax import fileio
   from bert_jax.evaluation import glue, ner
   path = glue.write_glue_submission(str(tmp_path), "rte", [0, 1], ["7", "8"])
   before = open(path, encoding="utf-8").read()
@@ -116,7 +116,7 @@ def test_prediction_files_are_replaced_whole_or_left_as_they_were(tmp_path, monk
   with pytest.raises(ValueError, match="tag sequences of other lengths"):
     ner.write_conll(str(tmp_path / "dev.txt"), [["a"], ["b", "c"]], None, [["O"], ["O"]])
   assert not (tmp_path / "dev.txt").exists()                # the first sentence was written before the error
-  monkeypatch.setattr(evaluation._os, "fsync", lambda fd: (_ for _ in ()).throw(OSError("disk full")))
+  monkeypatch.setattr(fileio.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError("disk full")))
   with pytest.raises(OSError, match="disk full"):
     glue.write_glue_submission(str(tmp_path), "rte", [1, 1], ["7", "8"])
   assert open(path, encoding="utf-8").read() == before and sorted(os.listdir(tmp_path)) == ["RTE.tsv"]
