@@ -1,5 +1,5 @@
-"""File access for the input pipeline: local paths through Python, URL paths (gs://, ram://, ...) through
-`tf.io.gfile`.
+"""File access for every package (a leaf of the floor: models/ and evaluation/ use it too): local paths through
+Python, URL paths (gs://, ram://, ...) through `tf.io.gfile`, and the one atomic writer of bert_jax.
 
     from bert_jax import fileio
     fileio.glob("gs://bucket/corpus/*.txt"); fileio.exists(path); fileio.isdir(path); fileio.makedirs(d)
@@ -9,10 +9,11 @@ A path is "remote" when it contains "://". TensorFlow is imported only for such 
 `tokenization`, which imports this module) works without TensorFlow.
 
 This is also the one path layer of a work directory (pre-training and fine-tuning): every file a run depends
-on (configs, model_config.json, the vocab copy, params dirs, metrics, plots, the lock) goes through
-`write_bytes_atomic` / `write_text_atomic` (temp file, fsync, rename: a reader sees the old file or the new
-one, never half of one) and `rename` / `remove` / `rmtree` / `listdir` / `join` / `abspath`, so a
-`gs://bucket/run` work dir takes the same code path as a local one. Orbax checkpoints go through Orbax's own
+on (configs, model_config.json, the vocab copy, params dirs, metrics, plots, the lock, scorer outputs, exported
+Hugging Face folders, TFRecord shards) goes through `atomic_path` / `write_bytes_atomic` / `write_text_atomic` /
+`write_json_atomic` (temp file, fsync, rename: a reader sees the old file or the new one, never half of one)
+and `rename` / `remove` / `rmtree` / `listdir` / `join` / `abspath`, so a `gs://bucket/run` work dir takes
+the same code path as a local one. Orbax checkpoints go through Orbax's own
 `etils.epath` (which handles gs:// itself); on object stores a rename is a copy + delete, and an object
 appears whole or not at all, which is what the temp + rename gives locally.
 
