@@ -9,7 +9,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PKG = os.path.join(ROOT, "bert_jax")
 
-# What each subpackage may import from bert_jax (the README's "Architecture" section).
+# What each subpackage may import from bert_jax (docs/architecture.md; the README's picture).
 ALLOWED = {
     "models": set(),
     "evaluation": set(),

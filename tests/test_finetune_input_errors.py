@@ -64,8 +64,8 @@ def test_a_missing_default_dev_split_is_an_input_warning_repeated_at_exit(tmp_pa
 
 
 def test_conll_release_file_names_pass_the_plan_check(tmp_path):
-  """README: NER reads the CoNLL-2003 release's eng.train/eng.testa/eng.testb; the plan's training-file check
-  refused such a folder ("has no training file")."""
+  """docs/finetuning.md: NER reads the CoNLL-2003 release's eng.train/eng.testa/eng.testb; the plan's
+  training-file check refused such a folder ("has no training file")."""
   src = testing.write_conll(str(tmp_path / "c"))
   d = tmp_path / "conll"
   d.mkdir()

@@ -24,8 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCH = os.path.join(ROOT, "launch")
 PY = sys.executable
 
-# Overrides as a user types them in a shell (the README's examples and worse): each must reach train.py as
-# one argument, byte for byte. The README's "Pods and clusters" section shows the first line verbatim.
+# Overrides as a user types them in a shell (the docs' examples and worse): each must reach train.py as
+# one argument, byte for byte. docs/pods_and_clusters.md shows the first line verbatim.
 README_TYPED = ("--config.data.input_files='gs://my-bucket/bert_data/train-*.tfrecord' "
                 "--config.data.vocab_file=gs://my-bucket/bert_data/vocab.txt --config.mesh.shape='(-1,4,1)'")
 TYPED = (README_TYPED + " "
@@ -696,10 +696,9 @@ def test_shellcheck_finds_nothing_in_launch():
   assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_readme_pods_section_shows_the_tested_commands_and_the_scripts_variables():
-  with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-    readme = f.read()
-  section = readme[readme.index("### Pods and clusters"):readme.index("## Fine-tuning")]
+def test_pods_and_clusters_page_shows_the_tested_commands_and_the_scripts_variables():
+  with open(os.path.join(ROOT, "docs", "pods_and_clusters.md"), encoding="utf-8") as f:
+    section = f.read()
   assert "launch/tpu_pod.sh train " + README_TYPED + "\n" in section
   assert "sbatch launch/slurm_gpu.sbatch --config.mesh.shape='(-1,4,1)'" in section
   for script in ("tpu_pod.sh", "slurm_gpu.sbatch"):
@@ -709,7 +708,7 @@ def test_readme_pods_section_shows_the_tested_commands_and_the_scripts_variables
                                                                       "SLURM_RESTART_COUNT", "SLURM_JOB_ID"}
     assert variables, script
     for name in variables:
-      assert name in section, f"{script} reads ${name}; README's Pods and clusters section does not say so"
+      assert name in section, f"{script} reads ${name}; docs/pods_and_clusters.md does not say so"
   for phrase in ("gs://", "0\nfinished", "143", "130", "--signal=B:USR1@300", 'scontrol requeue "$SLURM_JOB_ID"',
                  "DRY_RUN=1", "STOP_TIMEOUT", "jax[tpu]"):
     assert phrase.replace("\n", " ") in section.replace("\n", " ").replace("  ", " "), phrase

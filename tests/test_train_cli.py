@@ -1,5 +1,5 @@
 """train.py as a user meets it: out of device memory on one process, SIGTERM before the first step, and the
-command-line mistakes the README's training section invites. Each mistake is one `error:` line and a
+command-line mistakes docs/pretraining.md invites. Each mistake is one `error:` line and a
 non-zero exit without a traceback (only --verbose shows it).
 
 In-process tests use tests/test_reliability_workdir.py's tiny config (2 layers, hidden 64); the subprocess
@@ -183,7 +183,7 @@ def test_a_work_dir_that_exists_but_cannot_be_written_is_one_error_line(files, t
 
 
 def test_an_init_checkpoint_a_resumed_run_does_not_load_is_a_warning_naming_it(files, tmp_path, caplog):
-  """The work dir's checkpoint wins (README's start-up order), but the flag was dropped without a word."""
+  """The work dir's checkpoint wins (docs/pretraining.md's start-up order), but the flag was dropped silently."""
   from bert_jax.pretrain.plan import resolve_pretrain
   workdir = tmp_path / "run"
   (workdir / "checkpoints" / "6").mkdir(parents=True)
