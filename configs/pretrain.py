@@ -4,7 +4,7 @@ Run (a few seconds on a CPU):
   python train.py --config=configs/pretrain.py:size=tiny,runlocal --workdir=/tmp/bert_tiny \
       --config.data.input_files=corpus.txt --config.data.vocab_file=vocab.txt
 
-Variants after the colon, comma-separated:
+Variants after the colon, comma-separated (read by configs/common.py; presets are data in configs/presets.py):
   size=tiny|mini|small|medium|base|large    model size (heads = H/64, FFN = 4H); the bare name (`tiny`) too
   runlocal (alias debug)                    shrink steps/batch/length so it runs in seconds on a CPU
   preset=bert_paper                         BERT paper: 256 x 512 tokens, 1M steps, lr 1e-4, 10k warmup,
@@ -28,46 +28,21 @@ import ml_collections
 
 from bert_jax.models import axes
 
-_SIZES = ("tiny", "mini", "small", "medium", "base", "large")
-
-
-def _parse(arg):
-  opts = {"size": "base", "runlocal": False, "preset": None, "fast": False, "size_given": False}
-  given = {}
-  for part in filter(None, (arg or "").split(",")):
-    key, _, value = part.partition("=")
-    key = key.strip()
-    field = "size" if key in _SIZES and not value else key
-    if field in ("size", "preset"):      # size=tiny,size=base took the last one without a word
-      value_of = key if key in _SIZES else value.strip()
-      if given.setdefault(field, value_of) != value_of:
-        raise ValueError(f"configs/pretrain.py: {field} given twice ({given[field]!r} and {value_of!r}); "
-                         "expected one")
-      opts["size_given"] = opts["size_given"] or field == "size"
-    if key in ("runlocal", "debug") and not value:
-      opts["runlocal"] = True
-    elif key == "fast" and not value:
-      opts["fast"] = True
-    elif key in _SIZES and not value:
-      opts["size"] = key
-    elif key in ("size", "preset"):
-      opts[key] = value.strip()
-    else:
-      raise ValueError(f"configs/pretrain.py: unknown config argument {part!r}; expected size=..., "
-                       "preset=bert_paper|lamb_pod|budget|albert, fast or runlocal")
-  if opts["size"] not in _SIZES:
-    raise ValueError(f"configs/pretrain.py: size={opts['size']!r}; expected one of {_SIZES}")
-  return opts
+try:                      # a checkout: configs/ beside bert_jax/, the repository root on sys.path
+  from configs import common, presets
+except ImportError:       # installed: the wheel ships configs/ as the package bert_jax_configs
+  from bert_jax_configs import common, presets
 
 
 def get_config(arg=None):
-  opts = _parse(arg)
+  arg = common.parse_arg(arg, "configs/pretrain.py", bare=common.size_words(), size=(None, common.SIZES),
+                         preset=(None, tuple(presets.PRESETS)), fast=False, runlocal=False)
   config = ml_collections.ConfigDict()
   config.seed = 0                                  # parameter init, dropout and data order
 
   # Model: sizes from bert_jax.models.config.SIZES; any BertConfig field may be overridden here.
   config.model = ml_collections.ConfigDict()
-  config.model.size = opts["size"]                 # tiny/mini/small/medium/base/large
+  config.model.size = arg.size or "base"           # tiny/mini/small/medium/base/large
   config.model.hidden_size = -1                    # -1 = from size (random init only; as configs/finetune.py)
   config.model.num_hidden_layers = -1              # -1 = from size
   config.model.num_attention_heads = -1            # -1 = from size (H / 64)
@@ -208,88 +183,16 @@ def get_config(arg=None):
   config.watchdog.checkpoint_s = 1800.0            # + per checkpoint save (large + Adam on gs://: minutes)
   config.watchdog.fault = ""                       # tests only: "stall_data@STEP:HOST" | "die_in_save@STEP:HOST"
 
-  if opts["preset"] == "bert_paper":
-    # Devlin et al. 2019: 256 seqs x 512 tokens (128k tokens) per step, 1M steps, Adam lr 1e-4, 10k warmup,
-    # linear decay; 90% of the steps at length 128 then 10% at 512 to learn the position embeddings.
-    config.batch_size = 256
-    config.num_train_steps = 1_000_000
-    config.warmup_steps = 10_000
-    config.optimizer.name = "adamw"
-    config.optimizer.learning_rate = 1e-4
-    config.data.phases = ((0.9, 128, 20), (0.1, 512, 80))
-  elif opts["preset"] == "lamb_pod":
-    # You et al. 2019 (LAMB), NVIDIA's BERT-large recipe: phase 1 64k x 128 for 7,038 steps (lr 6e-3,
-    # warmup 28.4%), phase 2 32k x 512 for 1,563 steps. One config runs one phase: phase 2 is a second run
-    # with --config.init_checkpoint=<phase-1 workdir> --config.batch_size=32768 --config.num_train_steps=1563
-    # --config.optimizer.learning_rate=4e-3 --config.warmup_steps=200 --config.data.max_seq_length=512
-    # --config.data.max_predictions_per_seq=80.
-    config.model.size = opts["size"] if opts["size_given"] else "large"   # `tiny` too, not only size=tiny
-    config.batch_size = 65_536
-    config.num_train_steps = 7_038
-    config.warmup_steps = 2_000
-    config.optimizer.name = "lamb"
-    config.optimizer.learning_rate = 6e-3
-    config.optimizer.schedule = "polynomial"
-    config.optimizer.power = 0.5
-    config.optimizer.weight_decay = 0.01
-    config.model.scan_layers = True
-    config.model.remat_policy = "dots_no_batch"
-    config.mesh.shape = (-1, 1, 1)
-    config.checkpoint_every_steps = 200
-  elif opts["preset"] == "budget":
-    # Fixed small compute (one CPU for minutes, a GPU for hours): get out of the unigram plateau fast.
-    # Every line is an ablation row of experiments/budget_recipe.md (tiny, 600 steps x 32 x 64, news +
-    # review text; the deltas are held-out MLM accuracy, preset 0.120 vs defaults 0.049). Set
-    # num_train_steps to what the budget affords: the warmup and the linear decay to 0 follow it, so the
-    # learning rate reaches 0 when the budget ends.
-    config.targets = ("mlm",)                      # no NSP (RoBERTa): on pairs NSP was neutral (0.114 vs 0.113,
-                                                   # rows "pairs_nsp"/"pairs"), and packed rows have no pairs
-    config.data.pack_sequences = True              # full rows, no padding: +0.007 vs pairs (row "pairs")
-    config.model.layer_norm_type = "pre"           # pre-LN (Cramming), for stability at lr 1e-3 on deeper
-                                                   # models; neutral for tiny at 600 steps (row "post_ln")
-    config.model.hidden_dropout_prob = 0.0         # no dropout (Cramming): +0.011 vs 0.1 (row "dropout")
-    config.model.attention_probs_dropout_prob = 0.0
-    config.optimizer.learning_rate = 1e-3          # large peak (Izsak et al.): +0.071 vs 1e-4 (row "lr_1e-4")
-    config.num_train_steps = 10_000                # a placeholder: set it to what your budget affords
-    config.warmup_steps = config.get_ref("num_train_steps") // 20   # 5% warmup, follows num_train_steps
-    config.data.masked_lm_prob = 0.25              # Wettig et al. 2022: +0.012 vs 15% (row "mask15"); 40% measured
-                                                   # +0.009 more after the demo's runs (row "mask40"): next candidate
-    config.data.max_predictions_per_seq = 32       # 25% of the 126 maskable tokens of a 128 row
-    config.data.phases = ()                        # one length: 128 (no 512 phase at small budgets)
-  elif opts["preset"] == "albert":
-    # Lan et al. 2020, section 4.1 and google-research/albert: ALBERT-base is size=base with E = 128 and one
-    # shared layer (12M parameters against BERT-base's 108M), SOP instead of NSP, LAMB at lr 0.00176 with
-    # batch 4096 for 125k steps (3,125 warmup), length 512 (10% shorter), 20 predictions per sequence. v2
-    # models train without dropout and use the tanh GELU.
-    config.targets = ("mlm", "sop")
-    config.model.embedding_size = 128
-    config.model.share_layers = True
-    config.model.hidden_act = "gelu_new"           # ALBERT's activation (tanh approximation of GELU)
-    config.model.hidden_dropout_prob = 0.0         # ALBERT v2: no dropout
-    config.model.attention_probs_dropout_prob = 0.0
-    config.batch_size = 4096
-    config.num_train_steps = 125_000
-    config.warmup_steps = 3_125
-    config.optimizer.name = "lamb"
-    config.optimizer.learning_rate = 0.00176
-    config.data.phases = ()
-    config.data.max_seq_length = 512
-    config.data.max_predictions_per_seq = 20
-    # ALBERT masks n-grams of n <= 3 words with p(n) ~ 1/n (0.55, 0.27, 0.18); spans of whole words with the
-    # geometric law at p = 0.5 truncated at 3 (0.57, 0.29, 0.14) are the nearest law this package has.
-    config.data.masking_strategy = "span"
-    config.data.span_geo_p = 0.5
-    config.data.span_max_length = 3
-  elif opts["preset"] is not None:
-    raise ValueError(f"configs/pretrain.py: unknown preset {opts['preset']!r}; expected bert_paper, lamb_pod, "
-                     "budget or albert")
+  if arg.preset:           # configs/presets.py; an explicit size wins over the preset's (lamb_pod: large)
+    common.override(config, presets.PRESETS[arg.preset], f"configs/presets.py:{arg.preset}")
+    config.model.size = arg.size or config.model.size
 
-  if opts["fast"]:
+  if arg.fast:
     # Deviation from BERT (README): no attention-probability dropout, so attention_impl=auto may use a fused
     # kernel that cannot drop probabilities; hidden dropout stays. Effect: experiments/fast_attention.md.
     config.model.attention_probs_dropout_prob = 0.0
 
-  if opts["runlocal"]:
+  if arg.runlocal:
     config.model.dtype = "float32"                 # CPUs have no fast bf16 matmuls
     config.batch_size = 16
     config.num_train_steps = 20

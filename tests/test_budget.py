@@ -134,13 +134,13 @@ def test_budget_preset_fields_and_warmup_follow_num_train_steps():
 
 
 def test_every_budget_preset_line_is_commented():
-  src = open(os.path.join(ROOT, "configs", "pretrain.py"), encoding="utf-8").read()
-  block = src.split('elif opts["preset"] == "budget":', 1)[1].split("elif opts", 1)[0]
-  assigns = [l for l in block.split("\n") if re.match(r"\s+config\.[\w.]+ = ", l)]
+  src = open(os.path.join(ROOT, "configs", "presets.py"), encoding="utf-8").read()
+  block = src.split('"budget": {', 1)[1].split("\n    },", 1)[0]
+  assigns = [l for l in block.split("\n") if re.match(r'\s+"[\w.]+": ', l)]
   assert len(assigns) >= 10
   # A line without its own comment must be the twin of the line above (the two dropout fields).
   uncommented = [l.strip() for l in assigns if "#" not in l]
-  assert uncommented == ["config.model.attention_probs_dropout_prob = 0.0"]
+  assert uncommented == ['"model.attention_probs_dropout_prob": 0.0,']
 
 
 def test_every_preset_choice_has_a_leave_one_out_ablation_arm():

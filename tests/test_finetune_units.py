@@ -16,6 +16,7 @@ import task_fixtures as testing
 from bert_jax.finetune import data as ft
 from bert_jax.finetune import loop as finetune_loop
 from bert_jax.finetune import model as fm
+from bert_jax.errors import UserError
 from bert_jax.finetune.tasks import TaskDataError
 from bert_jax.models import BertConfig, BertForPreTraining, dummy_inputs, scan_params
 from bert_jax.pretrained import load_pretrained, params_dir
@@ -55,11 +56,11 @@ def test_config_task_defaults_follow_the_paper():
 
 def test_config_rejects_missing_or_unknown_task():
   mod = load_config_module()
-  with pytest.raises(ValueError, match="give the task"):
+  with pytest.raises(UserError, match="give the task"):
     mod.get_config("size=mini")
-  with pytest.raises(ValueError, match="task='glue'"):
+  with pytest.raises(UserError, match="unknown task 'glue'; expected one of cola, sst2, .*, ax, squad_v1"):
     mod.get_config("task=glue")
-  with pytest.raises(ValueError, match="unknown config argument"):
+  with pytest.raises(UserError, match="unknown config argument 'epochs=3'; expected task=NAME, size="):
     mod.get_config("task=cola,epochs=3")
 
 

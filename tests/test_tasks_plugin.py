@@ -1,5 +1,6 @@
-"""A task kind defined only here, registered with one line, fine-tunes end to end through loop.run: the loop,
-the model side, data loading and the Predictor need no change for a new kind (tasks/base.py's contract)."""
+"""A task kind defined only here, registered with one line, is accepted by configs/finetune.py (task=NAME)
+and fine-tunes end to end through loop.run: the config file, the loop, the model side, data loading and the
+Predictor need no change for a new kind (tasks/base.py's contract)."""
 
 import dataclasses
 import json
@@ -20,7 +21,7 @@ from bert_jax.models import BertConfig, axes
 from bert_jax.models.bert import BertModel
 from bert_jax.models.layers import dense
 
-from test_finetune_tasks import make_config
+from test_finetune_tasks import MOD, make_config
 
 # "long" sentences have more than 4 words; the kind learns a signed score for it.
 SENTENCES = ["the cat sat", "the dog sat on the mat", "a cat", "john smith lives in new york",
@@ -113,9 +114,18 @@ def length_data(tmp_path):
 
 
 def _config(data_dir, vocab):
-  c = make_config("classification", data_dir, vocab, num_train_epochs=2.0)
-  c.task = "length_sign"
-  return c
+  """configs/finetune.py:task=length_sign,runlocal (shrunk): the config file takes the name from the registry."""
+  return make_config("length_sign", data_dir, vocab, num_train_epochs=2.0)
+
+
+def test_a_registered_kind_is_accepted_by_the_config_file_and_an_unregistered_one_is_one_error(monkeypatch):
+  with pytest.raises(UserError, match=r"^configs/finetune.py: unknown task 'length_sign'; expected one of cola, "
+                                      r"sst2, .*, multiple_choice$"):
+    MOD.get_config("task=length_sign")
+  monkeypatch.setitem(registry.TASKS, "length_sign", LengthSignTask)
+  assert MOD.get_config("task=length_sign").task == "length_sign"
+  assert MOD.get_config("length_sign,runlocal").task == "length_sign"      # the name alone, as `mrpc`
+  assert MOD.get_config("task=Length-Sign").task == "length_sign"          # spelt as "SST-2" is
 
 
 @pytest.mark.slow         # a full fine-tuning run (~10 s); the fast tier keeps the registry's unit tests
@@ -143,5 +153,7 @@ def test_a_kind_registered_in_one_line_fine_tunes_and_scores_with_its_own_metric
 
 def test_an_unregistered_kind_is_not_a_task(length_data, tmp_path):
   assert "length_sign" not in registry.task_names()
+  config = make_config("classification", *length_data)
+  config.task = "length_sign"            # --config.task=length_sign past the config file's own check
   with pytest.raises(UserError, match="config.task='length_sign' is not a task"):
-    finetune_loop.run(_config(*length_data), str(tmp_path / "run"))
+    finetune_loop.run(config, str(tmp_path / "run"))
