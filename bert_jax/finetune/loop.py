@@ -59,11 +59,10 @@ from bert_jax.input_pipeline import tokenization
 from bert_jax.input_warnings import warn_input
 from bert_jax.pretrained import load_pretrained, params_dir
 from bert_jax.pretrained.load import BEST_DIR, merge_params
-from bert_jax.engine import compile_cache, optimizers, sharding
+from bert_jax.engine import compile_cache, optimizers, periodic, run_files, sharding
 from bert_jax.engine import train_step as ts
 from bert_jax.engine import workdir as workdir_lib
 from bert_jax.engine.metric_writer import MetricWriter
-from bert_jax.engine.run_files import PLAN_NAME
 
 _log = logging.getLogger(__name__)
 
@@ -91,7 +90,7 @@ def run_plan(plan: FinetunePlan) -> dict:
 def _finetune(plan: FinetunePlan) -> dict:
   """Set-up, training with evaluation, the final evaluation with the best parameters."""
   t_start, is_main, task = time.time(), jax.process_index() == 0, plan.task
-  _log.info("fine-tuning plan (%s):\n%s", fileio.join(plan.workdir, PLAN_NAME), plan.describe())
+  _log.info("fine-tuning plan (%s):\n%s", fileio.join(plan.workdir, run_files.PLAN_NAME), plan.describe())
   tokenizer = tokenization.load_tokenizer(plan.vocab_file, do_lower_case=plan.do_lower_case)
   t_data = time.time()
   train, eval_data, test_data = load_data(plan, tokenizer)
@@ -102,15 +101,12 @@ def _finetune(plan: FinetunePlan) -> dict:
   model = fm.build_model(task, plan.model, plan.classifier_dropout)
   mesh = sharding.make_mesh(plan.mesh_shape, plan.mesh_axes)
   params, p_shard, init_report = init_params(plan, model, mesh)
-  resolved = dict(plan.to_dict(), kind=task.kind, learning_rate=plan.optimizer.learning_rate,
-                  train_examples=len(train.examples) if train else 0, train_features=train.num_rows if train else 0,
-                  mesh=sharding.describe(mesh), skipped={d.split: d.examples.skipped.to_dict()
-                                                         for d in [train] * bool(train) + eval_data + test_data
-                                                         if d.examples.skipped.total}, **schedule)
+  resolved = resolved_values(plan, train, schedule, mesh=sharding.describe(mesh),
+                             skipped={d.split: d.examples.skipped.to_dict()
+                                      for d in [train] * bool(train) + eval_data + test_data
+                                      if d.examples.skipped.total})
   if is_main:
-    fileio.write_json_atomic(fileio.join(plan.workdir, PLAN_NAME), plan.to_dict())
-    fileio.write_json_atomic(fileio.join(plan.workdir, "config.json"), dict(plan.config, resolved=resolved))
-    fileio.write_json_atomic(fileio.join(plan.workdir, "init_report.json"), init_report)
+    run_files.write_run_files(plan.workdir, plan.to_dict(), plan.config, resolved, init_report)
   predict_step = fm.make_predict_step(model, task, mesh, plan.logical_axis_rules, p_shard)
   log = Records(MetricWriter(plan.workdir, fresh=True))
   best = BestCheckpoint(plan, is_main and plan.save_best_checkpoint and plan.do_train)
@@ -127,13 +123,26 @@ def _finetune(plan: FinetunePlan) -> dict:
   finally:
     log.writer.close()
   timing["total_seconds"] = round(time.time() - t_start, 2)
-  results.update(timing=timing, train={k: resolved[k] for k in ("train_examples", "train_features", "steps_per_epoch",
-                                                                "total_steps", "learning_rate", "batch_size")})
+  results.update(timing=timing, train=train_summary(resolved))
   if is_main:
     fileio.write_json_atomic(fileio.join(plan.workdir, "eval_results.json"), results)
     plot_curves(plan.workdir, log.records, task.main_metric)
   _log.info("eval results: %s", {k: v for k, v in results.items() if k != "prediction_files"})
   return results
+
+
+def resolved_values(plan: FinetunePlan, train: Optional[ft.SplitData], schedule: Dict[str, int], **extra) -> dict:
+  """config.json's "resolved": the plan, the task kind, the training data's size and the step schedule, plus
+  `extra` (the mesh; skipped examples; a multi-run's replicas)."""
+  return dict(plan.to_dict(), kind=plan.task.kind, learning_rate=plan.optimizer.learning_rate,
+              train_examples=len(train.examples) if train else 0, train_features=train.num_rows if train else 0,
+              **extra, **schedule)
+
+
+def train_summary(resolved: dict) -> dict:
+  """eval_results.json's "train": what was trained on, for how long, at which learning rate."""
+  return {k: resolved[k] for k in ("train_examples", "train_features", "steps_per_epoch", "total_steps",
+                                   "learning_rate", "batch_size")}
 
 
 def clear_previous_outputs(workdir: str) -> List[str]:
@@ -245,7 +254,9 @@ def train_loop(plan: FinetunePlan, model, mesh, params, train: ft.SplitData, sch
   """Epochs over the shuffled training features; logs every log_every_steps, evaluates every
   eval_every_steps (0: each epoch), stops early after early_stopping_patience evaluations without a better
   main metric, or on SIGINT / SIGTERM (Interrupted). Returns the last parameters."""
-  total, per_epoch = schedule["total_steps"], schedule["steps_per_epoch"]
+  total = schedule["total_steps"]
+  due = timetable(plan, schedule, evaluate=plan.do_eval and bool(evaluate.splits))
+  stopper = periodic.EarlyStopping(plan.early_stopping_patience)
   tx, lr_schedule = make_optimizer(plan, schedule)
   state, shardings = ts.create_train_state(plan, model, mesh, tx, params=params)
   del params
@@ -255,35 +266,27 @@ def train_loop(plan: FinetunePlan, model, mesh, params, train: ft.SplitData, sch
   guard = ts.NonFiniteGuard(plan.nan_policy, plan.max_consecutive_nonfinite, what=plan.task.name)
   bar = tqdm(total=total, desc=f"fine-tune {plan.task.name}", disable=jax.process_index() != 0, mininterval=2.0,
              dynamic_ncols=True)
-  step, sums, bad_evals, epoch, t_train, t_first, stop = 0, None, 0, 0, time.time(), None, False
+  step, sums, clock, stop = 0, None, periodic.TrainClock(), False
   try:
     while step < total and signals.signum is None and not stop:
       for batch in ft.iterate_batches(train.features, keys, plan.batch_size, rng):
         state, m = train_step(state, fm.to_global_batch(batch, mesh, plan.logical_axis_rules))
         sums, step = ts.merge_metrics(sums, m), step + 1
-        if t_first is None:       # compilation: left out of steps_per_second
-          jax.block_until_ready(m)
-          t_first = time.time() - t_train
+        clock.step(m)
         bar.update(1)
         if signals.reached(step):
           break
-        ep = epoch + min(1.0, (step - epoch * per_epoch) / per_epoch)
-        if step % plan.log_every_steps == 0 or step == total:
-          log.train(step, ep, ts.normalize(sums), float(lr_schedule(step - 1)), guard, bar)
+        if due.log(step):
+          log.train(step, due.epoch(step), ts.normalize(sums), float(lr_schedule(step - 1)), guard, bar)
           sums = None
-        end_of_epoch = step % per_epoch == 0 or step == total
-        every = schedule["eval_every_steps"]
-        if plan.do_eval and evaluate.splits and ((every > 0 and (step % every == 0 or step == total)) or
-                                                 (every <= 0 and end_of_epoch)):
-          bad_evals = 0 if evaluate(state.params, step, ep) else bad_evals + 1
-          stop = 0 < plan.early_stopping_patience <= bad_evals
+        if due.evaluate(step):
+          stop = stopper.update(evaluate(state.params, step, due.epoch(step)))
           if stop:
-            _log.info("early stopping at step %d: %d evaluations without a better %s", step, bad_evals,
+            _log.info("early stopping at step %d: %d evaluations without a better %s", step, stopper.bad,
                       plan.task.main_metric)
             break
         if step >= total:
           break
-      epoch += 1
   finally:
     signals.restore()
     bar.close()
@@ -292,13 +295,17 @@ def train_loop(plan: FinetunePlan, model, mesh, params, train: ft.SplitData, sch
                       f"{total}; fine-tuning does not resume: rerun to start over (best_checkpoint/ holds the "
                       "best evaluation so far)")
   jax.block_until_ready(state.params)
-  seconds = time.time() - t_train
-  timing.update(train_seconds=round(seconds, 2), first_step_seconds=round(t_first or 0.0, 2), train_steps=step,
-                train_examples_seen=step * plan.batch_size,
-                steps_per_second=round((step - 1) / max(seconds - (t_first or 0.0), 1e-9), 3) if step > 1 else None)
+  timing.update(clock.summary(step), train_examples_seen=step * plan.batch_size)
   if timing["steps_per_second"]:
     timing["examples_per_second"] = round(timing["steps_per_second"] * plan.batch_size, 2)
   return state.params
+
+
+def timetable(plan: FinetunePlan, schedule: Dict[str, int], evaluate: bool) -> periodic.Schedule:
+  """When a fine-tuning run logs and evaluates (`schedule`: plan.schedule's steps); `evaluate`: there is a split
+  to score and do_eval is on."""
+  return periodic.Schedule.epochs(schedule["total_steps"], schedule["steps_per_epoch"], plan.log_every_steps,
+                                  schedule["eval_every_steps"], evaluate=evaluate)
 
 
 def make_optimizer(plan: FinetunePlan, schedule: Dict[str, int]):

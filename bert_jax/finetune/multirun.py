@@ -50,11 +50,10 @@ from bert_jax.input_pipeline import tokenization
 from bert_jax.models import dummy_inputs
 from bert_jax.pretrained import load_pretrained, params_dir
 from bert_jax.pretrained.load import merge_params
-from bert_jax.engine import compile_cache
+from bert_jax.engine import compile_cache, periodic, run_files
 from bert_jax.engine import train_step as ts
 from bert_jax.engine import workdir as workdir_lib
 from bert_jax.engine.metric_writer import MetricWriter
-from bert_jax.engine.run_files import PLAN_NAME
 
 _log = logging.getLogger(__name__)
 
@@ -292,7 +291,7 @@ def _run(plans: Sequence[FinetunePlan]) -> List[dict]:
     loop.clear_previous_outputs(p.workdir)
   data_seconds = round(time.time() - t_data, 2)
   schedule = first.schedule(train.num_rows)
-  total, per_epoch, every = schedule["total_steps"], schedule["steps_per_epoch"], schedule["eval_every_steps"]
+  total = schedule["total_steps"]
   model = fm.build_model(task, first.model, first.classifier_dropout)
   device = jax.devices()[0]
   params, reports = init_stacked(plans, model, device)
@@ -304,36 +303,32 @@ def _run(plans: Sequence[FinetunePlan]) -> List[dict]:
   rngs = jnp.stack([jax.random.key_data(jax.random.split(jax.random.key(p.seed))[1]) for p in plans])
   lrs = jnp.asarray([p.optimizer.learning_rate for p in plans], jnp.float32)
   train_step, predict = make_steps(plans, model, tx)
-  for p, rep in zip(plans, reports):
-    resolved = dict(p.to_dict(), kind=task.kind, learning_rate=p.optimizer.learning_rate,
-                    train_examples=len(train.examples), train_features=train.num_rows, mesh="vmapped",
-                    multirun={"replicas": k, "seeds": [q.seed for q in plans]}, **schedule)
-    fileio.write_json_atomic(fileio.join(p.workdir, PLAN_NAME), p.to_dict())
-    fileio.write_json_atomic(fileio.join(p.workdir, "config.json"), dict(p.config, resolved=resolved))
-    fileio.write_json_atomic(fileio.join(p.workdir, "init_report.json"), rep)
+  resolved = [loop.resolved_values(p, train, schedule, mesh="vmapped",
+                                   multirun={"replicas": k, "seeds": [q.seed for q in plans]}) for p in plans]
+  for p, res, rep in zip(plans, resolved, reports):
+    run_files.write_run_files(p.workdir, p.to_dict(), p.config, res, rep)
   logs = [loop.Records(MetricWriter(p.workdir, fresh=True)) for p in plans]
   bests = [loop.BestCheckpoint(p, p.save_best_checkpoint) for p in plans]
   guards = [ts.NonFiniteGuard(p.nan_policy, p.max_consecutive_nonfinite, what=f"{task.name} seed {p.seed}")
             for p in plans]
+  due = loop.timetable(first, schedule, evaluate=first.do_eval and bool(eval_data))
+  stoppers = [periodic.EarlyStopping(first.early_stopping_patience) for _ in plans]
   errors: List[Optional[str]] = [None] * k
-  active, bad_evals = np.ones(k, bool), np.zeros(k, int)
+  active = np.ones(k, bool)
   np_rngs = [np.random.default_rng(p.seed) for p in plans]
   keys = task.device_keys
   bar = tqdm(total=total, desc=f"fine-tune {task.name} x{k} (vmapped)", mininterval=2.0, dynamic_ncols=True)
-  step, sums, t_train, t_first = 0, None, time.time(), None
+  step, sums, clock = 0, None, periodic.TrainClock()
   try:
     while step < total and active.any():
-      epoch = step // per_epoch
       for batches in zip(*[ft.iterate_batches(train.features, keys, first.batch_size, r) for r in np_rngs]):
         batch = {name: np.stack([b[name] for b in batches]) for name in batches[0]}
         params, opt_state, m = train_step(params, opt_state, rngs, jnp.int32(step), batch, lrs, jnp.asarray(active))
         sums, step = ts.merge_metrics(sums, m), step + 1
-        if t_first is None:
-          jax.block_until_ready(m)
-          t_first = time.time() - t_train
+        clock.step(m)
         bar.update(1)
-        ep = epoch + min(1.0, (step - epoch * per_epoch) / per_epoch)
-        if step % first.log_every_steps == 0 or step == total:
+        ep = due.epoch(step)
+        if due.log(step):
           host = jax.device_get(sums)
           for i in np.flatnonzero(active):
             summary = ts.normalize({name: v[i] for name, v in host.items()})
@@ -342,9 +337,7 @@ def _run(plans: Sequence[FinetunePlan]) -> List[dict]:
             except ts.NonFiniteError as e:
               errors[i], active[i] = str(e), False
           sums = None
-        end_of_epoch = step % per_epoch == 0 or step == total
-        if first.do_eval and eval_data and ((every > 0 and (step % every == 0 or step == total)) or
-                                            (every <= 0 and end_of_epoch)):
+        if due.evaluate(step):
           scored = [evaluate_stacked(task, d, predict, params, k, first.eval_batch_size) for d in eval_data]
           for i in np.flatnonzero(active):
             results = {}
@@ -352,9 +345,7 @@ def _run(plans: Sequence[FinetunePlan]) -> List[dict]:
               results[d.split] = per[i][0]
               logs[i].write(dict(per[i][0], kind="eval", step=step, epoch=round(ep, 3), split=d.split))
             main = results[eval_data[0].split].get(task.main_metric)
-            better = bests[i].offer(main, _row(params, i), step, ep, results)
-            bad_evals[i] = 0 if better else bad_evals[i] + 1
-            if 0 < first.early_stopping_patience <= bad_evals[i]:
+            if stoppers[i].update(bests[i].offer(main, _row(params, i), step, ep, results)):
               _log.info("replica %d (seed %d): early stopping at step %d", i, plans[i].seed, step)
               active[i] = False
         if step >= total or not active.any():
@@ -362,7 +353,7 @@ def _run(plans: Sequence[FinetunePlan]) -> List[dict]:
   finally:
     bar.close()
   jax.block_until_ready(params)
-  seconds = time.time() - t_train
+  trained = clock.summary(step)
   for i, b in enumerate(bests):
     if b.params is None:
       b.keep(jax.device_get(_row(params, i)), total, 0.0, {})
@@ -376,9 +367,7 @@ def _run(plans: Sequence[FinetunePlan]) -> List[dict]:
         finals[i][d.split] = metrics
       if first.do_predict:
         files[i] += task.write_predictions(plans[i].workdir, d.split, d.examples, preds)
-  timing = {"data_seconds": data_seconds, "train_seconds": round(seconds, 2),
-            "first_step_seconds": round(t_first or 0.0, 2), "train_steps": step,
-            "total_seconds": round(time.time() - t_start, 2), "vmapped_replicas": k}
+  timing = dict(trained, data_seconds=data_seconds, total_seconds=round(time.time() - t_start, 2), vmapped_replicas=k)
   out = []
   for i, p in enumerate(plans):
     logs[i].writer.close()
@@ -386,9 +375,7 @@ def _run(plans: Sequence[FinetunePlan]) -> List[dict]:
       out.append({"error": errors[i]})
       continue
     r = dict(finals[i], prediction_files=[os.path.relpath(f, p.workdir) for f in files[i]], timing=timing,
-             train={"train_examples": len(train.examples), "train_features": train.num_rows,
-                    "steps_per_epoch": per_epoch, "total_steps": total,
-                    "learning_rate": p.optimizer.learning_rate, "batch_size": p.batch_size})
+             train=loop.train_summary(resolved[i]))
     fileio.write_json_atomic(fileio.join(p.workdir, "eval_results.json"), r)
     loop.plot_curves(p.workdir, logs[i].records, task.main_metric)
     out.append(r)

@@ -73,7 +73,7 @@ from bert_jax.input_pipeline import pretrain_dataset
 from bert_jax.models import pretraining_model
 from bert_jax.pretrained import load_pretrained, params_dir
 from bert_jax.pretrained.load import CHECKPOINT_SUBDIR, merge_params
-from bert_jax.engine import checkpoints, compile_cache, optimizers, sharding, timing, watchdog
+from bert_jax.engine import checkpoints, compile_cache, optimizers, periodic, sharding, timing, watchdog
 from bert_jax.pretrain import flops
 from bert_jax.engine import train_step as ts
 from bert_jax.engine import workdir as workdir_lib
@@ -429,6 +429,8 @@ def _train_phase(run: _Run, phase: Phase, state, step: int, data, first) -> tupl
   """Steps [step, phase.end): train, and at the sync points log, checkpoint, evaluate or stop."""
   plan, acc, window = run.plan, None, timing.StepWindow()
   guard = run.guard
+  due = periodic.Schedule(plan.num_train_steps, plan.log_every_steps,
+                          plan.eval_every_steps if plan.data.eval_input_files else 0, plan.checkpoint_every_steps)
   while step < phase.end:
     guard.enter("data", step)
     batch = first if first is not None else to_global(next(data), run.batch_sharding)
@@ -447,8 +449,8 @@ def _train_phase(run: _Run, phase: Phase, state, step: int, data, first) -> tupl
     if run.progress is not None:
       run.progress.update(1)
     at_end, preempted = step == phase.end, run.signals.reached(step)
-    do_log = step % plan.log_every_steps == 0 or at_end or preempted
-    do_ckpt = (plan.checkpoint_every_steps > 0 and step % plan.checkpoint_every_steps == 0) or at_end or preempted
+    do_log = due.log(step, end=phase.end) or preempted
+    do_ckpt = due.checkpoint(step, end=phase.end) or preempted
     if do_log or do_ckpt:
       summary = ts.normalize(acc)
       if summary.get("nonfinite_count"):
@@ -466,8 +468,7 @@ def _train_phase(run: _Run, phase: Phase, state, step: int, data, first) -> tupl
                                   "model_config": plan.model.to_dict()}, force=at_end or preempted)
       guard.after_save(step)
       guard.progress()
-    if plan.data.eval_input_files and plan.eval_every_steps > 0 and (
-        step % plan.eval_every_steps == 0 or step == plan.num_train_steps):
+    if due.evaluate(step):
       guard.enter("eval")
       ev = evaluate(plan, run.eval_step, state.params, phase, run.batch_sharding)
       run.writer.write(step, ev, filename="eval_metrics.jsonl", tb_prefix="eval/")

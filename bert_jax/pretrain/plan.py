@@ -46,7 +46,7 @@ from bert_jax.pretrained import params_dir
 from bert_jax.pretrained.load import CHECKPOINT_SUBDIR, check_vocab_matches, read_config
 from bert_jax.engine import optimizers, sharding
 from bert_jax.engine.checkpoints import config_to_dict
-from bert_jax.engine.run_files import PLAN_NAME
+from bert_jax.engine import run_files
 from bert_jax.engine import train_step as ts
 from bert_jax.engine import validation as v
 from bert_jax.engine import workdir as workdir_lib
@@ -149,9 +149,10 @@ class PretrainPlan:
     return "\n".join(f"  {k:<{width}}  {val}" for k, val in rows)
 
   def save(self) -> None:
-    """workdir/plan.json (process 0; temp + fsync + rename)."""
+    """workdir/plan.json (process 0), as every run writes it (engine/run_files.py). config.json is written with
+    model_config.json once the state is restored (checkpoints.write_workdir_files), only when it changed."""
     if self.workdir and jax.process_index() == 0:
-      fileio.write_json_atomic(fileio.join(self.workdir, PLAN_NAME), self.to_dict())
+      run_files.write_run_files(self.workdir, self.to_dict())
 
 
 # ---- resolution --------------------------------------------------------------------------------------------
