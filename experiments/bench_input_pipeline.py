@@ -47,6 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bert_jax import cli  # noqa: E402
 from bert_jax.errors import UserError  # noqa: E402
+from bert_jax.input_pipeline import data_plan  # noqa: E402
 from experiments import runs  # noqa: E402
 
 GOOGLE_ANCHOR = 1_000  # google-research/bert create_pretraining_data.py, same Chinese text, one core
@@ -269,13 +270,13 @@ def main(argv=None):
 
   # (b) online masking + batching from records.
   n_batches = 40 if args.quick else 120
-  for name, kwargs in [("(b) records -> dynamic mask, B=256", dict(masking="dynamic")),
+  for name, fields in [("(b) records -> dynamic mask, B=256", dict(masking="dynamic")),
                        ("(b) records -> static mask, B=256", dict(masking="static")),
-                       ("(b) records -> dynamic wwm, B=256", dict(masking="dynamic", whole_word_mask=True)),
+                       ("(b) records -> dynamic wwm, B=256", dict(masking="dynamic", do_whole_word_mask=True)),
                        ("(b) raw text online (pairs+mask), B=256", dict(masking="dynamic"))]:
     src = news if "raw text" in name else record_file
-    it = pretrain_dataset.make_pretraining_dataset(src, 256, 128, 20, zh_vocab, is_training=True, seed=0,
-                                                   process_index=0, process_count=1, **kwargs)
+    it = pretrain_dataset.make_pretraining_dataset(pretrain_data(src, zh_vocab, **fields), 128, 20,
+                                                   is_training=True, process_index=0, process_count=1)
     for _ in range(3):   # warm-up: graph tracing, shuffle buffer fill, text tokenization
       next(it)
     with CpuTimer() as t:
@@ -285,6 +286,16 @@ def main(argv=None):
   print(header)
   print("\n".join(rows))
   return 0
+
+
+def pretrain_data(input_files: str, vocab_file: str, **data_fields):
+  """The PretrainData the plan makes of configs/pretrain.py (256 sequences on one host, seed 0) with
+  `input_files` and these config.data fields, checked as a training run checks them."""
+  config = runs.load_config("pretrain", "")
+  config.batch_size, config.seed = 256, 0
+  config.data.input_files = input_files
+  config.data.update(data_fields)
+  return data_plan.resolve_data_plan(config, vocab_file, process_count=1).data
 
 
 def startup(args, work, news, zh_vocab):
@@ -421,12 +432,17 @@ import os, sys, time
 t0 = float(sys.argv[1])
 sys.path.insert(0, sys.argv[2])
 from bert_jax.input_pipeline import pretrain_dataset, text_io
+from bert_jax.input_pipeline.data_plan import resolve_data_plan
+from configs import pretrain
 import tensorflow as tf
 t1 = time.time()
 glob, vocab, step, mode = sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6]
-if mode == "pipeline":       # the training input pipeline as the loop opens it: first parsed batch
-  it = pretrain_dataset.make_pretraining_dataset(glob, 256, 128, 20, vocab, is_training=True, seed=0,
-                                                 masking="static", process_index=0, process_count=1, start_step=step)
+if mode == "pipeline":       # the training input pipeline as the loop opens it (its plan first): first parsed batch
+  config = pretrain.get_config()              # batch 256, length 128, 20 predictions, seed 0
+  config.data.input_files, config.data.masking = glob, "static"
+  data = resolve_data_plan(config, vocab, process_count=1).data
+  it = pretrain_dataset.make_pretraining_dataset(data, 128, 20, is_training=True, process_index=0, process_count=1,
+                                                 start_step=step)
   next(it)
 else:                        # serialized records only: the first record after step x 256 of them
   files = text_io.expand_globs(glob)

@@ -47,6 +47,7 @@ if __package__ in (None, ""):
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bert_jax import cli  # noqa: E402
+from bert_jax.input_pipeline import data_plan  # noqa: E402
 from experiments import runs  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -156,13 +157,16 @@ def heldout_batches(path: str, vocab_file: str, s: dict) -> Dict[str, list]:
   """{"packed": [...], "pairs": [...]}: fixed batches (15% masking, seed 4242) every arm is scored on."""
   from bert_jax.input_pipeline import pretrain_dataset
   out = {}
+  predictions = max(1, math.ceil(0.15 * (s["seq"] - 2) - 1e-9))
   for layout in ("packed", "pairs"):
-    it = pretrain_dataset.make_pretraining_dataset(
-        path, batch_size=s["eval_batch"], max_seq_length=s["seq"],
-        max_predictions_per_seq=max(1, math.ceil(0.15 * (s["seq"] - 2) - 1e-9)), vocab_file=vocab_file,
-        is_training=False,
-        seed=4242, masking="dynamic", masked_lm_prob=0.15, pack_sequences=layout == "packed",
-        process_index=0, process_count=1, num_epochs=1)
+    c = runs.load_config("pretrain", "")        # the data plan of a run on the held-out text
+    c.batch_size, c.seed, c.data.input_files = s["eval_batch"], 4242, path
+    c.data.max_seq_length, c.data.max_predictions_per_seq = s["seq"], predictions
+    c.data.masking, c.data.masked_lm_prob, c.data.pack_sequences = "dynamic", 0.15, layout == "packed"
+    c.targets = ("mlm",) if layout == "packed" else ("mlm", "nsp")      # packed rows have no pairs
+    data = data_plan.resolve_data_plan(c, vocab_file, process_count=1).data
+    it = pretrain_dataset.make_pretraining_dataset(data, s["seq"], predictions, is_training=False, process_index=0,
+                                                   process_count=1, num_epochs=1)
     out[layout] = [b for _, b in zip(range(s["eval_batches"]), it)]
   return out
 

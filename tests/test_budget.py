@@ -12,6 +12,7 @@ from bert_jax.errors import UserError
 from bert_jax.input_pipeline import instances
 from bert_jax.input_pipeline import masking
 from bert_jax.input_pipeline import packing
+from pretrain_data import pretrain_data
 
 CLS, SEP, PAD, MASK, UNK = 2, 3, 0, 4, 1
 SPECIALS = (PAD, UNK, CLS, SEP, MASK)
@@ -97,9 +98,10 @@ def test_packed_text_pipeline_gives_full_rows(tmp_path, tiny_vocab):
   text = tmp_path / "corpus.txt"
   text.write_text("the cat sat on the mat .\nthe dog sat .\n\na cat is a dog .\nhello world !\n\n"
                   "bert model train ##ing data .\n", encoding="utf-8")
-  it = pretrain_dataset.make_pretraining_dataset(str(text), batch_size=4, max_seq_length=12,
-                                                 max_predictions_per_seq=3, vocab_file=str(tiny_vocab),
-                                                 seed=0, pack_sequences=True, process_index=0, process_count=1)
+  it = pretrain_dataset.make_pretraining_dataset(pretrain_data(str(text), 4, str(tiny_vocab), seed=0,
+                                                               pack_sequences=True),
+                                                 max_seq_length=12, max_predictions_per_seq=3, process_index=0,
+                                                 process_count=1)
   b = next(it)
   assert b["input_ids"].shape == (4, 12)
   assert (b["input_mask"] == 1).all() and (b["next_sentence_labels"] == 0).all()
@@ -107,9 +109,9 @@ def test_packed_text_pipeline_gives_full_rows(tmp_path, tiny_vocab):
   assert (b["masked_lm_weights"].sum(axis=1) >= 1).all()
   (tmp_path / "x.tfrecord").write_bytes(b"")
   with pytest.raises(UserError, match="pack_sequences"):
-    pretrain_dataset.make_pretraining_dataset(str(tmp_path / "x.tfrecord"), 4, 12, 3, str(tiny_vocab),
-                                              input_format="tfrecord", pack_sequences=True, process_index=0,
-                                              process_count=1)
+    pretrain_dataset.make_pretraining_dataset(pretrain_data(str(tmp_path / "x.tfrecord"), 4, str(tiny_vocab),
+                                                            pack_sequences=True), 12, 3,
+                                              input_format="tfrecord", process_index=0, process_count=1)
 
 
 def _budget_config():

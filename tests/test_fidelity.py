@@ -19,6 +19,7 @@ from bert_jax.input_pipeline import masking  # noqa: E402
 from bert_jax.input_pipeline import pretrain_dataset  # noqa: E402
 from bert_jax.input_pipeline import tokenization  # noqa: E402
 from bert_jax.pretrain.plan import resolve_pretrain  # noqa: E402
+from pretrain_data import pretrain_data  # noqa: E402
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = [f"w{i}" for i in range(60)]
@@ -98,8 +99,8 @@ def test_trained_batches_equal_the_stored_masks_by_default(records, vocab_file, 
 def test_dynamic_remasking_of_wwm_records_keeps_whole_words(records, vocab_file):
   """masking=dynamic re-masks (fresh positions) but by whole words from the stored word_continuation."""
   out, _, stored = records
-  it = pretrain_dataset.make_pretraining_dataset(out, 64, 32, 5, vocab_file, seed=1, masking="dynamic",
-                                                 process_index=0, process_count=1)
+  it = pretrain_dataset.make_pretraining_dataset(pretrain_data(out, 64, vocab_file, seed=1, masking="dynamic"), 32,
+                                                 5, process_index=0, process_count=1)
   assert it.state()["masking"] == "dynamic"
   def key(ids, pos, lab, w):
     orig = masking.unmask(ids[None], pos[None], lab[None], w[None])[0]
@@ -131,10 +132,10 @@ def test_masking_mode_errors_name_the_field(tmp_path, vocab_file):
   from bert_jax.errors import UserError
   corpus = _text_corpus(tmp_path / "c.txt", 10)
   with pytest.raises(UserError, match="data.masking='static'"):
-    pretrain_dataset.make_pretraining_dataset(corpus, 4, 32, 5, vocab_file, masking="static",
+    pretrain_dataset.make_pretraining_dataset(pretrain_data(corpus, 4, vocab_file, masking="static"), 32, 5,
                                               process_index=0, process_count=1)
   with pytest.raises(UserError, match="data.masking='sometimes'"):
-    pretrain_dataset.make_pretraining_dataset(corpus, 4, 32, 5, vocab_file, masking="sometimes",
+    pretrain_dataset.make_pretraining_dataset(pretrain_data(corpus, 4, vocab_file, masking="sometimes"), 32, 5,
                                               process_index=0, process_count=1)
 
 

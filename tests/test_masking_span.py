@@ -9,6 +9,7 @@ from bert_jax.errors import UserError
 from bert_jax.input_pipeline import data_plan, masking
 
 from configs import pretrain as pretrain_config
+from pretrain_data import pretrain_data
 
 MASK = 4
 SPECIALS = (0, 1, 2, 3, 4)     # [PAD] [UNK] [CLS] [SEP] [MASK]
@@ -232,15 +233,15 @@ def test_offline_tool_and_online_masking_make_spans(tmp_path):
     cpd.main([f"--input_file={corpus}", f"--output_file={out}", f"--vocab_file={vocab}",
               "--masking_strategy=span", "--do_whole_word_mask", "--progress=false"])
   ds = pretrain_dataset.make_pretraining_dataset(
-      out, batch_size=16, max_seq_length=48, max_predictions_per_seq=12, vocab_file=vocab, masking="static",
+      pretrain_data(out, 16, vocab, masking="static"), max_seq_length=48, max_predictions_per_seq=12,
       is_training=False, process_index=0, process_count=1)
   static = [b["masked_lm_positions"][i][b["masked_lm_weights"][i] > 0] for b in ds for i in range(16)]
   assert pretrain_dataset._has_feature(out, tfrecord_io.CONTINUATION_FEATURE)
   dyn = {}
   for strategy in ("token", "span"):
     ds = pretrain_dataset.make_pretraining_dataset(
-        out, batch_size=16, max_seq_length=48, max_predictions_per_seq=12, vocab_file=vocab, masking="dynamic",
-        masked_lm_prob=0.25, masking_strategy=strategy, is_training=False, process_index=0, process_count=1)
+        pretrain_data(out, 16, vocab, masking="dynamic", masked_lm_prob=0.25, masking_strategy=strategy),
+        max_seq_length=48, max_predictions_per_seq=12, is_training=False, process_index=0, process_count=1)
     dyn[strategy] = [b["masked_lm_positions"][i][b["masked_lm_weights"][i] > 0] for b in ds for i in range(16)]
   mean_static, mean_span, mean_token = (_runs(x).mean() for x in (static, dyn["span"], dyn["token"]))
   # 9 maskable tokens at 25% of ~40: token masking's runs average ~1.3 tokens, spans ~2.5+.

@@ -9,6 +9,7 @@ import pytest
 
 from bert_jax import cli
 from bert_jax.input_pipeline import create_pretraining_data as cpd
+from pretrain_data import pretrain_data
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "dog", "ran", "."]
 
@@ -103,8 +104,9 @@ def test_records_of_another_length_are_a_user_error_for_train_py(files):
           "--num_workers=1", "--progress=false"]
   assert cpd.main(argv) == 0
   with pytest.raises(UserError, match=r"train\.tfrecord.*'input_ids' has 16 values, expected 32") as e:
-    pretrain_dataset.make_pretraining_dataset([str(files / "rec" / "train.tfrecord")], 4, 32, 3,
-                                              str(files / "vocab.txt"), process_index=0, process_count=1)
+    pretrain_dataset.make_pretraining_dataset(pretrain_data([str(files / "rec" / "train.tfrecord")], 4,
+                                                            str(files / "vocab.txt")), 32, 3,
+                                              process_index=0, process_count=1)
   assert isinstance(e.value, ValueError)
 
 
@@ -227,7 +229,7 @@ def test_a_corrupt_tfrecord_is_a_user_error_naming_the_files(files):
   from bert_jax.errors import UserError  # pylint: disable=g-import-not-at-top
   from bert_jax.input_pipeline import pretrain_dataset  # pylint: disable=g-import-not-at-top
   path = _corrupt_records(files)
-  it = pretrain_dataset.make_pretraining_dataset([str(path)], 4, 16, 3, str(files / "vocab.txt"),
+  it = pretrain_dataset.make_pretraining_dataset(pretrain_data([str(path)], 4, str(files / "vocab.txt")), 16, 3,
                                                  process_index=0, process_count=1, is_training=False)
   with pytest.raises(UserError, match=r"config\.data\.input_files: a TFRecord file does not read \(corrupted "
                                       r"record at \d+\) while making batch \d+; files: .*train\.tfrecord"):

@@ -1,5 +1,7 @@
 """The tf.data reader: Google-schema records, dynamic masking eagerly and in tf.data, resume, per-host shards."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -7,6 +9,7 @@ tf = pytest.importorskip("tensorflow")
 
 from bert_jax.input_pipeline import pretrain_dataset  # noqa: E402
 from bert_jax.input_pipeline import tokenization  # noqa: E402
+from pretrain_data import pretrain_data  # noqa: E402
 
 T, P = 16, 3
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(40)] + ["##s", "##ed"]
@@ -73,7 +76,7 @@ def _ids_of(batches):
 
 def test_google_schema_records_are_read_exactly(google_files):
   files, expected = google_files
-  it = pretrain_dataset.make_pretraining_dataset(files, 8, T, P, is_training=False, masking="static",
+  it = pretrain_dataset.make_pretraining_dataset(pretrain_data(files, 8, masking="static"), T, P, is_training=False,
                                                  process_index=0, process_count=1)
   batches = list(it)
   assert len(batches) == 200 // 8
@@ -93,15 +96,15 @@ def test_google_schema_records_are_read_exactly(google_files):
 def test_wrong_sequence_length_is_an_error_naming_the_file(google_files, vocab_file):
   files, _ = google_files
   with pytest.raises(ValueError, match=r"google-00\.tfrecord.*input_ids.*16 values, expected 128"):
-    pretrain_dataset.make_pretraining_dataset(files, 8, 128, 20, vocab_file, process_index=0,
+    pretrain_dataset.make_pretraining_dataset(pretrain_data(files, 8, vocab_file), 128, 20, process_index=0,
                                               process_count=1)
 
 
 def test_dynamic_masking_undoes_stored_masks_and_remasks_each_epoch(google_files, vocab_file):
   files, expected = google_files
-  it = pretrain_dataset.make_pretraining_dataset(files, 10, T, P, vocab_file, is_training=True, seed=3,
-                                                 masking="dynamic", shuffle_buffer=1, process_index=0,
-                                                 process_count=1)
+  it = pretrain_dataset.make_pretraining_dataset(pretrain_data(files, 10, vocab_file, seed=3, masking="dynamic",
+                                                               shuffle_buffer=1),
+                                                 T, P, is_training=True, process_index=0, process_count=1)
   seen = {}
   for _ in range(40):   # 2 epochs of 200 records
     b = next(it)
@@ -134,27 +137,27 @@ def test_masking_op_is_the_same_eagerly_and_inside_tf_data(google_files, vocab_f
 @pytest.mark.parametrize("start_step", [7, 23])   # inside the first epoch, and after one (20 batches)
 def test_resume_gives_the_same_next_batches(google_files, vocab_file, start_step, tmp_path):
   files, _ = google_files
-  kwargs = dict(batch_size=10, max_seq_length=T, max_predictions_per_seq=P, vocab_file=vocab_file,
-                is_training=True, seed=11, shuffle_buffer=64, process_index=0, process_count=1)
-  it = pretrain_dataset.make_pretraining_dataset(files, **kwargs)
+  data = pretrain_data(files, 10, vocab_file, seed=11, shuffle_buffer=64)
+  kwargs = dict(max_seq_length=T, max_predictions_per_seq=P, is_training=True, process_index=0, process_count=1)
+  it = pretrain_dataset.make_pretraining_dataset(data, **kwargs)
   for _ in range(start_step):
     next(it)
   it.save_state(str(tmp_path / "state.json"))
   expected = [next(it) for _ in range(3)]
   state = pretrain_dataset.load_state(str(tmp_path / "state.json"))
   assert state["step"] == start_step
-  resumed = pretrain_dataset.make_pretraining_dataset(files, start_step=state["step"], **kwargs)
+  resumed = pretrain_dataset.make_pretraining_dataset(data, start_step=state["step"], **kwargs)
   for exp in expected:
     got = next(resumed)
     for k in exp:
       np.testing.assert_array_equal(got[k], exp[k], err_msg=k)
   # Same seed -> same stream; another seed -> another order.
-  again = pretrain_dataset.make_pretraining_dataset(files, **kwargs)
-  first = next(pretrain_dataset.make_pretraining_dataset(files, **{**kwargs, "seed": 12}))
+  again = pretrain_dataset.make_pretraining_dataset(data, **kwargs)
+  first = next(pretrain_dataset.make_pretraining_dataset(dataclasses.replace(data, seed=12), **kwargs))
   assert np.array_equal(next(again)["input_ids"], next(pretrain_dataset.make_pretraining_dataset(
-      files, **kwargs))["input_ids"])
+      data, **kwargs))["input_ids"])
   assert not np.array_equal(first["input_ids"], next(pretrain_dataset.make_pretraining_dataset(
-      files, **kwargs))["input_ids"])
+      data, **kwargs))["input_ids"])
 
 
 @pytest.mark.parametrize("num_files", [4, 1])   # split by file, and by record when files < hosts
@@ -164,8 +167,8 @@ def test_per_host_shards_are_disjoint_and_cover_the_data(google_files, tmp_path,
     files, _ = _write_google_files(tmp_path, 1, 200)
   per_host = []
   for host in range(2):
-    it = pretrain_dataset.make_pretraining_dataset(files, 5, T, P, vocab_file, is_training=True, seed=1,
-                                                   num_epochs=1, masking="static", process_index=host,
+    it = pretrain_dataset.make_pretraining_dataset(pretrain_data(files, 5, vocab_file, seed=1, masking="static"),
+                                                   T, P, is_training=True, num_epochs=1, process_index=host,
                                                    process_count=2)
     per_host.append(_ids_of(it))
   a, b = set(per_host[0]), set(per_host[1])
@@ -182,9 +185,9 @@ def test_raw_text_online_pairs_and_masks(tmp_path, vocab_file):
                           + " w1s" for _ in range(int(rng.integers(2, 6)))))
   path = tmp_path / "corpus.txt"
   path.write_text("\n\n".join(docs) + "\n")
-  kwargs = dict(batch_size=16, max_seq_length=T, max_predictions_per_seq=P, vocab_file=vocab_file,
-                seed=2, process_index=0, process_count=1, whole_word_mask=True)
-  it = pretrain_dataset.make_pretraining_dataset(str(path), **kwargs)
+  data = pretrain_data(str(path), 16, vocab_file, seed=2, masking_strategy="whole_word")
+  kwargs = dict(max_seq_length=T, max_predictions_per_seq=P, process_index=0, process_count=1)
+  it = pretrain_dataset.make_pretraining_dataset(data, **kwargs)
   batches = [next(it) for _ in range(30)]
   labels = np.concatenate([b["next_sentence_labels"] for b in batches])
   assert 0.3 < labels.mean() < 0.7
@@ -192,7 +195,7 @@ def test_raw_text_online_pairs_and_masks(tmp_path, vocab_file):
     assert np.all(b["input_ids"][:, 0] == 2)
     assert np.all((b["input_ids"] == 3).sum(axis=1) == 2)
     assert np.all(b["masked_lm_weights"].sum(axis=1) >= 1)
-  resumed = pretrain_dataset.make_pretraining_dataset(str(path), start_step=25, **kwargs)
+  resumed = pretrain_dataset.make_pretraining_dataset(data, start_step=25, **kwargs)
   got = next(resumed)
   for k in batches[25]:
     np.testing.assert_array_equal(got[k], batches[25][k], err_msg=k)
@@ -210,8 +213,12 @@ def test_a_script_that_reads_one_batch_of_raw_text_exits(tmp_path):
   from bert_jax.input_pipeline import build_vocab  # pylint: disable=g-import-not-at-top
   build_vocab.build_vocab(corpus, 3000, str(tmp_path / "v.txt"), verbose=False)
   script = ("from bert_jax.input_pipeline import pretrain_dataset as pd\n"
-            f"it = pd.make_pretraining_dataset({corpus!r}, batch_size=8, vocab_file={str(tmp_path / 'v.txt')!r}, "
-            "is_training=False, process_index=0, process_count=1)\n"
+            "from bert_jax.input_pipeline.data_plan import resolve_data_plan\n"
+            "from configs import pretrain\n"
+            f"c = pretrain.get_config(); c.batch_size = 8; c.data.input_files = {corpus!r}\n"
+            f"plan = resolve_data_plan(c, {str(tmp_path / 'v.txt')!r}, process_count=1)\n"
+            "it = pd.make_pretraining_dataset(plan.data, 128, 20, is_training=False, process_index=0, "
+            "process_count=1)\n"
             "print(next(it)['input_ids'].shape, flush=True)\n")
   out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                        env={**__import__("os").environ, "TF_CPP_MIN_LOG_LEVEL": "3"})

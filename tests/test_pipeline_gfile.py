@@ -15,6 +15,7 @@ from bert_jax import fileio  # noqa: E402
 from bert_jax.input_pipeline import pretrain_dataset  # noqa: E402
 from bert_jax.input_pipeline import sharding  # noqa: E402
 from bert_jax.input_pipeline import tokenization  # noqa: E402
+from pretrain_data import pretrain_data  # noqa: E402
 
 T, P = 16, 4
 WORDS = [f"w{i}" for i in range(30)]
@@ -75,8 +76,8 @@ def test_tokenization_imports_without_tensorflow():
 
 def test_text_reader_globs_and_reads_ram(ram_root):
   it = pretrain_dataset.make_pretraining_dataset(
-      ram_root + "/corpus/*.txt", batch_size=4, max_seq_length=T, max_predictions_per_seq=P,
-      vocab_file=ram_root + "/vocab.txt", input_format="text", process_index=0, process_count=1, seed=1)
+      pretrain_data(ram_root + "/corpus/*.txt", 4, ram_root + "/vocab.txt", seed=1), max_seq_length=T,
+      max_predictions_per_seq=P, input_format="text", process_index=0, process_count=1)
   assert it.config["input_format"] == "text"
   batch = next(it)
   assert batch["input_ids"].shape == (4, T)
@@ -95,8 +96,8 @@ def test_create_pretraining_data_writes_ram_records(ram_root):
                                         progress=False, verbose=False)
   assert all(tf.io.gfile.exists(f) for f in outputs) and sum(summary.counts) > 8
   it = pretrain_dataset.make_pretraining_dataset(
-      ram_root + "/out/train-*.tfrecord", batch_size=4, max_seq_length=T, max_predictions_per_seq=P,
-      is_training=False, masking="static", process_index=0, process_count=1, drop_remainder=False)
+      pretrain_data(ram_root + "/out/train-*.tfrecord", 4, masking="static"), max_seq_length=T,
+      max_predictions_per_seq=P, is_training=False, process_index=0, process_count=1, drop_remainder=False)
   batches = list(it)
   assert sum(len(b["next_sentence_labels"]) for b in batches) == sum(summary.counts)
   assert batches[0]["input_ids"].shape[1] == T
@@ -112,10 +113,11 @@ def test_text_reader_chinese_whole_word_mask(tmp_path):
   zhong, guo = VOCAB.index("中"), VOCAB.index("国")
 
   def split_words(wwm):
-    it = pretrain_dataset.make_pretraining_dataset(
-        str(tmp_path / "zh.txt"), batch_size=8, max_seq_length=T, max_predictions_per_seq=P,
-        vocab_file=str(vocab), input_format="text", process_index=0, process_count=1, seed=5,
-        chinese_whole_word_mask=wwm)
+    # jieba's words turn token masking into whole words (the plan's resolve_masking_strategy)
+    data = pretrain_data(str(tmp_path / "zh.txt"), 8, str(vocab), seed=5, chinese_whole_word_mask=wwm,
+                         masking_strategy="whole_word" if wwm else "token")
+    it = pretrain_dataset.make_pretraining_dataset(data, max_seq_length=T, max_predictions_per_seq=P,
+                                                   input_format="text", process_index=0, process_count=1)
     split = masked = 0
     for _ in range(3):
       b = next(it)

@@ -9,6 +9,7 @@ import pytest
 from bert_jax import cli
 from bert_jax.input_pipeline import create_pretraining_data as cpd
 from bert_jax.input_pipeline import manifest
+from pretrain_data import pretrain_data
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "the", "cat", "dog", "sat", "ran", "on", "mat",
          "big", "red", "is"]
@@ -73,7 +74,7 @@ def test_a_wildcard_over_the_records_directory_skips_the_manifests(parts):
   assert text_io.expand_globs(f"{out}/*") == [str(out / "a.tfrecord"), str(out / "b.tfrecord")]
   with pytest.raises(FileNotFoundError, match="manifest.json"):
     text_io.expand_globs(f"{out}/*.json")
-  it = pretrain_dataset.make_pretraining_dataset(f"{out}/*", 4, 16, 3, str(parts / "vocab.txt"),
+  it = pretrain_dataset.make_pretraining_dataset(pretrain_data(f"{out}/*", 4, str(parts / "vocab.txt")), 16, 3,
                                                  process_index=0, process_count=1, is_training=False)
   assert next(iter(it))["input_ids"].shape == (4, 16)
 

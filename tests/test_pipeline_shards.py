@@ -17,6 +17,7 @@ from bert_jax.input_pipeline import create_pretraining_data as cpd
 from bert_jax.input_pipeline import manifest
 from bert_jax.input_pipeline import sharding
 from bert_jax.input_pipeline import text_io
+from pretrain_data import pretrain_data
 
 WORDS = ["the", "a", "cat", "dog", "sat", "on", "mat", "run", "##ning", "play", "##ed", "is", "was", "hello",
          "world", "jax", "bert", "model", "train", "##ing", "data", "big", "small", "red", "blue"]
@@ -195,12 +196,13 @@ def test_a_late_resume_skips_whole_files_by_the_manifest_counts(tmp_path):
   files = sorted(str(out / f) for f in os.listdir(out) if f.endswith(".tfrecord"))
   assert len(files) == summary.num_shards >= 8 and not summary.skipped_shards
   assert manifest.record_counts(files) == [manifest.count_tfrecords(f) for f in files]
-  kwargs = dict(batch_size=32, max_seq_length=24, max_predictions_per_seq=4, vocab_file=str(d / "vocab.txt"),
-                is_training=True, seed=5, masking="static", shuffle_buffer=16, cycle_length=2,
-                process_index=0, process_count=1)
+  data = pretrain_data(f"{out}/train-*.tfrecord", 32, str(d / "vocab.txt"), seed=5, masking="static",
+                       shuffle_buffer=16)
+  kwargs = dict(max_seq_length=24, max_predictions_per_seq=4, is_training=True, cycle_length=2, process_index=0,
+                process_count=1)
   per_epoch = summary.instances // 32
   start = per_epoch + per_epoch // 2                 # the middle of the second epoch
-  it = pretrain_dataset.make_pretraining_dataset(f"{out}/train-*.tfrecord", **kwargs)
+  it = pretrain_dataset.make_pretraining_dataset(data, **kwargs)
   stream = [next(it) for _ in range(start + 3)]
   # The files of the second epoch's windows before the resume point: skipped by count, never read.
   rs = pretrain_dataset._RecordStream(files, True, 5, 0, 1, 16, 2)  # pylint: disable=protected-access
@@ -216,7 +218,7 @@ def test_a_late_resume_skips_whole_files_by_the_manifest_counts(tmp_path):
   for f in skipped:
     with open(f, "wb") as fh:
       fh.write(b"not a record")
-  resumed = pretrain_dataset.make_pretraining_dataset(f"{out}/train-*.tfrecord", start_step=start, **kwargs)
+  resumed = pretrain_dataset.make_pretraining_dataset(data, start_step=start, **kwargs)
   for want in stream[start:]:
     got = next(resumed)
     for k in want:

@@ -1,13 +1,15 @@
 """Pre-training batches for the training loop: from TFRecords (ours or Google's) or raw text, per host.
 
     from bert_jax.input_pipeline import pretrain_dataset
-    it = pretrain_dataset.make_pretraining_dataset(
-        "gs_or_local/train-*.tfrecord", batch_size=256,            # per-host batch (global / process_count)
-        max_seq_length=128, max_predictions_per_seq=20, vocab_file="vocab.txt",
-        is_training=True, seed=0, masking="auto")                 # or "static" / "dynamic", input_format="text"
+    from bert_jax.input_pipeline.data_plan import resolve_data_plan
+    plan = resolve_data_plan(config, "vocab.txt", process_count=1)   # configs/pretrain.py's config, checked
+    it = pretrain_dataset.open_dataset(plan.data, 128, 20)   # phase 0's length and predictions; evaluation=True
+    it = pretrain_dataset.make_pretraining_dataset(          # or one stream of PretrainData: data.input_files,
+        plan.data, max_seq_length=128, max_predictions_per_seq=20,   # data.seed, data.per_host_batch_size
+        is_training=True)                                    # input_format="auto" | "text" | "tfrecord"
     batch = next(it)          # dict of numpy arrays (below)
     state = it.state()        # {"step": 1234, ...}: save it with the model checkpoint (JSON-able)
-    it = pretrain_dataset.make_pretraining_dataset(..., start_step=state["step"])  # same next batch
+    it = pretrain_dataset.make_pretraining_dataset(plan.data, 128, 20, start_step=state["step"])  # same next batch
     # or: it.save_state(path) / pretrain_dataset.load_state(path)["step"]
 
 Batch (numpy): input_ids, input_mask, segment_ids int32 [B, max_seq_length]; masked_lm_positions,
@@ -20,18 +22,18 @@ Behaviour:
     documents; tokenized once at start-up (exact BERT tokenization, cached), then each epoch makes fresh
     NSP/SOP pairs (Google's rules, `instances.create_pairs`) and fresh masks. `"auto"` picks "text" for
     .txt files, else "tfrecord".
-  - Masking. "auto" (default): "static" for records that carry masks (a non-zero `masked_lm_weights` in the
+  - Masking (`data.masking`). "auto": "static" for records that carry masks (a non-zero `masked_lm_weights` in the
     first record), "dynamic" for raw text and for records without masks; the choice and its reason are
     logged once. "static": the positions, ids and weights stored in the records, exactly (Google's
     `run_pretraining.py`; TFRecords only). "dynamic": a fresh mask every time an example is seen
     (RoBERTa-style): stored masks are undone and the sequence is re-masked (`masking.Masker`, the configured
-    rate / 80-10-10). `masking_strategy`: "token", "whole_word" or "span" (SpanBERT spans of whole words,
+    rate / 80-10-10). `data.masking_strategy`: "token", "whole_word" or "span" (SpanBERT spans of whole words,
     lengths from the truncated geometric law of `span_geo_p` / `span_max_length`; masking.py). Words are a
     token plus its "##" pieces, joined with the records' `word_continuation` (written by
     `create_pretraining_data` with --chinese_wwm or a word strategy) or jieba's words for raw text with
     `chinese_whole_word_mask`; records that carry word_continuation are re-masked by whole words at least,
     so WWM records stay WWM.
-  - `google_exact=True`: Google's tool's rules for raw text (pairs, long sentences, control characters) and
+  - `data.google_exact`: Google's tool's rules for raw text (pairs, long sentences, control characters) and
     for dynamic masks (count rounding, candidates, replacement pool); see create_pretraining_data.
   - Per host: hosts get whole files, split by `process_index`/`process_count` (defaults:
     `jax.process_index()` / `jax.process_count()`) when there are at least as many files as hosts (the plan
@@ -48,7 +50,7 @@ Behaviour:
     create_pretraining_data; else counted once from the TFRecord headers), and only the remainder of one
     window is read, so start-up does not grow with k. Raw text: the epoch's pairs are remade, not read.
   - `is_training=False`: no shuffling, one pass (masking as for training: "auto" unless asked otherwise).
-  - `shuffle_buffer=0`: no shuffling at all, also when training: files one after the other, records (or
+  - `data.shuffle_buffer=0`: no shuffling at all, also when training: files one after the other, records (or
     documents and their pairs) in file order; what `inspect` uses to show examples in order.
   - `drop_remainder=True` (default) keeps shapes static; pass False to see every record at evaluation.
 
@@ -60,12 +62,13 @@ pairs and masks each epoch.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import gc
 import json
 import logging
 import random
 import weakref
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
@@ -422,119 +425,91 @@ def open_dataset(data: PretrainData, max_seq_length: int, max_predictions_per_se
   """This host's batches of one phase: training (`data.input_files`, shuffled, repeated, resumable at
   `start_step`) or evaluation (`data.eval_input_files`, in order, repeated so a loop takes exactly the batches
   it wants). The seed of phase i is data.seed + 1000 i, so each phase pairs and masks afresh."""
-  return make_pretraining_dataset(
-      data.eval_input_files if evaluation else data.input_files, batch_size=data.per_host_batch_size,
-      max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq, vocab_file=data.vocab_file,
-      is_training=not evaluation, seed=data.seed + 1000 * phase_index + (EVAL_SEED_OFFSET if evaluation else 0),
-      masking=data.masking, google_exact=data.google_exact, do_lower_case=data.do_lower_case,
-      masking_strategy=data.masking_strategy, span_geo_p=data.span_geo_p, span_max_length=data.span_max_length,
-      chinese_whole_word_mask=data.chinese_whole_word_mask,
-      masked_lm_prob=data.masked_lm_prob, short_seq_prob=data.short_seq_prob, pair_mode=data.pair_mode,
-      pack_sequences=data.pack_sequences, process_index=process_index, process_count=process_count,
-      num_epochs=1 << 20 if evaluation else None, shuffle_buffer=data.shuffle_buffer, start_step=start_step)
+  read = dataclasses.replace(data, input_files=data.eval_input_files if evaluation else data.input_files,
+                             seed=data.seed + 1000 * phase_index + (EVAL_SEED_OFFSET if evaluation else 0))
+  return make_pretraining_dataset(read, max_seq_length, max_predictions_per_seq, is_training=not evaluation,
+                                  process_index=process_index, process_count=process_count,
+                                  num_epochs=1 << 20 if evaluation else None, start_step=start_step)
 
 
 def make_pretraining_dataset(
-    input_files: Union[str, Sequence[str]],
-    batch_size: int,
-    max_seq_length: int = 128,
-    max_predictions_per_seq: int = 20,
-    vocab_file: Optional[str] = None,
-    is_training: bool = True,
-    seed: int = 0,
+    data: PretrainData,
+    max_seq_length: int,
+    max_predictions_per_seq: int,
     *,
+    is_training: bool = True,
     input_format: str = "auto",
-    masking: Optional[str] = "auto",
-    google_exact: bool = False,
-    do_lower_case: bool = True,
-    masking_strategy: str = "token",
-    span_geo_p: float = 0.2,
-    span_max_length: int = 10,
-    whole_word_mask: bool = False,
-    chinese_whole_word_mask: bool = False,
-    masked_lm_prob: float = 0.15,
-    short_seq_prob: float = 0.1,
-    pair_mode: str = "nsp",
-    pack_sequences: bool = False,
     process_index: Optional[int] = None,
     process_count: Optional[int] = None,
     num_epochs: Optional[int] = None,
-    shuffle_buffer: int = 10_000,          # 0: no shuffling at all (file order; documents in order for text)
     cycle_length: int = 8,
     start_step: int = 0,
     drop_remainder: bool = True,
     prefetch: int = 2,
 ) -> PretrainingIterator:
-  """Per-host iterator of pre-training batches; see the module docstring for the full contract.
+  """Per-host iterator of batches of `data.input_files` (seed `data.seed`, `data.per_host_batch_size` rows);
+  see the module docstring for the full contract. What to read and how to mask is `data` alone (the plan's,
+  configs/pretrain.py's fields resolved: masking aliases applied, NSP or SOP pairs); the arguments here say
+  how this reader runs.
 
   Args:
-    input_files: comma-separated globs or a list (TFRecords or text, see input_format).
-    batch_size: per-host batch size (global batch / process_count).
-    vocab_file: needed for dynamic masking and for text input.
-    masking: "auto" (None means the same): "static" for records carrying masks, else "dynamic";
-      "static" (the records' own masks, exactly) or "dynamic" (fresh masks each time). Logged once.
-    google_exact: Google's tool's rules (pairs, long sentences, control characters, mask count, candidates
-      and replacement pool) for raw text and dynamic masks.
-    masking_strategy: "token" | "whole_word" | "span" for dynamic masks (module docstring; masking.py);
-      span_geo_p / span_max_length set the span-length law.
-    whole_word_mask: the old name of masking_strategy="whole_word" (an error with "span").
-    chinese_whole_word_mask: jieba word boundaries (Chinese BERT-wwm, as create_pretraining_data
-      --chinese_wwm). Raw text: segmented at start-up (needs jieba). TFRecords: uses the stored
-      word_continuation feature when the files have it. Turns "token" into "whole_word".
+    data: the plan's PretrainData (`resolve_data_plan(...).data`; `open_dataset` picks a phase's or the
+      evaluation files and seed from it). data.masking "auto": "static" for records carrying masks, else
+      "dynamic" (logged once); data.vocab_file is needed for dynamic masking and for text input.
+    input_format: "auto" (text for .txt files), "tfrecord" or "text".
     num_epochs: None = repeat forever when training, one pass when not.
+    cycle_length: files read together (interleaved) in each window of an epoch.
     start_step: number of batches this host already consumed (resume).
   """
-  mode = masking
-  if masking_strategy not in masking_lib.STRATEGIES:
-    raise ValueError(f"masking_strategy={masking_strategy!r}; expected one of {masking_lib.STRATEGIES}")
-  if whole_word_mask and masking_strategy == "span":
-    raise ValueError("whole_word_mask is the old name of masking_strategy='whole_word'; spans are whole words")
-  if masking_strategy == "token" and (whole_word_mask or chinese_whole_word_mask):
-    masking_strategy = "whole_word"
-  files = text_io.expand_globs(input_files)
+  d, strategy = data, data.masking_strategy
+  if strategy not in masking_lib.STRATEGIES:
+    raise ValueError(f"data.masking_strategy={strategy!r}; expected one of {masking_lib.STRATEGIES}")
+  files = text_io.expand_globs(d.input_files)
   if input_format == "auto":
     input_format = "text" if all(f.endswith(_TEXT_SUFFIXES) for f in files) else "tfrecord"
   if input_format not in ("tfrecord", "text"):
     raise ValueError(f"input_format must be 'auto', 'tfrecord' or 'text', got {input_format!r}")
-  if pack_sequences and input_format != "text":   # packing.py works on raw text only
+  if d.pack_sequences and input_format != "text":   # packing.py works on raw text only
     raise UserError("data.pack_sequences packs raw text (.txt) input; TFRecords hold fixed pairs already")
   if not files:
-    raise UserError(f"data.input_files={input_files!r} matches no file")
+    raise UserError(f"data.input_files={d.input_files!r} matches no file")
   if input_format == "tfrecord":
     for f in files[:1]:
       _check_records(f, max_seq_length, max_predictions_per_seq)
-  mode, why = resolve_masking(mode, input_format, files)
+  mode, why = resolve_masking(d.masking, input_format, files)
   stored_cont = input_format == "tfrecord" and _has_feature(files[0], tfrecord_io.CONTINUATION_FEATURE)
   detail = ""
   if mode == "static":
     detail = "; data.masked_lm_prob and the masking strategy do not apply"
   else:
-    kind = {"span": f"spans of whole words, geometric p={span_geo_p}, at most {span_max_length}",
-            "whole_word": "whole words"}.get(masking_strategy, "whole words" if stored_cont else "")
-    pieces = "jieba" if chinese_whole_word_mask and not stored_cont else "## pieces"
-    if masking_strategy == "token":
+    kind = {"span": f"spans of whole words, geometric p={d.span_geo_p}, at most {d.span_max_length}",
+            "whole_word": "whole words"}.get(strategy, "whole words" if stored_cont else "")
+    pieces = "jieba" if d.chinese_whole_word_mask and not stored_cont else "## pieces"
+    if strategy == "token":
       pieces = ""
     source = " + ".join(x for x in (pieces, "the records' word_continuation" if stored_cont else "") if x)
     detail = f"; {kind} ({source})" if kind else ""
-  log_once(log, f"masking: {mode} ({why}{detail}){'; google_exact' if google_exact else ''} [{files[0]}"
+  log_once(log, f"masking: {mode} ({why}{detail}){'; google_exact' if d.google_exact else ''} [{files[0]}"
             f"{f' + {len(files) - 1} more' if len(files) > 1 else ''}]")
-  if mode == "dynamic" and vocab_file is None:
-    raise ValueError("dynamic masking needs vocab_file (to know [MASK] and the vocab size)")
+  if mode == "dynamic" and not d.vocab_file:
+    raise ValueError("dynamic masking needs data.vocab_file (to know [MASK] and the vocab size)")
   process_index, process_count = _default_process(process_index, process_count)
   if num_epochs is None:
     num_epochs = _MAX_EPOCHS if is_training else 1
-  vocab = tokenization.load_vocab(vocab_file) if vocab_file else None
-  config = {"seed": seed, "batch_size": batch_size, "process_index": process_index,
+  vocab = tokenization.load_vocab(d.vocab_file) if d.vocab_file else None
+  batch_size = d.per_host_batch_size
+  config = {"seed": d.seed, "batch_size": batch_size, "process_index": process_index,
             "process_count": process_count, "input_format": input_format, "masking": mode}
 
   if input_format == "text":
-    ds, stored_cont = _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_seq_prob,
-                                          pair_mode, seed, is_training, process_index, process_count,
+    ds, stored_cont = _text_pairs_dataset(files, d.vocab_file, d.do_lower_case, max_seq_length, d.short_seq_prob,
+                                          d.pair_mode, d.seed, is_training, process_index, process_count,
                                           num_epochs, start_step * batch_size,
-                                          chinese_whole_word_mask and mode == "dynamic", pack_sequences,
-                                          google_exact, shuffle=is_training and shuffle_buffer != 0)
+                                          d.chinese_whole_word_mask and mode == "dynamic", d.pack_sequences,
+                                          d.google_exact, shuffle=is_training and d.shuffle_buffer != 0)
   else:
-    stream = _RecordStream(files, is_training, seed, process_index, process_count, shuffle_buffer, cycle_length)
+    stream = _RecordStream(files, is_training, d.seed, process_index, process_count, d.shuffle_buffer,
+                           cycle_length)
     if start_step:
       ds = stream.resume(start_step * batch_size, num_epochs)
     else:
@@ -545,9 +520,8 @@ def make_pretraining_dataset(
                                                      stored_cont),
                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   if mode == "dynamic":
-    mask_fn = _make_mask_fn(vocab, max_seq_length, max_predictions_per_seq, masked_lm_prob,
-                            masking_strategy, seed, stored_cont, process_index, google_exact,
-                            span_geo_p, span_max_length)
+    mask_fn = _make_mask_fn(vocab, max_seq_length, max_predictions_per_seq, d.masked_lm_prob, strategy, d.seed,
+                            stored_cont, process_index, d.google_exact, d.span_geo_p, d.span_max_length)
     ds = ds.enumerate(start=start_step).map(mask_fn, num_parallel_calls=tf.data.AUTOTUNE,
                                             deterministic=True)
   ds = ds.map(lambda b: {k: b[k] for k in BATCH_KEYS})
