@@ -181,7 +181,6 @@ def get_config(arg=None):
   config.watchdog.compile_s = 1800.0               # + while the first step of a phase compiles (large/pod: ~10 min)
   config.watchdog.eval_s = 1800.0                  # + per evaluation (eval_steps batches, its own compile)
   config.watchdog.checkpoint_s = 1800.0            # + per checkpoint save (large + Adam on gs://: minutes)
-  config.watchdog.fault = ""                       # tests only: "stall_data@STEP:HOST" | "die_in_save@STEP:HOST"
 
   if arg.preset:           # configs/presets.py; an explicit size wins over the preset's (lamb_pod: large)
     common.override(config, presets.PRESETS[arg.preset], f"configs/presets.py:{arg.preset}")

@@ -11,10 +11,13 @@ Cases:
   dead_host        SIGKILL host 1 once the first checkpoint is complete
   dead_coordinator SIGKILL host 0 (the jax.distributed coordinator) at the same point
   frozen_host      SIGSTOP host 1 (no heartbeats; killed with SIGCONT + SIGKILL after both others end)
-  stall_data       config.watchdog.fault=stall_data@STEP:1 (host 1's data iterator blocks; heartbeats go on)
-  killed_mid_save  config.watchdog.fault=die_in_save@CKPT:1 (host 1 SIGKILLed while writing checkpoint CKPT)
+  stall_data       stall_data@STEP:1 (host 1's data iterator blocks; heartbeats go on)
+  killed_mid_save  die_in_save@CKPT:1 (host 1 SIGKILLed while writing checkpoint CKPT)
   preempt_all      SIGTERM to both hosts
   preempt_one      SIGTERM to host 1 only
+
+stall_data and killed_mid_save are injected from outside bert_jax: both hosts run tests/fault_injection.py
+--fault=..., which patches host 1's process (its data iterator, its checkpoint save) and then runs train.py.
 
 "detected after" is the time from the fault (the kill or signal; for the injected faults, host 1's own
 report of it in its log, read by polling) to the last surviving host's exit, measured by polling every 0.1 s.
@@ -41,6 +44,7 @@ from bert_jax import cli  # noqa: E402
 from bert_jax.errors import UserError  # noqa: E402
 from experiments import runs  # noqa: E402
 
+FAULT_INJECTION = os.path.join("tests", "fault_injection.py")   # train.py with a fault patched in, per host
 CASES = ("dead_host", "dead_coordinator", "frozen_host", "stall_data", "killed_mid_save", "preempt_all",
          "preempt_one")
 WORDS = "the a cat dog sat on mat run play is was hello world jax bert model train data".split()
@@ -83,9 +87,12 @@ def wait_ckpt(workdir: str, cluster: Cluster, timeout: float = 900) -> bool:
 
 def run_case(case: str, d: str, base: str, args, env) -> dict:
   workdir, logs = os.path.join(base, case), os.path.join(base, case + "_logs")
-  extra = {"stall_data": [f"--config.watchdog.fault=stall_data@{args.ckpt + 3}:1"],
-           "killed_mid_save": [f"--config.watchdog.fault=die_in_save@{2 * args.ckpt}:1"]}.get(case, [])
-  cluster = Cluster(flags(d, workdir, args, *extra), logs, env=env).start()
+  fault = {"stall_data": f"stall_data@{args.ckpt + 3}:1", "killed_mid_save": f"die_in_save@{2 * args.ckpt}:1"}
+  if case in fault:
+    cluster = Cluster([f"--fault={fault[case]}", *flags(d, workdir, args)], logs, env=env,
+                      script=FAULT_INJECTION).start()
+  else:
+    cluster = Cluster(flags(d, workdir, args), logs, env=env).start()
   t_fault = None
   try:
     if case in ("stall_data", "killed_mid_save"):

@@ -1,7 +1,8 @@
 """train.py as a real two-host job: 2 processes x 2 CPU devices (jax.distributed on 127.0.0.1, gloo), one work
 dir, checkpoints, metrics and evaluation, on the mesh (2, 2, 1): the data axis across the hosts and fsdp over
 each host's devices, so parameters and optimizer state are sharded within a host and the gradients cross hosts.
-A dead, a stuck and a preempted host on that work dir, each run resuming the previous one:
+A dead, a stuck and a preempted host on that work dir, each run resuming the previous one (A and B are
+injected from outside bert_jax by tests/fault_injection.py, which patches host 1's process, then runs train.py):
   A. stall_data@8:1 (host 1's data iterator blocks; its heartbeats go on): the step watchdog stops both
      hosts, exit 75, host 1's log holds every thread's stack and names the stalled phase;
   B. die_in_save@10:1 (host 1 SIGKILLed while checkpoint 10 is written): host 0 prints the one
@@ -167,8 +168,10 @@ FAULT_FLAGS = ("--config.watchdog.min_s=10", "--config.watchdog.step_factor=2", 
 LINE = re.compile(r"^error: (.*); newest complete checkpoint: (step \d+|none.*); restart all hosts to resume$")
 
 
-def _run(corpus, env, workdir, logs, *extra, timeout=600):
-  cluster = Cluster(flags(corpus, workdir, *FAULT_FLAGS, *extra), str(logs), env=env).start()
+def _run(corpus, env, workdir, logs, fault, timeout=600):
+  """Both hosts run tests/fault_injection.py --fault=FAULT (train.py, with the fault on the host it names)."""
+  cluster = Cluster([f"--fault={fault}", *flags(corpus, workdir, *FAULT_FLAGS)], str(logs), env=env,
+                    script=os.path.join("tests", "fault_injection.py")).start()
   try:
     codes = cluster.wait(timeout=timeout)
   finally:
@@ -200,7 +203,7 @@ def test_stall_dead_host_preemption_of_one_host_supervised_restart_to_the_one_ho
 
 def _chain(corpus, env, workdir, tmp_path):
   # A: host 1's data iterator blocks before step 8; its heartbeats go on, only the watchdog can tell.
-  a, codes = _run(corpus, env, workdir, tmp_path / "a", "--config.watchdog.fault=stall_data@8:1")
+  a, codes = _run(corpus, env, workdir, tmp_path / "a", "stall_data@8:1")
   log1 = a.text(1)
   assert codes == [RETRYABLE_EXIT_CODE] * 2, log1[-3000:]
   assert "host guard: every thread's stack on host 1 of 2" in log1 and "in __next__" in log1
@@ -214,7 +217,7 @@ def _chain(corpus, env, workdir, tmp_path):
   assert abs(a.ended[0] - a.ended[1]) < HEARTBEAT_S and sorted(os.listdir(workdir / "checkpoints")) == ["5"]
 
   # B: host 1 is SIGKILLed while checkpoint 10 is written: host 0 names it and exits 75 within the timeout.
-  b, codes = _run(corpus, env, workdir, tmp_path / "b", "--config.watchdog.fault=die_in_save@10:1")
+  b, codes = _run(corpus, env, workdir, tmp_path / "b", "die_in_save@10:1")
   assert codes == [RETRYABLE_EXIT_CODE, -signal.SIGKILL], b.text(0)[-3000:]
   assert b.ended[0] - b.ended[1] < HEARTBEAT_S + 15, (b.ended, b.text(0)[-2000:])
   assert re.match(r"error: host 1 of 2 stopped responding during step 1[01] \(no heartbeat for \d+ s; its last "

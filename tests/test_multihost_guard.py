@@ -1,21 +1,26 @@
 """bert_jax/engine/watchdog.py in one process: the settings' checks, the verdicts of the heartbeat and of the
-step watchdog on a simulated peer (a fake coordination-service client), the limits, committed checkpoints.
-The real two-process faults are tests/test_multihost.py."""
+step watchdog on a simulated peer (a fake coordination-service client), the limits, committed checkpoints;
+and tests/fault_injection.py, which patches bert_jax from outside for the real two-process faults of
+tests/test_multihost.py."""
 
 import json
 import os
+import signal
 import time
+import types
 
 import pytest
 
+import fault_injection  # tests/fault_injection.py (tests/ is on sys.path under pytest)
 from bert_jax.errors import RETRYABLE_EXIT_CODE, UserError
-from bert_jax.engine import watchdog
+from bert_jax.engine import checkpoints, watchdog
+from bert_jax.pretrain import loop
 from configs import pretrain as pretrain_config
 
 
 def settings(**changes):
   base = dict(heartbeat_timeout_s=10.0, watchdog=True, step_factor=10.0, min_s=5.0, compile_s=100.0, eval_s=50.0,
-              checkpoint_s=70.0, fault=None)
+              checkpoint_s=70.0)
   base.update(changes)
   return watchdog.GuardSettings(**base)
 
@@ -37,7 +42,7 @@ def test_defaults_turn_the_watchdog_on_for_multi_host_runs_only_and_give_jax_a_l
   config = pretrain_config.get_config("size=tiny")
   assert watchdog.resolve_guard(config, 2).watchdog and not watchdog.resolve_guard(config, 1).watchdog
   s = watchdog.resolve_guard(config, 2)
-  assert (s.heartbeat_timeout_s, s.min_s, s.fault) == (60.0, 300.0, None)
+  assert (s.heartbeat_timeout_s, s.min_s) == (60.0, 300.0)
   assert watchdog.distributed_init_kwargs(config) == {"heartbeat_timeout_seconds": 90, "initialization_timeout": 330}
   assert RETRYABLE_EXIT_CODE == 75 and RETRYABLE_EXIT_CODE not in (1, 2, 130, 143)
 
@@ -51,9 +56,6 @@ def test_defaults_turn_the_watchdog_on_for_multi_host_runs_only_and_give_jax_a_l
     ("watchdog.checkpoint_s", -1.0, r"config.watchdog.checkpoint_s=-1.0; expected >= 0"),
     ("watchdog.enable", "sometimes", r"config.watchdog.enable='sometimes'; expected auto, true or false"),
     ("watchdog.step_factor", 0.5, r"config.watchdog.step_factor=0.5"),
-    ("watchdog.fault", "stall_data", r"config.watchdog.fault='stall_data': expected KIND@STEP:HOST"),
-    ("watchdog.fault", "explode@3:0", r"unknown fault 'explode'; expected one of stall_data, die_in_save"),
-    ("watchdog.fault", "stall_data@3:2", r"expected a step >= 1 and a host in \[0, 2\)"),
 ])
 def test_bad_guard_fields_are_user_errors_naming_the_field(field, value, message):
   config = pretrain_config.get_config("size=tiny")
@@ -118,7 +120,7 @@ class Client:
   kv = {}
   def key_value_set(self, key, value, allow_overwrite=False): self.kv[key] = value
   def key_value_dir_get(self, prefix): return sorted(self.kv.items())
-s = watchdog.GuardSettings(60.0, False, 10.0, 300.0, 0.0, 0.0, 0.0, None)
+s = watchdog.GuardSettings(60.0, False, 10.0, 300.0, 0.0, 0.0, 0.0)
 g = watchdog.HostGuard(s, "", process_index=1, process_count=2, client=Client())
 g.step_done(40, synced=True)
 g.fail(jax.errors.JaxRuntimeError(sys.argv[1]))
@@ -144,11 +146,59 @@ def test_a_failed_step_out_of_device_memory_is_not_retried_but_a_lost_collective
   assert proc.stderr.strip().splitlines()[-1].startswith(line), proc.stderr[-1000:]
 
 
-def test_fault_spec_parses_and_shows_in_the_plan_description():
-  f = watchdog.parse_fault("die_in_save@20:1", 2)
-  assert f == watchdog.Fault("die_in_save", 20, 1)
-  assert "FAULT INJECTION die_in_save@20:1" in settings(fault=f).describe()
-  assert watchdog.parse_fault("", 2) is None
+# ---- tests/fault_injection.py: the faults tests/test_multihost.py injects from outside bert_jax ----------
+@pytest.mark.parametrize("text, message", [
+    ("stall_data", r"--fault='stall_data': expected KIND@STEP:HOST"),
+    ("explode@3:0", r"unknown fault 'explode'; expected one of stall_data, die_in_save"),
+    ("stall_data@0:1", r"expected a step >= 1 and a host >= 0"),
+])
+def test_an_injected_fault_is_kind_at_step_colon_host_and_a_bad_one_says_what_was_expected(text, message):
+  assert fault_injection.parse("die_in_save@20:1") == fault_injection.Fault("die_in_save", 20, 1)
+  with pytest.raises(ValueError, match=message):
+    fault_injection.parse(text)
+
+
+class Blocked(Exception):
+  pass
+
+
+def test_stall_data_blocks_the_named_hosts_batch_of_that_step_in_a_resumed_phase_and_spares_the_rest(monkeypatch):
+  opened = []
+
+  def open_data(plan, phase, *, start_step=0, evaluation=False):
+    opened.append((start_step, evaluation))
+    return iter(range(100))
+
+  def block():
+    raise Blocked
+
+  monkeypatch.setattr(loop, "open_data", open_data)
+  monkeypatch.setattr(fault_injection.StallingData, "block", staticmethod(block))
+  fault_injection.install(fault_injection.parse("stall_data@15:0"))      # this process is host 0
+  phase = types.SimpleNamespace(start=10)
+  data = loop.open_data(None, phase, start_step=2)      # resumed at step 12: the next batch is step 13's
+  assert [next(data), next(data)] == [0, 1]             # steps 13 and 14
+  with pytest.raises(Blocked):
+    next(data)                                          # step 15's never comes
+  assert next(iter(loop.open_data(None, phase, evaluation=True))) == 0     # evaluation data is not touched
+  assert opened == [(2, False), (0, True)]
+
+
+def test_stall_data_on_another_host_leaves_this_hosts_data_alone(monkeypatch):
+  monkeypatch.setattr(loop, "open_data", lambda plan, phase, *, start_step=0, evaluation=False: iter(range(3)))
+  fault_injection.install(fault_injection.parse("stall_data@1:1"))
+  assert list(loop.open_data(None, types.SimpleNamespace(start=0))) == [0, 1, 2]
+
+
+def test_die_in_save_sigkills_the_named_host_right_after_that_steps_save_started(monkeypatch):
+  events = []
+  monkeypatch.setattr(checkpoints.Checkpointer, "save", lambda self, step, state, meta=None, force=False:
+                      events.append(("save", step)) or True)
+  monkeypatch.setattr(os, "kill", lambda pid, signum: events.append(("kill", pid, signum)))
+  fault_injection.install(fault_injection.parse("die_in_save@10:0"))
+  for step in (5, 10):
+    assert checkpoints.Checkpointer.save(None, step, state=None) is True
+  assert events == [("save", 5), ("save", 10), ("kill", os.getpid(), signal.SIGKILL)]
 
 
 def two_hosts(**changes):
@@ -327,7 +377,7 @@ def test_committed_checkpoints_exclude_a_half_written_save(tmp_path):
 FIRE = r'''
 import sys, time
 from bert_jax.engine import watchdog
-s = watchdog.GuardSettings(10.0, True, 10.0, 0.5, 0.0, 0.0, 0.0, None)
+s = watchdog.GuardSettings(10.0, True, 10.0, 0.5, 0.0, 0.0, 0.0)
 g = watchdog.HostGuard(s, sys.argv[1], process_index=0, process_count=1)
 g.at_exit(lambda: open(sys.argv[2], "w").write("released"))
 g.start()

@@ -43,12 +43,6 @@ not a collective) lines the hosts up before each phase's first step: gloo gives 
 
 JAX's own coordination-service heartbeat is set to `heartbeat_timeout_s + JAX_HEARTBEAT_MARGIN_S`
 (distributed_init_kwargs): it stays the backstop (SIGABRT) if this process cannot act at all.
-
-Fault injection for the tests (config.watchdog.fault, "" in real runs, shown in the plan when set):
-  "stall_data@STEP:HOST"  host HOST's data iterator blocks for good before the batch of step STEP (alive:
-                          its heartbeats continue; only the step watchdog can notice)
-  "die_in_save@STEP:HOST" host HOST SIGKILLs itself right after the checkpoint save of step STEP started
-                          (its files half-written, never committed)
 """
 
 from __future__ import annotations
@@ -58,7 +52,6 @@ import faulthandler
 import json
 import logging
 import os
-import signal
 import statistics
 import sys
 import threading
@@ -80,21 +73,9 @@ JAX_HEARTBEAT_MARGIN_S = 30     # JAX's own heartbeat fires this much later: our
 MAX_TIMEOUT_S = 1_000_000         # JAX takes its timeouts as 32-bit seconds (a larger one was a TypeError traceback)
 FINAL_PHASES = ("done", "stopped", "failed")
 LINGER_MAX_S = 20.0       # the longest host 0 waits, after its own line, for the peers to leave first
-FAULT_KINDS = ("stall_data", "die_in_save")
 
 
 # ---- settings (resolved once, by the plan; the heartbeat timeout also before jax.distributed starts) -------
-@dataclasses.dataclass(frozen=True)
-class Fault:
-  """An injected fault (tests only): `kind` on host `process` at step `step`."""
-  kind: str
-  step: int
-  process: int
-
-  def __str__(self):
-    return f"{self.kind}@{self.step}:{self.process}"
-
-
 @dataclasses.dataclass(frozen=True)
 class GuardSettings:
   """config.distributed.heartbeat_timeout_s and config.watchdog.*, resolved."""
@@ -105,13 +86,11 @@ class GuardSettings:
   compile_s: float
   eval_s: float
   checkpoint_s: float
-  fault: Optional[Fault]
 
   def describe(self) -> str:
-    out = f"heartbeat timeout {self.heartbeat_timeout_s:g} s; " + (
+    return f"heartbeat timeout {self.heartbeat_timeout_s:g} s; " + (
         f"step watchdog {self.step_factor:g} x median step, floor {self.min_s:g} s (+ compile {self.compile_s:g} "
         f"s, eval {self.eval_s:g} s, checkpoint {self.checkpoint_s:g} s)" if self.watchdog else "step watchdog off")
-    return out + (f"; FAULT INJECTION {self.fault}" if self.fault else "")
 
 
 def heartbeat_timeout(config) -> float:
@@ -159,30 +138,13 @@ def initialize_distributed(config, **kwargs) -> None:
     joined.set()        # joined, or failed at once (a bad argument): no deadline line after that one
 
 
-def parse_fault(text: str, process_count: int, field: str = "config.watchdog.fault") -> Optional[Fault]:
-  """"KIND@STEP:HOST" -> Fault; "" -> None; UserError naming the field otherwise."""
-  text = str(text or "").strip()
-  if not text:
-    return None
-  try:
-    kind, rest = text.split("@", 1)
-    step, process = (int(x) for x in rest.split(":", 1))
-  except ValueError:
-    raise UserError(f"{field}={text!r}: expected KIND@STEP:HOST, e.g. stall_data@25:1 (or \"\")") from None
-  if kind not in FAULT_KINDS:
-    raise UserError(f"{field}={text!r}: unknown fault {kind!r}; expected one of {', '.join(FAULT_KINDS)}")
-  if not (step >= 1 and 0 <= process < process_count):
-    raise UserError(f"{field}={text!r}: expected a step >= 1 and a host in [0, {process_count})")
-  return Fault(kind, step, process)
-
-
 def resolve_guard(config, process_count: int) -> GuardSettings:
   """The guard's settings from config.distributed / config.watchdog (UserError naming the field)."""
   hb = heartbeat_timeout(config)
   initialization_timeout(config)      # checked with the plan too (it is used before the plan, at start-up)
   w = config.get("watchdog")
   if w is None:
-    return GuardSettings(hb, process_count > 1, 10.0, 300.0, 1800.0, 1800.0, 1800.0, None)
+    return GuardSettings(hb, process_count > 1, 10.0, 300.0, 1800.0, 1800.0, 1800.0)
   enable = str(w.get("enable", "auto")).lower()
   if enable not in ("auto", "true", "false"):
     raise UserError(f"config.watchdog.enable={w.enable!r}; expected auto, true or false")
@@ -192,7 +154,7 @@ def resolve_guard(config, process_count: int) -> GuardSettings:
     checks.check_range(config, f"watchdog.{name}", lo=0)
   on = process_count > 1 if enable == "auto" else enable == "true"
   return GuardSettings(hb, on, float(w.step_factor), float(w.min_s), float(w.compile_s), float(w.eval_s),
-                       float(w.checkpoint_s), parse_fault(w.get("fault", ""), process_count))
+                       float(w.checkpoint_s))
 
 
 # ---- checkpoints as a dying host leaves them ---------------------------------------------------------------
@@ -215,27 +177,6 @@ def complete_checkpoint_steps(directory: str) -> list:
 def _newest_checkpoint(directory: str) -> str:
   steps = complete_checkpoint_steps(directory) if directory else []
   return f"step {steps[-1]}" if steps else "none (the run restarts from step 0)"
-
-
-# ---- fault injection ------------------------------------------------------------------------------------------
-class _StallingData:
-  """This host's data iterator, except that the batch of step `fault.step` never comes."""
-
-  def __init__(self, data, next_step: int, fault: Fault):
-    self._data, self._next_step, self._fault = data, next_step, fault
-
-  def __iter__(self):
-    return self
-
-  def __next__(self):
-    if self._next_step == self._fault.step:
-      log.warning("fault injection %s: the data iterator blocks for good", self._fault)
-      threading.Event().wait()          # blocks; its stack names this frame
-    self._next_step += 1
-    return next(self._data)
-
-  def __getattr__(self, name):
-    return getattr(self._data, name)
 
 
 # What a run out of device memory prints after its step (multi-host: HostGuard.fail; one process: pretrain).
@@ -319,21 +260,6 @@ class HostGuard:
     tokenized their data at different speeds can be further apart than that."""
     if self.multi_host and self._client is not None:
       self._client.wait_at_barrier(f"bert_jax/{name}", int(1000 * (self.settings.compile_s + self.settings.min_s)))
-
-  def wrap_data(self, data, next_step: int):
-    """`data`, or with the stall_data fault on this host, an iterator that blocks at the fault's step."""
-    f = self.settings.fault
-    if f is not None and f.kind == "stall_data" and f.process == self.index:
-      return _StallingData(data, next_step, f)
-    return data
-
-  def after_save(self, step: int) -> None:
-    """Called right after a checkpoint save of `step` started (asynchronously)."""
-    f = self.settings.fault
-    if f is not None and f.kind == "die_in_save" and f.process == self.index and f.step == step:
-      self._err().write(f"fault injection {f}: SIGKILL during the save of step {step}\n")
-      self._err().flush()
-      os.kill(os.getpid(), signal.SIGKILL)
 
   # -- limits --
   def limit(self) -> float:

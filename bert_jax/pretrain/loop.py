@@ -394,7 +394,6 @@ def _run_phases(plan, ckpt, model, mesh, tx, train_step, abstract, shardings, ba
         continue
       data, first = opened if opened is not None else (open_data(plan, phase, start_step=step - phase.start), None)
       opened = None
-      data = guard.wrap_data(data, step + (2 if first is not None else 1))
       log.info("%s: starting at step %d (batch %d of this phase)", phase, step, step - phase.start)
       guard.barrier(f"phase{phase.index}_step{step}")     # hosts start the phase's first collective together
       state, step = _train_phase(run, phase, state, step, data, first)
@@ -466,7 +465,6 @@ def _train_phase(run: _Run, phase: Phase, state, step: int, data, first) -> tupl
       run.ckpt.save(step, state, {"scan_layers": plan.model.scan_layers, "data": data.state(),
                                   "mesh": list(plan.mesh_shape), "process_count": jax.process_count(),
                                   "model_config": plan.model.to_dict()}, force=at_end or preempted)
-      guard.after_save(step)
       guard.progress()
     if due.evaluate(step):
       guard.enter("eval")
