@@ -98,7 +98,7 @@ def test_installed_wheel_imports_from_outside_the_tree_and_its_configs_load(inst
       assert pretrain.__file__.startswith(site), pretrain.__file__
       assert pretrain.get_config("size=tiny").model.size == "tiny"
       assert finetune.get_config("task=mrpc").task == "mrpc"
-      # --config as a file path, the way train.py takes it from an installed package (README, "Install").
+      # --config as a file path, the way train.py takes it from an installed package (docs/install.md).
       config_dir = bert_jax_configs.__path__[0]
       config_flags.DEFINE_config_file("config")
       flags.FLAGS(["prog", f"--config={config_dir}/pretrain.py:size=mini"])
