@@ -3,12 +3,14 @@
 import json
 import os
 
-import ml_collections
 import pytest
 
 from bert_jax.engine import periodic, run_files
 from bert_jax.finetune import loop
-from bert_jax.finetune.plan import FinetunePlan
+from bert_jax.finetune.plan import resolve_finetune
+
+import task_fixtures as testing
+from test_finetune_tasks import make_config
 
 
 def due_steps(predicate, total):
@@ -100,30 +102,20 @@ def test_epoch_sums_as_the_loops_always_did():
   assert any(due.epoch(s) != s / 7 for s in range(1, 701))
 
 
-# ---- evals_per_epoch: the plan spreads them, the schedule acts on them ---------------------------------------
+# ---- evals_per_epoch: the plan spreads them, the loops' schedule acts on them -------------------------------
 @pytest.mark.parametrize("rows,per_epoch,expected", [
     (64, 4, [2, 4, 6, 8, 10, 12, 14, 16]),     # 8 steps per epoch / 4 evaluations = every 2 steps
     (8, 4, [1, 2]),                            # 1 step per epoch: every step, never 0 (0 means each epoch)
     (40, 2, [2, 4, 6, 8, 10]),                 # 5 steps per epoch: 5 // 2 = every 2, and the last step
 ])
-def test_evals_per_epoch_spread_over_each_epoch(rows, per_epoch, expected):
-  plan = _SchedulePlan(evals_per_epoch=per_epoch)
+def test_evals_per_epoch_spread_over_each_epoch(tmp_path, rows, per_epoch, expected):
+  data = testing.write_classification(str(tmp_path / "data"))
+  config = make_config("classification", data, testing.write_vocab(str(tmp_path / "v")), num_train_epochs=2.0,
+                       evals_per_epoch=per_epoch)
+  plan = resolve_finetune(config, str(tmp_path / "w"))
   schedule = plan.schedule(rows)
   due = loop.timetable(plan, schedule, evaluate=True)
   assert due_steps(due.evaluate, schedule["total_steps"]) == expected
-
-
-class _SchedulePlan:
-  """The fields FinetunePlan.schedule and loop.timetable read (a batch of 8, 2 epochs), without data or a model:
-  the real method runs, so the spreading rule stays the plan's, and these tests check what the loop does with it."""
-
-  def __init__(self, evals_per_epoch=0, eval_every_steps=0):
-    self.batch_size, self.num_train_epochs, self.max_train_steps = 8, 2.0, 0
-    self.warmup_proportion, self.log_every_steps = 0.1, 1
-    self.eval_every_steps, self.evals_per_epoch = eval_every_steps, evals_per_epoch
-
-  def schedule(self, rows):
-    return FinetunePlan.schedule(self, rows)
 
 
 # ---- EarlyStopping -------------------------------------------------------------------------------------------
@@ -162,8 +154,7 @@ def test_train_clock_has_no_rate_from_one_step():
 
 # ---- run_files -----------------------------------------------------------------------------------------------
 def test_run_files_writes_plan_config_with_resolved_and_init_report(tmp_path):
-  config = ml_collections.ConfigDict({"task": "ner", "seed": 1}).to_dict()
-  paths = run_files.write_run_files(str(tmp_path), {"task": "ner"}, config, {"total_steps": 5},
+  paths = run_files.write_run_files(str(tmp_path), {"task": "ner"}, {"task": "ner", "seed": 1}, {"total_steps": 5},
                                     {"loaded": ["bert/x"]})
   assert [os.path.basename(p) for p in paths] == ["plan.json", "config.json", "init_report.json"]
   read = lambda n: json.load(open(tmp_path / n))  # noqa: E731
