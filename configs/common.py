@@ -3,10 +3,11 @@
     from configs import common    # installed: from bert_jax_configs import common
 
     def get_config(arg=None):
-      arg = common.parse_arg(arg, "configs/pretrain.py", bare=common.size_words(),
-                             size=(None, common.SIZES), preset=(None, tuple(PRESETS)), runlocal=False)
+      arg = common.parse_arg(arg, "configs/pretrain.py", bare=common.size_words(), size=(None, common.SIZES),
+                             preset=(None, tuple(presets.PRESETS)), fast=False, runlocal=False)
       ...
-      common.override(config, PRESETS[arg.preset], f"preset={arg.preset}")
+      if arg.preset:
+        common.override(config, presets.PRESETS[arg.preset], f"configs/presets.py:{arg.preset}")
 
 `--config=configs/pretrain.py:size=tiny,preset=budget,runlocal` hands get_config "size=tiny,preset=budget,
 runlocal". Each spec entry names one key the string may hold:
@@ -26,8 +27,9 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import ml_collections
 
 from bert_jax.errors import UserError
+from bert_jax.models.config import SIZES as _SIZE_TABLE
 
-SIZES = ("tiny", "mini", "small", "medium", "base", "large")   # bert_jax.models.config.SIZES's names
+SIZES = tuple(_SIZE_TABLE)          # tiny, mini, small, medium, base, large: the model size table's names
 
 
 class ArgError(UserError, ValueError):
@@ -67,7 +69,8 @@ def parse_arg(arg: Optional[str], where: str, *, bare: Optional[Mapping[str, Tup
       key, value = bare[key]
     elif key not in spec:
       kinds = "/".join(dict.fromkeys(k for k, _ in bare.values()))
-      words = f" (or one of {', '.join(bare)} alone)" if len(bare) <= 12 else f" (or a {kinds} name alone)"
+      words = "" if not bare else (f" (or one of {', '.join(bare)} alone)" if len(bare) <= 12 else
+                                   f" (or a {kinds} name alone)")
       raise ArgError(f"{where}: unknown config argument {part!r}; expected {expected}{words}")
     else:
       value = _convert(where, key, text, eq, spec[key])

@@ -41,6 +41,11 @@ def test_a_bad_config_argument_is_one_user_error_naming_the_key_and_what_is_allo
   assert isinstance(e.value, ValueError) and "\n" not in str(e.value)   # ml_collections' loader catches ValueError
 
 
+def test_without_bare_words_the_unknown_argument_error_lists_only_the_keys():
+  with pytest.raises(UserError, match=r"^f.py: unknown config argument 'tiny'; expected size=.*, runlocal$"):
+    common.parse_arg("tiny", "f.py", **SPEC)
+
+
 def test_every_preset_field_is_a_field_of_the_config_or_of_bert_config():
   """override() adds a field that is not there (ALBERT's model.hidden_act, a BertConfig field the config does
   not list), so a misspelt preset field would be a silent no-op; this names it."""
