@@ -438,7 +438,10 @@ def slurm_env(tmp_path):
   _write_exe(bin_dir / "srun", SRUN_STUB.format(argv=tmp_path / "srun_argv"))
   _write_exe(bin_dir / "scontrol", f'#!/bin/bash\necho "$*" >> {tmp_path}/scontrol_calls\n'
              '[ "$1 $2" = "show hostnames" ] && echo gpu-node-1\nexit 0\n')
-  os.symlink(PY, venv / "bin" / "python")
+  # The stand-in venv's python execs this one: a symlink to it would start, inside a real venv, the base
+  # interpreter without the venv's packages (Python finds pyvenv.cfg beside the link, not beside its target),
+  # and launch/slurm_state.py's `from etils import epath` failed.
+  _write_exe(venv / "bin" / "python", f'#!/bin/bash\nexec {shlex.quote(PY)} "$@"\n')
   (venv / "bin" / "activate").write_text(f'export PATH="{venv / "bin"}:$PATH"\n')
   env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", SLURM_JOB_ID="4242",
              SLURM_JOB_NODELIST="gpu-node-[1-2]", SLURM_NTASKS="2", SLURM_SUBMIT_DIR=str(code),

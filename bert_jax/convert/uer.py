@@ -45,7 +45,22 @@ import numpy as np
 
 from bert_jax.convert import hf, mapping
 from bert_jax.models.config import BertConfig
+from bert_jax.models.encoders import transformer
 from bert_jax.pretrained import params_dir
+
+
+def _layer_rules():
+  """UER's names of a transformer layer's modules -> Hugging Face's, from the transformer family's own table
+  (models/encoders/transformer.py: CHECKPOINT_NAMES); UER's LayerNorm holds gamma / beta."""
+  rules = []
+  for p in transformer.CHECKPOINT_NAMES:
+    uer, hf_name = r"encoder\.transformer\.(\d+)\." + re.escape(p.uer), r"bert.encoder.layer.\1." + p.hf
+    if p.kind == "layer_norm":
+      rules += [(uer + r"\.gamma", hf_name + ".weight"), (uer + r"\.beta", hf_name + ".bias")]
+    else:
+      rules.append((uer + r"\.(weight|bias)", hf_name + r".\2"))
+  return rules
+
 
 # (regex over UER names -> Hugging Face name template). Alternatives cover UER's old and new naming.
 _RULES = [
@@ -56,20 +71,7 @@ _RULES = [
      "bert.embeddings.token_type_embeddings.weight"),
     (r"embedding\.layer_norm\.gamma", "bert.embeddings.LayerNorm.weight"),
     (r"embedding\.layer_norm\.beta", "bert.embeddings.LayerNorm.bias"),
-    (r"encoder\.transformer\.(\d+)\.self_attn\.linear_layers\.0\.(weight|bias)",
-     r"bert.encoder.layer.\1.attention.self.query.\2"),
-    (r"encoder\.transformer\.(\d+)\.self_attn\.linear_layers\.1\.(weight|bias)",
-     r"bert.encoder.layer.\1.attention.self.key.\2"),
-    (r"encoder\.transformer\.(\d+)\.self_attn\.linear_layers\.2\.(weight|bias)",
-     r"bert.encoder.layer.\1.attention.self.value.\2"),
-    (r"encoder\.transformer\.(\d+)\.self_attn\.final_linear\.(weight|bias)",
-     r"bert.encoder.layer.\1.attention.output.dense.\2"),
-    (r"encoder\.transformer\.(\d+)\.layer_norm_1\.gamma", r"bert.encoder.layer.\1.attention.output.LayerNorm.weight"),
-    (r"encoder\.transformer\.(\d+)\.layer_norm_1\.beta", r"bert.encoder.layer.\1.attention.output.LayerNorm.bias"),
-    (r"encoder\.transformer\.(\d+)\.feed_forward\.linear_1\.(weight|bias)", r"bert.encoder.layer.\1.intermediate.dense.\2"),
-    (r"encoder\.transformer\.(\d+)\.feed_forward\.linear_2\.(weight|bias)", r"bert.encoder.layer.\1.output.dense.\2"),
-    (r"encoder\.transformer\.(\d+)\.layer_norm_2\.gamma", r"bert.encoder.layer.\1.output.LayerNorm.weight"),
-    (r"encoder\.transformer\.(\d+)\.layer_norm_2\.beta", r"bert.encoder.layer.\1.output.LayerNorm.bias"),
+    *_layer_rules(),
     (r"target\.(?:sp\.linear_1|nsp_linear_1)\.(weight|bias)", r"bert.pooler.dense.\1"),
     (r"target\.(?:sp\.linear_2|nsp_linear_2)\.(weight|bias)", r"cls.seq_relationship.\1"),
     (r"target\.(?:mlm\.linear_1|mlm_linear_1)\.(weight|bias)", r"cls.predictions.transform.dense.\1"),

@@ -5,11 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import numbers
-from typing import Any, Optional
+from typing import Any
 
 import jax.numpy as jnp
 
 from bert_jax import fileio
+from bert_jax.models import encoders
 
 # (layers, hidden) of the size table; heads = H / 64, intermediate = 4H (Google's 24 small BERTs use the
 # same rule, e.g. BERT-mini is L4/H256/A4).
@@ -22,7 +23,6 @@ SIZES = {
     "large": (24, 1024),
 }
 
-ENCODERS = ("transformer", "lstm")
 LAYER_NORM_TYPES = ("post", "pre")
 ATTENTION_IMPLS = ("auto", "einsum", "xla", "cudnn", "cudnn_dropout", "pallas_flash")   # models/attention.py
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "minimal")
@@ -65,7 +65,7 @@ class BertConfig:
   type_vocab_size: int = 2
   initializer_range: float = 0.02
   layer_norm_eps: float = 1e-12
-  encoder: str = "transformer"             # "transformer" | "lstm" (bidirectional, ELMo-style)
+  encoder: str = "transformer"             # the encoder family, by its registered name (models/encoders/)
   layer_norm_type: str = "post"            # "post" (BERT) | "pre" (pre-LN Transformer)
   dtype: str = "float32"                   # compute dtype; "bfloat16" on accelerators
   param_dtype: str = "float32"             # parameters (master weights) stay float32
@@ -95,20 +95,15 @@ class BertConfig:
       raise ValueError(
           f"hidden_size={self.hidden_size} is not a multiple of num_attention_heads="
           f"{self.num_attention_heads}")
-    for name, allowed in (("encoder", ENCODERS), ("layer_norm_type", LAYER_NORM_TYPES),
-                          ("attention_impl", ATTENTION_IMPLS), ("remat_policy", REMAT_POLICIES)):
+    for name, allowed in (("layer_norm_type", LAYER_NORM_TYPES), ("attention_impl", ATTENTION_IMPLS),
+                          ("remat_policy", REMAT_POLICIES)):
       if getattr(self, name) not in allowed:
         raise ValueError(f"BertConfig.{name}={getattr(self, name)!r}; expected one of {allowed}")
     if self.embedding_size < 0:
       raise ValueError(f"BertConfig.embedding_size={self.embedding_size}; expected 0 (= hidden_size) or > 0")
-    if self.share_layers and self.encoder != "transformer":
-      raise ValueError(f"BertConfig.share_layers=True needs encoder='transformer' (got {self.encoder!r})")
-    if self.encoder != "transformer" and self.scan_layers:
-      # nn.scan stacks Transformer layers; the lstm encoder has no such stack, so the flag did nothing.
-      raise ValueError(f"BertConfig.scan_layers=True needs encoder='transformer' (got encoder={self.encoder!r}); "
-                       "set scan_layers=False")
-    if self.encoder == "lstm" and self.hidden_size % 2:
-      raise ValueError("the lstm encoder needs an even hidden_size (two directions of H/2)")
+    # A registered family, the layer options it supports (scan_layers, share_layers) and its own rules; on a
+    # family without a layer stack scan_layers did nothing, so it is refused rather than ignored.
+    encoders.check_config(self)
     for name in ("dtype", "param_dtype"):
       jnp.dtype(getattr(self, name))  # raises TypeError on an unknown dtype name
 

@@ -1,9 +1,10 @@
-"""Building blocks shared by the encoders and targets: initialisers, dense layers, attention, FFN."""
+"""Building blocks shared by the encoders and targets: initialisers, dense layers, attention, FFN, and the
+rematerialisation and nn.scan adapters any encoder family's layer stack may use."""
 
 from __future__ import annotations
 
 import functools
-from typing import Optional
+from typing import Any
 
 import flax.linen as nn
 from flax.linen.dtypes import promote_dtype
@@ -155,3 +156,36 @@ class FeedForward(nn.Module):
     h = activation(cfg.hidden_act)(h)
     h = constrain(h, (axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_MLP))
     return dense(cfg, cfg.hidden_size, (axes.MLP, axes.EMBED), "output")(h)
+
+
+# config.remat_policy -> what a rematerialised layer keeps from its forward pass (models.config.REMAT_POLICIES).
+_REMAT_POLICIES = {
+    "full": None,   # save nothing: recompute the whole layer in the backward pass
+    "dots": jax.checkpoint_policies.checkpoint_dots,
+    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    "minimal": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+def maybe_remat(cls, config: BertConfig, in_scan: bool):
+  """`cls` rematerialised by config.remat_policy ("none": as is). Inside nn.scan, CSE across iterations cannot
+  undo the remat, so prevent_cse (which costs fusions) is off there."""
+  if config.remat_policy == "none":
+    return cls
+  return nn.remat(cls, policy=_REMAT_POLICIES[config.remat_policy], prevent_cse=not in_scan)
+
+
+class ScanCell(nn.Module):
+  """Adapts an encoder layer, `layer_cls(config, deterministic, causal, name=...)(x [B,T,H], input_mask [B,T])`,
+  to nn.scan's (carry, x) -> (carry, y) signature; its parameters live under `layer`."""
+
+  layer_cls: Any
+  config: BertConfig
+  deterministic: bool = True
+  causal: bool = False
+
+  @nn.compact
+  def __call__(self, carry, input_mask):
+    layer_cls = maybe_remat(self.layer_cls, self.config, in_scan=True)
+    carry = layer_cls(self.config, self.deterministic, self.causal, name="layer")(carry, input_mask)
+    return carry, None

@@ -1,0 +1,133 @@
+"""An encoder family defined only here, registered with one line, is accepted by the config layer and pre-trains
+through the public step factory: the model, the step, sharding and the config need no change for a new family
+(models/encoders/__init__.py's contract). An unregistered name is one error line listing the registered ones."""
+
+import flax
+import flax.linen as nn
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import traverse_util
+
+from bert_jax.convert import mapping
+from bert_jax.engine import optimizers, sharding
+from bert_jax.engine import train_step as ts
+from bert_jax.errors import UserError
+from bert_jax.models import BertConfig, BertForPreTraining, axes, encoders
+from bert_jax.models.layers import activation, dense, layer_norm
+from test_training_sharding import make_batch, run_config
+
+
+class MeanPoolEncoder(nn.Module):
+  """Each layer adds a dense map of (token + the masked mean of the sequence) to every token, then LayerNorm:
+  the simplest token mixer that is not attention. [B, T, H] -> [B, T, H]."""
+
+  config: BertConfig
+  deterministic: bool = True
+
+  @nn.compact
+  def __call__(self, x, input_mask, causal=False):
+    cfg = self.config
+    if causal:
+      raise ValueError("the meanpool encoder mixes in future tokens; it cannot serve a causal target")
+    m = input_mask[..., None].astype(x.dtype)
+    for i in range(cfg.num_hidden_layers):
+      mean = jnp.sum(x * m, axis=1, keepdims=True) / jnp.maximum(jnp.sum(m, axis=1, keepdims=True), 1)
+      h = activation(cfg.hidden_act)(dense(cfg, cfg.hidden_size, (axes.EMBED, axes.MLP), f"mix_{i}",
+                                           bias_axis=axes.MLP)(x + mean))
+      h = nn.Dropout(cfg.hidden_dropout_prob)(h, deterministic=self.deterministic)
+      x = layer_norm(cfg, f"LayerNorm_{i}")(x + h)
+    return x * m
+
+
+class MeanPoolFamily(encoders.EncoderFamily):
+  name = "meanpool"
+  module = MeanPoolEncoder
+
+  @classmethod
+  def check_config(cls, config):
+    if config.num_hidden_layers < 1:
+      raise ValueError(f"BertConfig.num_hidden_layers={config.num_hidden_layers}; the meanpool encoder needs >= 1")
+
+
+@pytest.fixture
+def meanpool(monkeypatch):
+  monkeypatch.setattr(encoders, "FAMILIES", dict(encoders.FAMILIES))   # this test's registration ends with it
+  encoders.register(MeanPoolFamily)                                       # the one line a new family needs
+
+
+def _model_fields(encoder):
+  config = run_config(lr=3e-3)
+  config.optimizer.schedule = "constant"
+  config.model.encoder = encoder
+  config.model.vocab_size = 96
+  return config
+
+
+def test_a_family_registered_in_one_line_pretrains_through_the_step_factory(meanpool):
+  config = _model_fields("meanpool")
+  cfg = ts.build_model_config(config.model, 96)
+  assert cfg.encoder == "meanpool"
+  model = BertForPreTraining(cfg)
+  mesh = sharding.make_mesh((-1, 1, 1))          # data parallel over the 8 simulated devices
+  tx, _ = optimizers.optimizer_from_run_config(config)
+  state, shardings = ts.create_train_state(config, model, mesh, tx)
+  flat = traverse_util.flatten_dict(flax.core.unfreeze(state.params))
+  encoder_params = sorted("/".join(p[2:]) for p in flat if p[:2] == ("bert", "encoder"))
+  assert encoder_params == sorted(f"{m}_{i}/{leaf}" for i in range(cfg.num_hidden_layers)
+                                  for m, leaf in (("LayerNorm", "bias"), ("LayerNorm", "scale"), ("mix", "bias"),
+                                                  ("mix", "kernel")))
+  before = np.asarray(flat[("bert", "encoder", "mix_0", "kernel")])
+  step = ts.make_train_step(config, model, tx, mesh, shardings)
+  batch = make_batch(batch=16)
+  losses = []
+  for _ in range(15):
+    state, metrics = step(state, batch)
+    losses.append(ts.normalize(metrics)["mlm_loss"])
+  assert np.isfinite(losses).all() and losses[-1] < 0.8 * losses[0], losses
+  after = np.asarray(state.params["bert"]["encoder"]["mix_0"]["kernel"])
+  assert not np.allclose(before, after)          # the gradient reached the family's own parameters
+
+
+def test_an_unregistered_family_is_one_error_line_listing_the_registered_ones(meanpool):
+  with pytest.raises(UserError) as e:
+    ts.build_model_config(_model_fields("mixer").model, 96)
+  message = str(e.value)
+  assert "\n" not in message and "config.model" in message and "encoder='mixer'" in message
+  assert "('transformer', 'lstm', 'meanpool')" in message
+
+
+def test_the_family_rules_and_the_layer_options_it_lacks_are_refused_naming_the_field(meanpool):
+  tiny = BertConfig.from_size("tiny", vocab_size=96)
+  with pytest.raises(ValueError, match=r"^BertConfig.num_hidden_layers=0; the meanpool encoder needs >= 1$"):
+    tiny.replace(encoder="meanpool", num_hidden_layers=0)
+  for option in ("scan_layers", "share_layers"):
+    with pytest.raises(ValueError, match=rf"^BertConfig.{option}=True needs encoder='transformer' \(got "
+                                         r"encoder='meanpool'"):
+      tiny.replace(encoder="meanpool", **{option: True})
+
+
+def test_a_family_without_checkpoint_names_is_refused_by_conversion_with_its_statement(meanpool):
+  with pytest.raises(mapping.ConversionError, match="encoder='meanpool' has no counterpart"):
+    mapping.name_table(BertConfig.from_size("tiny", vocab_size=96, encoder="meanpool"))
+  with pytest.raises(mapping.ConversionError, match="encoder='lstm' has no counterpart"):
+    mapping.name_table(BertConfig.from_size("tiny", vocab_size=96, encoder="lstm"))
+  with pytest.raises(mapping.ConversionError, match="layer_norm_type='pre': only BERT's post-LN"):
+    mapping.name_table(BertConfig.from_size("tiny", vocab_size=96, layer_norm_type="pre"))
+
+
+def test_register_refuses_a_taken_name_and_a_family_without_a_module(meanpool):
+  other = type("OtherTransformer", (encoders.EncoderFamily,), {"name": "transformer", "module": MeanPoolEncoder})
+  with pytest.raises(ValueError, match="'transformer' is already registered"):
+    encoders.register(other)
+  with pytest.raises(TypeError, match="no name or no module"):
+    encoders.register(type("Nameless", (encoders.EncoderFamily,), {"module": MeanPoolEncoder}))
+  assert encoders.register(MeanPoolFamily) is MeanPoolFamily     # registering the same class again is harmless
+  assert encoders.names() == ("transformer", "lstm", "meanpool")
+
+
+def test_without_its_line_the_family_is_not_registered():
+  assert "meanpool" not in encoders.names()
+  with pytest.raises(ValueError, match=r"BertConfig.encoder='meanpool'; expected one of the registered encoder "
+                                       r"families \('transformer', 'lstm'\)"):
+    BertConfig(encoder="meanpool")
