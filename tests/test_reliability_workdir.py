@@ -28,7 +28,7 @@ from bert_jax.errors import Interrupted, UserError
 from bert_jax import fileio
 from bert_jax.models import BertForPreTraining
 from bert_jax.pretrained import load_pretrained, params_dir
-from bert_jax.engine import checkpoints, optimizers, sharding
+from bert_jax.engine import checkpoints, optimizers, run_files, sharding
 from bert_jax.pretrain import loop as pretrain
 from bert_jax.engine import train_step as ts
 from bert_jax.engine import workdir as wd
@@ -432,7 +432,7 @@ def test_workdir_files_metrics_lock_and_params_on_a_url_path():
       wd.WorkdirLock(root).acquire()
     checkpoints.write_workdir_files(root, {"batch_size": 8}, TINY, None)
     assert json.loads(fileio.read_text(fileio.join(root, "model_config.json")))["hidden_size"] == 64
-    assert not wd.write_json_if_changed(fileio.join(root, "config.json"), {"batch_size": 8})   # unchanged
+    assert not run_files.write_json_if_changed(fileio.join(root, "config.json"), {"batch_size": 8})   # unchanged
     writer = MetricWriter(root, enabled=True)
     for s in (5, 10, 15):
       writer.write(s, {"mlm_loss": 1.0 / s})

@@ -46,6 +46,7 @@ from bert_jax import fileio
 from bert_jax.models import BertConfig, scan_params, unscan_params
 from bert_jax.pretrained import params_dir
 from bert_jax.pretrained.load import CHECKPOINT_SUBDIR
+from bert_jax.engine import run_files
 from bert_jax.engine import train_step as ts
 from bert_jax.engine import workdir as wd
 
@@ -261,10 +262,10 @@ def write_workdir_files(workdir: str, config_dict: dict, model_config: BertConfi
   run with the same command rewrites nothing)."""
   if jax.process_index() == 0:
     fileio.makedirs(workdir)
-    if wd.write_json_if_changed(fileio.join(workdir, "config.json"), config_dict) and \
+    if run_files.write_run_files(workdir, config=config_dict, only_if_changed=True) and \
         fileio.exists(fileio.join(workdir, params_dir.CONFIG_NAME)):
-      log.info("config.json updated (the run config changed since the last start)")
-    wd.write_json_if_changed(fileio.join(workdir, params_dir.CONFIG_NAME), model_config.to_dict())
+      log.info("%s updated (the run config changed since the last start)", run_files.CONFIG_NAME)
+    run_files.write_json_if_changed(fileio.join(workdir, params_dir.CONFIG_NAME), model_config.to_dict())
     if vocab_file:
       params_dir.copy_vocab(vocab_file, workdir)
   wd.barrier("bert_jax_workdir_files")

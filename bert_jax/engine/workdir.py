@@ -250,19 +250,6 @@ class WorkdirLock:
 
 
 # ---- config files ------------------------------------------------------------------------------------------
-def write_json_if_changed(path: str, obj) -> bool:
-  """Writes `obj` as JSON atomically unless `path` already holds exactly that; True when it wrote."""
-  text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
-  if fileio.exists(path):
-    try:
-      if json.loads(fileio.read_text(path)) == json.loads(text):
-        return False
-    except ValueError:
-      pass                   # unreadable: replace it
-  fileio.write_text_atomic(path, text)
-  return True
-
-
 def model_config_differences(saved: dict, wanted: dict) -> list:
   """["hidden_size: 128 in workdir vs 256 in config", ...] over the architecture fields both dicts hold."""
   out = []
