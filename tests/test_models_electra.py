@@ -17,6 +17,7 @@ from bert_jax.models import BertConfig, ElectraForPreTraining, ElectraSettings, 
 from bert_jax import logs
 from bert_jax.errors import UserError
 from bert_jax.models import electra, validate_targets
+from bert_jax.models.objectives.electra import Electra
 from bert_jax.engine import sharding
 from bert_jax.engine import train_step as ts
 from test_reliability_cli import files  # noqa: F401  (the pytest fixture: a tiny vocab and corpus)
@@ -27,7 +28,7 @@ NO_DROPOUT = TINY.replace(num_hidden_layers=1, hidden_dropout_prob=0.0, attentio
 
 
 def electra_model(cfg=NO_DROPOUT, **settings):
-  return pretraining_model(cfg, ("electra",), ElectraSettings(**{"generator_hidden_fraction": 0.5, **settings}))
+  return pretraining_model(cfg, (Electra(ElectraSettings(**{"generator_hidden_fraction": 0.5, **settings})),))
 
 
 def init(model, seed=0):
@@ -44,7 +45,7 @@ def electra_step():
   0 (the key the deterministic LossFn uses), the gradient of the discriminator's loss alone, and the LossFn's
   loss and sums. Returns (params, outputs, disc-loss grads, loss, sums)."""
   model = electra_model()
-  lf = ts.pretraining_loss(model, ("electra",))
+  lf = ts.pretraining_loss(model)
   names = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
 
   def disc_loss(p, b):
@@ -190,7 +191,7 @@ def test_the_discriminator_mlm_adds_bert_s_head_and_its_weighted_loss():
   # BertForPreTraining's MLM head, at the same place: the checkpoint also reads as a BERT MLM
   assert jax.tree.map(lambda a: a.shape, params["mlm"]) == jax.tree.map(lambda a: a.shape, nn.unbox(bert_mlm))
   names = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
-  lf = ts.pretraining_loss(model, ("electra",))
+  lf = ts.pretraining_loss(model)
   out, (loss, sums) = jax.jit(lambda p: (
       model.apply({"params": p}, *(BATCH[n] for n in names), rngs={"sample": jax.random.key(0)}),
       lf.forward(p, BATCH, None, lf.denominators(BATCH))))(params)
@@ -236,7 +237,7 @@ def test_bfloat16_compute_gives_float32_logits_and_a_finite_loss():
   model = electra_model(NO_DROPOUT.replace(dtype="bfloat16"))
   params = init(model)
   b = {k: jnp.asarray(v) for k, v in make_batch(batch=2, length=16, preds=3).items()}
-  lf = ts.pretraining_loss(model, ("electra",))
+  lf = ts.pretraining_loss(model)
   loss, _ = jax.jit(lambda p, b: lf.forward(p, b, jax.random.key(0), lf.denominators(b)))(params, b)
   assert np.isfinite(float(loss)) and params["generator"]["output_bias"].dtype == jnp.float32
 
@@ -315,20 +316,24 @@ def test_electra_runs_show_and_plot_the_generator_and_the_discriminator(tmp_path
 
 def test_electra_training_flops_count_the_generator_by_hand():
   from bert_jax.pretrain import flops
+  from bert_jax.models.objectives import electra as electra_objective
   disc = BertConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=1, intermediate_size=16)
   gen = electra.generator_config(disc, ElectraSettings(generator_hidden_fraction=0.5))   # H 4, FFN 16
   assert (gen.hidden_size, gen.intermediate_size) == (4, 16)
   # T = 4, P = 2. Discriminator: 6 x 600 params x 4 + 12 x 16 x 8 (attention) + head 6 x 4 x (64 + 8) = 17,664.
   # Generator: 6 x 244 x 4 + 12 x 16 x 4 + MLM head 6 x 2 x (4 x 8 + 8 x 10) + projection 6 x 4 x 8 x 4 = 8,736.
-  assert flops.electra_flops_per_sequence(disc, gen, 4, 2) == 17_664 + 8_736
-  # the MFU that pre-training logs for targets=("electra",) counts the same FLOPs (it counted the bare encoder)
   settings = ElectraSettings(generator_hidden_fraction=0.5)
-  assert flops.training_flops_per_sequence(disc, 4, 2, ("electra",), settings) == 17_664 + 8_736
-  assert flops.mfu(10.0, disc, 4, 2, 2, 1e6, ("electra",), settings) == 10.0 * (17_664 + 8_736) / 2e6
-  assert flops.training_flops_per_sequence(disc, 4, 2, ("mlm",)) == flops.flops_per_sequence(disc, 4, 2, ("mlm",))
+  assert electra_objective.electra_flops_per_sequence(disc, gen, 4, 2) == 17_664 + 8_736
+  # the MFU that pre-training logs for targets=("electra",) counts the same FLOPs (it counted the bare encoder)
+  assert flops.flops_per_sequence(disc, 4, 2, (Electra(settings),)) == 17_664 + 8_736
+  assert flops.mfu(10.0, disc, 4, 2, 2, 1e6, (Electra(settings),)) == 10.0 * (17_664 + 8_736) / 2e6
+  # by name: the default settings' generator (1/4 width: H 2, 1 head)
+  default_gen = electra.generator_config(disc, ElectraSettings())
+  assert flops.flops_per_sequence(disc, 4, 2, ("electra",)) == electra_objective.electra_flops_per_sequence(
+      disc, default_gen, 4, 2)
   # the discriminator's own MLM head (disc_mlm_weight > 0) costs what BERT's does: 6 x 2 x (8 x 8 + 8 x 10)
   both = ElectraSettings(generator_hidden_fraction=0.5, disc_mlm_weight=1.0)
-  assert flops.training_flops_per_sequence(disc, 4, 2, ("electra",), both) == 17_664 + 8_736 + 1_728
+  assert flops.flops_per_sequence(disc, 4, 2, (Electra(both),)) == 17_664 + 8_736 + 1_728
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -359,14 +364,15 @@ def test_plan_resolves_the_electra_settings_and_describes_them(files, tmp_path):
   from test_reliability_cli import pretrain_config
   plan = resolve_pretrain(pretrain_config(files, targets=("electra",), **{"electra.generator_hidden_fraction": 0.5}),
                           str(tmp_path / "work"), num_devices=8, process_count=1)
-  assert plan.electra == ElectraSettings(generator_hidden_fraction=0.5)
+  assert plan.objectives == (Electra(ElectraSettings(generator_hidden_fraction=0.5)),)
   assert "generator H x 0.5, lambda 50" in plan.describe()
   assert plan.to_dict()["electra"]["disc_weight"] == 50.0
-  assert resolve_pretrain(pretrain_config(files), str(tmp_path / "w2"), num_devices=8, process_count=1).electra is None
+  bert = resolve_pretrain(pretrain_config(files), str(tmp_path / "w2"), num_devices=8, process_count=1)
+  assert [o.settings for o in bert.objectives] == [None, None] and "electra" not in bert.to_dict()
   annealed = resolve_pretrain(pretrain_config(files, targets=("electra",), **{
       "electra.initial_temperature": 100.0, "electra.temperature_anneal_steps": 30, "electra.disc_bias_init": -1.2,
       "electra.disc_mlm_weight": 0.5}), str(tmp_path / "w3"), num_devices=8, process_count=1)
-  assert annealed.electra == ElectraSettings(initial_temperature=100.0, temperature_anneal_steps=30, disc_bias_init=-1.2,
+  assert annealed.objectives[0].settings == ElectraSettings(initial_temperature=100.0, temperature_anneal_steps=30, disc_bias_init=-1.2,
                                              disc_mlm_weight=0.5)
   assert ("temperature 100 -> 1 over 30 steps, disc bias -1.2 at init, discriminator MLM x 0.5"
           in annealed.describe())
@@ -413,7 +419,7 @@ def test_the_train_step_hands_the_step_to_the_loss_and_the_sampler_follows_its_t
   # discriminator loss), the generator's argmax from the anneal's end on (the keys agree; no dropout here).
   model = electra_model(temperature=1e-6, initial_temperature=1e6, temperature_anneal_steps=4)
   params = init(model)
-  lf = ts.pretraining_loss(model, ("electra",))
+  lf = ts.pretraining_loss(model)
 
   @jax.jit
   def disc_loss(key, step):
@@ -433,11 +439,11 @@ def test_the_generator_head_count_is_a_config_field_the_plan_checks_and_passes_o
   config = pretrain_config.get_config("tiny")
   assert config.electra.generator_num_attention_heads == -1     # a field --config.electra.* can set
   config.targets = ("electra",)
-  assert plan._resolve_electra(config, config.targets).generator_num_attention_heads == -1
+  assert plan._resolve_objectives(config, config.targets)[0].settings.generator_num_attention_heads == -1
   config.electra.generator_num_attention_heads = 4
-  settings = plan._resolve_electra(config, config.targets)
+  settings = plan._resolve_objectives(config, config.targets)[0].settings
   assert settings.generator_num_attention_heads == 4
   assert electra.generator_config(BertConfig.from_size("tiny"), settings).num_attention_heads == 4
   config.electra.generator_num_attention_heads = 0
   with pytest.raises(UserError, match="electra.generator_num_attention_heads"):
-    plan._resolve_electra(config, config.targets)
+    plan._resolve_objectives(config, config.targets)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from bert_jax.models import losses
+from bert_jax.models.pretraining import pretraining_loss
 
 
 def _np_ce(logits, labels):
@@ -60,7 +61,7 @@ def test_pretraining_loss_is_weighted_mlm_mean_plus_nsp_mean():
   batch = {"masked_lm_ids": rng.integers(0, 7, (3, 4)), "masked_lm_weights": np.ones((3, 4), np.float32),
            "next_sentence_labels": rng.integers(0, 2, (3,))}
   batch["masked_lm_weights"][:, 2:] = 0
-  loss, m = losses.pretraining_loss(out, batch, ("mlm", "nsp"))
+  loss, m = pretraining_loss(out, batch, ("mlm", "nsp"))
   mlm = (_np_ce(out["mlm_logits"], batch["masked_lm_ids"]) * batch["masked_lm_weights"]).sum() / (6 + 1e-5)
   nsp = _np_ce(out["nsp_logits"], batch["next_sentence_labels"]).mean()
   np.testing.assert_allclose(loss, mlm + nsp, rtol=1e-5)

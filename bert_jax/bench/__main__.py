@@ -75,10 +75,11 @@ def synthetic_batch(cfg: BertConfig, batch_size: int, seq_len: int, num_predicti
 
 def bench_run_config(optimizer: str) -> StepSettings:
   """The step part of a run plan, all explicit (this machine may lack ml_collections): BERT's AdamW or LAMB
-  at lr 1e-4, 100 warmup steps, clipping 1.0, weight decay 0.01, MLM + NSP."""
+  at lr 1e-4, 100 warmup steps, clipping 1.0, weight decay 0.01 (the model: BertForPreTraining's default
+  objectives, BERT's MLM + NSP)."""
   opt = OptimizerSettings(name=optimizer, learning_rate=1e-4, schedule="linear", power=1.0, end_learning_rate=0.0,
                           weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6, clip_norm=1.0, bias_correction=True)
-  return StepSettings(seed=0, targets=("mlm", "nsp"), grad_accum_steps=1, nan_policy="stop",
+  return StepSettings(seed=0, grad_accum_steps=1, nan_policy="stop",
                       logical_axis_rules=sharding.normalize_rules(None), num_train_steps=10_000, warmup_steps=100,
                       optimizer=opt)
 
@@ -121,7 +122,7 @@ def _memory_gib(mem) -> float:
 
 def _build_step(args, cfg: BertConfig, batch_size: int, seq_len: int, abstract: bool):
   run_cfg = bench_run_config(args.optimizer)
-  model = BertForPreTraining(cfg, targets=run_cfg.targets)
+  model = BertForPreTraining(cfg)
   mesh = sharding.make_mesh(tuple(int(x) for x in args.mesh.split(",")))
   tx, _ = optimizers.optimizer_from_run_config(run_cfg)
   make_state = abstract_train_state if abstract else create_train_state

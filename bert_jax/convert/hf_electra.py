@@ -55,9 +55,9 @@ from flax import traverse_util
 from bert_jax import lean_imports
 from bert_jax.convert import google_tf, hf, mapping
 from bert_jax.convert.mapping import ConversionError, Entry, _dense, _ln
-from bert_jax.models import dummy_inputs
-from bert_jax.models.bert import BertForPreTraining
+from bert_jax.models import BertForPreTraining, dummy_inputs
 from bert_jax.models.config import BertConfig
+from bert_jax.models.objectives.electra import Electra
 from bert_jax.models.electra import ElectraDiscriminator, ElectraForPreTraining, generator_heads as default_heads
 from bert_jax.pretrained import params_dir
 from bert_jax.pretrained.load import load_pretrained
@@ -96,7 +96,7 @@ def is_electra_dir(directory: str) -> bool:
   an imported ELECTRA checkpoint (convert_info.json's format)."""
   plan = params_dir.read_json(os.path.join(directory, "plan.json")) if os.path.isdir(directory) else {}
   info = params_dir.read_info(directory) if os.path.isdir(directory) else {}
-  return "electra" in (plan.get("targets") or ()) or str(info.get("format", "")).endswith("electra")
+  return Electra.name in (plan.get("targets") or ()) or str(info.get("format", "")).endswith("electra")
 
 
 def is_electra_tf_checkpoint(checkpoint: str) -> bool:

@@ -33,6 +33,7 @@ import numpy as np
 
 from bert_jax.input_pipeline.tokenization import basic_tokenize, load_tokenizer
 from bert_jax.models import BertForPreTraining
+from bert_jax.models.objectives.mlm import MaskedLM
 from bert_jax.pretrained import params_dir
 from bert_jax.pretrained.load import load_pretrained
 
@@ -52,7 +53,8 @@ class Candidate:
 def load_candidate(name_or_path: str, search_dirs: Sequence[str] = ()) -> Candidate:
   ckpt = load_pretrained(name_or_path, search_dirs)
   config, params, vocab_file, directory = ckpt.config, ckpt.params, ckpt.require_vocab(), ckpt.directory
-  if "mlm" not in params or "bert" not in params:
+  mlm = MaskedLM.param_groups[0]   # the masked-LM head ranks the candidates
+  if mlm not in params or "bert" not in params:
     raise ValueError(f"{directory}: params have no MLM head (top-level keys {sorted(params)}); ranking by "
                      "masked-LM loss needs a pre-training checkpoint")
   do_lower_case = ckpt.do_lower_case
@@ -62,8 +64,8 @@ def load_candidate(name_or_path: str, search_dirs: Sequence[str] = ()) -> Candid
                        required_tokens=(_UNK, _CLS, _SEP, _MASK))
   if tok.vocab_size > config.vocab_size:
     raise ValueError(f"{vocab_file}: {tok.vocab_size} ids but the model has vocab_size={config.vocab_size}")
-  fresh = "mlm" in ckpt.info.get("report", {}).get("fresh_groups", [])
-  return Candidate(name_or_path, directory, config, {"bert": params["bert"], "mlm": params["mlm"]}, tok, fresh)
+  fresh = mlm in ckpt.info.get("report", {}).get("fresh_groups", [])
+  return Candidate(name_or_path, directory, config, {"bert": params["bert"], mlm: params[mlm]}, tok, fresh)
 
 
 def read_lines(text_file: str) -> List[str]:
@@ -162,11 +164,11 @@ def _encode(cand_index: int, cand: Candidate, windows: List[Window], max_seq_len
 @functools.lru_cache(maxsize=8)
 def _nll_fn(config):
   """Jitted (params, ids, mask, positions, labels) -> (nll [B, P], correct [B, P]); one compile per config."""
-  model = BertForPreTraining(config, targets=("mlm",))
+  model = BertForPreTraining(config, targets=(MaskedLM(),))
 
   @jax.jit
   def nll_and_correct(params, ids, mask, positions, labels):
-    logits = model.apply({"params": params}, ids, mask, jnp.zeros_like(ids), positions)["mlm_logits"]
+    logits = model.apply({"params": params}, ids, mask, jnp.zeros_like(ids), positions)[f"{MaskedLM.name}_logits"]
     logp = jax.nn.log_softmax(logits, axis=-1)
     nll = -jnp.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
     return nll, jnp.argmax(logits, axis=-1) == labels

@@ -9,7 +9,7 @@ API
                                                     on another mesh draws the same dropout masks); the step
                                                     number is folded in at every step
   LossFn(denominators, forward)                     what a step optimises (see below)
-  pretraining_loss(model, targets) -> LossFn        MLM / NSP / SOP / LM sums (models.losses)
+  pretraining_loss(model) -> LossFn                 a pre-training model's objectives (models/objectives/)
   model_config(config.model, vocab_size, loaded=None) -> BertConfig   the size table + config.model's fields,
                                                     or a loaded architecture, with the run's runtime fields
   init_params(config, model, mesh) -> (params, param_shardings)    random params on the mesh, no optimizer
@@ -24,12 +24,12 @@ API
   make_train_step(config, model, tx, mesh, state_shardings, *, loss_fn=None) -> StepFn
       step(state, batch) -> (state, metric sums): jit with in/out shardings and donate_argnums=0, traced under
       the mesh + logical rules (so the model's activation constraints apply). `loss_fn` defaults to
-      pretraining_loss(model, config.targets). `step.lower(state, batch)` gives the jax Lowered.
+      pretraining_loss(model). `step.lower(state, batch)` gives the jax Lowered.
   make_eval_step(config, model, mesh, state_shardings, *, loss_fn=None) -> StepFn: eval(params, batch) -> sums
   merge_metrics(a, b), normalize(metrics_sums) -> dict of floats (host side, at logging steps only)
 
 The run config needs: seed, grad_accum_steps, nan_policy, logical_axis_rules, num_train_steps, warmup_steps,
-optimizer.* (see optimizers.py) and, for the pre-training defaults, targets and model.*.
+optimizer.* (see optimizers.py).
 
 Loss functions. A LossFn has two parts so that gradient accumulation is exact:
   denominators(batch) -> dict      global normalisers of the FULL batch (e.g. the number of weighted masked
@@ -55,7 +55,7 @@ row), and `all_finite(params)` guards every checkpoint.
 
 Minimal use without ml_collections (every field explicit, as bert_jax.bench.__main__.bench_run_config does;
 logical_axis_rules=None means axes.DEFAULT_RULES):
-  cfg = bench_run_config("adamw")   # training.plan.StepSettings(seed, targets, grad_accum_steps, nan_policy, ...)
+  cfg = bench_run_config("adamw")   # engine.train_step.StepSettings(seed, grad_accum_steps, nan_policy, ...)
   model = BertForPreTraining(BertConfig.from_size("base", vocab_size=30522, dtype="bfloat16"))
   mesh = sharding.make_mesh((-1, 1, 1))
   tx, _ = optimizers.optimizer_from_run_config(cfg)
@@ -79,8 +79,8 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from bert_jax.errors import UserError
-from bert_jax.models import BertConfig, BertForPreTraining, dummy_inputs, losses
-from bert_jax.models.electra import ElectraForPreTraining
+from bert_jax.models import BertConfig, dummy_inputs, objectives
+from bert_jax.models.pretraining import is_pretraining_model
 from bert_jax.models.config import ARCHITECTURE_FIELDS, RUNTIME_FIELDS
 from bert_jax.pretrained.params_dir import match_layout
 from bert_jax.engine import optimizers, sharding
@@ -143,7 +143,6 @@ class StepSettings:
   """The part of a run the state/step factory reads (train_step's `config` argument). PretrainPlan and
   FinetunePlan carry these fields too; `python -m bert_jax.bench` times the real step from this part alone."""
   seed: int
-  targets: Tuple[str, ...]
   grad_accum_steps: int
   nan_policy: str
   logical_axis_rules: Tuple
@@ -160,7 +159,7 @@ def _rules(config):
 def _init_fn(model: nn.Module):
   cfg = model.config
   inputs = dummy_inputs(cfg)
-  if not isinstance(model, (BertForPreTraining, ElectraForPreTraining)):   # task heads: ids, mask, segments
+  if not is_pretraining_model(model):   # task heads: ids, mask, segments
     inputs = inputs[:3]
 
   def init(rng):
@@ -237,38 +236,14 @@ def _check_same_tree(params, reference):
 
 
 # ---- loss functions ------------------------------------------------------------------------------------
-def pretraining_loss(model: nn.Module, targets) -> LossFn:
-  """The pre-training objective: sum over `targets` of MLM (weighted mean over predicted tokens), NSP/SOP
-  (mean over the batch) and LM losses, as in Google BERT, each normalised by its global denominator."""
-  targets = tuple(targets)
-  if hasattr(model, "loss_parts"):   # a target that is its own model brings its loss (models/electra.py)
-    return LossFn(*model.loss_parts())
-
-  def denominators(batch):
-    d = {}
-    if "mlm" in targets:
-      d["mlm"] = jnp.sum(batch["masked_lm_weights"].astype(jnp.float32)) + 1e-5
-    for t in ("nsp", "sop"):
-      if t in targets:
-        d[t] = jnp.asarray(batch["input_ids"].shape[0], jnp.float32)
-    if "lm" in targets:
-      d["lm"] = jnp.sum(batch["input_mask"][:, 1:].astype(jnp.float32)) + 1e-5
-    return d
-
-  def forward(params, batch, rng, denoms):
-    deterministic = rng is None
-    out = model.apply({"params": params}, batch["input_ids"], batch["input_mask"], batch.get("segment_ids"),
-                      batch.get("masked_lm_positions") if "mlm" in targets else None,
-                      deterministic=deterministic, rngs=None if deterministic else {"dropout": rng})
-    _, sums = losses.pretraining_loss(out, batch, targets)
-    loss = sum(sums[f"{t}_loss_sum"] / denoms[t] for t in targets)
-    return loss, {k: v for k, v in sums.items() if k not in ("loss_sum", "loss_count")}
-
-  return LossFn(denominators, forward)
+def pretraining_loss(model: nn.Module) -> LossFn:
+  """The pre-training loss of a model from models.pretraining_model: its objectives' losses, each normalised by
+  its global denominator, as the model's `loss_parts` defines them (models/objectives/)."""
+  return LossFn(*model.loss_parts())
 
 
 def _default_loss(config, model, loss_fn):
-  return loss_fn if loss_fn is not None else pretraining_loss(model, config.targets)
+  return loss_fn if loss_fn is not None else pretraining_loss(model)
 
 
 # ---- steps ---------------------------------------------------------------------------------------------
@@ -411,10 +386,10 @@ def _merge(a, b):
 
 
 def normalize(sums: Mapping[str, Any]) -> dict:
-  """Host-side: metric sums -> {mlm_loss, mlm_accuracy, nsp_loss, nsp_accuracy, loss, grad_norm,
-  param_norm, nonfinite_count, ...} as Python floats."""
+  """Host-side: metric sums -> {<objective or task>_loss, <...>_accuracy, loss, grad_norm, param_norm,
+  nonfinite_count, ...} as Python floats."""
   sums = {k: np.asarray(v) for k, v in jax.device_get(dict(sums)).items()}
-  out = losses.normalize_metrics(sums)
+  out = objectives.normalize_metrics(sums)
   n = float(sums.get("step_count", 0.0))
   for key in ("grad_norm", "param_norm"):
     if f"{key}_sum" in sums and n > 0:

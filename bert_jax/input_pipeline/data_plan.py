@@ -10,9 +10,9 @@ shows the batches of the same `data` the training loop opens. Each data rule is 
 
   - ranges and choices of the data fields (lengths, masking rate, pair mode, shuffle buffer, batch size);
   - `data.phases`: fractions positive and summing to 1; each phase (or data.max_seq_length) >= 5 tokens
-    ([CLS] A [SEP] B [SEP]) and, with the `mlm` target, 1 <= predictions <= length (the position embeddings
-    are the model's business: training.plan checks the lengths against them);
-  - packed rows (data.pack_sequences) only with targets=("mlm",);
+    ([CLS] A [SEP] B [SEP]) and, with a target that reads masked positions (MLM, ELECTRA), 1 <= predictions <=
+    length (the position embeddings are the model's business: pretrain.plan checks the lengths against them);
+  - packed rows (data.pack_sequences) only with targets that read no sentence pairs (no NSP / SOP);
   - the masking strategy: data.masking_strategy (token | whole_word | span) with data.do_whole_word_mask, the
     name of Google's flag, as an alias of whole_word (true with span is an error: spans are whole words
     already) and data.chinese_whole_word_mask (jieba word boundaries) turning token into whole_word; the
@@ -32,7 +32,8 @@ from typing import List, Sequence, Tuple
 
 from bert_jax.errors import UserError
 from bert_jax import fileio
-from bert_jax.input_pipeline import checks, masking, shard_builder, text_io, tfrecord_io
+from bert_jax.input_pipeline import checks, instances, masking, shard_builder, text_io, tfrecord_io
+from bert_jax.models.objectives import OBJECTIVES
 
 _log = logging.getLogger("bert_jax")
 
@@ -114,10 +115,11 @@ def resolve_phases(config) -> Tuple[Phase, ...]:
     name, what = phase_fields(config, p)
     if p.max_seq_length < 5:
       raise UserError(f"{name}={p.max_seq_length}; expected >= 5 ([CLS] A [SEP] B [SEP])")
-    if "mlm" in tuple(config.targets):
+    predicting = [t for t in tuple(config.targets) if t in OBJECTIVES and OBJECTIVES[t].masked_positions]
+    if predicting:
       if p.max_predictions_per_seq < 1:
-        raise UserError(f"{what}={p.max_predictions_per_seq} with the 'mlm' target: no token would be predicted "
-                        "(mlm_loss stays 0); expected >= 1, e.g. 20 for length 128 (15%)")
+        raise UserError(f"{what}={p.max_predictions_per_seq} with the {predicting[0]!r} target: no token would be "
+                        f"predicted ({predicting[0]}_loss stays 0); expected >= 1, e.g. 20 for length 128 (15%)")
       if p.max_predictions_per_seq > p.max_seq_length:
         raise UserError(f"{what}={p.max_predictions_per_seq} exceeds the sequence length {p.max_seq_length}")
   return phases
@@ -130,7 +132,7 @@ def _check_fields(config) -> None:
   checks.check_range(config, "data.max_seq_length", lo=5, integer=True)   # [CLS] A [SEP] B [SEP]
   checks.check_range(config, "data.masked_lm_prob", lo=0, hi=1, lo_open=True)
   checks.check_range(config, "data.short_seq_prob", lo=0, hi=1)
-  checks.check_choice(config, "data.pair_mode", ("nsp", "sop"))
+  checks.check_choice(config, "data.pair_mode", instances.PAIR_MODES)
 
 
 def resolve_masking_strategy(config) -> str:
@@ -191,14 +193,14 @@ def _check_input_files(config, pair_mode: str, pack: bool, process_count: int) -
       checks.check_is_text(files, f"config.data.{key}={d[key]!r}")
     if pack or not checks.is_raw_text(files):   # packed rows and records need no pairs from documents
       continue
-    need = (2 if pair_mode == "nsp" else 1) * process_count
+    need = instances.MIN_DOCUMENTS[pair_mode] * process_count
     found = checks.count_documents_upto(files, need)
     if found < need:
-      why = ("next-sentence pairs take the random next sentence from another document" if pair_mode == "nsp"
-             else "each process reads its own documents")
+      why = ("next-sentence pairs take the random next sentence from another document"
+             if pair_mode == instances.RANDOM_NEXT else "each process reads its own documents")
       raise UserError(f"config.data.{key}={d[key]!r}: {found} document(s), need at least {need} "
                       f"({why}{f', x {process_count} processes' if process_count > 1 else ''}); separate "
-                      "documents with a blank line, or use --config.data.pair_mode=sop")
+                      f"documents with a blank line, or use --config.data.pair_mode={instances.SWAPPED}")
 
 
 def _check_record_lengths(config, phases: Sequence[Phase]) -> None:
@@ -249,10 +251,14 @@ def resolve_data_plan(config, vocab_file: str, process_count: int) -> DataPlan:
   phases = resolve_phases(config)
   d, targets = config.data, tuple(config.targets)
   pack = bool(d.get("pack_sequences", False))
-  if pack and set(targets) & {"nsp", "sop"}:
+  known = [OBJECTIVES[t] for t in targets if t in OBJECTIVES]
+  if pack and any(o.pair_labels for o in known):
+    rest = [o.name for o in known if not o.pair_labels] or [n for n, c in OBJECTIVES.items() if c.masked_positions][:1]
+    spelled = "(" + ", ".join(f'"{t}"' for t in rest) + ",)"
     raise UserError(f"config.data.pack_sequences=true makes rows without sentence pairs: set "
-                    f"--config.targets='(\"mlm\",)' (got targets={targets})")
-  pair_mode = "sop" if "sop" in targets else d.pair_mode
+                    f"--config.targets='{spelled}' (got targets={targets})")
+  # an objective may force its pair kind on the data (SOP's swapped segments); else data.pair_mode's
+  pair_mode = next((o.pair_mode for o in known if o.pair_mode), d.pair_mode)
   strategy = resolve_masking_strategy(config)
   _check_input_files(config, pair_mode, pack, process_count)
   _check_record_lengths(config, phases)

@@ -47,6 +47,14 @@ import numpy as np
 
 from bert_jax.input_pipeline import tokenization
 
+# The pair kinds (data.pair_mode, create_pretraining_data --pair_mode), named as the objective whose label they
+# hold in next_sentence_labels (models/objectives/nsp.py, sop.py):
+RANDOM_NEXT = "nsp"   # B is A's actual next text (0) or a random text from another document (1): BERT's NSP
+SWAPPED = "sop"       # B is A's next text in order (0) or swapped with A (1): ALBERT's SOP
+PAIR_MODES = (RANDOM_NEXT, SWAPPED)
+# Documents a pair kind needs: a random next comes from another document.
+MIN_DOCUMENTS = {RANDOM_NEXT: 2, SWAPPED: 1}
+
 
 @dataclasses.dataclass
 class TokenizedCorpus:
@@ -254,17 +262,18 @@ def _truncation_counts(la: int, lb: int, max_num_tokens: int):
 
 
 def create_pairs(corpus: TokenizedCorpus, max_seq_length: int, short_seq_prob: float = 0.1,
-                 pair_mode: str = "nsp", dupe_factor: int = 1, rng: Optional[random.Random] = None,
+                 pair_mode: str = RANDOM_NEXT, dupe_factor: int = 1, rng: Optional[random.Random] = None,
                  stats: Optional[PairStats] = None, shuffle: bool = True,
                  document_order: Optional[Sequence[int]] = None, google_exact: bool = False) -> Pairs:
   """Google's pair creation over every document, `dupe_factor` times; returns spans, shuffled.
 
-  pair_mode: "nsp" (BERT next-sentence prediction) or "sop" (ALBERT sentence-order prediction).
+  pair_mode: one of PAIR_MODES, RANDOM_NEXT (BERT next-sentence prediction) or SWAPPED (ALBERT sentence-order
+    prediction).
   google_exact: one-sentence chunks always get a random next and the random document takes up to 10 draws
     from all documents (Google's `create_instances_from_document`); NSP only.
   """
-  if pair_mode not in ("nsp", "sop"):
-    raise ValueError(f"pair_mode must be 'nsp' or 'sop', got {pair_mode!r}")
+  if pair_mode not in PAIR_MODES:
+    raise ValueError(f"pair_mode must be one of {PAIR_MODES}, got {pair_mode!r}")
   rng = rng if rng is not None else random.Random(12345)
   stats = stats if stats is not None else PairStats()
   max_num_tokens = max_seq_length - 3
@@ -273,18 +282,19 @@ def create_pairs(corpus: TokenizedCorpus, max_seq_length: int, short_seq_prob: f
   n_docs = corpus.num_documents
   if n_docs == 0:
     raise ValueError("no documents with tokens to make pairs from")
-  if google_exact and pair_mode != "nsp":
-    raise ValueError("google_exact reproduces Google's NSP pairs; it cannot be combined with pair_mode='sop'")
-  if pair_mode == "nsp" and n_docs < 2:
+  if google_exact and pair_mode != RANDOM_NEXT:
+    raise ValueError(f"google_exact reproduces Google's NSP pairs; it cannot be combined with "
+                     f"pair_mode={pair_mode!r}")
+  if n_docs < MIN_DOCUMENTS[pair_mode]:
     raise ValueError("next-sentence prediction needs at least 2 documents (random next comes from another "
-                     "document); separate documents with a blank line, or use pair_mode='sop'")
+                     f"document); separate documents with a blank line, or use pair_mode={SWAPPED!r}")
   so = corpus.sentence_offsets.tolist()
   do = corpus.document_offsets.tolist()
   out = ([], [], [], [], [], [], [])
   a_s, a_e, b_s, b_e, lab, docs, bdocs = out
   rand, randint, getrandbits = rng.random, rng.randint, rng.getrandbits
   order = list(document_order) if document_order is not None else list(range(n_docs))
-  is_nsp = pair_mode == "nsp"
+  is_nsp = pair_mode == RANDOM_NEXT
 
   for _ in range(dupe_factor):
     for d in order:

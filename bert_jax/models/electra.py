@@ -1,4 +1,5 @@
-"""ELECTRA (Clark et al. 2020): replaced-token detection, as one pre-training target.
+"""ELECTRA (Clark et al. 2020): replaced-token detection, the modules of one pre-training objective (its plug-in,
+settings, metrics and FLOPs: models/objectives/electra.py).
 
 A small generator (an MLM on its own narrower encoder, reading the discriminator's embeddings) fills the
 masked positions with tokens sampled from its softmax (Gumbel-max, no gradient through the sample); the
@@ -17,7 +18,7 @@ Parameters:
   mlm/...                                only with disc_mlm_weight > 0: BERT's MLM head on the discriminator
                                          (BertForPreTraining's layout, so the checkpoint also reads as a BERT MLM)
 
-Metrics (sums + denominators, models.losses.normalize_metrics divides): gen_mlm_{loss,correct,weight}_sum
+Metrics (sums + denominators, models.objectives.normalize_metrics divides): gen_mlm_{loss,correct,weight}_sum
 (the generator's MLM accuracy over the masked tokens), disc_{loss,correct,weight}_sum over all real tokens,
 disc_replaced_sum (replaced tokens), disc_true_positive_sum, disc_predicted_replaced_sum (recall/precision)
 and disc_{replaced,original}_prob_sum (mean P(replaced) on each class: their gap is an AUC-like separation);
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Optional, Sequence
 
 import flax.linen as nn
 import jax
@@ -37,7 +37,7 @@ import jax.numpy as jnp
 from bert_jax.errors import UserError
 from bert_jax.logs import log_once
 from bert_jax.models import axes
-from bert_jax.models.bert import BertForPreTraining, BertModel, validate_targets
+from bert_jax.models.bert import BertModel
 from bert_jax.models.config import BertConfig
 from bert_jax.models.encoders import make_encoder
 from bert_jax.models.layers import activation, constrain, dense, layer_norm, zeros_init
@@ -46,7 +46,6 @@ from bert_jax.models.targets import LanguageModelHead, gather_positions
 
 log = logging.getLogger(__name__)
 
-TARGET = "electra"
 _SAMPLE_SALT = 0x5A3F   # folds the step's dropout key into an independent key for the generator's samples
 
 
@@ -237,13 +236,12 @@ class ElectraForPreTraining(nn.Module):
   config: BertConfig                     # the discriminator
   generator: BertConfig                  # generator_config(config, settings)
   settings: ElectraSettings = ElectraSettings()   # lambda, temperature schedule, bias init, discriminator MLM
-  targets: Sequence[str] = (TARGET,)
 
   @nn.compact
   def __call__(self, input_ids, input_mask, segment_ids=None, masked_lm_positions=None, masked_lm_ids=None,
                masked_lm_weights=None, deterministic: bool = True, step=None):
     if masked_lm_positions is None:
-      raise ValueError("the 'electra' target needs masked_lm_positions [batch, max_predictions_per_seq]")
+      raise ValueError("ELECTRA needs masked_lm_positions [batch, max_predictions_per_seq]")
     positions = masked_lm_positions.astype(jnp.int32)
     weights = jnp.ones(positions.shape, jnp.float32) if masked_lm_weights is None else masked_lm_weights
     if masked_lm_ids is None:
@@ -270,7 +268,7 @@ class ElectraForPreTraining(nn.Module):
       out["mlm_logits"] = LanguageModelHead(self.config, name="mlm")(hidden, emb["word_embeddings"])
     return out
 
-  # ---- the target's own loss (train_step.pretraining_loss takes it from here) --------------------------
+  # ---- the objective's own loss (train_step.pretraining_loss takes it from here) -----------------------
   def loss_parts(self):
     """(denominators(batch), forward(params, batch, rng, denominators)) of train_step.LossFn: generator MLM
     over the masked tokens of the whole batch + disc_weight x the discriminator's mean binary cross-entropy
@@ -322,12 +320,3 @@ def electra_sums(outputs, batch) -> dict:
                                prefix="disc_mlm"))
   return sums
 
-
-def pretraining_model(config: BertConfig, targets: Sequence[str],
-                      electra: Optional[ElectraSettings] = None) -> nn.Module:
-  """The pre-training model of `targets`: ElectraForPreTraining for ("electra",), else BertForPreTraining."""
-  targets = validate_targets(targets)
-  if TARGET in targets:
-    settings = electra or ElectraSettings()
-    return ElectraForPreTraining(config, generator_config(config, settings), settings)
-  return BertForPreTraining(config, targets=targets)

@@ -1,4 +1,5 @@
-"""Pre-training losses and metrics. Metrics leave as sums plus denominators; `normalize_metrics` divides.
+"""Loss sums shared by the pre-training objectives (models/objectives/) and the tasks. Metrics leave as sums
+plus denominators; `normalize_metrics` divides.
 
 Sums make the metrics exact under data parallelism and gradient accumulation: add the sums of all
 micro-batches / devices, divide once when writing.
@@ -6,7 +7,7 @@ micro-batches / devices, divide once when writing.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Mapping
 
 import jax
 import jax.numpy as jnp
@@ -41,35 +42,9 @@ def causal_lm_sums(logits, input_ids, input_mask) -> dict:
   return masked_lm_sums(logits[:, :-1], input_ids[:, 1:], input_mask[:, 1:], prefix="lm")
 
 
-def pretraining_loss(outputs: Mapping[str, jax.Array], batch: Mapping[str, jax.Array],
-                     targets: Sequence[str]):
-  """Sum of the targets' losses, as in Google BERT: the MLM loss is the weighted mean over predicted
-  tokens (sum / (sum of weights + 1e-5)), NSP/SOP the mean over the batch.
-
-  Returns (loss scalar, metrics dict of sums and denominators).
-  """
-  metrics = {}
-  loss = jnp.zeros((), jnp.float32)
-  if "mlm" in targets:
-    m = masked_lm_sums(outputs["mlm_logits"], batch["masked_lm_ids"], batch["masked_lm_weights"])
-    loss += m["mlm_loss_sum"] / (m["mlm_weight_sum"] + 1e-5)
-    metrics.update(m)
-  for t in ("nsp", "sop"):
-    if t in targets:
-      m = sentence_pair_sums(outputs[f"{t}_logits"], batch["next_sentence_labels"], t)
-      loss += m[f"{t}_loss_sum"] / m[f"{t}_count"]
-      metrics.update(m)
-  if "lm" in targets:
-    m = causal_lm_sums(outputs["lm_logits"], batch["input_ids"], batch["input_mask"])
-    loss += m["lm_loss_sum"] / (m["lm_weight_sum"] + 1e-5)
-    metrics.update(m)
-  metrics["loss_sum"] = loss
-  metrics["loss_count"] = jnp.ones((), jnp.float32)
-  return loss, metrics
-
-
 def normalize_metrics(sums: Mapping[str, float]) -> dict:
-  """{x_loss_sum, x_correct_sum, x_weight_sum|x_count} -> {x_loss, x_accuracy}; `loss` = mean total loss."""
+  """{x_loss_sum, x_correct_sum, x_weight_sum|x_count} -> {x_loss, x_accuracy}; `loss` = mean total loss.
+  An objective's further metrics are its own (objectives.normalize_metrics adds them)."""
   out = {}
   for key in sums:
     if key.endswith("_loss_sum"):
@@ -79,13 +54,6 @@ def normalize_metrics(sums: Mapping[str, float]) -> dict:
       out[f"{prefix}_loss"] = float(sums[key]) / denom
       if f"{prefix}_correct_sum" in sums:
         out[f"{prefix}_accuracy"] = float(sums[f"{prefix}_correct_sum"]) / denom
-  if "disc_replaced_sum" in sums:   # ELECTRA's discriminator (models/electra.py electra_sums)
-    pos, real = float(sums["disc_replaced_sum"]), float(sums["disc_weight_sum"])
-    out["disc_replaced_fraction"] = pos / max(real, 1e-9)
-    out["disc_recall"] = float(sums["disc_true_positive_sum"]) / max(pos, 1e-9)
-    out["disc_precision"] = float(sums["disc_true_positive_sum"]) / max(float(sums["disc_predicted_replaced_sum"]), 1e-9)
-    out["disc_replaced_prob"] = float(sums["disc_replaced_prob_sum"]) / max(pos, 1e-9)
-    out["disc_original_prob"] = float(sums["disc_original_prob_sum"]) / max(real - pos, 1e-9)
   if "loss_sum" in sums:
     out["loss"] = float(sums["loss_sum"]) / max(float(sums.get("loss_count", 1.0)), 1e-9)
   return out

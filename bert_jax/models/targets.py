@@ -1,7 +1,8 @@
-"""Pre-training targets: masked LM, next-sentence / sentence-order prediction, causal LM (ELECTRA, which
-wraps the encoder twice, is its own model in models/electra.py).
+"""The layers of the pre-training objectives' heads: BERT's LM head (MLM, causal LM, ELECTRA's discriminator
+MLM) and the sentence-pair classifier (NSP, SOP). Which objective uses which, its loss and its name are the
+objective's own (models/objectives/).
 
-Each target is a small module on top of the encoder output with no knowledge of which encoder produced it.
+Each head is a small module on top of the encoder output with no knowledge of which encoder produced it.
 """
 
 from __future__ import annotations
@@ -13,9 +14,6 @@ import jax.numpy as jnp
 from bert_jax.models import axes
 from bert_jax.models.config import BertConfig
 from bert_jax.models.layers import activation, constrain, dense, layer_norm, zeros_init
-
-TARGETS = ("mlm", "nsp", "sop", "lm",
-           "electra")   # replaced-token detection: a generator + discriminator model, models/electra.py
 
 
 def gather_positions(sequence: jax.Array, positions: jax.Array) -> jax.Array:

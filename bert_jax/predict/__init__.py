@@ -27,7 +27,10 @@ from tqdm.auto import tqdm
 from bert_jax.errors import UserError
 from bert_jax.finetune.predict import Predictor
 from bert_jax.input_pipeline import tokenization
-from bert_jax.models.bert import BertForPreTraining, BertModel
+from bert_jax.models import BertForPreTraining, BertModel
+from bert_jax.models.objectives import OBJECTIVES
+from bert_jax.models.objectives.electra import Electra
+from bert_jax.models.objectives.mlm import MaskedLM
 from bert_jax.models.heads import POOLINGS, pool
 from bert_jax.pretrained import Pretrained, is_workdir, load_pretrained, params_dir
 from bert_jax.engine.train_step import compute_dtype
@@ -62,9 +65,10 @@ def untrained_pooler(pre: Pretrained) -> str:
     return ""
   if "pooler" in pre.info.get("report", {}).get("fresh_groups", []):
     return "its pooler was randomly initialised at conversion (the source checkpoint has none)"
-  if is_workdir(pre.directory) and not {"nsp", "sop"} & set(pre.params):
-    return ("it was pre-trained without a sentence-level target (nsp or sop), so its pooler never left its "
-            "random init")
+  sentence_level = [name for name, cls in OBJECTIVES.items() if cls.trains_pooler]
+  if is_workdir(pre.directory) and not set(sentence_level) & set(pre.params):
+    return (f"it was pre-trained without a sentence-level target ({' or '.join(sentence_level)}), so its pooler "
+            "never left its random init")
   return ""
 
 
@@ -95,19 +99,20 @@ class FillMask:
 
   def __init__(self, model: str, batch_size: int = 16, max_seq_length: int = 128):
     self.pre = load_model(model)
-    if "mlm" not in self.pre.params and "generator" in self.pre.params:
+    mlm, generator = MaskedLM.param_groups[0], Electra.param_groups[0]
+    if mlm not in self.pre.params and generator in self.pre.params:
       raise UserError(
           f"--model={model!r} ({self.pre.directory}) is an ELECTRA model: its discriminator has no masked-LM "
           "head; its generator has one. Write the generator out and fill masks with it: python -m "
           f"bert_jax.convert export-hf --input={self.pre.directory} --output=GEN_HF --heads=mlm, then "
           "import-hf --input=GEN_HF --output=GEN and --model=GEN")
-    if "mlm" not in self.pre.params:
+    if mlm not in self.pre.params:
       raise UserError(
           f"--model={model!r} ({self.pre.directory}) has no masked-LM head (params['mlm']; top-level keys "
           f"{sorted(self.pre.params)}), so it cannot fill masks. Use a pre-training work dir or a checkpoint "
           "converted with its cls.predictions head (bare encoders such as sentence-transformers' MiniLM have none)")
     fresh = self.pre.info.get("report", {}).get("fresh_groups", [])
-    if "mlm" in fresh:   # a converter initialised the head because the source checkpoint had none
+    if mlm in fresh:   # a converter initialised the head because the source checkpoint had none
       raise UserError(
           f"--model={model!r} ({self.pre.directory}): its masked-LM head was randomly initialised at conversion "
           "(the source checkpoint had no cls.predictions weights, e.g. sentence-transformers' MiniLM), so it "
@@ -120,12 +125,12 @@ class FillMask:
     self.batch_size = int(batch_size)
     self.max_seq_length = cap_seq_length(max_seq_length, self.pre)
     cfg = self.pre.config.replace(dtype=compute_dtype("auto"), scan_layers=False)
-    model_ = BertForPreTraining(cfg, targets=("mlm",))
-    self.params = jax.device_put({"bert": self.pre.params["bert"], "mlm": self.pre.params["mlm"]})
+    model_ = BertForPreTraining(cfg, targets=(MaskedLM(),))
+    self.params = jax.device_put({"bert": self.pre.params["bert"], mlm: self.pre.params[mlm]})
 
     def forward(params, ids, mask, positions, k):
       out = model_.apply({"params": params}, ids, mask, jnp.zeros_like(ids), positions, deterministic=True)
-      probs = jax.nn.softmax(out["mlm_logits"], axis=-1)
+      probs = jax.nn.softmax(out[f"{mlm}_logits"], axis=-1)
       return jax.lax.top_k(probs, k)
 
     self._forward = jax.jit(forward, static_argnums=4)

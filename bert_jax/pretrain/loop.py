@@ -70,7 +70,7 @@ from bert_jax import lean_imports
 from bert_jax.errors import Interrupted, UserError
 from bert_jax import fileio
 from bert_jax.input_pipeline import pretrain_dataset
-from bert_jax.models import pretraining_model
+from bert_jax.models import objectives, pretraining_model
 from bert_jax.pretrained import load_pretrained, params_dir
 from bert_jax.pretrained.load import CHECKPOINT_SUBDIR, merge_params
 from bert_jax.engine import checkpoints, compile_cache, optimizers, periodic, sharding, timing, watchdog
@@ -319,7 +319,7 @@ def _train(plan: PretrainPlan, lock: workdir_lib.WorkdirLock, signals: workdir_l
   log.info("plan (%s):\n%s", fileio.join(plan.workdir, PLAN_NAME), plan.describe())
   ckpt = checkpoints.Checkpointer(fileio.join(plan.workdir, CHECKPOINT_SUBDIR), keep=plan.keep_checkpoints)
   signals.ckpt = ckpt                     # multi-host: the preemption sync point goes through it
-  model = pretraining_model(plan.model, plan.targets, plan.electra)
+  model = pretraining_model(plan.model, plan.objectives)
   mesh = sharding.make_mesh(plan.mesh_shape, plan.mesh_axes)
   batch_sharding = sharding.batch_sharding(mesh, plan.logical_axis_rules)
   tx, schedule = optimizers.make_optimizer(plan.optimizer, plan.num_train_steps, plan.warmup_steps)
@@ -491,7 +491,7 @@ def _log_window(run: _Run, phase: Phase, step: int, summary: dict, window: timin
   if seq_per_sec is not None:
     row.update(seq_per_sec=seq_per_sec, tokens_per_sec=seq_per_sec * phase.max_seq_length)
     m = flops.mfu(seq_per_sec, plan.model, phase.max_seq_length, phase.max_predictions_per_seq,
-                  jax.device_count(), run.peak_flops, plan.targets, plan.electra)
+                  jax.device_count(), run.peak_flops, plan.objectives)
     if m is not None:
       row["mfu"] = m
   run.writer.write(step, row)
@@ -518,20 +518,15 @@ def evaluate(plan: PretrainPlan, eval_step, params, phase: Phase, batch_sharding
 
 
 # ---- plots ------------------------------------------------------------------------------------------
-# Each target's (loss, accuracy, title) in metrics.jsonl: what the progress bar shows and the curves plot.
-CURVES = (("mlm_loss", "mlm_accuracy", "MLM"), ("lm_loss", "lm_accuracy", "LM"),
-          ("gen_mlm_loss", "gen_mlm_accuracy", "ELECTRA generator MLM"),
-          ("disc_loss", "disc_accuracy", "ELECTRA discriminator"))
-
-
 def curve_pairs(*rows: dict) -> list:
-  """The CURVES entries whose loss one of `rows` has (MLM for BERT, generator + discriminator for ELECTRA)."""
-  return [c for c in CURVES if any(isinstance(r.get(c[0]), (int, float)) for r in rows)]
+  """The registered objectives' (loss, accuracy, title) curves whose loss one of `rows` has (MLM for BERT,
+  generator + discriminator for ELECTRA): what the progress bar shows and the curves plot."""
+  return [c for c in objectives.all_curves() if any(isinstance(r.get(c[0]), (int, float)) for r in rows)]
 
 
 def plot_loss_curve(workdir: str) -> Optional[str]:
-  """plots/loss_curve.png: each target's loss and accuracy (train and eval) against the step, one row per
-  target (MLM; LM; ELECTRA's generator and discriminator)."""
+  """plots/loss_curve.png: each objective's loss and accuracy (train and eval) against the step, one row per
+  curve the objectives name (MLM; LM; ELECTRA's generator and discriminator)."""
   if jax.process_index() != 0:
     return None
   rows = read_jsonl(fileio.join(workdir, "metrics.jsonl"))
@@ -541,7 +536,7 @@ def plot_loss_curve(workdir: str) -> Optional[str]:
   import matplotlib  # lazy: ~1 s of import, needed only once the run is over
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # lazy: as above
-  pairs = curve_pairs(*rows) or CURVES[:1]
+  pairs = curve_pairs(*rows) or objectives.all_curves()[:1]
   fig, axes = plt.subplots(len(pairs), 2, figsize=(11, 4 * len(pairs)), squeeze=False)
   panels = [(axes[i][j], key, f"{title} {('loss', 'accuracy')[j]}")
             for i, (loss, acc, title) in enumerate(pairs) for j, key in enumerate((loss, acc))]

@@ -40,7 +40,8 @@ from bert_jax.errors import UserError
 from bert_jax import fileio
 from bert_jax.input_pipeline import checks
 from bert_jax.input_pipeline.data_plan import Phase, PretrainData, phase_fields, resolve_data_plan
-from bert_jax.models import BertConfig, ElectraSettings, validate_targets
+from bert_jax.models import BertConfig, objectives
+from bert_jax.models.objectives import OBJECTIVES, Objective
 from bert_jax.models.config import SIZES
 from bert_jax.pretrained import params_dir
 from bert_jax.pretrained.load import CHECKPOINT_SUBDIR, check_vocab_matches, read_config
@@ -65,7 +66,7 @@ class PretrainPlan:
   do_lower_case: bool
   model: BertConfig
   targets: Tuple[str, ...]
-  electra: Optional[ElectraSettings]  # generator size, lambda, temperature (targets=("electra",) only)
+  objectives: Tuple[Objective, ...]  # the targets resolved (models/objectives/), each with its config subtree
   init_checkpoint: Optional[str]     # directory whose params start a new run (None on resume / from scratch)
   phases: Tuple[Phase, ...]
   data: PretrainData
@@ -97,23 +98,12 @@ class PretrainPlan:
     return next((p for p in self.phases if p.start <= step < p.end), None)
 
   def to_dict(self) -> dict:
-    out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "config"}
-    out["electra"] = dataclasses.asdict(self.electra) if self.electra else None
+    out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("config", "objectives")}
+    # each objective's settings under its config subtree's name, as config.json has them
+    out.update({o.name: dataclasses.asdict(o.settings) for o in self.objectives if o.settings is not None})
     out.update(model=self.model.to_dict(), data=dataclasses.asdict(self.data), guard=dataclasses.asdict(self.guard),
                optimizer=dataclasses.asdict(self.optimizer), phases=[dataclasses.asdict(p) for p in self.phases])
     return json.loads(json.dumps(out, default=list))
-
-  def _electra_text(self) -> str:
-    """The ELECTRA settings after the targets' names in describe() ("" without the electra target)."""
-    e = self.electra
-    if not e:
-      return ""
-    temperature = f"{e.temperature:g}" if e.temperature_anneal_steps <= 0 else (
-        f"{e.initial_temperature:g} -> {e.temperature:g} over {e.temperature_anneal_steps} steps")
-    bias = f", disc bias {e.disc_bias_init:g} at init" if e.disc_bias_init else ""
-    mlm = f", discriminator MLM x {e.disc_mlm_weight:g}" if e.disc_mlm_weight else ""
-    return (f" (generator H x {e.generator_hidden_fraction:g}, lambda {e.disc_weight:g}, "
-            f"temperature {temperature}{bias}{mlm})")
 
   def describe(self) -> str:
     """The plan as a short table (logged at start-up)."""
@@ -125,7 +115,7 @@ class PretrainPlan:
         ("model", f"L{m.num_hidden_layers}/H{m.hidden_size}/A{m.num_attention_heads}, vocab {m.vocab_size}, "
                   f"{m.encoder} {m.layer_norm_type}-LN, {m.dtype}, attention {m.attention_impl}"
                   f"{', scan' if m.scan_layers else ''}{'' if m.remat_policy == 'none' else ', remat ' + m.remat_policy}"),
-        ("targets", ", ".join(self.targets) + self._electra_text()),
+        ("targets", ", ".join(o.describe() for o in self.objectives)),
         ("vocab", f"{self.vocab_file} ({'lower-cased' if self.do_lower_case else 'cased'})"),
         ("data", f"{self.data.input_files}; masking {self.data.masking}, pairs {self.data.pair_mode}"
                  f"{', packed' if self.data.pack_sequences else ''}"
@@ -192,28 +182,35 @@ def _check_heads_divide_width(model) -> None:
                     f"divisor of {width} (e.g. {max(1, width // 64)}: 64-wide heads), or -1 for width / 64")
 
 
-def _resolve_electra(config, targets) -> Optional[ElectraSettings]:
-  """config.electra as settings when the targets hold 'electra' (each field's range checked here)."""
-  if "electra" not in targets:
-    e, d = config.get("electra") or {}, ElectraSettings()
-    changed = [f"config.electra.{f.name}={e[f.name]!r}" for f in dataclasses.fields(ElectraSettings)
-               if f.name in e and e[f.name] != getattr(d, f.name)]
+def _resolve_objectives(config, targets: Tuple[str, ...]) -> Tuple[Objective, ...]:
+  """config.targets as objectives (models/objectives/, the registry), each with its settings from its config
+  subtree (config.<name>, each field's range checked here); a subtree changed for an objective the run does not
+  train is a warning."""
+  try:
+    objectives.validate_targets(targets)
+  except ValueError as e:
+    raise UserError(f"config.targets={targets!r}: {e}") from e
+  for name, cls in OBJECTIVES.items():
+    if cls.settings_type is None or name in targets:
+      continue
+    given, default = config.get(name) or {}, cls.settings_type()
+    changed = [f"config.{name}.{f.name}={given[f.name]!r}" for f in dataclasses.fields(cls.settings_type)
+               if f.name in given and given[f.name] != getattr(default, f.name)]
     if changed:
-      checks.warn(f"{', '.join(changed)} has no effect: config.targets={targets!r} has no 'electra' (set "
-                  "--config.targets='(\"electra\",)' to train ELECTRA)")
-    return None
-  checks.check_range(config, "electra.generator_hidden_fraction", lo=0, hi=1, lo_open=True)
-  checks.check_range(config, "electra.generator_num_layers", lo=1, allow=(-1,), integer=True)
-  checks.check_range(config, "electra.generator_num_attention_heads", lo=1, allow=(-1,), integer=True)
-  checks.check_range(config, "electra.disc_weight", lo=0, lo_open=True)
-  checks.check_range(config, "electra.temperature", lo=0, lo_open=True)
-  checks.check_range(config, "electra.initial_temperature", lo=0, lo_open=True)
-  checks.check_range(config, "electra.temperature_anneal_steps", lo=0, integer=True)
-  checks.check_range(config, "electra.disc_bias_init", lo=-50, hi=50)
-  checks.check_range(config, "electra.disc_mlm_weight", lo=0)
-  e, d = config.get("electra") or {}, ElectraSettings()
-  return ElectraSettings(**{f.name: type(getattr(d, f.name))(e.get(f.name, getattr(d, f.name)))
-                            for f in dataclasses.fields(ElectraSettings)})
+      checks.warn(f"{', '.join(changed)} has no effect: config.targets={targets!r} has no {name!r} (set "
+                  f"--config.targets='(\"{name}\",)' to train {cls.title or name})")
+  out = []
+  for name in targets:
+    cls = OBJECTIVES[name]
+    settings = None
+    if cls.settings_type is not None:
+      for field, limits in cls.settings_ranges.items():
+        checks.check_range(config, f"{name}.{field}", **limits)
+      given, default = config.get(name) or {}, cls.settings_type()
+      settings = cls.settings_type(**{f.name: type(getattr(default, f.name))(given.get(f.name, getattr(default, f.name)))
+                                      for f in dataclasses.fields(cls.settings_type)})
+    out.append(cls(settings))
+  return tuple(out)
 
 
 def _check_positions(config, phases, max_positions: int) -> None:
@@ -325,10 +322,7 @@ def resolve_pretrain(config, workdir: Optional[str], *, num_devices: Optional[in
   workdir = fileio.abspath(workdir) if workdir else ""
   v.check_workdir(workdir)
   targets = tuple(config.targets)
-  try:
-    validate_targets(targets)
-  except ValueError as e:
-    raise UserError(f"config.targets={targets!r}: {e}") from e
+  resolved = _resolve_objectives(config, targets)
   _check_fields(config)
   resume = v.has_checkpoint(workdir)
   if resume:
@@ -353,7 +347,7 @@ def resolve_pretrain(config, workdir: Optional[str], *, num_devices: Optional[in
   _check_positions(config, data_plan.phases, model.max_position_embeddings)
   return PretrainPlan(
       workdir=workdir, resume=resume, vocab_file=vocab_file, do_lower_case=bool(config.data.do_lower_case),
-      model=model, targets=targets, electra=_resolve_electra(config, targets), init_checkpoint=init_dir, phases=data_plan.phases, data=data_plan.data,
+      model=model, targets=targets, objectives=resolved, init_checkpoint=init_dir, phases=data_plan.phases, data=data_plan.data,
       batch_size=int(config.batch_size), mesh_shape=mesh_shape, mesh_axes=tuple(config.mesh.axes),
       logical_axis_rules=rules, batch_shards=shards, process_count=process_count, optimizer=optimizer,
       seed=int(config.seed), grad_accum_steps=int(config.grad_accum_steps),
