@@ -44,6 +44,7 @@ import numpy as np
 from bert_jax.convert import hf, mapping, spm_model
 from bert_jax.convert.mapping import ConversionError, Entry, _dense, _ln
 from bert_jax.models.config import BertConfig
+from bert_jax.models.encoders import albert
 from bert_jax.pretrained import params_dir
 
 
@@ -86,7 +87,8 @@ def albert_name_table(config: BertConfig, groups: int = 0, inner: int = 1) -> Li
   groups > 0: a source of `groups` layer groups of `inner` layers each, unrolled into this per-layer config
   (config.num_hidden_layers = source layers x inner): layer k = (i, j) = divmod(k, inner) reads inner layer j of
   the group source layer i runs, int(i / (source layers / groups)) as in transformers' AlbertTransformer (one
-  source tensor feeds several of ours; the outputs are the same)."""
+  source tensor feeds several of ours; the outputs are the same). The layers' names are ALBERT's sharing's
+  (models/encoders/albert.py)."""
   mapping.check_post_ln_transformer(config)
   if not config.factorised_embeddings:
     raise ConversionError("ALBERT always maps its embeddings to H (embedding_hidden_mapping_in): the model "
@@ -99,27 +101,10 @@ def albert_name_table(config: BertConfig, groups: int = 0, inner: int = 1) -> Li
   t += _ln(emb + ("LayerNorm",), "bert/embeddings/LayerNorm", "albert.embeddings.LayerNorm", "embeddings")
   t += _dense(emb + ("projection",), "bert/encoder/embedding_hidden_mapping_in",
               "albert.encoder.embedding_hidden_mapping_in", "embeddings")
-  hf_layer = "albert.encoder.albert_layer_groups.{}.albert_layers.{}"
-  tf_layer = "bert/encoder/transformer/group_{}/inner_group_{}"
-  if config.share_layers:
-    layers = [(("bert", "encoder", "shared", "layer"), 0, 0)]
-  elif groups:
-    per_group = (config.num_hidden_layers // inner) / groups
-    layers = [(("bert", "encoder", f"layer_{k}"), int((k // inner) / per_group), k % inner)
-              for k in range(config.num_hidden_layers)]
-  else:
-    layers = [(("bert", "encoder", f"layer_{i}"), i, 0) for i in range(config.num_hidden_layers)]
-  for o, i, j in layers:
-    h, g = hf_layer.format(i, j), tf_layer.format(i, j)
-    for qkv in ("query", "key", "value"):
-      t += _dense(o + ("attention", qkv), f"{g}/attention_1/self/{qkv}", f"{h}.attention.{qkv}", "encoder",
-                  kernel_kind="qkv_kernel", bias_kind="qkv_bias")
-    t += _dense(o + ("attention", "output"), f"{g}/attention_1/output/dense", f"{h}.attention.dense", "encoder",
-                kernel_kind="out_kernel")
-    t += _ln(o + ("attention_LayerNorm",), f"{g}/LayerNorm", f"{h}.attention.LayerNorm", "encoder")
-    t += _dense(o + ("ffn", "intermediate"), f"{g}/ffn_1/intermediate/dense", f"{h}.ffn", "encoder")
-    t += _dense(o + ("ffn", "output"), f"{g}/ffn_1/intermediate/output/dense", f"{h}.ffn_output", "encoder")
-    t += _ln(o + ("output_LayerNorm",), f"{g}/LayerNorm_1", f"{h}.full_layer_layer_norm", "encoder")
+  for o, i, j in albert.checkpoint_layers(config, groups, inner):
+    t += mapping.layer_entries(albert.LAYER_NAMES, ("bert", "encoder") + o,
+                               albert.GOOGLE_LAYER.format(group=i, inner=j), albert.HF_LAYER.format(group=i, inner=j),
+                               "encoder")
   t += _dense(("bert", "pooler"), "bert/pooler/dense", "albert.pooler", "pooler")
   t += mapping.objective_entries("albert", ALBERT_TARGETS)
   return t

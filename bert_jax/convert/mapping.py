@@ -36,7 +36,7 @@ from flax import traverse_util
 
 from bert_jax.models import BertForPreTraining, dummy_inputs
 from bert_jax.models.objectives import OBJECTIVES
-from bert_jax.models import layers
+from bert_jax.models import encoders, layers
 from bert_jax.models.config import BertConfig
 from bert_jax.input_pipeline import tokenization
 from bert_jax.pretrained import params_dir
@@ -103,16 +103,37 @@ def capped_lines(lines: List[str], limit: int = 10) -> str:
   return "\n  " + "\n  ".join(shown)
 
 
-def check_post_ln_transformer(config: BertConfig) -> None:
-  if config.encoder != "transformer" or config.layer_norm_type != "post":
-    raise ConversionError(
-        f"only BERT's post-LN Transformer has Google/HF equivalents; this config has encoder="
-        f"{config.encoder!r}, layer_norm_type={config.layer_norm_type!r}")
+def check_post_ln_transformer(config: BertConfig) -> Tuple[encoders.LayerParam, ...]:
+  """The names one encoder layer has in Google's, HF's and UER's checkpoints, which config's encoder family
+  carries (models/encoders; today the post-LN transformer's); a ConversionError with the family's reason when
+  it has none."""
+  try:
+    return encoders.checkpoint_names(config)
+  except ValueError as e:
+    raise ConversionError(str(e)) from None
+
+
+_KERNEL_KINDS = {"qkv": "qkv_kernel", "out": "out_kernel", "dense": "dense_kernel"}
+
+
+def layer_entries(names: Sequence[encoders.LayerParam], ours: Tuple[str, ...], google: str, hf: str,
+                  group: str) -> List[Entry]:
+  """One encoder layer's entries: its family's per-module `names` under our path `ours`, Google's scope
+  `google` and HF's prefix `hf`."""
+  t: List[Entry] = []
+  for p in names:
+    o, g, h = ours + p.ours, f"{google}/{p.google}", f"{hf}.{p.hf}"
+    if p.kind == "layer_norm":
+      t += _ln(o, g, h, group)
+    else:
+      t += _dense(o, g, h, group, kernel_kind=_KERNEL_KINDS[p.kind],
+                  bias_kind="qkv_bias" if p.kind == "qkv" else "same")
+  return t
 
 
 def name_table(config: BertConfig) -> List[Entry]:
   """Every parameter of BertForPreTraining(config, ("mlm", "nsp")) with its Google and HF names."""
-  check_post_ln_transformer(config)
+  layer_names = check_post_ln_transformer(config)
   if config.share_layers or config.factorised_embeddings:
     raise ConversionError(
         f"share_layers={config.share_layers}, embedding_size={config.embedding_size}: an ALBERT-style model has "
@@ -124,19 +145,8 @@ def name_table(config: BertConfig) -> List[Entry]:
                    "same", "embeddings"))
   t += _ln(emb + ("LayerNorm",), "bert/embeddings/LayerNorm", "bert.embeddings.LayerNorm", "embeddings")
   for i in range(config.num_hidden_layers):
-    o = ("bert", "encoder", f"layer_{i}")
-    g = f"bert/encoder/layer_{i}"
-    h = f"bert.encoder.layer.{i}"
-    for qkv in ("query", "key", "value"):
-      t += _dense(o + ("attention", qkv), f"{g}/attention/self/{qkv}", f"{h}.attention.self.{qkv}", "encoder",
-                  kernel_kind="qkv_kernel", bias_kind="qkv_bias")
-    t += _dense(o + ("attention", "output"), f"{g}/attention/output/dense", f"{h}.attention.output.dense",
-                "encoder", kernel_kind="out_kernel")
-    t += _ln(o + ("attention_LayerNorm",), f"{g}/attention/output/LayerNorm",
-             f"{h}.attention.output.LayerNorm", "encoder")
-    t += _dense(o + ("ffn", "intermediate"), f"{g}/intermediate/dense", f"{h}.intermediate.dense", "encoder")
-    t += _dense(o + ("ffn", "output"), f"{g}/output/dense", f"{h}.output.dense", "encoder")
-    t += _ln(o + ("output_LayerNorm",), f"{g}/output/LayerNorm", f"{h}.output.LayerNorm", "encoder")
+    t += layer_entries(layer_names, ("bert", "encoder", f"layer_{i}"), f"bert/encoder/layer_{i}",
+                       f"bert.encoder.layer.{i}", "encoder")
   t += _dense(("bert", "pooler"), "bert/pooler/dense", "bert.pooler.dense", "pooler")
   t += objective_entries("bert", BERT_TARGETS)
   return t
