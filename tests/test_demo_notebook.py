@@ -96,6 +96,12 @@ def _venv_with_the_wheel(tmp_path):
   subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
   site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                         check=True, capture_output=True, text=True).stdout.strip()
+  # Run from inside a virtual environment, --system-site-packages shows the base interpreter's packages, not
+  # that environment's (no JAX, no TensorFlow): this .pth adds the running interpreter's own site-packages,
+  # after the new environment's (where the wheel goes, so bert_jax still comes from the wheel).
+  paths = sysconfig.get_paths()
+  with open(os.path.join(site, "running_interpreter_site_packages.pth"), "w") as f:
+    f.write("\n".join(dict.fromkeys([paths["purelib"], paths["platlib"]])) + "\n")
   subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", site,
                   str(wheel)], check=True, capture_output=True)
   return str(venv / "bin" / "python"), site
