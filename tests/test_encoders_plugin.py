@@ -1,6 +1,11 @@
-"""An encoder family defined only here, registered with one line, is accepted by the config layer and pre-trains
-through the public step factory: the model, the step, sharding and the config need no change for a new family
-(models/encoders/__init__.py's contract). An unregistered name is one error line listing the registered ones."""
+"""An encoder family defined only here, registered with one line, pre-trains through the public step factory and
+end to end through pretrain.loop.train_and_evaluate (checkpointed, resumed, loaded in bert_jax.predict): the
+model, the step, sharding, the plan and the loop need no change for a new family (models/encoders/__init__.py's
+contract). Without the line the config is refused with one line listing the registered families."""
+
+import json
+import logging
+import os
 
 import flax
 import flax.linen as nn
@@ -9,13 +14,21 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
+import task_fixtures as testing
+
 from bert_jax.convert import mapping
 from bert_jax.engine import optimizers, sharding
 from bert_jax.engine import train_step as ts
 from bert_jax.errors import UserError
 from bert_jax.models import BertConfig, BertForPreTraining, axes, encoders
 from bert_jax.models.layers import activation, dense, layer_norm
+from bert_jax.predict import FeatureExtractor
+from bert_jax.pretrain import loop as pretrain
+from bert_jax.pretrained.load import load_workdir_params
+from test_reliability_cli import pretrain_config
 from test_training_sharding import make_batch, run_config
+
+WORDS = ["the", "a", "cat", "dog", "sat", "on", "mat", "is", "was", "hello", "world", "jax", "bert", "model"]
 
 
 class MeanPoolEncoder(nn.Module):
@@ -131,3 +144,40 @@ def test_without_its_line_the_family_is_not_registered():
   with pytest.raises(ValueError, match=r"BertConfig.encoder='meanpool'; expected one of the registered encoder "
                                        r"families \('transformer', 'lstm'\)"):
     BertConfig(encoder="meanpool")
+
+
+def _pretrain_config(tmp_path, encoder: str, steps: int):
+  corpus = testing.write_word_documents(tmp_path / "corpus.txt", WORDS, 30)
+  (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "."] + WORDS) + "\n",
+                                      encoding="utf-8")
+  return pretrain_config(tmp_path, **{
+      "model.encoder": encoder, "data.input_files": corpus, "num_train_steps": steps, "checkpoint_every_steps": 2,
+      "log_every_steps": 1, "progress_bar": False, "batch_size": 8, "data.max_seq_length": 32,
+      "data.max_predictions_per_seq": 5})
+
+
+@pytest.mark.slow         # two short pre-training runs (~30 s); the fast tier keeps the refusal below
+def test_a_family_registered_in_one_line_pretrains_resumes_and_loads_in_predict(tmp_path, meanpool, caplog):
+  workdir = str(tmp_path / "work")
+  first = pretrain.train_and_evaluate(_pretrain_config(tmp_path, "meanpool", 2), workdir)
+  assert first["step"] == 2 and np.isfinite(first["mlm_loss"])
+  with caplog.at_level(logging.INFO, logger="bert_jax.pretrain.loop"):
+    second = pretrain.train_and_evaluate(_pretrain_config(tmp_path, "meanpool", 4), workdir)   # a resume
+  assert "resumed from" in caplog.text and second["step"] == 4
+  saved_config = json.load(open(os.path.join(workdir, "model_config.json"), encoding="utf-8"))
+  assert saved_config["encoder"] == "meanpool"
+  hidden = saved_config["hidden_size"]
+  saved = load_workdir_params(workdir)             # the family's own parameters, checkpointed
+  assert np.asarray(saved["bert"]["encoder"]["mix_0"]["kernel"]).shape == (hidden, hidden)
+  feats = FeatureExtractor(workdir, pooling="mean").encode(["the cat sat on the mat ."])
+  assert feats.shape == (1, hidden) and np.all(np.isfinite(feats))
+
+
+def test_without_its_registration_line_pretraining_is_refused_naming_the_registered_families(tmp_path):
+  workdir = tmp_path / "work"
+  with pytest.raises(UserError) as refused:
+    pretrain.train_and_evaluate(_pretrain_config(tmp_path, "meanpool", 2), str(workdir))
+  message = str(refused.value)
+  assert "\n" not in message                       # one `error:` line at the entry points
+  assert "encoder='meanpool'" in message and str(encoders.names()) in message
+  assert not workdir.exists()                     # refused before anything was written
