@@ -21,7 +21,7 @@ objectives.json):
     model.embedding_size=H/2 (these two only where configs/pretrain.py has the fields).
   - equal FLOPs: a budget is B steps of the `bert` arm; every other arm runs round(B x F_bert / F_arm) steps,
     with F the training FLOPs per sequence of bert_jax.pretrain.flops (ELECTRA: discriminator + generator,
-    flops.electra_flops_per_sequence). Learning-rate schedules follow each arm's own step count.
+    models/objectives/electra.py's model_flops). Learning-rate schedules follow each arm's own step count.
   - equal wall-clock: every other arm runs round(B x t_bert / t_arm) steps, t = the median seconds per step
     measured in its equal-FLOPs run (compilation excluded; the same session, so the machine's load is shared).
   - downstream: each pre-trained discriminator / encoder and a random initialisation fine-tuned on review
@@ -130,7 +130,7 @@ def flops_per_step(arm: str, size: str, vocab_size: int) -> float:
   preds = max(1, math.ceil(0.25 * (SEQ - 2) - 1e-9))
   # ELECTRA: generator included (default settings); span masking: the same model; ALBERT sharing: the same
   # compute per layer (fewer parameters)
-  per = flops.training_flops_per_sequence(cfg, SEQ, preds, ("electra",) if arm == "electra" else ("mlm",))
+  per = flops.flops_per_sequence(cfg, SEQ, preds, ("electra",) if arm == "electra" else ("mlm",))
   return BATCH * per
 
 

@@ -43,7 +43,7 @@ import orbax.checkpoint as ocp
 
 from bert_jax.errors import UserError
 from bert_jax import fileio
-from bert_jax.models import BertConfig, scan_params, unscan_params
+from bert_jax.models import BertConfig, objectives, scan_params, unscan_params
 from bert_jax.pretrained import params_dir
 from bert_jax.pretrained.load import CHECKPOINT_SUBDIR
 from bert_jax.engine import run_files
@@ -192,13 +192,13 @@ def restore_latest_readable(ckpt: Checkpointer, config, model, mesh, tx):
 
 # The run config fields that shape the checkpointed state (params, optimizer state) besides the architecture,
 # which the plan compares itself (workdir.check_resume_model_config).
-STATE_FIELDS = ("targets", "optimizer.name", "electra.generator_hidden_fraction", "electra.generator_num_layers",
-                "electra.disc_mlm_weight")
+# Each objective's settings that shape its parameters (models/objectives/) are added where they are read.
+STATE_FIELDS = ("targets", "optimizer.name")
 
 
 def _changed_fields(ckpt: Checkpointer, run_config: Optional[dict]) -> str:
-  """'This run changes config.targets: ('mlm', 'nsp') in the work dir vs ('electra',) now. ' for the
-  STATE_FIELDS whose value differs from the work dir's config.json ("" when none or unreadable)."""
+  """'This run changes config.targets: (A, B) in the work dir vs (C,) now. ' for the STATE_FIELDS (and the
+  objectives' state fields) whose value differs from the work dir's config.json ("" when none or unreadable)."""
   try:
     saved = params_dir.read_json(fileio.join(fileio.dirname(ckpt.directory), "config.json"))
   except Exception:  # noqa: BLE001 - a hint only
@@ -210,7 +210,8 @@ def _changed_fields(ckpt: Checkpointer, run_config: Optional[dict]) -> str:
         return None
       tree = tree[key]
     return tuple(tree) if isinstance(tree, list) else tree
-  changed = [f"config.{f}: {get(saved, f)!r} in the work dir vs {get(run_config, f)!r} now" for f in STATE_FIELDS
+  changed = [f"config.{f}: {get(saved, f)!r} in the work dir vs {get(run_config, f)!r} now"
+             for f in STATE_FIELDS + objectives.state_fields()
              if run_config and get(saved, f) is not None and get(saved, f) != get(run_config, f)]
   return f"This run changes {'; '.join(changed)}. " if changed else ""
 
