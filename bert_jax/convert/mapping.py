@@ -12,6 +12,10 @@ the array is laid out in each format:
   out_kernel    [heads, hd, H]     [heads*hd, H]        [H, heads*hd]
   nsp_kernel    [H, 2]             [2, H] (output_weights is stored transposed in Google's checkpoints)
 
+The encoder layers' rows come from the encoder family (models/encoders: each family's `checkpoint_names`, per
+module of one layer; `layer_entries` expands them), the heads' from the objectives; a family without names
+(the lstm, a pre-LN transformer) is refused with its own statement (`check_post_ln_transformer`).
+
 A `Layout` is a checkpoint family: its name table, the pre-training targets its heads are and the head groups
 a checkpoint may lack. `BERT` is the default everywhere; convert/hf_albert.py defines `ALBERT` (SOP head,
 shared layers, factorised embeddings).
