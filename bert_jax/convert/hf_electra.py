@@ -139,18 +139,23 @@ def _encoder(config: BertConfig, ours: Tuple[str, ...], google: str, hf_prefix: 
   return t
 
 
+# The groups the conversion report names ELECTRA's heads by, from their top-level parameter group.
+_HEAD_GROUPS = {"discriminator_predictions": "discriminator", "generator": "generator"}
+
+
+def _heads(top: str) -> List[Entry]:
+  """ELECTRA's head parameters under `top` with their Google and HF names (the objective's own `conversion`,
+  models/objectives/electra.py)."""
+  return [Entry(ours, google, hf_name, kind, _HEAD_GROUPS[top])
+          for ours, google, hf_name, kind in Electra.conversion["electra"] if ours[0] == top]
+
+
 def discriminator_table(config: BertConfig) -> List[Entry]:
   """The discriminator (ElectraDiscriminator's params less the pooler) under Google's and HF's names."""
   mapping.check_post_ln_transformer(config)
   t = _embeddings(config, ("bert", "embeddings"), "electra", "electra.")
   t += _encoder(config, ("bert", "encoder"), "electra", "electra.", "encoder")
-  t += _dense(("discriminator_predictions", "dense"), "discriminator_predictions/dense",
-              "discriminator_predictions.dense", "discriminator")
-  t += [Entry(("discriminator_predictions", "dense_prediction", "kernel"), "discriminator_predictions/dense_1/kernel",
-              "discriminator_predictions.dense_prediction.weight", "dense_kernel", "discriminator"),
-        Entry(("discriminator_predictions", "dense_prediction", "bias"), "discriminator_predictions/dense_1/bias",
-              "discriminator_predictions.dense_prediction.bias", "same", "discriminator")]
-  return t
+  return t + _heads("discriminator_predictions")
 
 
 def generator_table(generator: BertConfig, width: int) -> List[Entry]:
@@ -161,13 +166,7 @@ def generator_table(generator: BertConfig, width: int) -> List[Entry]:
     t += _dense(("generator", "embeddings_project"), "generator/embeddings_project", "electra.embeddings_project",
                 "generator")
   t += _encoder(generator, ("generator", "encoder"), "generator", "electra.", "generator")
-  t += _dense(("generator", "generator_predictions", "dense"), "generator_predictions/dense",
-              "generator_predictions.dense", "generator")
-  t += _ln(("generator", "generator_predictions", "LayerNorm"), "generator_predictions/LayerNorm",
-           "generator_predictions.LayerNorm", "generator")
-  t.append(Entry(("generator", "output_bias"), "generator_predictions/output_bias", "generator_lm_head.bias", "same",
-                 "generator"))
-  return t
+  return t + _heads("generator")
 
 
 def generator_as_bert_table(config: BertConfig) -> List[Entry]:

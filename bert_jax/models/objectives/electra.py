@@ -35,6 +35,28 @@ class Electra(Objective):
   curves = (("gen_mlm_loss", "gen_mlm_accuracy", "ELECTRA generator MLM"),
             ("disc_loss", "disc_accuracy", "ELECTRA discriminator"))
   param_groups = ("generator", "discriminator_predictions")
+  conversion = {
+      # google-research/electra's and HF ElectraForPreTraining's discriminator head, and the generator's MLM head
+      # (HF ElectraForMaskedLM's names, in the generator's own folder); the encoders are the family's names
+      "electra": (
+          (("discriminator_predictions", "dense", "kernel"), "discriminator_predictions/dense/kernel",
+           "discriminator_predictions.dense.weight", "dense_kernel"),
+          (("discriminator_predictions", "dense", "bias"), "discriminator_predictions/dense/bias",
+           "discriminator_predictions.dense.bias", "same"),
+          (("discriminator_predictions", "dense_prediction", "kernel"), "discriminator_predictions/dense_1/kernel",
+           "discriminator_predictions.dense_prediction.weight", "dense_kernel"),
+          (("discriminator_predictions", "dense_prediction", "bias"), "discriminator_predictions/dense_1/bias",
+           "discriminator_predictions.dense_prediction.bias", "same"),
+          (("generator", "generator_predictions", "dense", "kernel"), "generator_predictions/dense/kernel",
+           "generator_predictions.dense.weight", "dense_kernel"),
+          (("generator", "generator_predictions", "dense", "bias"), "generator_predictions/dense/bias",
+           "generator_predictions.dense.bias", "same"),
+          (("generator", "generator_predictions", "LayerNorm", "scale"), "generator_predictions/LayerNorm/gamma",
+           "generator_predictions.LayerNorm.weight", "same"),
+          (("generator", "generator_predictions", "LayerNorm", "bias"), "generator_predictions/LayerNorm/beta",
+           "generator_predictions.LayerNorm.bias", "same"),
+          (("generator", "output_bias"), "generator_predictions/output_bias", "generator_lm_head.bias", "same")),
+  }
 
   def model(self, config):
     return ElectraForPreTraining(config, generator_config(config, self.settings), self.settings)
