@@ -42,7 +42,7 @@ _HF_BUFFERS = re.compile(r"(^|\.)(position_ids|token_type_ids)$")
 
 HEADS = {
     # heads option: (groups, architectures, key prefix of the encoder)
-    "pretraining": (("embeddings", "encoder", "pooler", "mlm", "nsp"), "BertForPreTraining", "bert."),
+    "pretraining": (("embeddings", "encoder", "pooler") + mapping.BERT_TARGETS, "BertForPreTraining", "bert."),
     "mlm": (("embeddings", "encoder", "mlm"), "BertForMaskedLM", "bert."),
     "none": (("embeddings", "encoder", "pooler"), "BertModel", ""),
 }
@@ -412,34 +412,35 @@ def export_hf(input_dir: str, output: str, heads: str = "pretraining") -> mappin
 
 def write_hf(ckpt, output: str, heads: str = "pretraining", source: str = "") -> mapping.ConversionReport:
   """A loaded checkpoint (`load_pretrained`) -> a Hugging Face BERT folder (export_hf)."""
-  return write_model(ckpt, output, heads, source, heads_table=HEADS, pair_head="nsp", root="bert.",
+  return write_model(ckpt, output, heads, source, heads_table=HEADS, root="bert.",
                      config_dict=hf_config_dict, layout=mapping.BERT,
                      hint="use --heads=mlm (no NSP head) or --heads=none (encoder only)")
 
 
-def write_model(ckpt, output: str, heads: str, source: str, *, heads_table: dict, pair_head: str, root: str,
+def write_model(ckpt, output: str, heads: str, source: str, *, heads_table: dict, root: str,
                 config_dict, layout: mapping.Layout, hint: str,
                 sentencepiece_class: str = "AlbertTokenizer") -> mapping.ConversionReport:
   """A loaded checkpoint -> a Hugging Face folder of one model family: `heads_table[heads]` gives the groups
-  exported, the architecture and the weights' prefix; `pair_head` is the family's sentence-pair head (nsp for
-  BERT, sop for ALBERT), `root` its encoder prefix ("bert.", "albert."), `config_dict(config, architecture,
+  exported, the architecture and the weights' prefix; `layout.targets` are the family's pre-training heads
+  (MLM + NSP for BERT, MLM + SOP for ALBERT: models/objectives/), `root` its encoder prefix ("bert.", "albert."), `config_dict(config, architecture,
   pad_token_id=)` its config.json, `hint` what to do when a head is missing, `sentencepiece_class` the
   tokenizer class written for a SentencePiece vocab (write_folder)."""
   input_dir = source or ckpt.directory
   config, params, vocab_file = ckpt.config, ckpt.params, ckpt.require_vocab()
   report = mapping.ConversionReport(source=input_dir, fmt="hf")
-  need = {"pooler": "bert", "mlm": "mlm", pair_head: pair_head}
+  head_groups = tuple(layout.targets)
+  need = {"pooler": "bert", **{g: g for g in head_groups}}
   fresh = fresh_groups(ckpt)
   if heads == "auto":
     # the first layout whose heads the params hold trained: a converted BertForMaskedLM goes back as one, a
     # bare BertModel (sentence-transformers) as BertModel, not with the heads conversion initialised at random
     heads = next(h for h, (g, _, _) in heads_table.items()
-                 if h == "none" or not [x for x in g if x in ("mlm", pair_head) and (x not in params or x in fresh)])
+                 if h == "none" or not [x for x in g if x in head_groups and (x not in params or x in fresh)])
     report.notes.append(f"--heads=auto: {heads} ({heads_table[heads][1]})")
   if heads not in heads_table:
     raise ValueError(f"heads={heads!r}; expected one of {tuple(heads_table)} or auto")
   groups, architecture, prefix = heads_table[heads]
-  untrained = [g for g in groups if g in ("mlm", pair_head) and g in fresh]
+  untrained = [g for g in groups if g in head_groups and g in fresh]
   if untrained:
     raise mapping.ConversionError(
         f"{input_dir}: its {untrained} head(s) were randomly initialised at conversion (the source checkpoint had "
@@ -452,7 +453,7 @@ def write_model(ckpt, output: str, heads: str, source: str, *, heads_table: dict
     raise mapping.ConversionError(
         f"{input_dir}: params lack {absent} needed by --heads={heads} ({architecture}); top-level keys are "
         f"{sorted(params)}; {hint}")
-  extra = sorted(k for k in params if k not in ("bert",) + tuple(g for g in groups if g in ("mlm", pair_head)))
+  extra = sorted(k for k in params if k not in ("bert",) + tuple(g for g in groups if g in head_groups))
   if extra:
     report.notes.append(f"not exported (no {architecture} equivalent): params{extra}")
   arrays = mapping.export_arrays(params, "hf", config, groups=groups, layout=layout)

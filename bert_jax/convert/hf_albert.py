@@ -48,9 +48,10 @@ from bert_jax.models.encoders import albert
 from bert_jax.pretrained import params_dir
 
 
+ALBERT_TARGETS = ("mlm", "sop")   # the pre-training heads of ALBERT checkpoints (AlbertForPreTraining)
 HEADS = {
     # heads option: (groups, architecture, key prefix of the encoder)
-    "pretraining": (("embeddings", "encoder", "pooler", "mlm", "sop"), "AlbertForPreTraining", "albert."),
+    "pretraining": (("embeddings", "encoder", "pooler") + ALBERT_TARGETS, "AlbertForPreTraining", "albert."),
     "mlm": (("embeddings", "encoder", "mlm"), "AlbertForMaskedLM", "albert."),
     "none": (("embeddings", "encoder", "pooler"), "AlbertModel", ""),
 }
@@ -110,7 +111,6 @@ def albert_name_table(config: BertConfig, groups: int = 0, inner: int = 1) -> Li
   return t
 
 
-ALBERT_TARGETS = ("mlm", "sop")   # the pre-training heads of ALBERT checkpoints (AlbertForPreTraining)
 ALBERT = mapping.Layout("albert", albert_name_table, ALBERT_TARGETS, ("pooler",) + ALBERT_TARGETS)
 
 
@@ -269,6 +269,6 @@ def write_albert(ckpt, output: str, heads: str = "pretraining", source: str = ""
   (config.json, model.safetensors, vocab.txt, tokenizer_config.json with BertTokenizer, as the Chinese
   ALBERTs are used; with the SentencePiece tokenizer.json of an English ALBERT beside the vocab, that file
   and tokenizer_class AlbertTokenizer instead)."""
-  return hf.write_model(ckpt, output, heads, source, heads_table=HEADS, pair_head="sop", root="albert.",
+  return hf.write_model(ckpt, output, heads, source, heads_table=HEADS, root="albert.",
                         config_dict=albert_config_dict, layout=ALBERT, sentencepiece_class="AlbertTokenizer",
                         hint="pre-train with targets=('mlm', 'sop') (preset=albert), or use --heads=mlm / none")
