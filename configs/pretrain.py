@@ -91,8 +91,8 @@ def get_config(arg=None):
   config.data.masking = "auto"                     # auto | static | dynamic. auto: static (the records' stored
                                                    # masks, exactly, as Google) for TFRecords with masks,
                                                    # dynamic (fresh masks each epoch) for raw text; logged
-  config.data.google_exact = False                 # Google's create_pretraining_data rules (README deviations
-                                                   # table): pairs, long sentences, control chars, mask count
+  config.data.google_exact = False                 # Google's create_pretraining_data rules (docs/data.md
+                                                   # deviations): pairs, long sentences, control chars, mask count
   config.data.masked_lm_prob = 0.15                # share of tokens selected for prediction (dynamic masking)
   config.data.short_seq_prob = 0.1                 # share of shorter sequences (raw text)
   config.data.masking_strategy = "token"           # token | whole_word | span (dynamic masking): single tokens,
@@ -187,7 +187,7 @@ def get_config(arg=None):
     config.model.size = arg.size or config.model.size
 
   if arg.fast:
-    # Deviation from BERT (README): no attention-probability dropout, so attention_impl=auto may use a fused
+    # Deviation from BERT (docs/speed.md): no attention-probability dropout, so attention_impl=auto may use a fused
     # kernel that cannot drop probabilities; hidden dropout stays. Effect: experiments/fast_attention.md.
     config.model.attention_probs_dropout_prob = 0.0
 

@@ -185,7 +185,7 @@ def load_data(plan: FinetunePlan, tokenizer):
       why = ft.why_missing(task, plan.data, task.train_split)
       raise UserError(f"task {task.name}: no {task.train_split} split in data_dir={plan.data.data_dir!r}"
                       + (f" / TFDS {plan.data.tfds_name}" if plan.data.tfds_name else "")
-                      + (f" ({why})" if why else "") + "; see README 'Fine-tuning' for each task's file names")
+                      + (f" ({why})" if why else "") + "; see docs/finetuning.md ('Tasks') for each task's file names")
   eval_data, test_data = [], []
   where = f"TFDS {plan.data.tfds_name}" if plan.data.tfds_name else f"data_dir={plan.data.data_dir!r}"
 

@@ -271,8 +271,8 @@ def _resolve_data(config) -> FinetuneData:
       raise UserError(f"config.data_dir={data_dir!r}: no such directory")
     if config.do_train and not _train_file_exists(data_dir):
       raise UserError(f"config.data_dir={data_dir!r} has no training file (train.tsv, train.txt, "
-                      f"train-v1.1.json, ... in it or in a task subfolder) for task {config.task!r}; see README "
-                      "'Fine-tuning' for each task's layout, or pass --config.do_train=false")
+                      f"train-v1.1.json, ... in it or in a task subfolder) for task {config.task!r}; see "
+                      "docs/finetuning.md ('Tasks') for each task's layout, or pass --config.do_train=false")
   return FinetuneData(data_dir=data_dir, tfds_name=tfds, tfds_data_dir=str(config.tfds_data_dir or ""),
                       max_seq_length=int(config.max_seq_length),
                       eval_splits=tuple(ft.split_list(config.eval_splits)),

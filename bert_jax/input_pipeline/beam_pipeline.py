@@ -1,6 +1,6 @@
 r"""`create_pretraining_data` as an Apache Beam pipeline: the same per-shard function on many machines.
 
-    pip install '.[beam]'          # apache-beam; on Dataflow workers get bert_jax from the wheel (README)
+    pip install '.[beam]'          # apache-beam; on Dataflow workers get bert_jax from the wheel (docs/data.md)
     python -m bert_jax.input_pipeline.create_pretraining_data --runner=DataflowRunner \
         --input_file='gs://BUCKET/corpus/*.txt' --output_file=gs://BUCKET/records/train.tfrecord \
         --vocab_file=gs://BUCKET/vocab.txt --max_seq_length=128 --dupe_factor=10 \

@@ -10,7 +10,7 @@ Flags follow google-research/bert's `create_pretraining_data.py` (same names and
 `--num_output_shards`, `--pair_mode nsp|sop`, `--chinese_wwm` (jieba word boundaries, Chinese BERT-wwm),
 `--long_sentence_policy split|truncate|keep`, `--tokenizer_backend auto|tokenizers|python`, `--google_exact`.
 
-Corpus scale (README, "Pre-training"): the input is cut into shards (`sharding`: whole small files, or
+Corpus scale (docs/data.md, "A whole corpus"): the input is cut into shards (`sharding`: whole small files, or
 byte ranges of a big file cut at document boundaries, `--shard_size=256M`). Each shard makes its instances
 alone -- pairs with the random next document drawn within the shard, masks -- with seeds from (random_seed,
 shard, dupe round), so the output is the same bytes for any `--num_workers` (default: all cores; one
@@ -21,8 +21,8 @@ s of N is written to `NAME-s-of-N` (one shard: the names given, as before), each
 the tool's version: the same command rerun skips finished shards; other flags into the same directory are
 refused.
 
-`--google_exact` reproduces Google's tool's rules where ours differ (README, "Deviations from Google's
-BERT"): a random next for one-sentence chunks, long sentences kept whole and cut by the pair truncation,
+`--google_exact` reproduces Google's tool's rules where ours differ (docs/data.md, "Masking, Google-exact
+mode and deviations from Google's BERT"): a random next for one-sentence chunks, long sentences kept whole and cut by the pair truncation,
 Google's control-character set (Cc/Cf only), replacement tokens from the whole vocab, Google's mask count
 `min(max_predictions_per_seq, max(1, int(round(len(tokens) * masked_lm_prob))))` over all tokens but
 [CLS]/[SEP], and up to 10 draws for the random document.
@@ -394,7 +394,7 @@ def main(argv=None) -> int:
       from bert_jax.input_pipeline import beam_pipeline  # pylint: disable=g-import-not-at-top
     except ImportError as e:
       raise UserError(f"--runner={args.runner} needs Apache Beam ({e}): pip install 'bert_jax[beam]' (or "
-                      "pip install apache-beam) in an environment of its own (README, \"Pre-training\")") from e
+                      "pip install apache-beam) in an environment of its own (docs/data.md, \"Apache Beam\")") from e
     _check_beam_args(p, args.runner, beam_pipeline.unknown_options(beam_args))
   if args.num_workers is not None and args.num_workers < 1:
     p.error(f"--num_workers={args.num_workers}; expected >= 1")
