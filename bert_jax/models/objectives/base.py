@@ -39,7 +39,6 @@ from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Sequence, T
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
 from bert_jax.models import losses
 from bert_jax.models.config import BertConfig
