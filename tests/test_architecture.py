@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+from bert_jax.models import objectives
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PKG = os.path.join(ROOT, "bert_jax")
 
@@ -170,3 +172,18 @@ def function_level_imports():
 def test_bert_jax_is_imported_at_module_level_except_an_optional_extra():
   """An import inside a function to dodge a cycle hides a layering problem; only Beam, an optional extra, is lazy."""
   assert function_level_imports() == LAZY_IMPORTS
+
+
+def test_the_engine_and_the_pretraining_application_spell_no_objective_name():
+  """An objective is one module + one registry line: engine/ and pretrain/ loop over the run's objectives and
+  never switch on a name ("mlm", "nsp", "sop", "lm", "electra" or any other registered one)."""
+  names = set(objectives.OBJECTIVES)
+  assert {"mlm", "nsp", "electra"} <= names                 # the registry is what the check reads
+  found = []
+  for mod, path in sorted(modules().items()):
+    if subpackage(mod) not in ("engine", "pretrain"):
+      continue
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+      if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.strip().lower() in names:
+        found.append(f"{mod}:{node.lineno} {node.value!r}")
+  assert not found, found
