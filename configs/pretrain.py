@@ -48,7 +48,7 @@ def get_config(arg=None):
   config.model.num_attention_heads = -1            # -1 = from size (H / 64)
   config.model.intermediate_size = -1              # -1 = from size (4 H)
   config.model.vocab_size = -1                     # -1: take the number of lines of data.vocab_file
-  config.model.encoder = "transformer"             # transformer | lstm
+  config.model.encoder = "transformer"             # a registered family (models/encoders/): transformer | lstm
   config.model.layer_norm_type = "post"            # post (BERT) | pre
   config.model.hidden_dropout_prob = 0.1
   config.model.attention_probs_dropout_prob = 0.1
@@ -64,7 +64,8 @@ def get_config(arg=None):
                                                    # dense E -> H); 0 = BERT (tables [V, H], no projection)
   config.model.share_layers = False                # ALBERT: one layer's parameters for every layer (with
                                                    # scan_layers: one compiled layer)
-  config.targets = ("mlm", "nsp")                  # any of mlm, nsp, sop, lm (lm alone), electra (alone)
+  config.targets = ("mlm", "nsp")                  # registered objectives (models/objectives/): mlm, nsp,
+                                                   # sop, lm (lm alone), electra (alone)
   # ELECTRA (targets=("electra",), models/electra.py): a generator MLM fills the masked positions with
   # sampled tokens and the model (the discriminator) tells replaced from original on every real token.
   config.electra = ml_collections.ConfigDict()

@@ -22,8 +22,9 @@ the tool's version: the same command rerun skips finished shards; other flags in
 refused.
 
 `--google_exact` reproduces Google's tool's rules where ours differ (docs/data.md, "Masking, Google-exact
-mode and deviations from Google's BERT"): a random next for one-sentence chunks, long sentences kept whole and cut by the pair truncation,
-Google's control-character set (Cc/Cf only), replacement tokens from the whole vocab, Google's mask count
+mode and deviations from Google's BERT"): a random next for one-sentence chunks, long sentences kept whole
+and cut by the pair truncation, Google's control-character set (Cc/Cf only), replacement tokens from the
+whole vocab, Google's mask count
 `min(max_predictions_per_seq, max(1, int(round(len(tokens) * masked_lm_prob))))` over all tokens but
 [CLS]/[SEP], and up to 10 draws for the random document.
 `--output_file` may list several comma-separated files (records go round-robin, as in Google's script).
@@ -374,7 +375,7 @@ def main(argv=None) -> int:
   p.add_argument("--span_max_length", type=int, default=10, help="span: longest span, in words")
   p.add_argument("--short_seq_prob", type=float, default=0.1)
   p.add_argument("--num_output_shards", type=int, default=1)
-  p.add_argument("--pair_mode", choices=("nsp", "sop"), default="nsp")
+  p.add_argument("--pair_mode", choices=instances_lib.PAIR_MODES, default=instances_lib.RANDOM_NEXT)
   p.add_argument("--long_sentence_policy", choices=("split", "truncate", "keep"), default=None,
                  help="default: split (keep under --google_exact)")
   p.add_argument("--tokenizer_backend", choices=("auto", "tokenizers", "python"), default="auto")
@@ -408,7 +409,7 @@ def main(argv=None) -> int:
     masking.span_length_probs(args.span_geo_p, args.span_max_length)
   except ValueError as e:
     p.error(f"--{e}")     # "span_geo_p=0.0; expected ...": the flag's name
-  if args.google_exact and args.pair_mode != "nsp":
+  if args.google_exact and args.pair_mode != instances_lib.RANDOM_NEXT:
     p.error("--google_exact reproduces Google's NSP pairs; drop --pair_mode=sop")
   for name, lo, why in (("max_seq_length", 5, " ([CLS] A [SEP] B [SEP])"), ("max_predictions_per_seq", 1, ""),
                         ("dupe_factor", 1, ""), ("num_output_shards", 1, "")):

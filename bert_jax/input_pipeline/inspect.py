@@ -40,7 +40,7 @@ from ml_collections import config_flags
 from bert_jax import cli
 from bert_jax.errors import UserError
 from bert_jax import fileio
-from bert_jax.input_pipeline import checks, pretrain_dataset, tokenization
+from bert_jax.input_pipeline import checks, instances, pretrain_dataset, tokenization
 from bert_jax.input_pipeline.data_plan import DataPlan, resolve_data_plan
 
 FIELDS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
@@ -132,7 +132,8 @@ def format_statistics(s: Dict[str, float]) -> str:
           f"whole-word adjacency {100 * s['whole_word_adjacency']:.1f}%")
 
 
-def describe_example(batch: Dict[str, np.ndarray], i: int, vocab: Vocab, pair_task: str = "nsp") -> str:
+def describe_example(batch: Dict[str, np.ndarray], i: int, vocab: Vocab,
+                     pair_task: str = instances.RANDOM_NEXT) -> str:
   """Segment A / B with each prediction marked ({M:orig} {R:tok>orig} {K:orig}) and the pair label."""
   ids, seg, mask = batch["input_ids"][i], batch["segment_ids"][i], batch["input_mask"][i] > 0
   kinds = prediction_kinds({k: v[i:i + 1] for k, v in batch.items()}, vocab.mask_id)[0]
@@ -148,8 +149,8 @@ def describe_example(batch: Dict[str, np.ndarray], i: int, vocab: Vocab, pair_ta
   for j in np.flatnonzero(mask):
     parts[int(seg[j])].append(marks.get(int(j), vocab.token(ids[j])))
   label = int(np.asarray(batch["next_sentence_labels"][i]).reshape(-1)[0])
-  meaning = {"nsp": ("actual next", "random next"), "sop": ("in order", "swapped")}.get(pair_task,
-                                                                                    ("0", "1"))
+  meaning = {instances.RANDOM_NEXT: ("actual next", "random next"),
+             instances.SWAPPED: ("in order", "swapped")}.get(pair_task, ("0", "1"))
   return (f"  A: {' '.join(parts[0])}\n  B: {' '.join(parts[1])}\n"
           f"  {pair_task.upper()} label {label} ({meaning[label]}); {int(mask.sum())} tokens, "
           f"{int((batch['masked_lm_weights'][i] > 0).sum())} predictions")

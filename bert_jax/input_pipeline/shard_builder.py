@@ -46,7 +46,7 @@ class Config:
   span_geo_p: float = 0.2                  # span lengths in words: P(l) ~ p (1-p)^(l-1), l <= span_max_length
   span_max_length: int = 10
   chinese_wwm: bool = False
-  pair_mode: str = "nsp"
+  pair_mode: str = instances_lib.RANDOM_NEXT
   long_sentence_policy: str = "split"      # "keep" under google_exact
   tokenizer_backend: str = "auto"
   google_exact: bool = False               # Google's rules where ours differ (module docstring)
@@ -293,7 +293,7 @@ def build_shard(shard: sharding.Shard, output_files: Sequence[str], tokenizer: t
                                       unk_id=tokenizer.vocab[tokenization.UNK], stats=corpus_stats)
   del docs_ids, docs_cont
   result = ShardResult(shard.index, [], [], read_stats, corpus_stats, pair_stats, tokenizer_backend=backend)
-  need = 2 if cfg.pair_mode == "nsp" else 1
+  need = instances_lib.MIN_DOCUMENTS[cfg.pair_mode]
   if corpus.num_documents < need:
     result.skipped = (f"{corpus.num_documents} document(s) with tokens; "
                       + ("next-sentence pairs need 2 (the random next comes from another document; a blank line "
