@@ -11,6 +11,7 @@ TensorFlow is imported inside `read_tf_checkpoint` only, so the rest of bert_jax
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -162,9 +163,8 @@ def _import_tf(checkpoint, folder, config_file, vocab_file, do_lower_case, seed,
   mapping.check_vocab_size(vocab_file, params_dir.count_vocab_lines(vocab_file), config, config_file, report)
   params = mapping.assign_params(variables, "google", config, report, ignorable=is_ignorable, seed=seed,
                                  layout=layout)
-  if do_lower_case is None:
-    do_lower_case, why = params_dir.guess_do_lower_case_why(vocab_file, hint=os.path.basename(folder))
-    report.notes.append(f"tokenizer: do_lower_case={do_lower_case} ({why}; pass --do_lower_case to override)")
+  do_lower_case = mapping.resolve_casing(do_lower_case, report, functools.partial(
+      params_dir.guess_do_lower_case_why, vocab_file, hint=os.path.basename(folder)))
   if output:
     mapping.save_imported(output, config, params, vocab_file, checkpoint, "google_tf", do_lower_case, report)
   return config, params, report

@@ -19,6 +19,7 @@ Export writes config.json, model.safetensors, vocab.txt and tokenizer_config.jso
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -333,9 +334,8 @@ def import_hf(folder: str, output: Optional[str] = None, vocab_file: Optional[st
   try:
     mapping.check_vocab_size(vocab_file, params_dir.count_vocab_lines(vocab_file), config, "config.json",
                              report)
-    if do_lower_case is None:
-      do_lower_case, why = hf_do_lower_case(folder, vocab_file)
-      report.notes.append(f"tokenizer: do_lower_case={do_lower_case} ({why}; pass --do_lower_case to override)")
+    do_lower_case = mapping.resolve_casing(do_lower_case, report,
+                                           functools.partial(hf_do_lower_case, folder, vocab_file))
     if output:
       mapping.save_imported(output, config, params, vocab_file, folder, "hf", do_lower_case, report)
   finally:

@@ -42,7 +42,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from bert_jax.convert import hf, mapping, spm_model
-from bert_jax.convert.mapping import ConversionError, Entry, _dense, _ln
+from bert_jax.convert.mapping import ConversionError, Entry, _dense
 from bert_jax.models.config import BertConfig
 from bert_jax.models.encoders import albert
 from bert_jax.pretrained import params_dir
@@ -94,13 +94,8 @@ def albert_name_table(config: BertConfig, groups: int = 0, inner: int = 1) -> Li
   if not config.factorised_embeddings:
     raise ConversionError("ALBERT always maps its embeddings to H (embedding_hidden_mapping_in): the model "
                           "needs embedding_size > 0 (e.g. 128)")
-  t: List[Entry] = []
-  emb = ("bert", "embeddings")
-  for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
-    t.append(Entry(emb + (name, "embedding"), f"bert/embeddings/{name}", f"albert.embeddings.{name}.weight",
-                   "same", "embeddings"))
-  t += _ln(emb + ("LayerNorm",), "bert/embeddings/LayerNorm", "albert.embeddings.LayerNorm", "embeddings")
-  t += _dense(emb + ("projection",), "bert/encoder/embedding_hidden_mapping_in",
+  t = mapping.embedding_entries("albert")
+  t += _dense(("bert", "embeddings", "projection"), "bert/encoder/embedding_hidden_mapping_in",
               "albert.encoder.embedding_hidden_mapping_in", "embeddings")
   for o, i, j in albert.checkpoint_layers(config, groups, inner):
     t += mapping.layer_entries(albert.LAYER_NAMES, ("bert", "encoder") + o,
@@ -244,9 +239,8 @@ def import_hf_albert(folder: str, output: Optional[str] = None, vocab_file: Opti
   try:
     mapping.check_vocab_size(vocab_file, params_dir.count_vocab_lines(vocab_file), config, "config.json",
                              report)
-    if do_lower_case is None:
-      do_lower_case, why = hf.hf_do_lower_case(folder, vocab_file)
-      report.notes.append(f"tokenizer: do_lower_case={do_lower_case} ({why}; pass --do_lower_case to override)")
+    do_lower_case = mapping.resolve_casing(do_lower_case, report,
+                                           functools.partial(hf.hf_do_lower_case, folder, vocab_file))
     if output:
       mapping.save_imported(output, config, params, vocab_file, folder, "hf", do_lower_case, report)
   finally:

@@ -41,6 +41,7 @@ bert/embeddings/projection); the generator reads the E-wide embeddings before th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -112,30 +113,25 @@ def _width(config: BertConfig) -> int:
   return int(getattr(config, "embedding_size", 0) or config.hidden_size)
 
 
-def _embeddings(config: BertConfig, ours: Tuple[str, ...], google: str, hf_prefix: str) -> List[Entry]:
-  t = [Entry(ours + (n, "embedding"), f"{google}/embeddings/{n}", f"{hf_prefix}embeddings.{n}.weight", "same",
-             "embeddings") for n in ("word_embeddings", "position_embeddings", "token_type_embeddings")]
-  t += _ln(ours + ("LayerNorm",), f"{google}/embeddings/LayerNorm", f"{hf_prefix}embeddings.LayerNorm", "embeddings")
+def _embeddings(config: BertConfig, google: str) -> List[Entry]:
+  """bert/embeddings/* under Google's scope `google` and HF's electra.*: BERT's tables and LayerNorm
+  (mapping.embedding_entries), then ELECTRA's E -> H projection when E != H."""
+  t = mapping.embedding_entries("electra", google)
   if _width(config) != config.hidden_size:
-    t += _dense(ours + ("projection",), f"{google}/embeddings_project", f"{hf_prefix}embeddings_project",
+    t += _dense(("bert", "embeddings", "projection"), f"{google}/embeddings_project", "electra.embeddings_project",
                 "embeddings")
   return t
 
 
-def _encoder(config: BertConfig, ours: Tuple[str, ...], google: str, hf_prefix: str, group: str) -> List[Entry]:
+def _encoder(config: BertConfig, ours: Tuple[str, ...], google: str, group: str) -> List[Entry]:
+  """config's layers under our `ours`, Google's `google`/encoder and HF's electra.encoder: its encoder family's
+  per-layer names (ELECTRA's layers are BERT's), expanded as BERT's table expands them; a family without
+  them is refused (mapping.check_post_ln_transformer)."""
+  names = mapping.check_post_ln_transformer(config)
   t: List[Entry] = []
   for i in range(config.num_hidden_layers):
-    o, g, h = ours + (f"layer_{i}",), f"{google}/encoder/layer_{i}", f"{hf_prefix}encoder.layer.{i}"
-    for qkv in ("query", "key", "value"):
-      t += _dense(o + ("attention", qkv), f"{g}/attention/self/{qkv}", f"{h}.attention.self.{qkv}", group,
-                  kernel_kind="qkv_kernel", bias_kind="qkv_bias")
-    t += _dense(o + ("attention", "output"), f"{g}/attention/output/dense", f"{h}.attention.output.dense", group,
-                kernel_kind="out_kernel")
-    t += _ln(o + ("attention_LayerNorm",), f"{g}/attention/output/LayerNorm", f"{h}.attention.output.LayerNorm",
-             group)
-    t += _dense(o + ("ffn", "intermediate"), f"{g}/intermediate/dense", f"{h}.intermediate.dense", group)
-    t += _dense(o + ("ffn", "output"), f"{g}/output/dense", f"{h}.output.dense", group)
-    t += _ln(o + ("output_LayerNorm",), f"{g}/output/LayerNorm", f"{h}.output.LayerNorm", group)
+    t += mapping.layer_entries(names, ours + (f"layer_{i}",), f"{google}/encoder/layer_{i}",
+                               f"electra.encoder.layer.{i}", group)
   return t
 
 
@@ -152,28 +148,25 @@ def _heads(top: str) -> List[Entry]:
 
 def discriminator_table(config: BertConfig) -> List[Entry]:
   """The discriminator (ElectraDiscriminator's params less the pooler) under Google's and HF's names."""
-  mapping.check_post_ln_transformer(config)
-  t = _embeddings(config, ("bert", "embeddings"), "electra", "electra.")
-  t += _encoder(config, ("bert", "encoder"), "electra", "electra.", "encoder")
+  t = _embeddings(config, "electra")
+  t += _encoder(config, ("bert", "encoder"), "electra", "encoder")
   return t + _heads("discriminator_predictions")
 
 
 def generator_table(generator: BertConfig, width: int) -> List[Entry]:
   """ElectraForPreTraining's generator/* under Google's names and the generator folder's HF names."""
-  mapping.check_post_ln_transformer(generator)
   t: List[Entry] = []
   if width != generator.hidden_size:
     t += _dense(("generator", "embeddings_project"), "generator/embeddings_project", "electra.embeddings_project",
                 "generator")
-  t += _encoder(generator, ("generator", "encoder"), "generator", "electra.", "generator")
+  t += _encoder(generator, ("generator", "encoder"), "generator", "generator")
   return t + _heads("generator")
 
 
 def generator_as_bert_table(config: BertConfig) -> List[Entry]:
   """A released generator (HF ElectraForMaskedLM) as BertForPreTraining(config, ("mlm",)) less the pooler."""
-  mapping.check_post_ln_transformer(config)
-  t = _embeddings(config, ("bert", "embeddings"), "generator", "electra.")
-  t += _encoder(config, ("bert", "encoder"), "generator", "electra.", "encoder")
+  t = _embeddings(config, "generator")
+  t += _encoder(config, ("bert", "encoder"), "generator", "encoder")
   t += _dense(("mlm", "transform"), "generator_predictions/dense", "generator_predictions.dense", "mlm")
   t += _ln(("mlm", "LayerNorm"), "generator_predictions/LayerNorm", "generator_predictions.LayerNorm", "mlm")
   t.append(Entry(("mlm", "output_bias"), "generator_predictions/output_bias", "generator_lm_head.bias", "same", "mlm"))
@@ -334,9 +327,8 @@ def import_hf_electra(folder: str, output: Optional[str] = None, vocab_file: Opt
   if not os.path.exists(vocab_file):
     raise FileNotFoundError(f"{folder}: no vocab.txt; pass --vocab=PATH")
   mapping.check_vocab_size(vocab_file, params_dir.count_vocab_lines(vocab_file), config, "config.json", report)
-  if do_lower_case is None:
-    do_lower_case, why = hf.hf_do_lower_case(folder, vocab_file)
-    report.notes.append(f"tokenizer: do_lower_case={do_lower_case} ({why}; pass --do_lower_case to override)")
+  do_lower_case = mapping.resolve_casing(do_lower_case, report,
+                                         functools.partial(hf.hf_do_lower_case, folder, vocab_file))
   if output:
     mapping.save_imported(output, config, params, vocab_file, folder, "hf_electra", do_lower_case, report)
   return config, params, report
@@ -504,9 +496,8 @@ def import_tf_electra(checkpoint: str, config_file: str, output: Optional[str] =
 def _finish_tf_electra(checkpoint, folder, config, generator, params, report, config_file, vocab_file, output,
                        do_lower_case, info):
   mapping.check_vocab_size(vocab_file, params_dir.count_vocab_lines(vocab_file), config, config_file, report)
-  if do_lower_case is None:
-    do_lower_case, why = params_dir.guess_do_lower_case_why(vocab_file, hint=os.path.basename(folder))
-    report.notes.append(f"tokenizer: do_lower_case={do_lower_case} ({why}; pass --do_lower_case to override)")
+  do_lower_case = mapping.resolve_casing(do_lower_case, report, functools.partial(
+      params_dir.guess_do_lower_case_why, vocab_file, hint=os.path.basename(folder)))
   if output:
     params_dir.save_params_dir(output, config, params, vocab_file, info={
         "source": os.path.abspath(checkpoint), "format": "google_tf_electra", "do_lower_case": bool(do_lower_case),

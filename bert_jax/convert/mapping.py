@@ -135,6 +135,17 @@ def layer_entries(names: Sequence[encoders.LayerParam], ours: Tuple[str, ...], g
   return t
 
 
+def embedding_entries(hf_model: str, google_model: str = "bert") -> List[Entry]:
+  """The embedding tables and their LayerNorm (bert/embeddings/* of ours), under Google's scope
+  `google_model`/embeddings and HF's `hf_model`.embeddings: BERT's, ALBERT's ("albert") and ELECTRA's
+  ("electra", Google's "electra" or "generator") name them alike."""
+  emb = ("bert", "embeddings")
+  t = [Entry(emb + (name, "embedding"), f"{google_model}/embeddings/{name}", f"{hf_model}.embeddings.{name}.weight",
+             "same", "embeddings") for name in ("word_embeddings", "position_embeddings", "token_type_embeddings")]
+  return t + _ln(emb + ("LayerNorm",), f"{google_model}/embeddings/LayerNorm", f"{hf_model}.embeddings.LayerNorm",
+                 "embeddings")
+
+
 def name_table(config: BertConfig) -> List[Entry]:
   """Every parameter of BertForPreTraining(config, ("mlm", "nsp")) with its Google and HF names."""
   layer_names = check_post_ln_transformer(config)
@@ -142,12 +153,7 @@ def name_table(config: BertConfig) -> List[Entry]:
     raise ConversionError(
         f"share_layers={config.share_layers}, embedding_size={config.embedding_size}: an ALBERT-style model has "
         "no BERT checkpoint layout; it converts to and from Hugging Face ALBERT (bert_jax/convert/hf_albert.py)")
-  t: List[Entry] = []
-  emb = ("bert", "embeddings")
-  for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
-    t.append(Entry(emb + (name, "embedding"), f"bert/embeddings/{name}", f"bert.embeddings.{name}.weight",
-                   "same", "embeddings"))
-  t += _ln(emb + ("LayerNorm",), "bert/embeddings/LayerNorm", "bert.embeddings.LayerNorm", "embeddings")
+  t = embedding_entries("bert")
   for i in range(config.num_hidden_layers):
     t += layer_entries(layer_names, ("bert", "encoder", f"layer_{i}"), f"bert/encoder/layer_{i}",
                        f"bert.encoder.layer.{i}", "encoder")
@@ -296,6 +302,18 @@ class ConversionReport:
       lines.append(f"ignored {len(self.ignored)} known non-model variables: {shown}")
     lines += self.notes
     return "\n".join(lines)
+
+
+def resolve_casing(do_lower_case: Optional[bool], report: "ConversionReport",
+                   guess: Callable[[], Tuple[bool, str]]) -> bool:
+  """do_lower_case as the user passed it, else `guess()`'s (value, reason), the choice and its reason noted in
+  `report` (every importer's tokenizer note). The guess is the caller's: a vocab and a folder or file name
+  (params_dir.guess_do_lower_case_why) or a Hugging Face folder's tokenizer files (hf.hf_do_lower_case); it is
+  called only when there is something to guess."""
+  if do_lower_case is None:
+    do_lower_case, why = guess()
+    report.notes.append(f"tokenizer: do_lower_case={do_lower_case} ({why}; pass --do_lower_case to override)")
+  return do_lower_case
 
 
 def save_imported(output: str, config: BertConfig, params, vocab_file: str, source: str, fmt: str,

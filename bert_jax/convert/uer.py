@@ -36,6 +36,7 @@ no torch.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -208,9 +209,8 @@ def import_uer(input_path: str, config_path: str, output: Optional[str] = None, 
     if not os.path.exists(vocab_file):
       raise FileNotFoundError(f"no vocab.txt beside {input_path}; pass --vocab=PATH (UER's models/*_vocab.txt)")
   mapping.check_vocab_size(vocab_file, params_dir.count_vocab_lines(vocab_file), config, config_path, report)
-  if do_lower_case is None:
-    do_lower_case, why = params_dir.guess_do_lower_case_why(vocab_file, hint=os.path.basename(input_path))
-    report.notes.append(f"tokenizer: do_lower_case={do_lower_case} ({why}; pass --do_lower_case to override)")
+  do_lower_case = mapping.resolve_casing(do_lower_case, report, functools.partial(
+      params_dir.guess_do_lower_case_why, vocab_file, hint=os.path.basename(input_path)))
   if output:
     mapping.save_imported(output, config, params, vocab_file, input_path, "uer", do_lower_case, report)
   return config, params, report
