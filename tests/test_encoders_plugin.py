@@ -9,6 +9,7 @@ import os
 
 import flax
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -16,13 +17,15 @@ from flax import traverse_util
 
 import task_fixtures as testing
 
+from bert_jax import logs
 from bert_jax.convert import mapping
 from bert_jax.engine import optimizers, sharding
 from bert_jax.engine import train_step as ts
 from bert_jax.errors import UserError
-from bert_jax.models import BertConfig, BertForPreTraining, axes, encoders
+from bert_jax.models import BertConfig, BertForPreTraining, axes, encoders, objectives
 from bert_jax.models.layers import activation, dense, layer_norm
 from bert_jax.predict import FeatureExtractor
+from bert_jax.pretrain import flops
 from bert_jax.pretrain import loop as pretrain
 from bert_jax.pretrained.load import load_workdir_params
 from test_reliability_cli import pretrain_config
@@ -100,6 +103,23 @@ def test_a_family_registered_in_one_line_pretrains_through_the_step_factory(mean
   assert np.isfinite(losses).all() and losses[-1] < 0.8 * losses[0], losses
   after = np.asarray(state.params["bert"]["encoder"]["mix_0"]["kernel"])
   assert not np.allclose(before, after)          # the gradient reached the family's own parameters
+
+
+def test_a_family_stating_no_flops_is_counted_from_its_initialised_parameters_and_says_so_once(meanpool, caplog):
+  cfg = BertConfig.from_size("tiny", vocab_size=96, encoder="meanpool")     # L2/H128
+  x, mask = jnp.zeros((2, 16, cfg.hidden_size), jnp.float32), jnp.ones((2, 16), jnp.int32)
+  initialised = MeanPoolEncoder(cfg).init(jax.random.PRNGKey(0), x, mask)["params"]
+  count = sum(int(np.size(leaf)) for leaf in jax.tree_util.tree_leaves(initialised))
+  assert count == 2 * (128 * 128 + 128 + 2 * 128) == 33_536     # per layer: dense H^2 + H, LayerNorm 2H
+  assert encoders.family("meanpool").params(cfg) == count
+  logs.forget(encoders.log.name)                                # another test may have had the note said
+  with caplog.at_level(logging.INFO, logger=encoders.log.name):
+    assert encoders.family("meanpool").flops_per_sequence(cfg, 64) == 6.0 * count * 64
+    mlm_head = objectives.OBJECTIVES["mlm"]().flops(cfg, 128, 20)
+    assert flops.flops_per_sequence(cfg, 128, 20, ("mlm",)) == 6.0 * count * 128 + mlm_head   # what the MFU reads
+  notes = [r.getMessage() for r in caplog.records if "encoder='meanpool'" in r.getMessage()]
+  assert len(notes) == 1, notes                                  # two counts, one note
+  assert "6 per parameter per token" in notes[0] and "attention" in notes[0] and "not counted" in notes[0]
 
 
 def test_an_unregistered_family_is_one_error_line_listing_the_registered_ones(meanpool):

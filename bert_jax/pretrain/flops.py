@@ -1,11 +1,16 @@
 """Model FLOPs and MFU for BERT pre-training (no TensorFlow).
 
 Model FLOPs per sequence (forward + backward = 3 x forward, 2 FLOPs per multiply-add):
-  6 x encoder params x T                           all dense layers of the encoder stack
-  + 12 x L x T^2 x H                               attention scores QK^T and probs x V (fwd 4 T^2 H per layer)
+  the encoder stack                                its family's count (models/encoders/, EncoderFamily.
+                                                   flops_per_sequence). BERT's Transformer: 6 x params x T
+                                                   for the dense layers + 12 x L x T^2 x H for attention's
+                                                   QK^T and probs x V (fwd 4 T^2 H per layer); shared layers
+                                                   (share_layers) cost the same as separate ones, each is
+                                                   applied. The LSTM: its gates' matmuls. A family that
+                                                   states no count: 6 x its parameters x T, attention not
+                                                   counted (logged once).
   + 6 x T x E x H                                  with factorised embeddings (ALBERT, E = embedding_size):
-                                                   the E -> H projection. Shared layers (share_layers) cost
-                                                   the same FLOPs as separate ones: each is applied.
+                                                   the E -> H projection, whatever the encoder.
   + each objective's heads (models/objectives/, its `flops`), e.g. MLM's transform + tied decoder on the P
     predicted positions only, 6 x P x (H x E + E x V) (P = max_predictions_per_seq), NSP's / SOP's pooler +
     classifier on [CLS], 6 x (H^2 + 2H); an objective that is a model of its own (ELECTRA: discriminator
@@ -14,7 +19,7 @@ Model FLOPs per sequence (forward + backward = 3 x forward, 2 FLOPs per multiply
 Embedding lookups, LayerNorm, softmax and GELU are not counted (the usual MFU convention).
 
 API:
-  encoder_params(cfg) -> int
+  encoder_params(cfg) -> int                       the encoder's parameters as each token applies them
   flops_per_sequence(cfg, seq_len, num_predictions, targets=DEFAULT_TARGETS) -> float   targets: names or
                                                    the plan's resolved objectives (with their settings)
   peak_flops_per_device(device=None, dtype="bfloat16", override=0.0) -> float (FLOP/s, from PEAK_FLOPS)

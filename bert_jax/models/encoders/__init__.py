@@ -13,19 +13,35 @@ A family is one module holding one `EncoderFamily` subclass, registered with one
       module = MixerEncoder          # flax Module(config, deterministic) with the call above
 
 It carries everything about itself: its module, its config rules (`check_config`, run as a BertConfig is built
-and so as a run's config is resolved), what it supports (`scans`, `shares`) and the names its parameters have
-in Google's, Hugging Face's and UER's checkpoints (`checkpoint_names`), or the statement that it has none.
+and so as a run's config is resolved), what it supports (`scans`, `shares`), what it costs (`params` and
+`flops_per_sequence`, the encoder's part of the pre-training FLOPs and so of the MFU; a family that states
+neither is counted from its initialised parameters, below) and the names its parameters have in Google's,
+Hugging Face's and UER's checkpoints (`checkpoint_names`), or the statement that it has none.
 The built-in families (transformer.py: BERT's post-/pre-LN Transformer, with albert.py's cross-layer sharing;
 lstm.py: a bidirectional LSTM) are imported by `bert_jax.models`, so they are registered whenever the models
 are; a family defined elsewhere (tests/test_encoders_plugin.py) registers the same way.
 
-This module imports nothing from bert_jax: `models/config.py` validates `encoder` against it, and the families'
-modules import the config, so the registry sits below both.
+This module imports nothing from bert_jax.models (only the top-level bert_jax.logs): `models/config.py` validates
+`encoder` against it, and the families' modules import the config, so the registry sits below both.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
+import math
 from typing import Any, Dict, NamedTuple, Optional, Tuple, Type
+
+import jax
+import jax.numpy as jnp
+
+from bert_jax.logs import log_once
+
+log = logging.getLogger(__name__)
+
+# The length the default parameter count traces the module at: parameter shapes do not depend on the length in
+# any family here, and 8 tokens keep the abstract trace small (a family whose parameters do states `params`).
+_PARAM_TRACE_LENGTH = 8
 
 
 class LayerParam(NamedTuple):
@@ -62,6 +78,29 @@ class EncoderFamily:
     """The names one layer's parameters have in Google's, Hugging Face's and UER's BERT checkpoints; raises
     ValueError saying why when no checkpoint format holds this family (or this config of it)."""
     raise ValueError(f"encoder={cls.name!r} has no counterpart in Google's, Hugging Face's or UER's checkpoints")
+
+  # ---- cost: the encoder's part of the model FLOPs (objectives/base.py's encoder_flops, pretrain/flops.py) ----
+  @classmethod
+  def params(cls, config: Any) -> int:
+    """The encoder's parameters as one token's forward pass applies them: a layer that share_layers applies L
+    times counts L times, since it costs the FLOPs of L layers.
+
+    Default: counted from the module's abstract parameters (jax.eval_shape of its init, nothing computed), for
+    the unshared stack when config.share_layers."""
+    return abstract_param_count(cls.module, config.replace(share_layers=False) if config.share_layers else config)
+
+  @classmethod
+  def flops_per_sequence(cls, config: Any, seq_len: int) -> float:
+    """Training FLOPs of the encoder for one sequence of `seq_len` tokens (forward + backward = 3 x forward,
+    2 FLOPs per multiply-add). Embeddings (and a factorised E -> H projection) and heads are counted elsewhere.
+
+    Default: 2 FLOPs per parameter per token forward, so 6 x params x T for training. Work without parameters
+    (attention's QK^T and AV, 12 x L x T^2 x H for a Transformer) is not counted, so a family with such work
+    states its own count, or its MFU is an underestimate; the default says so once per family in the log."""
+    log_once(log, f"encoder={cls.name!r} states no flops_per_sequence: its FLOPs are counted as 6 per parameter "
+                  "per token (2 forward, 4 backward); attention and other work without parameters is not counted, "
+                  "so its MFU is a lower bound")
+    return 6.0 * cls.params(config) * seq_len
 
 
 # name -> family, in registration order: the one list (register() adds to it; config, errors and help read it).
@@ -113,3 +152,17 @@ def checkpoint_names(config: Any) -> Tuple[LayerParam, ...]:
 def make_encoder(config: Any, deterministic: bool, name: str = "encoder"):
   """The flax module of config.encoder's family."""
   return family(config.encoder).module(config, deterministic=deterministic, name=name)
+
+
+@functools.lru_cache(maxsize=64)
+def abstract_param_count(module: Type, config: Any) -> int:
+  """Number of parameters `module(config)` creates, from jax.eval_shape of its init on [1, 8, H] embeddings
+  (shapes only, no arrays). Cached: the loop asks at every logging step, and a trace took 0.12-1.2 s on the
+  2-core CPU (tiny to large, transformer and lstm modules; 5-13 us once cached)."""
+  x = jax.ShapeDtypeStruct((1, _PARAM_TRACE_LENGTH, config.hidden_size), jnp.float32)
+  input_mask = jax.ShapeDtypeStruct((1, _PARAM_TRACE_LENGTH), jnp.int32)
+  encoder = module(config, deterministic=True)
+  rngs = {"params": jax.random.PRNGKey(0), "dropout": jax.random.PRNGKey(1)}
+  variables = jax.eval_shape(lambda x, m: encoder.init(rngs, x, m), x, input_mask)
+  # Partitioned boxes (logical axis names) are pytree nodes, so the leaves are the shapes themselves.
+  return sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(variables.get("params", {})))

@@ -59,6 +59,23 @@ class LstmFamily(encoders.EncoderFamily):
                        "(two directions of H/2)")
 
   @classmethod
+  def params(cls, config: BertConfig) -> int:
+    """Per layer and direction, flax's OptimizedLSTMCell: 4 gates (i, f, g, o), each an input kernel [H, H/2]
+    (no bias) and a recurrent kernel [H/2, H/2] + bias [H/2]; every layer reads H (the embeddings, then the two
+    directions concatenated). Plus the final LayerNorm, 2 H. BERT-tiny's size (L2/H128): 197,888."""
+    h, units = config.hidden_size, config.hidden_size // 2
+    per_direction = 4 * (h * units + units * units + units)
+    return config.num_hidden_layers * 2 * per_direction + 2 * h
+
+  @classmethod
+  def flops_per_sequence(cls, config: BertConfig, seq_len: int) -> float:
+    """The input and recurrent matmuls of 4 gates, 2 directions and L layers at every one of the T steps (the
+    recurrence runs over padding too): 6 x T x L x 2 x 4 (H x H/2 + (H/2)^2). Gate biases, nonlinearities and
+    the LayerNorm are not counted (the usual MFU convention; 0.5% of the matmuls at H=128)."""
+    h, units = config.hidden_size, config.hidden_size // 2
+    return 6.0 * seq_len * config.num_hidden_layers * 2 * 4 * (h * units + units * units)
+
+  @classmethod
   def checkpoint_names(cls, config: BertConfig):
     raise ValueError("encoder='lstm' has no counterpart in Google's, Hugging Face's or UER's BERT checkpoints "
                      "(only the transformer family converts)")

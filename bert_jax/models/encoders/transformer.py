@@ -121,3 +121,19 @@ class TransformerFamily(encoders.EncoderFamily):
       raise ValueError(f"layer_norm_type={config.layer_norm_type!r}: only BERT's post-LN Transformer has Google, "
                        "Hugging Face and UER equivalents")
     return CHECKPOINT_NAMES
+
+  @classmethod
+  def params(cls, config: BertConfig) -> int:
+    """L layers of kernels + biases + LayerNorms: Q, K, V and output 4 (H^2 + H), FFN 2 H I + I + H, two
+    LayerNorms 4 H; 7,087,872 per BERT-base layer. A shared layer counts L times (ALBERT costs BERT's FLOPs);
+    pre-LN's final LayerNorm (2 H, once per token) is not counted."""
+    h, i = config.hidden_size, config.intermediate_size
+    per_layer = 4 * (h * h + h) + 2 * h * i + i + h + 4 * h
+    return config.num_hidden_layers * per_layer
+
+  @classmethod
+  def flops_per_sequence(cls, config: BertConfig, seq_len: int) -> float:
+    """6 x params x T for the dense layers, + 12 x L x T^2 x H for attention's scores QK^T and probs x V (forward
+    4 T^2 H per layer, the same for any head count)."""
+    h, layers = config.hidden_size, config.num_hidden_layers
+    return 6.0 * cls.params(config) * seq_len + 12.0 * layers * seq_len ** 2 * h

@@ -40,7 +40,7 @@ from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Sequence, T
 import flax.linen as nn
 import jax
 
-from bert_jax.models import losses
+from bert_jax.models import encoders, losses
 from bert_jax.models.config import BertConfig
 
 OBJECTIVES: Dict[str, Type["Objective"]] = {}
@@ -156,17 +156,17 @@ def validate_targets(targets: Sequence[ObjectiveLike]) -> tuple:
 
 
 def encoder_params(config: BertConfig) -> int:
-  """Parameters of the Transformer layers that multiply every token (kernels + biases + LayerNorms)."""
-  h, i = config.hidden_size, config.intermediate_size
-  per_layer = 4 * (h * h + h) + 2 * h * i + i + h + 4 * h
-  return config.num_hidden_layers * per_layer
+  """Parameters of the encoder stack as a token's forward pass applies them (its family's params: a shared layer
+  counts once per application)."""
+  return encoders.family(config.encoder).params(config)
 
 
 def encoder_flops(config: BertConfig, seq_len: int) -> float:
-  """Training FLOPs per sequence of BertModel's encoder stack (pretrain/flops.py's docstring has the
-  formula): 6 x encoder params x T + 12 x L x T^2 x H, plus 6 x T x E x H for a factorised E -> H projection."""
-  h, layers, e = config.hidden_size, config.num_hidden_layers, config.embedding_width
-  flops = 6.0 * encoder_params(config) * seq_len + 12.0 * layers * seq_len ** 2 * h
+  """Training FLOPs per sequence of BertModel's encoder: its family's count (EncoderFamily.flops_per_sequence;
+  a Transformer's is 6 x params x T + 12 x L x T^2 x H), plus 6 x T x E x H for a factorised E -> H embedding
+  projection, which belongs to the embeddings and so is counted here whatever the family."""
+  h, e = config.hidden_size, config.embedding_width
+  flops = encoders.family(config.encoder).flops_per_sequence(config, seq_len)
   if config.factorised_embeddings:
     flops += 6.0 * seq_len * e * h
   return flops
