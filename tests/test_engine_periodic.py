@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from bert_jax.engine import periodic, run_files
+from bert_jax.engine import periodic, run_files, timing
 from bert_jax.finetune import loop
 from bert_jax.finetune.plan import resolve_finetune
 
@@ -137,7 +137,7 @@ def test_early_stopping_patience_one_stops_at_the_first_miss():
 
 # ---- TrainClock ----------------------------------------------------------------------------------------------
 def test_train_clock_times_the_first_step_once():
-  clock = periodic.TrainClock()
+  clock = timing.TrainClock()
   assert clock.step([1.0]) is True
   first = clock.first_step_seconds
   assert clock.step([2.0]) is False and clock.first_step_seconds == first
@@ -146,10 +146,10 @@ def test_train_clock_times_the_first_step_once():
 
 
 def test_train_clock_has_no_rate_from_one_step():
-  clock = periodic.TrainClock()
+  clock = timing.TrainClock()
   clock.step(0)
   assert clock.summary(1)["steps_per_second"] is None
-  assert periodic.TrainClock().summary(0)["first_step_seconds"] == 0.0
+  assert timing.TrainClock().summary(0)["first_step_seconds"] == 0.0
 
 
 # ---- run_files -----------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@
   workdir         the work dir's lock, marker and atomic files
   metric_writer   metrics.jsonl + TensorBoard scalars, truncated to a restored step on resume
   compile_cache   JAX's persistent compilation cache
-  timing          step timing and device peaks
+  timing          the clocks: start-up, a logging window's steps/s, a run's training time (first step apart)
   watchdog        the host guard: heartbeats, dead/stuck hosts -> one line and exit 75
   validation      the device and checkpoint checks both plans share
   periodic        "is it time to log / evaluate / checkpoint / stop" for every loop

@@ -5,7 +5,6 @@ written once (the shape of big_vision's `utils.itstime` and clu's `periodic_acti
     due = Schedule(total_steps=150, log_every=10, eval_every=75)
     due.log(step); due.evaluate(step); due.checkpoint(step, end=phase.end); due.epoch(step)
     stopper = EarlyStopping(patience=3); stop = stopper.update(improved)
-    clock = TrainClock(); clock.step(metrics); timing.update(clock.summary(steps))
 
 `step` is always the number of steps finished so far (1 after the first step), as the loops count it.
 """
@@ -13,10 +12,7 @@ written once (the shape of big_vision's `utils.itstime` and clu's `periodic_acti
 from __future__ import annotations
 
 import dataclasses
-import time
-from typing import Any, Dict, Optional
-
-import jax
+from typing import Optional
 
 
 def every(step: int, n: int, last: Optional[int] = None) -> bool:
@@ -90,28 +86,3 @@ class EarlyStopping:
     """Counts one evaluation; True when the loop should stop now."""
     self.bad = 0 if improved else self.bad + 1
     return 0 < self.patience <= self.bad
-
-
-class TrainClock:
-  """A loop's training time with the first step apart: it compiles, which is not throughput. `step(outputs)`
-  after every step waits for the first one's outputs (the only sync it adds) and times it."""
-
-  def __init__(self):
-    self.start = time.time()
-    self.first_step_seconds: Optional[float] = None
-
-  def step(self, outputs: Any) -> bool:
-    """True right after the first step (now finished and timed); False for every later one."""
-    if self.first_step_seconds is not None:
-      return False
-    jax.block_until_ready(outputs)
-    self.first_step_seconds = time.time() - self.start
-    return True
-
-  def summary(self, steps: int) -> Dict[str, Any]:
-    """{train_seconds, first_step_seconds, train_steps, steps_per_second} for `steps` finished steps (call it
-    once the last step's outputs are ready). steps_per_second leaves the first step out: None below 2 steps."""
-    seconds = time.time() - self.start
-    first = self.first_step_seconds or 0.0
-    return {"train_seconds": round(seconds, 2), "first_step_seconds": round(first, 2), "train_steps": steps,
-            "steps_per_second": round((steps - 1) / max(seconds - first, 1e-9), 3) if steps > 1 else None}

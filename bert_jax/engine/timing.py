@@ -1,5 +1,5 @@
-"""Small clocks of the training loops: a run's start-up, logged as one line, and the steps/s of a logging
-window that leaves compilation out.
+"""Small clocks of the training loops: a run's start-up, logged as one line, the steps/s of a logging
+window that leaves compilation out, and a fine-tuning run's training time with its first step apart.
 
     clock = StartupClock()                 # at the loop's entry; the launch is the process's start time
     with clock.stage("data"): ...          # stages that run at the same time as others
@@ -8,6 +8,9 @@ window that leaves compilation out.
 
     window = StepWindow()
     window.step(); window.rate(batch_size) # sequences/s since the last reset(); None until the first step synced
+
+    clock = TrainClock()
+    clock.step(outputs); summary = clock.summary(steps)   # {train_seconds, first_step_seconds, ...}
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import logging
 import os
 import threading
 import time
-from typing import Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional
+
+import jax
 
 log = logging.getLogger(__name__)
 
@@ -97,3 +102,28 @@ class StepWindow:
   def reset(self) -> None:
     if self.start is not None:
       self.start, self.steps = time.time(), 0
+
+
+class TrainClock:
+  """A loop's training time with the first step apart: it compiles, which is not throughput. `step(outputs)`
+  after every step waits for the first one's outputs (the only sync it adds) and times it."""
+
+  def __init__(self):
+    self.start = time.time()
+    self.first_step_seconds: Optional[float] = None
+
+  def step(self, outputs: Any) -> bool:
+    """True right after the first step (now finished and timed); False for every later one."""
+    if self.first_step_seconds is not None:
+      return False
+    jax.block_until_ready(outputs)
+    self.first_step_seconds = time.time() - self.start
+    return True
+
+  def summary(self, steps: int) -> Dict[str, Any]:
+    """{train_seconds, first_step_seconds, train_steps, steps_per_second} for `steps` finished steps (call it
+    once the last step's outputs are ready). steps_per_second leaves the first step out: None below 2 steps."""
+    seconds = time.time() - self.start
+    first = self.first_step_seconds or 0.0
+    return {"train_seconds": round(seconds, 2), "first_step_seconds": round(first, 2), "train_steps": steps,
+            "steps_per_second": round((steps - 1) / max(seconds - first, 1e-9), 3) if steps > 1 else None}

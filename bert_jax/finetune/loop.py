@@ -63,6 +63,7 @@ from bert_jax.engine import compile_cache, optimizers, periodic, run_files, shar
 from bert_jax.engine import train_step as ts
 from bert_jax.engine import workdir as workdir_lib
 from bert_jax.engine.metric_writer import MetricWriter
+from bert_jax.engine.timing import TrainClock
 
 _log = logging.getLogger(__name__)
 
@@ -266,7 +267,7 @@ def train_loop(plan: FinetunePlan, model, mesh, params, train: ft.SplitData, sch
   guard = ts.NonFiniteGuard(plan.nan_policy, plan.max_consecutive_nonfinite, what=plan.task.name)
   bar = tqdm(total=total, desc=f"fine-tune {plan.task.name}", disable=jax.process_index() != 0, mininterval=2.0,
              dynamic_ncols=True)
-  step, sums, clock, stop = 0, None, periodic.TrainClock(), False
+  step, sums, clock, stop = 0, None, TrainClock(), False
   try:
     while step < total and signals.signum is None and not stop:
       for batch in ft.iterate_batches(train.features, keys, plan.batch_size, rng):

@@ -54,6 +54,7 @@ from bert_jax.engine import compile_cache, periodic, run_files
 from bert_jax.engine import train_step as ts
 from bert_jax.engine import workdir as workdir_lib
 from bert_jax.engine.metric_writer import MetricWriter
+from bert_jax.engine.timing import TrainClock
 
 _log = logging.getLogger(__name__)
 
@@ -318,7 +319,7 @@ def _run(plans: Sequence[FinetunePlan]) -> List[dict]:
   np_rngs = [np.random.default_rng(p.seed) for p in plans]
   keys = task.device_keys
   bar = tqdm(total=total, desc=f"fine-tune {task.name} x{k} (vmapped)", mininterval=2.0, dynamic_ncols=True)
-  step, sums, clock = 0, None, periodic.TrainClock()
+  step, sums, clock = 0, None, TrainClock()
   try:
     while step < total and active.any():
       for batches in zip(*[ft.iterate_batches(train.features, keys, first.batch_size, r) for r in np_rngs]):
