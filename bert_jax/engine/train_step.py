@@ -242,7 +242,7 @@ def pretraining_loss(model: nn.Module) -> LossFn:
   return LossFn(*model.loss_parts())
 
 
-def _default_loss(config, model, loss_fn):
+def _default_loss(model, loss_fn):
   return loss_fn if loss_fn is not None else pretraining_loss(model)
 
 
@@ -311,7 +311,7 @@ def _make_grads_fn(loss_fn: LossFn, accum, mesh, b_spec, grad_shardings, shards)
 def _step_parts(config, model, loss_fn, mesh, state_shardings):
   rules = _rules(config)
   accum = int(config.grad_accum_steps)     # >= 1: the plans check it (config.grad_accum_steps)
-  grads_fn = _make_grads_fn(_default_loss(config, model, loss_fn), accum, mesh, sharding.batch_spec(rules),
+  grads_fn = _make_grads_fn(_default_loss(model, loss_fn), accum, mesh, sharding.batch_spec(rules),
                             state_shardings.params, sharding.batch_shards(mesh, rules))
   return rules, grads_fn
 
@@ -357,7 +357,7 @@ def make_train_step(config, model: nn.Module, tx, mesh, state_shardings, *, loss
 def make_eval_step(config, model: nn.Module, mesh, state_shardings, *, loss_fn: Optional[LossFn] = None) -> StepFn:
   """eval(params, batch) -> metric sums (deterministic forward, same loss normalisation as training)."""
   rules = _rules(config)
-  loss_fn = _default_loss(config, model, loss_fn)
+  loss_fn = _default_loss(model, loss_fn)
   shards = sharding.batch_shards(mesh, rules)
 
   def eval_step(params, batch):

@@ -176,7 +176,7 @@ def sequence_flops(config: BertConfig, seq_len: int, num_predictions: int,
                    objectives: Sequence[ObjectiveLike]) -> float:
   """Training FLOPs per sequence of the pre-training model of `objectives` (a model of its own counts all of
   its FLOPs; else the encoder plus each objective's heads)."""
-  objectives = tuple(t if isinstance(t, Objective) else OBJECTIVES[t]() for t in objectives)
+  objectives = resolve(objectives)
   for o in objectives:
     own = o.model_flops(config, seq_len, num_predictions)
     if own is not None:
