@@ -68,6 +68,28 @@ def dense(config: BertConfig, features: int, names, name: str, bias_axis=None, b
                   kernel_init=kernel_init(config, names), bias_init=bias_init, name=name)
 
 
+# Packed rows. `input_mask` [B, T] is BERT's 0/1 mask on an unpacked row; a packed row holds several examples
+# and its input_mask numbers them: 0 = padding, k >= 1 = a token of the row's k-th example (Graphcore's packed
+# BERT and the Pallas kernels' SegmentIds use the same convention). Every value test is therefore `> 0` or an
+# equality between ids, never arithmetic on the mask; on an unpacked row the helpers below reduce to BERT's.
+def example_mask(input_mask: Array) -> Array:
+  """[B, T] example ids -> boolean [B, 1, T, T]: a query attends to the real keys of its own example only
+  (block-diagonal). On unpacked rows it equals padding_mask broadcast over queries."""
+  ids = input_mask.astype(jnp.int32)
+  return ((ids[:, :, None] == ids[:, None, :]) & (ids[:, None, :] > 0))[:, None]
+
+
+def example_positions(input_mask: Array) -> Array:
+  """[B, T] example ids -> int32 [B, T] positions that restart at 0 where each example starts (a token whose
+  id differs from its left neighbour's). Real tokens of an unpacked row get 0..n-1 (padding, its own run, restarts: it is never read)."""
+  ids = input_mask.astype(jnp.int32)
+  length = ids.shape[-1]
+  index = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), ids.shape)
+  previous = jnp.pad(ids, ((0, 0), (1, 0)), constant_values=-1)[:, :-1]
+  start = jnp.where(ids != previous, index, 0)
+  return index - jax.lax.cummax(start, axis=1)
+
+
 def padding_mask(input_mask: Array) -> Array:
   """[B, T] 0/1 -> boolean [B, 1, 1, T]: every query may attend to every real key."""
   return (input_mask > 0)[:, None, None, :]
