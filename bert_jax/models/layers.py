@@ -81,7 +81,8 @@ def example_mask(input_mask: Array) -> Array:
 
 def example_positions(input_mask: Array) -> Array:
   """[B, T] example ids -> int32 [B, T] positions that restart at 0 where each example starts (a token whose
-  id differs from its left neighbour's). Real tokens of an unpacked row get 0..n-1 (padding, its own run, restarts: it is never read)."""
+  id differs from its left neighbour's). Real tokens of an unpacked row get 0..n-1 (padding is a run of its
+  own and restarts too: it is never read)."""
   ids = input_mask.astype(jnp.int32)
   length = ids.shape[-1]
   index = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), ids.shape)
