@@ -30,7 +30,7 @@ REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "minimal")
 # How a run computes, not what it computes: a run's config sets these over a loaded checkpoint's architecture
 # (training.train_step.model_config), and a resumed run may change them.
 RUNTIME_FIELDS = ("dtype", "param_dtype", "attention_impl", "scan_layers", "remat_policy", "hidden_dropout_prob",
-                  "attention_probs_dropout_prob")
+                  "attention_probs_dropout_prob", "max_examples_per_row")
 # The architecture fields a run config may set over the size table (random init only).
 ARCHITECTURE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "encoder",
                        "layer_norm_type", "max_position_embeddings", "hidden_act", "type_vocab_size",
@@ -45,7 +45,7 @@ _GOOGLE_KEYS = (
 
 
 _INT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-               "max_position_embeddings", "type_vocab_size", "embedding_size")
+               "max_position_embeddings", "type_vocab_size", "embedding_size", "max_examples_per_row")
 _FLOAT_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "layer_norm_eps")
 
 
@@ -75,6 +75,8 @@ class BertConfig:
   embedding_size: int = 0                  # E of factorised embeddings (ALBERT): tables [V, E] + a dense E -> H
                                            # (also when E = H, as ALBERT); 0 = BERT: [V, H], no projection
   share_layers: bool = False               # one layer's parameters for every layer (ALBERT cross-layer sharing)
+  max_examples_per_row: int = 0            # packed rows (input_mask numbers each row's examples, layers.py): up
+                                           # to K examples per row, pooled outputs [B, K, H]; 0 = one per row
 
   def __post_init__(self):
     # Types first: a JSON config's "vocab_size": "30522" or a null reached the model as a TypeError traceback.
@@ -82,9 +84,9 @@ class BertConfig:
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"BertConfig.{name}={value!r}; expected an integer")
-      if value < (0 if name in ("num_hidden_layers", "embedding_size") else 1):
-        raise ValueError(f"BertConfig.{name}={value}; expected "
-                         f"{'>= 0' if name in ('num_hidden_layers', 'embedding_size') else '>= 1'}")
+      may_be_zero = name in ("num_hidden_layers", "embedding_size", "max_examples_per_row")
+      if value < (0 if may_be_zero else 1):
+        raise ValueError(f"BertConfig.{name}={value}; expected {'>= 0' if may_be_zero else '>= 1'}")
     for name in _FLOAT_FIELDS:
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -120,6 +122,12 @@ class BertConfig:
   def factorised_embeddings(self) -> bool:
     """Whether the embeddings are projected from E to H (ALBERT; set by embedding_size > 0)."""
     return self.embedding_size > 0
+
+  @property
+  def packed(self) -> bool:
+    """Rows may hold several examples (max_examples_per_row > 0): block-diagonal attention, positions that
+    restart per example, one pooled vector per example."""
+    return self.max_examples_per_row > 0
 
   @property
   def compute_dtype(self):

@@ -1,0 +1,175 @@
+"""Packed rows compute exactly what one example per row computes: per-example logits, losses and gradients
+(float32, <= 1e-5) for every packing encoder config, and no token attends across examples on any attention path
+this CPU can run (einsum, XLA, Pallas flash in interpret mode)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental.pallas import tpu as pltpu
+
+from bert_jax.input_pipeline import example_packing as ep
+from bert_jax.models import BertConfig, attention, encoders, heads
+from bert_jax.models.electra import ElectraDiscriminator
+from bert_jax.models.layers import example_mask
+
+T, K, N, LABELS = 32, 4, 7, 3
+TINY = dict(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+# One entry per encoder config that must pack; a family registered later (the modern encoders) is added below
+# when it is registered, so its packing is checked without editing this list.
+ENCODERS = {
+    "bert_post_ln": dict(TINY),
+    "bert_pre_ln": dict(TINY, layer_norm_type="pre"),
+    "albert": dict(TINY, share_layers=True, embedding_size=16),
+}
+for _name in encoders.names():
+  if _name not in ("transformer", "lstm") and encoders.family(_name).packs:
+    ENCODERS[_name] = dict(TINY, encoder=_name)
+
+
+def examples(seed=0, n=N):
+  """n unpacked rows [n, T] of random lengths: [CLS] a [SEP] b [SEP] with token types 0 / 1, right padding."""
+  rng = np.random.default_rng(seed)
+  ids, mask, seg = (np.zeros((n, T), np.int32) for _ in range(3))
+  for i, length in enumerate(rng.integers(4, 20, n)):
+    ids[i, :length] = rng.integers(5, TINY["vocab_size"], length)
+    ids[i, 0], ids[i, length - 1] = 2, 3
+    mask[i, :length] = 1
+    seg[i, length // 2:length] = 1
+  return {"input_ids": ids, "input_mask": mask, "segment_ids": seg,
+          "label_ids": rng.integers(0, LABELS, n).astype(np.int32)}
+
+
+def packed(feats, seed=0):
+  layout = ep.best_fit(ep.lengths_of(feats["input_mask"]), T, K, seed=seed)
+  rows = ep.pack_features(feats, layout, token_keys=("input_ids", "input_mask", "segment_ids"))
+  assert layout.num_rows < N    # the test packs for real
+  return layout, rows
+
+
+def _ce(logits, labels):
+  return -jnp.take_along_axis(jax.nn.log_softmax(logits), labels[..., None], axis=-1)[..., 0]
+
+
+@pytest.mark.parametrize("name", list(ENCODERS))
+def test_packed_rows_give_the_same_per_example_logits_losses_and_gradients(name):
+  cfg = BertConfig(**ENCODERS[name])
+  feats = examples()
+  layout, rows = packed(feats)
+  plain = heads.BertForSequenceClassification(cfg, LABELS)
+  pack = heads.BertForSequenceClassification(cfg.replace(max_examples_per_row=K), LABELS)
+  params = plain.init(jax.random.key(0), feats["input_ids"], feats["input_mask"], feats["segment_ids"])["params"]
+
+  def loss_plain(p):
+    logits = plain.apply({"params": p}, feats["input_ids"], feats["input_mask"], feats["segment_ids"])["logits"]
+    return jnp.sum(_ce(logits, feats["label_ids"])), logits
+
+  def loss_packed(p):
+    logits = pack.apply({"params": p}, rows["input_ids"], rows["input_mask"], rows["segment_ids"])["logits"]
+    return jnp.sum(_ce(logits, rows["label_ids"]) * rows["example_weight"]), logits
+
+  (l1, logits1), g1 = jax.value_and_grad(loss_plain, has_aux=True)(params)
+  (l2, logits2), g2 = jax.value_and_grad(loss_packed, has_aux=True)(params)
+  assert logits2.shape == (layout.num_rows, K, LABELS)
+  np.testing.assert_allclose(ep.unpack_outputs({"l": logits2}, layout, False)["l"], logits1, atol=1e-5)
+  np.testing.assert_allclose(l2, l1, rtol=1e-5)
+  for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(g1), jax.tree_util.tree_leaves(g2)):
+    np.testing.assert_allclose(b, a, atol=1e-5, err_msg=jax.tree_util.keystr(path))
+
+
+@pytest.mark.parametrize("name", list(ENCODERS))
+def test_packed_rows_give_the_same_token_logits_and_electra_discriminator_logits(name):
+  cfg = BertConfig(**ENCODERS[name])
+  feats = examples(seed=1)
+  layout, rows = packed(feats, seed=1)
+  real = feats["input_mask"][..., None] > 0
+  for module in (heads.BertForTokenClassification, ElectraDiscriminator):
+    make = (lambda c: module(c, LABELS)) if module is heads.BertForTokenClassification else module  # noqa: E731
+    params = make(cfg).init(jax.random.key(1), feats["input_ids"], feats["input_mask"], feats["segment_ids"])
+    key = "logits" if module is heads.BertForTokenClassification else "disc_logits"
+    want = make(cfg).apply(params, feats["input_ids"], feats["input_mask"], feats["segment_ids"])[key]
+    got = make(cfg.replace(max_examples_per_row=K)).apply(params, rows["input_ids"], rows["input_mask"],
+                                                           rows["segment_ids"])[key]
+    got = ep.unpack_outputs({key: got}, layout, token_level=True)[key]
+    want, got = np.asarray(want).reshape(N, T, -1), np.asarray(got).reshape(N, T, -1)
+    np.testing.assert_allclose(np.where(real, got, 0), np.where(real, want, 0), atol=1e-5, err_msg=module.__name__)
+
+
+@pytest.mark.parametrize("pooling", heads.POOLINGS)
+def test_every_pooling_reads_each_example_of_a_packed_row_alone(pooling):
+  cfg = BertConfig(**TINY)
+  feats = examples(seed=2)
+  layout, rows = packed(feats, seed=2)
+  plain = heads.BertForSequenceClassification(cfg, LABELS, pooling=pooling)
+  pack = heads.BertForSequenceClassification(cfg.replace(max_examples_per_row=K), LABELS, pooling=pooling)
+  params = plain.init(jax.random.key(2), feats["input_ids"], feats["input_mask"], feats["segment_ids"])
+  want = plain.apply(params, feats["input_ids"], feats["input_mask"], feats["segment_ids"])["pooled_output"]
+  got = pack.apply(params, rows["input_ids"], rows["input_mask"], rows["segment_ids"])["pooled_output"]
+  np.testing.assert_allclose(ep.unpack_outputs({"v": got}, layout, False)["v"], want, atol=1e-5)
+
+
+def _row_of_two(first_len=9, second_len=11):
+  ids = np.zeros((1, T), np.int32)
+  ids[0, :first_len] = 1
+  ids[0, first_len:first_len + second_len] = 2
+  return jnp.asarray(ids), first_len, first_len + second_len
+
+
+@pytest.mark.parametrize("impl", ["einsum", "xla"])
+def test_no_token_of_a_packed_row_sees_another_example_through_the_model(impl):
+  """Changing example 2's tokens leaves example 1's outputs bit for bit; the same row with packing off (BERT's
+  padding mask) moves them, so the check can fail."""
+  cfg = BertConfig(**TINY, attention_impl=impl)
+  input_mask, a, b = _row_of_two()
+  rng = np.random.default_rng(3)
+  ids = jnp.asarray(rng.integers(5, 60, (1, T)), jnp.int32)
+  other = ids.at[0, a:b].set(jnp.asarray(rng.integers(5, 60, b - a), jnp.int32))
+  seg = jnp.zeros_like(ids)
+
+  def first_example(c, x):
+    model = heads.BertForTokenClassification(c, LABELS)
+    params = model.init(jax.random.key(0), ids, input_mask, seg)
+    return np.asarray(model.apply(params, x, input_mask, seg)["logits"][0, :a])
+
+  packed_cfg = cfg.replace(max_examples_per_row=2)
+  np.testing.assert_array_equal(first_example(packed_cfg, other), first_example(packed_cfg, ids))
+  assert np.abs(first_example(cfg, other) - first_example(cfg, ids)).max() > 1e-6
+
+
+@pytest.mark.parametrize("path", ["einsum", "xla", "pallas_flash"])
+def test_no_query_of_a_packed_row_reads_another_examples_keys_on_any_cpu_runnable_kernel(path):
+  t = 128                                                   # the Pallas kernel's block
+  ids = np.zeros((1, t), np.int32)
+  ids[0, :50], ids[0, 50:90] = 1, 2
+  ids = jnp.asarray(ids)
+  q, k, v = (jax.random.normal(key, (1, t, 2, 16)) for key in jax.random.split(jax.random.key(0), 3))
+  k2 = k.at[:, 50:90].add(3.0)
+  v2 = v.at[:, 50:90].add(3.0)
+
+  def run(k, v):
+    if path == "pallas_flash":
+      with pltpu.force_tpu_interpret_mode():
+        return attention.pallas_flash_attention(q, k, v, ids)
+    if path == "einsum":
+      return attention.einsum_attention(q, k, v, example_mask(ids))
+    return jax.nn.dot_product_attention(q, k, v, mask=example_mask(ids), implementation="xla")
+
+  base, moved = np.asarray(run(k, v)), np.asarray(run(k2, v2))
+  np.testing.assert_allclose(moved[:, :50], base[:, :50], atol=1e-6)
+  assert np.abs(moved[:, 50:90] - base[:, 50:90]).max() > 1e-2   # example 2 itself did change
+
+
+def test_auto_and_named_cudnn_paths_never_run_on_packed_rows():
+  for impl in ("auto", "cudnn", "cudnn_dropout"):
+    for det in (True, False):
+      choice = attention.resolve_attention("gpu", 0.1, det, "bfloat16", 64, 128, impl, unverified=frozenset(),
+                                           packed=True)
+      assert choice.path in attention.PACKED_PATHS, (impl, det, choice)
+  assert attention.choose_attention("tpu", 0.0, True, "bfloat16", 64, 128, "pallas_flash", packed=True) == \
+      "pallas_flash"
+
+
+def test_a_family_that_cannot_keep_examples_apart_is_refused_packed_rows():
+  with pytest.raises(ValueError, match="max_examples_per_row=4 .*encoder='lstm'"):
+    BertConfig(**dict(TINY, encoder="lstm", max_examples_per_row=4))
