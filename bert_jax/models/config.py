@@ -30,7 +30,7 @@ REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "minimal")
 # How a run computes, not what it computes: a run's config sets these over a loaded checkpoint's architecture
 # (training.train_step.model_config), and a resumed run may change them.
 RUNTIME_FIELDS = ("dtype", "param_dtype", "attention_impl", "scan_layers", "remat_policy", "hidden_dropout_prob",
-                  "attention_probs_dropout_prob", "max_examples_per_row")
+                  "attention_probs_dropout_prob")
 # The architecture fields a run config may set over the size table (random init only).
 ARCHITECTURE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "encoder",
                        "layer_norm_type", "max_position_embeddings", "hidden_act", "type_vocab_size",
@@ -159,7 +159,10 @@ class BertConfig:
     return cls(**fields)
 
   def to_dict(self) -> dict:
-    return dataclasses.asdict(self)
+    d = dataclasses.asdict(self)
+    if not d["max_examples_per_row"]:   # unpacked (the saved models' case): files stay as they were
+      del d["max_examples_per_row"]
+    return d
 
   def replace(self, **changes: Any) -> "BertConfig":
     return dataclasses.replace(self, **changes)
