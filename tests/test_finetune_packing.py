@@ -1,8 +1,6 @@
 """Fine-tuning with config.packing: the plan's refusals (one error: line each), and packed evaluation that gives
 the unpacked run's loss, metrics and predictions for every kind that packs."""
 
-import os
-
 import jax
 import numpy as np
 import pytest
@@ -10,11 +8,12 @@ import pytest
 import task_fixtures as testing
 from bert_jax.errors import UserError
 from bert_jax.engine import sharding
-from bert_jax.finetune import loop
+from bert_jax.finetune import loop, multirun
 from bert_jax.finetune import model as fm
 from bert_jax.finetune.plan import resolve_finetune
 from bert_jax.input_pipeline import tokenization
 
+from test_finetune_multirun import _plans
 from test_finetune_tasks import make_config
 
 
@@ -91,12 +90,16 @@ def test_packed_evaluation_gives_the_unpacked_loss_metrics_and_predictions(data,
       assert np.array_equal(np.asarray(a), np.asarray(b)) if isinstance(a, np.ndarray) else a == b
 
 
-@pytest.mark.slow   # a whole packed run with its files (~15 s)
-def test_a_packed_run_trains_evaluates_and_writes_the_usual_files_with_packing_in_its_summary(data, tmp_path):
-  out = str(tmp_path / "run")
-  results = loop.run(make_config("sst2", data["glue"], data["vocab"], packing=True, max_examples_per_row=4), out)
-  packing = results["train"]["packing"]
+@pytest.mark.slow   # the vmapped program and a separate packed run, ~20 s on 2 cores
+def test_vmapped_packed_runs_equal_a_separate_packed_run_which_reports_its_packing(tmp_path):
+  runs = [(1, 1e-3), (2, 3e-4)]
+  vm = _plans(tmp_path, "vmapped", runs, packing=True, max_examples_per_row=4)
+  assert multirun.decide(vm).vmapped
+  got = multirun.run_vmapped(vm)[1]
+  want = loop.run_plan(_plans(tmp_path, "separate", runs[1:], packing=True, max_examples_per_row=4)[0])
+  np.testing.assert_allclose(got["dev"]["accuracy"], want["dev"]["accuracy"])
+  np.testing.assert_allclose(got["dev"]["loss"], want["dev"]["loss"], rtol=2e-4)
+  packing = want["train"]["packing"]
   assert packing["train"]["padding_after"] < packing["train"]["padding_before"]
-  assert results["train"]["train_rows"] < results["train"]["train_features"]
-  assert results["timing"]["train_examples_seen"] >= results["train"]["train_examples"]
-  assert os.path.exists(os.path.join(out, "best_checkpoint", "params.msgpack")) and "accuracy" in results["dev"]
+  assert want["train"]["train_rows"] < want["train"]["train_features"]
+  assert want["timing"]["train_examples_seen"] >= want["train"]["train_examples"]
