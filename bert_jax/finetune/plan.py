@@ -328,10 +328,6 @@ def _check_length(config, model: BertConfig, init: Optional[Pretrained]) -> None
                     "embeddings have no row for the later tokens")
 
 
-# attention_impl values that know a row only as one length (models/attention.py, PACKED_PATHS)
-_UNPACKABLE_ATTENTION = ("cudnn", "cudnn_dropout")
-
-
 def resolve_packing(config, task: Optional[Task], model: BertConfig, field: str = "config.packing") -> int:
   """The cap of examples per row when packing is on (0: off); UserError for a cap below 1, a task, encoder
   family or attention path that cannot keep the examples of a row apart. `task` None: no task rule (predict)."""
@@ -343,14 +339,7 @@ def resolve_packing(config, task: Optional[Task], model: BertConfig, field: str 
   why = task.packing_refusal() if task is not None else ""
   if why:
     raise UserError(f"{field}=true is not supported here: {why}; set packing=false")
-  if model.attention_impl in _UNPACKABLE_ATTENTION:
-    raise UserError(f"{field}=true with config.model.attention_impl={model.attention_impl}: cuDNN takes one length "
-                    "per row and would let packed examples attend to each other; use auto, xla, einsum or "
-                    "pallas_flash, or set packing=false")
-  try:
-    model.replace(max_examples_per_row=int(cap))
-  except ValueError as e:   # the encoder family cannot keep examples apart (EncoderFamily.packs)
-    raise UserError(f"{field}=true: {e}") from e
+  v.packed_model(model, int(cap), f"{field}=true")
   return int(cap)
 
 
@@ -408,9 +397,8 @@ def resolve_finetune(config, workdir: str, *, num_devices: Optional[int] = None,
     raise UserError(f"config.task={config.task!r}: {e}") from e
   task.check_max_seq_length(int(config.max_seq_length))    # e.g. SQuAD: room for the question and the context
   cap = resolve_packing(config, task, model)
-  if cap:
-    data = dataclasses.replace(data, max_examples_per_row=cap)
-    model = model.replace(max_examples_per_row=cap)
+  data = dataclasses.replace(data, max_examples_per_row=cap)
+  model = model.replace(max_examples_per_row=cap)     # 0 also undoes a loaded config's (never saved: to_dict)
   log.info("task %s: %s", task.name, task)
   eval_batch = int(config.eval_batch_size)
   return FinetunePlan(

@@ -159,9 +159,10 @@ class BertConfig:
     return cls(**fields)
 
   def to_dict(self) -> dict:
+    """The fields, without max_examples_per_row: how a run batches its rows, never part of a saved model
+    (a packed run's checkpoint loads as one example per row; each run sets its own)."""
     d = dataclasses.asdict(self)
-    if not d["max_examples_per_row"]:   # unpacked (the saved models' case): files stay as they were
-      del d["max_examples_per_row"]
+    del d["max_examples_per_row"]
     return d
 
   def replace(self, **changes: Any) -> "BertConfig":
