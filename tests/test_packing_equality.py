@@ -9,7 +9,7 @@ import pytest
 from jax.experimental.pallas import tpu as pltpu
 
 from bert_jax.input_pipeline import example_packing as ep
-from bert_jax.models import BertConfig, attention, encoders, heads
+from bert_jax.models import BertConfig, BertModel, attention, encoders, heads
 from bert_jax.models.electra import ElectraDiscriminator
 from bert_jax.models.layers import example_mask
 
@@ -78,35 +78,44 @@ def test_packed_rows_give_the_same_per_example_logits_losses_and_gradients(name)
     np.testing.assert_allclose(b, a, atol=1e-5, err_msg=jax.tree_util.keystr(path))
 
 
-@pytest.mark.parametrize("name", list(ENCODERS))
-def test_packed_rows_give_the_same_token_logits_and_electra_discriminator_logits(name):
-  cfg = BertConfig(**ENCODERS[name])
-  feats = examples(seed=1)
-  layout, rows = packed(feats, seed=1)
+def _token_outputs(make, key, cfg, seed):
+  """(unpacked, packed-then-unpacked) per-token outputs [N, T, ...] of make(config), zeros at padding."""
+  feats = examples(seed=seed)
+  layout, rows = packed(feats, seed=seed)
   real = feats["input_mask"][..., None] > 0
-  for module in (heads.BertForTokenClassification, ElectraDiscriminator):
-    make = (lambda c: module(c, LABELS)) if module is heads.BertForTokenClassification else module  # noqa: E731
-    params = make(cfg).init(jax.random.key(1), feats["input_ids"], feats["input_mask"], feats["segment_ids"])
-    key = "logits" if module is heads.BertForTokenClassification else "disc_logits"
-    want = make(cfg).apply(params, feats["input_ids"], feats["input_mask"], feats["segment_ids"])[key]
-    got = make(cfg.replace(max_examples_per_row=K)).apply(params, rows["input_ids"], rows["input_mask"],
-                                                           rows["segment_ids"])[key]
-    got = ep.unpack_outputs({key: got}, layout, token_level=True)[key]
-    want, got = np.asarray(want).reshape(N, T, -1), np.asarray(got).reshape(N, T, -1)
-    np.testing.assert_allclose(np.where(real, got, 0), np.where(real, want, 0), atol=1e-5, err_msg=module.__name__)
+  params = make(cfg).init(jax.random.key(1), feats["input_ids"], feats["input_mask"], feats["segment_ids"])
+  want = make(cfg).apply(params, feats["input_ids"], feats["input_mask"], feats["segment_ids"])[key]
+  got = make(cfg.replace(max_examples_per_row=K)).apply(params, rows["input_ids"], rows["input_mask"],
+                                                         rows["segment_ids"])[key]
+  got = ep.unpack_outputs({key: got}, layout, token_level=True)[key]
+  want, got = np.asarray(want).reshape(N, T, -1), np.asarray(got).reshape(N, T, -1)
+  return np.where(real, want, 0), np.where(real, got, 0)
 
 
-@pytest.mark.parametrize("pooling", heads.POOLINGS)
-def test_every_pooling_reads_each_example_of_a_packed_row_alone(pooling):
+@pytest.mark.parametrize("name", list(ENCODERS))
+def test_packed_rows_give_the_same_token_logits(name):
+  want, got = _token_outputs(lambda c: heads.BertForTokenClassification(c, LABELS), "logits",
+                             BertConfig(**ENCODERS[name]), seed=1)
+  np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_packed_rows_give_the_same_electra_discriminator_logits():
+  want, got = _token_outputs(ElectraDiscriminator, "disc_logits", BertConfig(**TINY), seed=4)
+  np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_every_pooling_reads_each_example_of_a_packed_row_alone():
   cfg = BertConfig(**TINY)
   feats = examples(seed=2)
   layout, rows = packed(feats, seed=2)
-  plain = heads.BertForSequenceClassification(cfg, LABELS, pooling=pooling)
-  pack = heads.BertForSequenceClassification(cfg.replace(max_examples_per_row=K), LABELS, pooling=pooling)
+  plain, pack = BertModel(cfg), BertModel(cfg.replace(max_examples_per_row=K))
   params = plain.init(jax.random.key(2), feats["input_ids"], feats["input_mask"], feats["segment_ids"])
-  want = plain.apply(params, feats["input_ids"], feats["input_mask"], feats["segment_ids"])["pooled_output"]
-  got = pack.apply(params, rows["input_ids"], rows["input_mask"], rows["segment_ids"])["pooled_output"]
-  np.testing.assert_allclose(ep.unpack_outputs({"v": got}, layout, False)["v"], want, atol=1e-5)
+  enc = plain.apply(params, feats["input_ids"], feats["input_mask"], feats["segment_ids"])
+  enc_packed = pack.apply(params, rows["input_ids"], rows["input_mask"], rows["segment_ids"])
+  for pooling in heads.POOLINGS:
+    want = heads.pool(enc, feats["input_mask"], pooling)
+    got = heads.pool(enc_packed, rows["input_mask"], pooling, K)
+    np.testing.assert_allclose(ep.unpack_outputs({"v": got}, layout, False)["v"], want, atol=1e-5, err_msg=pooling)
 
 
 def _row_of_two(first_len=9, second_len=11):

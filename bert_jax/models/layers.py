@@ -94,8 +94,7 @@ def example_positions(input_mask: Array) -> Array:
 def example_starts(input_mask: Array, max_examples: int) -> tuple:
   """[B, T] example ids -> (int32 [B, K] the position of each example's first token ([CLS]), bool [B, K] whether
   the row holds example k+1); K = max_examples. An absent example's start is 0 (read, then weighted 0)."""
-  ids = input_mask.astype(jnp.int32)
-  slot = ids[:, :, None] == jnp.arange(1, max_examples + 1, dtype=jnp.int32)      # [B, T, K]
+  slot = example_slots(input_mask, max_examples)                                  # [B, T, K]
   return jnp.argmax(slot, axis=1).astype(jnp.int32), jnp.any(slot, axis=1)
 
 
@@ -117,13 +116,6 @@ def self_attention_mask(input_mask: Array, packed: bool, causal: bool = False) -
 def padding_mask(input_mask: Array) -> Array:
   """[B, T] 0/1 -> boolean [B, 1, 1, T]: every query may attend to every real key."""
   return (input_mask > 0)[:, None, None, :]
-
-
-def causal_mask(input_mask: Array) -> Array:
-  """[B, T] -> boolean [B, 1, T, T]: key <= query and key is real."""
-  length = input_mask.shape[-1]
-  causal = jnp.tril(jnp.ones((length, length), dtype=bool))
-  return causal[None, None] & padding_mask(input_mask)
 
 
 class DenseGeneral(nn.Module):
