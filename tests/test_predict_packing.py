@@ -31,7 +31,7 @@ def pretrained(tmp_path_factory):
   return tmp, d, vocab
 
 
-@pytest.mark.parametrize("pooling", ["mean", "first", "last", "max"])
+@pytest.mark.parametrize("pooling", ["mean", "last"])   # every pooling: test_packing_equality
 def test_features_packed_equal_padded_in_input_order(pretrained, pooling):
   tmp, d, _ = pretrained
   out = {}
