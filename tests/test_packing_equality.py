@@ -179,6 +179,16 @@ def test_auto_and_named_cudnn_paths_never_run_on_packed_rows():
       "pallas_flash"
 
 
-def test_a_family_that_cannot_keep_examples_apart_is_refused_packed_rows():
-  with pytest.raises(ValueError, match="max_examples_per_row=4 .*encoder='lstm'"):
+def test_the_lstm_family_is_refused_packed_rows_naming_the_families_that_pack():
+  with pytest.raises(ValueError, match="max_examples_per_row=4 .*needs encoder=.transformer.*encoder=.lstm."):
     BertConfig(**dict(TINY, encoder="lstm", max_examples_per_row=4))
+
+
+@pytest.mark.parametrize("family", encoders.names())
+def test_every_registered_family_either_packs_and_is_checked_here_or_is_refused_packed_rows(family):
+  fam = encoders.family(family)
+  if fam.packs:
+    assert family == "transformer" or family in ENCODERS     # a packing family gets the equality tests above
+  else:
+    with pytest.raises(ValueError, match="max_examples_per_row"):
+      BertConfig(**dict(TINY, encoder=family, hidden_size=32, max_examples_per_row=2))
