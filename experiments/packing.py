@@ -204,15 +204,16 @@ def report(args) -> str:
     a = json.load(open(path("accuracy"), encoding="utf-8"))
     lines += ["## Fine-tuning accuracy (review sentiment, 128 tokens)", "", f"`{a['command']}`", "",
               f"{len(a['arms']['padded']['runs'])} seeds per arm (one sweep each, learning rate {a['learning_rate']:g}, "
-              "four dev evaluations per run, the best one's weights scored on test),  the first {a['train_examples'] or 'all'} training reviews "
+              "four dev evaluations per run, the best one's weights scored on test), "
+              f"the first {a['train_examples'] or 'all'} training reviews "
               f"and {a.get('dev_examples') or 'all'} dev reviews (test: all), "
               f"{a['epochs']:g} epoch(s), BERT-tiny from random init; median (min-max).", "",
               "| arm | dev accuracy | test accuracy | the arm's wall time (all seeds, one vmapped program) |",
               "|---|---|---|---|"]
-    for arm, r in a["arms"].items():
-      rows = r["runs"]
+    for arm in ("padded", "packed"):
+      rows = a["arms"][arm]["runs"]
       lines.append(f"| {arm} | {_spread([x['dev'] for x in rows])} | {_spread([x['test'] for x in rows])} | "
-                   f"{runs.fmt_seconds(r['seconds'])} |")
+                   f"{runs.fmt_seconds(a['arms'][arm]['seconds'])} |")
     lines.append("")
   if os.path.exists(path("predict")):
     p = json.load(open(path("predict"), encoding="utf-8"))
