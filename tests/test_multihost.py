@@ -276,6 +276,41 @@ def _chain(corpus, env, workdir, tmp_path):
   return stops
 
 
+# ---- host 0 dies ------------------------------------------------------------------------------------------
+def test_host_0_killed_mid_run_host_1_prints_one_line_naming_it_and_exits_75_well_inside_the_timeout(
+    corpus, env, tmp_path):
+  """At the default heartbeat timeout (60 s) host 1 must not wait for it: JAX's client notices the lost
+  coordination service within seconds and would abort (SIGABRT, exit 134); the guard turns that into its line
+  (engine/coordinator.py). Measured 0.2-3 s; experiments/multihost_faults.py times it at more steps."""
+  workdir = tmp_path / "w"
+  args = [f for f in flags(corpus, workdir) if not f.startswith(("--config.num_train_steps=",
+                                                                  "--config.distributed.heartbeat_timeout_s="))]
+  cluster = Cluster([*args, "--config.num_train_steps=500", "--config.distributed.heartbeat_timeout_s=60"],
+                    str(tmp_path / "logs"), env=env).start()
+  try:
+    ckpts = workdir / "checkpoints"
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline and all(c is None for c in cluster.poll()) and not (
+        ckpts.is_dir() and "5" in os.listdir(ckpts)):
+      time.sleep(0.1)
+    assert cluster.poll() == [None, None], (cluster.text(0)[-2000:], cluster.text(1)[-2000:])
+    killed = time.monotonic()
+    cluster.signal(0, signal.SIGKILL)
+    cluster.wait(timeout=120, until=lambda: cluster.poll()[1] is not None)
+    codes = cluster.poll()
+  finally:
+    cluster.kill()
+  took = cluster.ended.get(1, time.monotonic()) - killed
+  print(f"host 1 exited {codes[1]} {took:.1f} s after host 0 was killed")
+  assert codes[1] == RETRYABLE_EXIT_CODE, cluster.text(1)[-3000:]
+  m = LINE.match(cluster.last_line(1))
+  assert m and re.match(r"host 0 of 2 \(the coordinator\) stopped responding during step \d+ \(its coordination "
+                        r"service is gone: connection refused; its last report: \w+ at step \d+\)$", m.group(1)), \
+      cluster.last_line(1)
+  assert "Extension modules" not in cluster.text(1) and "Fatal Python error" not in cluster.text(1)
+  assert took < 30, took                  # JAX's own abort comes within 1-3 s; the timeout is 60 s
+
+
 def _logs_so_far(run_dirs):
   return "\n".join(_tail(d / name, 1500) for d in run_dirs for name in ("train.log", "train.log.1"))
 
