@@ -386,7 +386,7 @@ def _run_phases(plan, ckpt, model, mesh, tx, train_step, abstract, shardings, ba
              clock, step, progress,
              flops.peak_flops_per_device(dtype=plan.model.dtype, override=plan.peak_flops_per_device), guard)
   try:
-    if run.signals.start(step):
+    if run.signals.start(step, barrier=guard.barrier):   # every host agrees on a notice during start-up
       log.warning("stopped at step %d before training: a preemption notice arrived during start-up", step)
       raise _stopped_during_start_up(run.signals, ckpt.latest_step(), step)
     for phase in plan.phases:
