@@ -125,10 +125,26 @@ def test_a_lost_coordinator_is_one_line_naming_host_0_and_exit_75_without_touchi
   monkeypatch.setattr(watchdog.os, "_exit", exit_)
   start = time.monotonic()
   with pytest.raises(Exited) as e:
-    g1.coordinator_lost("connection refused")
+    g1._report_coordinator_lost("connection refused")     # what coordinator_lost runs on its own thread
   assert e.value.args[0] == RETRYABLE_EXIT_CODE and released == [True]
   assert capsys.readouterr().err.strip().splitlines()[-1] == line
   assert client.kv == {} and time.monotonic() - start < 1      # no report to a store that is gone, no wait
+
+
+def test_a_lost_coordinator_exits_75_even_when_its_report_hangs(monkeypatch):
+  # The report runs beside the aborting thread, which may hold a native logging lock a hook waits for.
+  g1 = watchdog.HostGuard(watchdog.GuardSettings(60.0, True, 10.0, 300.0, 0.0, 0.0, 0.0), "", process_index=1,
+                          process_count=2, client=FakeClient())
+  monkeypatch.setattr(watchdog, "LINGER_MAX_S", 0.5)
+  monkeypatch.setattr(g1, "_report_coordinator_lost", lambda why: time.sleep(30))
+
+  def exit_(code):
+    raise Exited(code)
+  monkeypatch.setattr(watchdog.os, "_exit", exit_)
+  start = time.monotonic()
+  with pytest.raises(Exited) as e:
+    g1.coordinator_lost("connection refused")
+  assert e.value.args[0] == RETRYABLE_EXIT_CODE and 0.4 < time.monotonic() - start < 5
 
 
 # ---- two jax.distributed processes, host 0 SIGKILLed -------------------------------------------------------

@@ -418,7 +418,18 @@ class HostGuard:
     """Host 0's coordination service is gone (`why`: engine/coordinator.py found its port closed after JAX's
     client aborted this process): the one line, naming host 0 as `verdict` names any dead host (or repeating
     the reason host 0 reported before it left), and exit RETRYABLE_EXIT_CODE. Never returns: it runs inside
-    the SIGABRT handler, and returning lets the abort go on."""
+    the SIGABRT handler, and returning lets the abort go on. The work (the line, the exit hooks: the work-dir
+    lock's release) runs on a thread of its own, given LINGER_MAX_S: the aborting thread may hold a native
+    logging lock that a library call in a hook would wait for."""
+    worker = threading.Thread(target=self._report_coordinator_lost, args=(why,), name="host-guard-coordinator-lost",
+                              daemon=True)
+    try:
+      worker.start()
+      worker.join(LINGER_MAX_S)
+    finally:
+      os._exit(RETRYABLE_EXIT_CODE)
+
+  def _report_coordinator_lost(self, why: str) -> None:
     try:
       record, during = self._peers.get(0, {}), f"during step {self.step + 1}"
       if record.get("exit"):
