@@ -6,10 +6,13 @@ and lets the run finish; the restart's final MLM loss is compared with an uninte
 
     python experiments/multihost_faults.py --out=experiments/multihost_faults.md          # every case
     python experiments/multihost_faults.py --cases=dead_host,stall_data --steps=40        # some
+    python experiments/multihost_faults.py --cases=dead_coordinator --heartbeat=60 --steps=60
+        # host 0 killed at the default heartbeat timeout: host 1's exit 75 and `error:` line, in seconds
 
 Cases:
   dead_host        SIGKILL host 1 once the first checkpoint is complete
-  dead_coordinator SIGKILL host 0 (the jax.distributed coordinator) at the same point
+  dead_coordinator SIGKILL host 0 (the jax.distributed coordinator) at the same point; host 1's guard catches
+                   JAX's abort and exits 75 with its line (bert_jax/engine/coordinator.py)
   frozen_host      SIGSTOP host 1 (no heartbeats; killed with SIGCONT + SIGKILL after both others end)
   stall_data       stall_data@STEP:1 (host 1's data iterator blocks; heartbeats go on)
   killed_mid_save  die_in_save@CKPT:1 (host 1 SIGKILLed while writing checkpoint CKPT)
