@@ -29,8 +29,8 @@ def closed_port() -> int:
     return s.getsockname()[1]          # nothing listens there once the socket is closed
 
 
-@pytest.mark.parametrize("address, want", [("127.0.0.1:8476", ("127.0.0.1", 8476)),
-                                           ("[::1]:1234", ("::1", 1234)), ("tpu-0.internal:8476", ("tpu-0.internal", 8476))])
+@pytest.mark.parametrize("address, want", [("127.0.0.1:8476", ("127.0.0.1", 8476)), ("[::1]:1234", ("::1", 1234)),
+                                           ("tpu-0.internal:8476", ("tpu-0.internal", 8476))])
 def test_coordinator_addresses_are_host_and_port(address, want):
   assert coordinator.parse_address(address) == want
   with pytest.raises(ValueError, match="not a HOST:PORT address"):
