@@ -157,3 +157,36 @@ def test_a_notice_at_any_point_of_a_restarts_start_up_stops_both_hosts_at_one_st
 def test_without_a_notice_both_hosts_train_to_the_end():
   stopped, proto = run_hosts(lambda turn: turn % 2, notice_after=10_000)
   assert stopped == [None, None] and proto.noticed_at is None
+
+
+# ---- a SIGTERM while a host joins the job (jax.distributed.initialize) --------------------------------------
+@pytest.mark.parametrize("preemption_service", [True, False])
+def test_a_sigterm_while_joining_goes_to_every_host_as_a_preemption_notice(monkeypatch, preemption_service):
+  """Host 1 SIGTERMed while it waited in jax.distributed.initialize (host 0 not serving yet): it used to stop
+  alone (`interrupted: ... while starting, before the plan`, exit 143) and host 0's backend start then failed
+  (`Gloo context initialization failed: DEADLINE_EXCEEDED`, a traceback, exit 1: launchers do not restart an
+  internal error). Once joined, the signal goes to JAX's preemption service (its handler is in place), which
+  every host hears: both stop at start-up, exit 143 (measured in experiments/multihost_faults.md). Without a
+  preemption service this host still stops on its own."""
+  from bert_jax.errors import Interrupted
+  from bert_jax.pretrain import loop
+  from configs import pretrain as pretrain_config
+  monkeypatch.setattr(loop.jax_distributed.global_state, "preemption_sync_manager",
+                      object() if preemption_service else None)
+  monkeypatch.setattr(loop.jax, "process_count", lambda: 2)
+  monkeypatch.setattr(wd.jax, "process_count", lambda: 2)
+  kills, planned = [], []
+  monkeypatch.setattr(loop.os, "kill", lambda pid, signum: kills.append((pid, signum)))
+  monkeypatch.setattr(loop, "resolve_pretrain", lambda config, workdir: "plan")
+  monkeypatch.setattr(loop, "run_plan", lambda plan, signals: planned.append(plan) or {"step": 0})
+  config = pretrain_config.get_config("size=tiny")
+  noted = []                      # train.py's early handler: nothing before jax.distributed starts, then SIGTERM
+  with_term = lambda: noted[0] if noted else None  # noqa: E731
+  monkeypatch.setattr(loop, "maybe_initialize_distributed", lambda config: noted.append(signal.SIGTERM))  # joined
+  if preemption_service:
+    assert loop.train_and_evaluate(config, "/tmp/unused", stop_requested=with_term) == {"step": 0}
+    assert kills == [(loop.os.getpid(), signal.SIGTERM)] and planned == ["plan"]
+  else:
+    with pytest.raises(Interrupted, match="stopped by SIGTERM while starting, before the plan"):
+      loop.train_and_evaluate(config, "/tmp/unused", stop_requested=with_term)
+    assert kills == [] and planned == []

@@ -63,6 +63,7 @@ import time
 from typing import Any, Callable, Dict, Optional
 
 import jax
+from jax._src import distributed as jax_distributed  # its preemption service: jax has no public handle
 import numpy as np
 from tqdm import tqdm
 
@@ -128,6 +129,14 @@ def train_and_evaluate(config, workdir: str,
     # during the plan and start-up (restore, compile, the first batch), before any step.
     signals = workdir_lib.StopSignals()
     early = stop_requested()             # arrived during jax.distributed's start, before the handlers
+    if (early == signal.SIGTERM and jax_distributed.global_state.preemption_sync_manager is not None
+        and jax.process_count() > 1):
+      # This host has joined the job, and JAX's SIGTERM handler (its preemption notice) is in place now: the
+      # signal goes there, so every host stops at one step. Stopping alone left the other hosts waiting for
+      # this one until the heartbeat timeout (exit 75) while its own exit aborted in jax.distributed's shutdown.
+      log.warning("SIGTERM while joining the job: passed to every host as a preemption notice")
+      os.kill(os.getpid(), signal.SIGTERM)
+      early = None
   if early is not None:                  # nothing started: no lock, no plan, no checkpoint
     if signals is not None:
       signals.restore()
