@@ -48,7 +48,8 @@ def test_a_listening_coordinator_is_there_and_a_closed_port_is_gone():
 ABORT = r'''
 import faulthandler, os, sys
 from bert_jax.engine import coordinator
-faulthandler.enable()                 # as absl.app.run does before train.py's main
+if sys.argv[3] == "faulthandler":
+  faulthandler.enable()               # as absl.app.run does before train.py's main
 def lost(why):
   sys.stderr.write(f"lost: {why}\n"); sys.stderr.flush(); os._exit(75)
 watch = coordinator.AbortWatch(sys.argv[1], lost)
@@ -59,13 +60,14 @@ os.abort()
 '''
 
 
-def _abort(address, mode="keep"):
-  return subprocess.run([sys.executable, "-c", ABORT, address, mode], cwd=REPO, capture_output=True, text=True,
-                        timeout=60)
+def _abort(address, mode="keep", before="faulthandler"):
+  return subprocess.run([sys.executable, "-c", ABORT, address, mode, before], cwd=REPO, capture_output=True,
+                        text=True, timeout=60)
 
 
-def test_an_abort_with_the_coordinator_gone_becomes_on_lost_and_its_exit_code():
-  proc = _abort(f"127.0.0.1:{closed_port()}")
+@pytest.mark.parametrize("before", ["faulthandler", "the default action"])
+def test_an_abort_with_the_coordinator_gone_becomes_on_lost_and_its_exit_code(before):
+  proc = _abort(f"127.0.0.1:{closed_port()}", before=before)
   assert proc.returncode == RETRYABLE_EXIT_CODE, proc.stderr[-2000:]
   assert proc.stderr.strip().splitlines()[-1] == "lost: connection refused"
   assert "Fatal Python error" not in proc.stderr       # faulthandler's dump (and its module list) never ran
@@ -80,9 +82,11 @@ def test_an_abort_while_the_coordinator_listens_ends_as_before_through_faulthand
   assert "Fatal Python error: Aborted" in proc.stderr and "lost:" not in proc.stderr
 
 
-def test_after_uninstall_an_abort_is_an_abort():
-  proc = _abort(f"127.0.0.1:{closed_port()}", "uninstall")
+@pytest.mark.parametrize("before", ["faulthandler", "the default action"])
+def test_after_uninstall_an_abort_is_an_abort(before):
+  proc = _abort(f"127.0.0.1:{closed_port()}", "uninstall", before)
   assert proc.returncode == -signal.SIGABRT and "lost:" not in proc.stderr, proc.stderr[-2000:]
+  assert ("Fatal Python error: Aborted" in proc.stderr) == (before == "faulthandler")
 
 
 class FakeClient:

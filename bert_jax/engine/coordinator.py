@@ -91,7 +91,7 @@ class AbortWatch:
       previous = ctypes.create_string_buffer(_SIGACTION_BYTES)
       if libc.sigaction(signal.SIGABRT, None, previous) != 0:
         return False
-      if libc.signal(signal.SIGABRT, self._callback) in (None, ctypes.c_void_p(-1).value):
+      if libc.signal(signal.SIGABRT, self._callback) == ctypes.c_void_p(-1).value:   # SIG_ERR (SIG_DFL is None)
         return False
     except (OSError, AttributeError, TypeError) as e:
       log.debug("no SIGABRT handler for a lost coordinator (%s); JAX's abort stays", e)
