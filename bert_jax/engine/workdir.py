@@ -332,20 +332,21 @@ class StopSignals:
     (tests/test_reliability_workdir.py)."""
     if jax.process_count() == 1:
       return self.signum is not None      # one process: a signal during start-up (restore, compile, data)
-    if self.ckpt is None:
+    client = self.client or jax_distributed.global_state.client
+    if self.ckpt is None or client is None:
       return False
+    seen = False
     try:
       self.ckpt.reached_preemption(step)
-    except Exception:  # noqa: BLE001 - preemption service unavailable: reached() warns once
-      return False
-    client = self.client or jax_distributed.global_state.client
-    if client is None:
-      return False
-    try:
-      client.key_value_try_get(PREEMPTION_NOTICE_KEY)
-      seen = True
-    except Exception:  # noqa: BLE001 - NOT_FOUND: no notice yet
-      seen = False
+      service = True
+    except Exception:  # noqa: BLE001 - preemption service unavailable: reached() warns once; every host still
+      service = False  # goes through the barrier below, so none waits there for one that skipped it
+    if service:
+      try:
+        client.key_value_try_get(PREEMPTION_NOTICE_KEY)
+        seen = True
+      except Exception:  # noqa: BLE001 - NOT_FOUND: no notice yet
+        pass
     client.key_value_set(f"bert_jax/start_notice/{step}/{jax.process_index()}", "1" if seen else "0")
     if barrier is not None:
       barrier(f"start_notice_{step}")
