@@ -162,8 +162,11 @@ index, port, ckpt = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 c = p.get_config("size=tiny"); d = c.distributed
 d.enable, d.coordinator_address, d.num_processes, d.process_id = True, f"127.0.0.1:{port}", 2, index
 d.heartbeat_timeout_s = 60
-loop.maybe_initialize_distributed(c)
 import faulthandler; faulthandler.enable()          # as under absl.app.run: JAX's abort lists the modules
+loop.maybe_initialize_distributed(c)
+if sys.argv[4] == "start-up":                       # host 0 dies before this host's guard started
+  print("ready", flush=True)
+  time.sleep(300)
 guard = watchdog.HostGuard(watchdog.resolve_guard(c, 2), ckpt, start_step=10).start()
 step, ready = 10, False
 while True:
@@ -176,14 +179,25 @@ while True:
 '''
 
 
-@pytest.mark.slow    # two processes importing JAX (about 10 s on 2 loaded cores)
-def test_host_0_killed_its_peer_prints_the_guards_line_and_exits_75_within_seconds(tmp_path):
-  """Heartbeat timeout 60 s: the guard's own verdict would come after a minute, JAX's abort after 1-3 s."""
+LINES = {
+    "guard": r"error: host 0 of 2 \(the coordinator\) stopped responding during step \d+ \(its coordination service is "
+             r"gone: connection refused; its last report: \w+ at step \d+\); newest complete checkpoint: step 10; "
+             r"restart all hosts to resume",
+    "start-up": r"error: host 0 of 2 \(the coordinator\) stopped responding during start-up, before training \(its "
+                r"coordination service is gone: connection refused\); restart all hosts to resume",
+}
+
+
+@pytest.mark.slow    # two processes importing JAX (about 15 s on 2 loaded cores, mostly waiting)
+@pytest.mark.parametrize("when", ["guard", "start-up"])
+def test_host_0_killed_its_peer_prints_the_guards_line_and_exits_75_within_seconds(tmp_path, when):
+  """Heartbeat timeout 60 s: the guard's own verdict would come after a minute, JAX's abort after 1-3 s. While
+  the guard runs, its line; between jax.distributed's start and the guard (the plan), the start-up's."""
   (tmp_path / "ckpt" / "10").mkdir(parents=True)
   port = closed_port()
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
   logs = [open(tmp_path / f"host{i}.log", "w+") for i in range(2)]
-  procs = [subprocess.Popen([sys.executable, "-c", HOST, str(i), str(port), str(tmp_path / "ckpt")], cwd=REPO,
+  procs = [subprocess.Popen([sys.executable, "-c", HOST, str(i), str(port), str(tmp_path / "ckpt"), when], cwd=REPO,
                             stdout=logs[i], stderr=subprocess.STDOUT, env=env) for i in range(2)]
   try:
     deadline = time.monotonic() + 240
@@ -202,8 +216,6 @@ def test_host_0_killed_its_peer_prints_the_guards_line_and_exits_75_within_secon
   print(f"host 1 exited {code}, {took:.1f} s after host 0 was killed")
   assert code == RETRYABLE_EXIT_CODE, out[-3000:]
   last = out.strip().splitlines()[-1]
-  assert re.fullmatch(r"error: host 0 of 2 \(the coordinator\) stopped responding during step \d+ \(its coordination "
-                      r"service is gone: connection refused; its last report: \w+ at step \d+\); newest complete "
-                      r"checkpoint: step 10; restart all hosts to resume", last), last
+  assert re.fullmatch(LINES[when], last), last
   assert "Extension modules" not in out and "Fatal Python error" not in out, out[-3000:]
   assert took < 30, took                # well inside the 60 s heartbeat timeout

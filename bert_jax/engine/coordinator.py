@@ -9,13 +9,14 @@ be replaced from Python in jaxlib 0.10.2: its argument is an absl::Status, which
 so a Python callable ends in `terminate called after throwing an instance of 'std::bad_cast'` (the same
 abort, one line earlier; tried on two processes).
 
-So the abort itself is intercepted. `install(address, on_lost)` puts a SIGABRT handler in place with libc's
+So the abort itself is intercepted. `watch(address, on_lost)` puts a SIGABRT handler in place with libc's
 signal() (ctypes; Python's own `signal.signal` handler only runs on the main thread after the C handler
 returns, and glibc's abort() does not return to it). The handler runs on the thread that aborts (a gRPC
 thread of JAX's client) and takes the GIL, like any ctypes callback from a foreign thread. It asks one
 question: does host 0 still accept a TCP connection on the coordinator's port?
   - no (refused: the process is gone; no answer within CONNECT_TIMEOUT_S: the VM is gone) -> `on_lost(why)`,
-    which prints the run's one `error:` line and exits 75 (HostGuard.coordinator_lost; it never returns);
+    which prints the run's one `error:` line and exits 75 (it never returns: HostGuard.coordinator_lost while
+    the host guard runs; before it, from jax.distributed's start, watchdog.initialize_distributed's line);
   - yes -> the abort is something else (an XLA check failure, a fatal error reported by the service for
     another host): the previous SIGABRT action is put back and the signal raised again, so it ends as it
     would have (faulthandler's dump, exit 134).
@@ -121,3 +122,26 @@ class AbortWatch:
       libc.sigaction(signal.SIGABRT, self._previous, None)
       self._libc = None
       libc.pthread_kill(threading.get_ident(), signum)
+
+
+# One handler per process: the start-up's (watchdog.initialize_distributed), then the host guard's.
+_active: Optional[AbortWatch] = None
+
+
+def watch(address: str, on_lost: Callable[[str], None]) -> bool:
+  """Makes `on_lost` this process's answer to a lost coordinator, in place of the current one (if any);
+  False where no handler can be installed (JAX's abort stays)."""
+  global _active
+  unwatch()
+  candidate = AbortWatch(address, on_lost)
+  if candidate.install():
+    _active = candidate
+  return _active is not None
+
+
+def unwatch() -> None:
+  """No handler any more: an abort is an abort again (the action before the first `watch`)."""
+  global _active
+  if _active is not None:
+    _active.uninstall()
+    _active = None

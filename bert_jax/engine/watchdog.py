@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import dataclasses
 import faulthandler
+import functools
 import json
 import logging
 import os
@@ -145,6 +146,29 @@ def initialize_distributed(config, **kwargs) -> None:
     jax.distributed.initialize(**kwargs, **distributed_init_kwargs(config))
   finally:
     joined.set()        # joined, or failed at once (a bad argument): no deadline line after that one
+  from jax._src import distributed  # pylint: disable=g-import-not-at-top  jax exposes no public client
+  state = distributed.global_state
+  if state.process_id != 0 and state.coordinator_address:   # until the host guard takes over (HostGuard.start)
+    coordinator.watch(state.coordinator_address, functools.partial(_coordinator_lost_in_start_up,
+                                                                   state.num_processes))
+
+
+def _coordinator_lost_in_start_up(count: int, why: str) -> None:
+  """Host 0 died after this host joined and before its host guard started (the plan, the model's set-up):
+  the line and exit RETRYABLE_EXIT_CODE, in place of JAX's abort. Nothing was trained or written yet."""
+  try:
+    sys.stdout.flush()
+    sys.stderr.write(f"error: host 0 of {count} (the coordinator) stopped responding during start-up, before "
+                     f"training (its coordination service is gone: {why}); restart all hosts to resume\n")
+    sys.stderr.flush()
+  finally:
+    os._exit(RETRYABLE_EXIT_CODE)
+
+
+def stop_watching_coordinator() -> None:
+  """A run that ends before its host guard took over (a user error in the plan, a stop during start-up):
+  from here an abort is JAX's again, not `host 0 stopped responding`."""
+  coordinator.unwatch()
 
 
 def resolve_guard(config, process_count: int) -> GuardSettings:
@@ -208,7 +232,7 @@ class HostGuard:
                coordinator_address: Optional[str] = None):
     self.settings = settings
     self._coordinator_address = coordinator_address     # host 0's HOST:PORT (default: jax.distributed's)
-    self._abort_watch: Optional[coordinator.AbortWatch] = None
+    self._watching = False           # this guard's SIGABRT handler for a lost host 0 is in place
     self.checkpoint_dir = checkpoint_dir
     self.index = jax.process_index() if process_index is None else process_index
     self.count = jax.process_count() if process_count is None else process_count
@@ -294,8 +318,7 @@ class HostGuard:
         self._client = distributed.global_state.client
         self._coordinator_address = self._coordinator_address or distributed.global_state.coordinator_address
       if self.index != 0 and self._coordinator_address:
-        watch = coordinator.AbortWatch(self._coordinator_address, self.coordinator_lost)
-        self._abort_watch = watch if watch.install() else None
+        self._watching = coordinator.watch(self._coordinator_address, self.coordinator_lost)
       self._threads.append(threading.Thread(target=self._beat_loop, name="host-guard-heartbeat", daemon=True))
     if self.multi_host or self.settings.watchdog:
       self._threads.append(threading.Thread(target=self._check_loop, name="host-guard-check", daemon=True))
@@ -306,9 +329,9 @@ class HostGuard:
   def stop(self, final_phase: str = "done") -> None:
     """Stops checking; tells the peers this host ended (`done`, `stopped` or `failed`) so they do not
     take its silence for a death."""
-    if self._abort_watch is not None:     # from here on jax.distributed's shutdown is the peers' business
-      self._abort_watch.uninstall()
-      self._abort_watch = None
+    if self._watching:                    # from here on jax.distributed's shutdown is the peers' business
+      coordinator.unwatch()
+      self._watching = False
     self.enter(final_phase)
     self._stop.set()
     if self.multi_host and self._client is not None:

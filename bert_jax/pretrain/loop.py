@@ -140,12 +140,14 @@ def train_and_evaluate(config, workdir: str,
   if early is not None:                  # nothing started: no lock, no plan, no checkpoint
     if signals is not None:
       signals.restore()
+    watchdog.stop_watching_coordinator()
     raise Interrupted(early, 0, f"stopped by {signal.Signals(early).name} while starting, before the plan; no "
                       "checkpoint written, rerun to start (or resume)")
   try:
     return run_plan(resolve_pretrain(config, workdir), signals)
   finally:
     signals.restore()
+    watchdog.stop_watching_coordinator()   # the host guard stopped it already, unless the run ended before it
 
 
 def run_plan(plan: PretrainPlan, signals: Optional[workdir_lib.StopSignals] = None) -> Dict[str, Any]:
