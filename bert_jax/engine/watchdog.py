@@ -32,8 +32,9 @@ dead peer, no Orbax save left waiting for it. launch/tpu_pod.sh (supervised) and
 restart or requeue on 75 as on 143.
 
 Host 0 runs jax.distributed's coordination service. When it dies, JAX's client on every other host aborts
-within a second or two (SIGABRT); on hosts other than 0 the guard intercepts that abort (engine/coordinator.py:
-a SIGABRT handler that finds host 0's port closed) and prints the same kind of line,
+within a second or two (SIGABRT); on hosts other than 0 that abort is intercepted (engine/coordinator.py: a
+SIGABRT handler that finds host 0's port closed; initialize_distributed puts it in place with a start-up line,
+the guard's start with its own) and the host prints the same kind of line,
   error: host 0 of 2 (the coordinator) stopped responding during step 12 (its coordination service is gone:
   connection refused; its last report: step at step 11); newest complete checkpoint: step 10; ...
 then exits 75. Host 0 still leaves last when it ends the run itself: after its line it waits until every
