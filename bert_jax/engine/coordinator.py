@@ -24,9 +24,9 @@ question: does host 0 still accept a TCP connection on the coordinator's port?
 Limits: a process that is killed (SIGKILL) or whose whole VM dies gives no notice, which is the case this is
 for; a host 0 that is alive but frozen (SIGSTOP) still accepts connections, and its peers get the host
 guard's heartbeat verdict after `heartbeat_timeout_s` instead. The handler needs the GIL: a thread that held
-it forever inside native code would keep the handler (and the process) waiting; JAX releases it in every
-blocking call. Where libc cannot be reached through ctypes (not Linux or macOS) nothing is installed and
-JAX's abort stays.
+it for good inside native code would keep the handler (and the process) waiting (not seen in the runs of
+tests/test_multihost*.py, where the main thread sat in a gloo collective, a compile or a save). Where libc
+cannot be reached through ctypes (not Linux or macOS) nothing is installed and JAX's abort stays.
 """
 
 from __future__ import annotations
