@@ -25,7 +25,7 @@ Limits: a process that is killed (SIGKILL) or whose whole VM dies gives no notic
 for; a host 0 that is alive but frozen (SIGSTOP) still accepts connections, and its peers get the host
 guard's heartbeat verdict after `heartbeat_timeout_s` instead. The handler needs the GIL: a thread that held
 it for good inside native code would keep the handler (and the process) waiting (not seen in the runs of
-tests/test_multihost*.py, where the main thread sat in a gloo collective, a compile or a save). Where libc
+tests/test_multihost*.py and experiments/multihost_faults.py, host 0 killed mid-run and in start-up). Where libc
 cannot be reached through ctypes (not Linux or macOS) nothing is installed and JAX's abort stays.
 """
 
