@@ -506,7 +506,8 @@ def make_pretraining_dataset(
                                           d.pair_mode, d.seed, is_training, process_index, process_count,
                                           num_epochs, start_step * batch_size,
                                           d.chinese_whole_word_mask and mode == "dynamic", d.pack_sequences,
-                                          d.google_exact, shuffle=is_training and d.shuffle_buffer != 0)
+                                          d.google_exact, shuffle=is_training and d.shuffle_buffer != 0,
+                                          allow_invalid_utf8=d.allow_invalid_utf8)
   else:
     stream = _RecordStream(files, is_training, d.seed, process_index, process_count, d.shuffle_buffer,
                            cycle_length)
@@ -532,7 +533,8 @@ def make_pretraining_dataset(
 def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_seq_prob, pair_mode, seed,
                         is_training, process_index, process_count, num_epochs, skip_records,
                         chinese_wwm: bool = False, pack_sequences: bool = False,
-                        google_exact: bool = False, shuffle: Optional[bool] = None):
+                        google_exact: bool = False, shuffle: Optional[bool] = None,
+                        allow_invalid_utf8: bool = False):
   """Raw text -> unmasked instances, fresh pairs each epoch (masked later like records).
 
   With `chinese_wwm` the rows also carry jieba word-continuation flags (as the stored feature of
@@ -543,7 +545,8 @@ def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_
   tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case,
                                          control_chars="google" if google_exact else "all")
   read_stats = text_io.ReadStats()
-  documents = text_io.read_documents(files, read_stats)
+  documents = text_io.read_documents(files, read_stats, text_io.Utf8Rule(
+      allow=allow_invalid_utf8, flag="--config.data.allow_invalid_utf8=true"))
   documents = documents[process_index::process_count]
   if not documents:
     raise ValueError(f"no documents for host {process_index}/{process_count} in {files}")
@@ -553,6 +556,13 @@ def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_
   corpus = instances_lib.build_corpus(docs_ids, max_seq_length - 3, continuation=docs_cont,
                                       long_sentence_policy="keep" if google_exact else "split",
                                       unk_id=tokenizer.vocab[tokenization.UNK])
+  need = 0 if pack_sequences else instances_lib.MIN_DOCUMENTS[pair_mode]
+  if corpus.num_documents < need:   # here, not in create_pairs inside tf.data (an InvalidArgumentError)
+    # The plan counted documents by their lines; documents whose lines hold no token are dropped here.
+    raise UserError(f"data.input_files: {corpus.num_documents} document(s) with tokens for host "
+                    f"{process_index}/{process_count} in {files[:3]}{' ...' if len(files) > 3 else ''}, need "
+                    f"at least {need}; separate documents with a blank line, or use "
+                    f"--config.data.pair_mode={instances_lib.SWAPPED}")
   special = instances_lib.special_ids_from_vocab(tokenizer.vocab)
   t = max_seq_length
 
