@@ -5,6 +5,7 @@ counts without reading the skipped files."""
 
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -308,3 +309,45 @@ def test_gzip_input_makes_the_records_of_its_text(corpus, tmp_path, capsys):
   assert [l for l in err.splitlines() if l.startswith("error:")] == [
       f"error: {tmp_path}/cut.txt.gz: not a readable gzip file (Compressed file ended before the end-of-stream "
       "marker was reached); decompress it or fix the copy"], err
+
+
+def test_the_default_shard_plan_comes_from_the_corpus_size_alone():
+  """One 256 MB shard for a 90 MB corpus left a second worker idle (1.11x): now 64 shards while each keeps
+  4 MiB, never above 256 MiB, and nothing of it depends on --num_workers."""
+  mib = 2**20
+  assert sharding.auto_shard_bytes(3 * mib) == 4 * mib                        # one shard
+  assert sharding.auto_shard_bytes(90 * mib) == 4 * mib                       # 23 shards of 4 MiB
+  assert sharding.auto_shard_bytes(2**30) == 16 * mib                         # 64 of 16 MiB
+  assert sharding.auto_shard_bytes(16 * 2**30) == 256 * mib                   # 64 of 256 MiB
+  assert sharding.auto_shard_bytes(100 * 2**30) == 256 * mib                  # the bound: 400 shards
+
+
+def _cli(corpus, out, *extra):
+  argv = [f"--input_file={corpus}/a.txt,{corpus}/b.txt", f"--output_file={out}/train.tfrecord",
+          f"--vocab_file={corpus}/vocab.txt", "--max_seq_length=24", "--max_predictions_per_seq=4",
+          "--dupe_factor=2", "--num_workers=1", "--progress=false", *extra]
+  with pytest.raises(SystemExit) as e:
+    cli.run_plain_main(cpd.main, argv)
+  return e.value.code
+
+
+def test_num_output_shards_is_the_number_of_files_written(corpus, tmp_path, capsys, monkeypatch):
+  """--num_output_shards=4 wrote 32 files (`train-00009-of-00032`): 4 per shard. It is now the total."""
+  monkeypatch.setattr(sharding, "MIN_SHARD_BYTES", 1024)      # this ~11 kB corpus plans like a 90 MB one
+  assert _cli(corpus, tmp_path / "auto") == 0
+  out = capsys.readouterr().out
+  auto = sorted(f for f in os.listdir(tmp_path / "auto") if f.endswith(".tfrecord"))
+  assert len(auto) >= 8 and auto[0] == f"train-00000-of-{len(auto):05d}.tfrecord", auto
+  assert re.search(rf"shards: {len(auto)} planned \(<= 1K each, from 11\.\dKB of text\), {len(auto)} file\(s\); "
+                   r"1 worker\(s\) ran", out), out
+  for m in (4, 3, 40):
+    assert _cli(corpus, tmp_path / f"m{m}", f"--num_output_shards={m}") == 0
+    names = sorted(f for f in os.listdir(tmp_path / f"m{m}") if f.endswith(".tfrecord"))
+    assert names == [f"train-{i:05d}-of-{m:05d}.tfrecord" for i in range(m)], names
+    counts = manifest.record_counts([str(tmp_path / f"m{m}" / n) for n in names])
+    assert all(n > 0 for n in counts) and sum(counts) > 100
+  capsys.readouterr()
+  # With --shard_size given, fewer files than its shards cannot be written: one error line says what to give.
+  assert _cli(corpus, tmp_path / "bad", "--num_output_shards=2", "--shard_size=2K") == 2
+  err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+  assert len(err) == 1 and re.search(r"--num_output_shards=2 is fewer than the \d+ shards of --shard_size=2K", err[0]), err
