@@ -444,3 +444,18 @@ def test_train_py_on_a_gbk_corpus_exits_2_with_one_line_never_a_tf_data_tracebac
     assert "Traceback" not in out.stderr and "InvalidArgumentError" not in out.stderr
     if not extra:
       assert "`iconv -f GB18030 -t UTF-8 " in errors[0], errors
+
+
+def test_beam_runner_refuses_a_gbk_corpus_before_the_pipeline_starts(files, capsys):
+  """Beam's launcher plans the shards as the local driver does, the encoding check with them: the same line,
+  before any worker starts (a shard's UserError inside a Beam worker would reach the user as Beam's traceback)."""
+  pytest.importorskip("apache_beam")
+  _gbk_corpus(files / "gbk.txt")
+  with pytest.raises(SystemExit) as e:
+    cli.run_plain_main(cpd.main, [f"--input_file={files}/gbk.txt", f"--output_file={files}/out/t.tfrecord",
+                                  f"--vocab_file={files}/vocab.txt", "--runner=DirectRunner"])
+  err = capsys.readouterr().err
+  lines = [line for line in err.splitlines() if line.startswith("error:")]
+  assert e.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err
+  assert "`iconv -f GB18030 -t UTF-8 " in lines[0] and "--allow_invalid_utf8" in lines[0], lines[0]
+  assert not list(files.glob("out/*.tfrecord"))

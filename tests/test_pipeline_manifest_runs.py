@@ -93,6 +93,21 @@ def test_records_of_two_lengths_share_a_folder_and_each_resumes(parts, capsys):
     assert len(files) == 3 and manifest.record_counts(files) == [manifest.count_tfrecords(f) for f in files]
   everything = text_io.expand_globs(f"{out}/*")       # the folder: both sets' records, never a manifest
   assert len(everything) == 6 and manifest.record_counts(everything) is not None
+  # Training on the folder's glob names the two sets and a glob for each; each set's glob plans.
+  from bert_jax.errors import UserError  # pylint: disable=g-import-not-at-top
+  from bert_jax.input_pipeline import data_plan  # pylint: disable=g-import-not-at-top
+  from configs import pretrain as pretrain_config  # pylint: disable=g-import-not-at-top
+
+  def plan(glob):
+    config = pretrain_config.get_config("size=tiny,runlocal")
+    config.data.input_files, config.data.max_seq_length, config.data.max_predictions_per_seq = glob, 16, 2
+    return data_plan.resolve_data_plan(config, str(parts / "vocab.txt"), 1)
+
+  with pytest.raises(UserError, match=rf"matches records of 2 record sets with different lengths: .*"
+                                      rf"max_seq_length=16, max_predictions_per_seq=2: {out}/wiki_16\*\).*"
+                                      rf"max_seq_length=32, .*{out}/wiki_32\*\)"):
+    plan(f"{out}/*")
+  assert plan(f"{out}/wiki_16*").phases[0].max_seq_length == 16
   # A killed 32 run (one file gone, as if never renamed into place) resumes alone; the 16 set is untouched.
   kept = {n: os.stat(out / n).st_mtime_ns for n in names}
   os.remove(out / "wiki_32-00001-of-00003.tfrecord")

@@ -22,6 +22,8 @@ shows the batches of the same `data` the training loop opens. Each data rule is 
     and, counted as the reader keeps it (those lines dropped), has at least 2 documents per host for NSP
     pairs (1 for SOP); TFRecords (their first record, read without TensorFlow)
     have every phase's length and prediction count;
+  - a record glob matches one record set's lengths (a folder may hold wiki_128 and wiki_512 records side by
+    side, each with its manifest);
   - warnings (`data_layout_warnings`, logged once): record files fewer than the hosts, or not a multiple of
     them (hosts get whole files), and raw text above 1 GB per host (tokenized in memory at every start-up).
 """
@@ -34,7 +36,7 @@ from typing import List, Sequence, Tuple
 
 from bert_jax.errors import UserError
 from bert_jax import fileio
-from bert_jax.input_pipeline import checks, instances, masking, shard_builder, text_io, tfrecord_io
+from bert_jax.input_pipeline import checks, instances, manifest, masking, shard_builder, text_io, tfrecord_io
 from bert_jax.models.objectives import OBJECTIVES
 
 _log = logging.getLogger("bert_jax")
@@ -215,6 +217,26 @@ def _check_input_files(config, pair_mode: str, pack: bool, process_count: int) -
                       f"documents with a blank line, or use --config.data.pair_mode={instances.SWAPPED}")
 
 
+def _set_glob(manifest_path: str, flags) -> str:
+  """out/wiki_128* for the set whose --output_file was out/wiki_128.tfrecord (its files, not its manifest)."""
+  first = (flags.get("output_file") or ["?"])[0]
+  return fileio.join(fileio.dirname(manifest_path), first.rsplit(".", 1)[0] + "*")
+
+
+def _check_one_record_set(where: str, files: Sequence[str]) -> None:
+  """A glob over a folder where record sets of other lengths sit side by side (create_pretraining_data keeps
+  a manifest per output prefix: wiki_128.tfrecord, wiki_512.tfrecord) matches all of them; the first file's
+  length would pass and the others fail inside tf.data. UserError naming the sets and a glob per prefix."""
+  sets = manifest.record_sets(files)
+  lengths = {(f.get("max_seq_length"), f.get("max_predictions_per_seq")) for f in sets.values()}
+  if len(lengths) > 1:
+    named = "; ".join(f"{p} (max_seq_length={f.get('max_seq_length')}, max_predictions_per_seq="
+                      f"{f.get('max_predictions_per_seq')}: {_set_glob(p, f)})"
+                      for p, f in sorted(sets.items()))
+    raise UserError(f"{where} matches records of {len(sets)} record sets with different lengths: {named}; "
+                    "give the glob of one set")
+
+
 def _check_record_lengths(config, phases: Sequence[Phase]) -> None:
   """TFRecords serve one length: the first record of the first file of data.input_files (and
   eval_input_files) against every phase, so records of length 128 under a 128-then-512 schedule stop before
@@ -226,6 +248,7 @@ def _check_record_lengths(config, phases: Sequence[Phase]) -> None:
     files = text_io.expand_globs(d[key])
     if checks.is_raw_text(files):
       continue
+    _check_one_record_set(f"config.data.{key}={d[key]!r}", files)
     try:
       record = tfrecord_io.first_record(files[0])
       lengths = tfrecord_io.example_lengths(record) if record is not None else {}

@@ -163,7 +163,7 @@ def check_other_prefixes(directory: str, path: str, new_manifest: Dict) -> None:
   """UserError when a manifest in `directory` other than `path` (this run's) lists an output name of this
   run: two prefixes' records would overwrite each other's files."""
   names = set(new_manifest["flags"].get("output_file", []))
-  for other in [path_for(directory)] + sorted(fileio.glob(fileio.join(directory, f"*.{FILENAME}"))):
+  for other in _manifests_of(directory):
     if other == path or not fileio.exists(other):
       continue
     try:
@@ -293,6 +293,36 @@ def count_tfrecords(path: str) -> int:
       n += 1
 
 
+def _manifests_of(directory: str) -> List[str]:
+  return [path_for(directory)] + sorted(fileio.glob(fileio.join(directory, f"*.{FILENAME}")))
+
+
+def record_sets(files: Sequence[str]) -> Dict[str, Dict]:
+  """{manifest path: its flags} of the manifests that list any of `files` (record files; those no manifest
+  lists are left out): a glob over a folder holding two record sets (wiki_128, wiki_512) names both."""
+  out: Dict[str, Dict] = {}
+  by_dir: Dict[str, Dict[str, str]] = {}
+  flags: Dict[str, Dict] = {}
+  for f in files:
+    d = fileio.dirname(f)
+    if d not in by_dir:
+      by_dir[d] = {}
+      for path in _manifests_of(d):
+        try:
+          data = load(path)
+        except UserError:
+          data = None
+        if data:
+          flags[path] = data.get("flags", {})
+          for entry in data.get("shards", []):
+            for name in entry["files"]:
+              by_dir[d].setdefault(name, path)
+    path = by_dir[d].get(fileio.basename(f))
+    if path is not None:
+      out[path] = flags[path]
+  return out
+
+
 def record_counts(files: Sequence[str]) -> Optional[List[int]]:
   """Records per file from the manifests beside `files` (each prefix's NAME.manifest.json, and the
   manifest.json of earlier versions), or None when any file is not listed in a complete manifest of its directory
@@ -303,7 +333,7 @@ def record_counts(files: Sequence[str]) -> Optional[List[int]]:
     d = fileio.dirname(f)
     if d not in by_dir:
       by_dir[d] = {}
-      for path in [path_for(d)] + sorted(fileio.glob(fileio.join(d, f"*.{FILENAME}"))):
+      for path in _manifests_of(d):
         try:
           data = load(path)
         except UserError:
