@@ -28,6 +28,7 @@ def files(tmp_path):
   (tmp_path / "utf16.txt").write_bytes("the cat sat .\n\nthe dog ran .\nthe cat ran .\n".encode("utf-16"))
   (tmp_path / "one_doc.txt").write_text("the cat sat .\non the mat .\nthe dog ran .\n")   # no blank line
   (tmp_path / "a_dir").mkdir()
+  _gbk_corpus(tmp_path / "gbk.txt")
   return tmp_path
 
 
@@ -193,6 +194,7 @@ def test_records_without_a_feature_of_googles_schema_stop_the_plan(tmp_path):
     (["--output=UNDERFILE/v.txt"], "--output=.*corpus.txt/v.txt'"),   # its directory is a file: no traceback
     (["--min_frequency=-1"], "--min_frequency=-1; expected >= 0"),    # was an OverflowError traceback
     (["--input_files=UTF16"], "utf16.txt is UTF-16 text, not UTF-8 text"),   # was a vocab of mojibake
+    (["--input_files=GBK"], r"gbk.txt: 18 of 30 lines .* `iconv -f GB18030 -t UTF-8 .*gbk.txt > .*gbk.utf8.txt`$"),
 ])
 def test_build_vocab_user_mistakes_are_one_error_line(files, args, message, capsys):
   from bert_jax.input_pipeline import build_vocab  # pylint: disable=g-import-not-at-top
@@ -200,7 +202,7 @@ def test_build_vocab_user_mistakes_are_one_error_line(files, args, message, caps
   for a in args:
     key, value = a.split("=", 1)
     flags[key] = value.replace("EMPTY", str(files / "empty.txt")).replace("BLANK", str(files / "blank.txt")).replace(
-        "UTF16", str(files / "utf16.txt")).replace(
+        "UTF16", str(files / "utf16.txt")).replace("GBK", str(files / "gbk.txt")).replace(
         "DIR", str(files / "a_dir")).replace("UNDERFILE", str(files / "corpus.txt")).replace("nothing_", str(files / "nothing_"))
   with pytest.raises(SystemExit) as e:
     cli.run_plain_main(build_vocab.main, [f"{k}={v}" for k, v in flags.items()])
