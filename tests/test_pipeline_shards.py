@@ -351,3 +351,23 @@ def test_num_output_shards_is_the_number_of_files_written(corpus, tmp_path, caps
   assert _cli(corpus, tmp_path / "bad", "--num_output_shards=2", "--shard_size=2K") == 2
   err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
   assert len(err) == 1 and re.search(r"--num_output_shards=2 is fewer than the \d+ shards of --shard_size=2K", err[0]), err
+
+
+def test_gbk_text_past_the_head_check_stops_the_shard_that_reads_it(corpus, tmp_path, capsys, monkeypatch):
+  """The plan checks each file's first MiB; a file whose second half is GBK passes that and is refused by the
+  shard that reads it: one line naming the file and the byte range, exit 2, the finished shards listed."""
+  monkeypatch.setattr(text_io, "_HEAD_BYTES", 4096)
+  good = (corpus / "a.txt").read_bytes()
+  gbk = "\n\n".join("今天天气很好。\n我们去公园散步。" for _ in range(40)).encode("gbk")
+  (tmp_path / "mixed.txt").write_bytes(good + b"\n" + gbk + b"\n")
+  argv = [f"--input_file={tmp_path}/mixed.txt", f"--output_file={tmp_path}/out/train.tfrecord",
+          f"--vocab_file={corpus}/vocab.txt", "--max_seq_length=24", "--max_predictions_per_seq=4",
+          "--dupe_factor=1", "--shard_size=2K", "--num_workers=1", "--progress=false"]
+  with pytest.raises(SystemExit) as e:
+    cli.run_plain_main(cpd.main, argv)
+  err = capsys.readouterr().err
+  lines = [line for line in err.splitlines() if line.startswith("error:")]
+  assert e.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err
+  assert re.search(r"mixed\.txt: \d+ of \d+ lines of bytes [\d,]+-[\d,]+ \(\d+\.\d%.*iconv -f GB18030", lines[0])
+  data = json.loads((tmp_path / "out" / MANIFEST).read_text())
+  assert not data["complete"] and data["shards"]           # the shards before it are kept for a rerun

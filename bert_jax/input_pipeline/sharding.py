@@ -157,7 +157,8 @@ def read_shard_documents(shard: Shard, stats: Optional[text_io.ReadStats] = None
   documents: List[List[str]] = []
   for path, start, end in shard.pieces:
     raw = read_range(path, start, end, open_fn)
-    documents.extend(text_io.parse_documents(raw, path, stats, whole_file=start == 0, utf8=utf8))
+    documents.extend(text_io.parse_documents(raw, path, stats, whole_file=start == 0, utf8=utf8,
+                                             where=f" of bytes {start:,}-{end:,}"))
   stats.documents = len(documents)
   return documents
 

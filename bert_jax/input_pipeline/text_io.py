@@ -227,9 +227,10 @@ def read_documents(files: Sequence[str], stats: ReadStats = None, utf8: Utf8Rule
 
 
 def parse_documents(raw: bytes, path: str, stats: ReadStats, whole_file: bool = True,
-                    utf8: Utf8Rule = Utf8Rule()) -> List[List[str]]:
+                    utf8: Utf8Rule = Utf8Rule(), where: str = " of a byte range") -> List[List[str]]:
   """The documents in `raw`, the bytes of `path` (or, `whole_file=False`, a later byte range of it that
-  starts at a document boundary: `sharding`). Counts into `stats` as `read_documents` does."""
+  starts at a document boundary: `sharding`, which names it in `where`). Counts into `stats` as
+  `read_documents` does."""
   documents: List[List[str]] = []
   if whole_file:
     stats.files += 1
@@ -240,7 +241,7 @@ def parse_documents(raw: bytes, path: str, stats: ReadStats, whole_file: bool = 
       # a file of blank lines is not "empty" to its owner, who sees its bytes (and its size)
       warn_input(f"{path}: {'only blank lines (no text)' if raw else 'empty file'}, skipped")
     return documents
-  lines = decode_lines(raw, path, stats, utf8, "" if whole_file else " of a byte range")
+  lines = decode_lines(raw, path, stats, utf8, "" if whole_file else where)
   current: List[str] = []
   for line in lines:
     stats.lines += 1
