@@ -155,8 +155,8 @@ def main(argv=None):
         f"reviews, repeated and shuffled); vocab {vocab}; default flags but --dupe_factor={args.dupe_factor}; "
         f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f} at start (the machine is shared)\n",
         flush=True)
-  print("| run | workers | wall s | instances | instances/s | CPU s: main / workers / all | shards line of the summary |\n"
-        "|---|---|---|---|---|---|---|", flush=True)
+  print("| run | workers | wall s | instances | instances/s | CPU s: main / workers / all | "
+        "shards line of the summary |\n|---|---|---|---|---|---|---|", flush=True)
   walls, bound, cpu1 = {1: [], 2: []}, [], []
   outs, instances, k = [], None, 0
   for rep in range(args.repeats):

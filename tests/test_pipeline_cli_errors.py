@@ -362,7 +362,8 @@ def test_a_corpus_in_another_encoding_is_one_error_line_with_the_iconv_fix(files
   err = capsys.readouterr().err
   lines = [line for line in err.splitlines() if "error:" in line]
   assert e.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err
-  assert re.search(rf"other\.txt: \d+ of \d+ lines \(\d+\.\d%, first: line \d+\) are not UTF-8; they decode as ", lines[0])
+  assert re.search(r"other\.txt: \d+ of \d+ lines \(\d+\.\d%, first: line \d+\) are not UTF-8; they decode as ",
+                   lines[0]), lines[0]
   assert f"`iconv -f {iconv} -t UTF-8 {files}/other.txt > {files}/other.utf8.txt`" in lines[0], lines[0]
   assert "or pass --allow_invalid_utf8 to read on" in lines[0]
   assert not list(files.glob("out/*.tfrecord"))

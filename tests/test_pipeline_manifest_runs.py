@@ -77,7 +77,8 @@ def test_records_of_two_lengths_share_a_folder_and_each_resumes(parts, capsys):
 
   def run(length, *extra):
     with pytest.raises(SystemExit) as e:
-      cli.run_plain_main(cpd.main, [f"--input_file={parts}/wiki_*.txt", f"--output_file={parts}/out/wiki_{length}.tfrecord",
+      cli.run_plain_main(cpd.main, [f"--input_file={parts}/wiki_*.txt",
+                                    f"--output_file={parts}/out/wiki_{length}.tfrecord",
                                     f"--vocab_file={parts}/vocab.txt", f"--max_seq_length={length}",
                                     f"--max_predictions_per_seq={length // 8}", "--dupe_factor=2",
                                     "--shard_size=2K", "--num_workers=1", "--progress=false", *extra])

@@ -350,7 +350,8 @@ def test_num_output_shards_is_the_number_of_files_written(corpus, tmp_path, caps
   # With --shard_size given, fewer files than its shards cannot be written: one error line says what to give.
   assert _cli(corpus, tmp_path / "bad", "--num_output_shards=2", "--shard_size=2K") == 2
   err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
-  assert len(err) == 1 and re.search(r"--num_output_shards=2 is fewer than the \d+ shards of --shard_size=2K", err[0]), err
+  assert len(err) == 1 and re.search(r"--num_output_shards=2 is fewer than the \d+ shards of --shard_size=2K",
+                                     err[0]), err
 
 
 def test_gbk_text_past_the_head_check_stops_the_shard_that_reads_it(corpus, tmp_path, capsys, monkeypatch):

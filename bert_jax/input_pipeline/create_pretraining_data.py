@@ -7,8 +7,9 @@ r"""Offline pre-training data: raw text -> masked NSP/SOP instances -> TFRecords
         [--masking_strategy=token|whole_word|span] [--chinese_wwm] [--pair_mode=sop] [--google_exact]
 
 Flags follow google-research/bert's `create_pretraining_data.py` (same names and defaults); additions:
-`--num_output_shards`, `--shard_size`, `--num_workers`, `--allow_invalid_utf8`, `--pair_mode nsp|sop`, `--chinese_wwm` (jieba word boundaries, Chinese BERT-wwm),
-`--long_sentence_policy split|truncate|keep`, `--tokenizer_backend auto|tokenizers|python`, `--google_exact`.
+`--num_output_shards`, `--shard_size`, `--num_workers`, `--allow_invalid_utf8`, `--pair_mode nsp|sop`,
+`--chinese_wwm` (jieba word boundaries, Chinese BERT-wwm), `--long_sentence_policy split|truncate|keep`,
+`--tokenizer_backend auto|tokenizers|python`, `--google_exact`.
 
 Corpus scale (docs/data.md, "A whole corpus"): the input is cut into shards (`sharding`: whole small files, or
 byte ranges of a big file cut at document boundaries), planned from the corpus alone: 64 shards when each
