@@ -10,8 +10,10 @@ next empty line ("\\n\\n" or "\\n\\r\\n"): a blank line ends a document in Googl
 the ranges, in order, are exactly the documents of the whole file (tested). Files smaller than `shard_bytes`
 are grouped, in sorted order, into shards of at most `shard_bytes`. The plan needs only the file sizes and
 one short forward read at each cut, so it is the same on every machine that plans it (the local driver,
-Beam's launcher) and costs nothing on a 16 GB file. `plan_run` adds the output names and what an earlier run
-into the same directory finished (manifest.json).
+Beam's launcher) and costs nothing on a 16 GB file. The shard size is planned from the corpus alone
+(`auto_shard_bytes`: 64 shards of 4 MiB to 256 MiB) unless --shard_size gives it; `plan_corpus` makes the
+shards fewer when --num_output_shards asks for fewer files. `plan_run` adds the output names and what an
+earlier run of the same output prefix finished (its manifest).
 
 A shard's seeds come from (random_seed, shard index, dupe round, purpose), never from a worker or the order
 the shards ran in, so the output is the same for 1, 2 or 96 workers and on Beam.
@@ -319,9 +321,9 @@ def plan_run(input_files, output_files: Sequence[str], vocab_file: str, cfg,
   sizes = [fileio.size(f) for f in files]
   if not any(sizes):
     raise ValueError(f"no text in the input files {files} (empty files: {files})")
-  allow = bool(getattr(cfg, "allow_invalid_utf8", False))
-  for path in files[:text_io.SNIFFED_FILES]:          # a GBK corpus stops here, before any worker starts
-    text_io.check_utf8_head(path, text_io.Utf8Rule(allow=allow))
+  rule = text_io.Utf8Rule(allow=bool(getattr(cfg, "allow_invalid_utf8", False)))
+  with concurrent.futures.ThreadPoolExecutor(16) as pool:   # a GBK corpus stops here, before any worker starts
+    list(pool.map(lambda path: text_io.check_utf8_head(path, rule), files[:text_io.SNIFFED_FILES]))
   if len(output_files) > 1:
     num_files = len(output_files)
   shards, size = plan_corpus(files, sizes, shard_bytes, num_files)
