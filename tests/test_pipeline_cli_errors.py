@@ -408,7 +408,8 @@ def test_training_on_a_gbk_corpus_stops_in_the_plan_with_the_fix_or_counts_what_
                                       r"with `iconv -f GB18030 -t UTF-8 .*gbk1\.txt > .*gbk1\.utf8\.txt`, or pass "
                                       r"--config\.data\.allow_invalid_utf8=true to read on"):
     plan("gbk1.txt")
-  with pytest.raises(UserError, match=r"gbk1\.txt'?: 1 document\(s\), need at least 2"):
+  with pytest.raises(UserError, match=r"gbk1\.txt'?: 1 document\(s\) once 18 lines that are not UTF-8 are skipped, "
+                                      r"need at least 2"):
     plan("gbk1.txt", allow_invalid_utf8=True)                 # counted as the reader keeps it
   assert plan("gbk2.txt", allow_invalid_utf8=True).data.allow_invalid_utf8
 
@@ -436,7 +437,8 @@ def test_train_py_on_a_gbk_corpus_exits_2_with_one_line_never_a_tf_data_tracebac
   import sys  # pylint: disable=g-import-not-at-top
   _gbk_corpus(files / "news_gbk.txt", english_docs=1)
   for extra, message in (((), "--config.data.allow_invalid_utf8=true to read on"),
-                         (("--config.data.allow_invalid_utf8=true",), "1 document(s), need at least 2")):
+                         (("--config.data.allow_invalid_utf8=true",),
+                          "1 document(s) once 18 lines that are not UTF-8 are skipped")):
     out = subprocess.run([sys.executable, "train.py", "--config=configs/pretrain.py:size=tiny,runlocal",
                           f"--config.data.input_files={files / 'news_gbk.txt'}",
                           f"--config.data.vocab_file={files / 'vocab.txt'}", f"--workdir={files / 'wd'}", *extra],

@@ -16,7 +16,7 @@ import argparse
 import io
 import logging
 import math
-from typing import Iterable, List, Sequence
+from typing import Iterable, List, Optional, Sequence
 
 from bert_jax.errors import UserError
 from bert_jax import fileio
@@ -146,20 +146,23 @@ def is_raw_text(files: Sequence[str]) -> bool:
   return all(f.endswith(_TEXT_SUFFIXES) for f in files)
 
 
-def count_documents_upto(files: Sequence[str], limit: int, utf8: text_io.Utf8Rule = text_io.Utf8Rule()) -> int:
+def count_documents_upto(files: Sequence[str], limit: int, utf8: text_io.Utf8Rule = text_io.Utf8Rule(),
+                         stats: Optional[text_io.ReadStats] = None) -> int:
   """Documents of raw text in Google's format as the reader keeps them (`text_io.parse_documents`: a blank
   or whitespace-only line between them, each file ends one, lines that are not UTF-8 dropped), counted until
   `limit` are found. Every file is read and its encoding checked (`utf8`: above 1% of lines that are not
   UTF-8, the UserError naming the file and the fix), as the reader will read it whole: a GBK corpus whose
-  Chinese lines the reader would drop is counted by the documents left, not by its blank lines."""
+  Chinese lines the reader would drop is counted by the documents left, not by its blank lines. The lines
+  dropped are counted into `stats.bad_utf8_lines`."""
   found = 0
+  stats = stats if stats is not None else text_io.ReadStats()
   for path in files:
     with fileio.open_file(path, "rb") as f:
       raw = f.read()
     try:
       text = text_io.decompress_if_gzip(raw, path).decode("utf-8")
     except UnicodeDecodeError:
-      found += len(text_io.parse_documents(raw, path, text_io.ReadStats(), utf8=utf8))
+      found += len(text_io.parse_documents(raw, path, stats, utf8=utf8))
       continue
     if found >= limit:
       continue

@@ -206,13 +206,16 @@ def _check_input_files(config, pair_mode: str, pack: bool, process_count: int) -
       continue
     # packed rows need no pairs from documents, but the encoding rule holds for them too
     need = 0 if pack else instances.MIN_DOCUMENTS[pair_mode] * process_count
-    found = checks.count_documents_upto(files, need, utf8_rule(config))
+    stats = text_io.ReadStats()
+    found = checks.count_documents_upto(files, need, utf8_rule(config), stats)
     if pack:
       continue
     if found < need:
       why = ("next-sentence pairs take the random next sentence from another document"
              if pair_mode == instances.RANDOM_NEXT else "each process reads its own documents")
-      raise UserError(f"config.data.{key}={d[key]!r}: {found} document(s), need at least {need} "
+      dropped = sum(stats.bad_utf8_lines.values())
+      left = f" once {dropped:,} lines that are not UTF-8 are skipped" if dropped else ""
+      raise UserError(f"config.data.{key}={d[key]!r}: {found} document(s){left}, need at least {need} "
                       f"({why}{f', x {process_count} processes' if process_count > 1 else ''}); separate "
                       f"documents with a blank line, or use --config.data.pair_mode={instances.SWAPPED}")
 
