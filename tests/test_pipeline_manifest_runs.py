@@ -223,7 +223,7 @@ def test_an_input_edited_in_place_at_the_same_size_is_noticed_on_resume(parts, c
   assert "part_a.txt: mtime changed" in err and "resuming with the shards already written" in err, err
 
 
-def test_a_manifest_of_the_older_format_still_resumes(parts):
+def test_a_manifest_of_the_older_format_still_resumes(parts, capsys):
   """Manifests written before inputs carried an mtime and hash ([path, size]), one per directory
   (`manifest.json`), with the plan's flags of then (shard_size=256M, files_per_shard=1), still resume."""
   import json  # pylint: disable=g-import-not-at-top
@@ -240,6 +240,14 @@ def test_a_manifest_of_the_older_format_still_resumes(parts):
   assert os.stat(parts / "records" / "a.tfrecord").st_mtime_ns == before
   assert not new_path.exists()                          # resumed in place, from the old manifest
   assert manifest.record_counts([str(parts / "records" / "a.tfrecord")]) == [data["records"]]
+  # Planned otherwise then (here: 2 shards): refused, naming the flags of that plan.
+  data["num_shards"] = 2
+  (parts / "records" / manifest.FILENAME).write_text(json.dumps(data))
+  with pytest.raises(SystemExit) as e:
+    _run(parts, "part_a.txt", "a.tfrecord")
+  err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+  assert e.value.code == 2 and len(err) == 1, err
+  assert "manifest.json was planned with 2 shards, this run plans 1: rerun with that run's --shard_size=256M" in err[0]
   # A second prefix beside it keeps its own manifest; the old one is not its business.
   assert _exit_code(parts, "part_b.txt", "b.tfrecord", "--masked_lm_prob=0.2") == 0
   assert (parts / "records" / "b.tfrecord.manifest.json").exists()

@@ -292,7 +292,8 @@ _PLAN_FLAGS = ("shard_size", "files_per_shard", "num_output_shards")
 def _check_same_plan(path: str, old: Dict, shards: Sequence[Shard], outputs, directory: str) -> None:
   """UserError when the run that wrote `path` planned other shards or file names than this one."""
   old_plan = {**{k: v for k, v in old.get("flags", {}).items() if k in _PLAN_FLAGS}, **old.get("plan", {})}
-  how = ", ".join(f"--{k}={v}" for k, v in sorted(old_plan.items()) if k != "files_per_shard" and v is not None)
+  how = " ".join(f"--{k}={_mb(v) if k == 'shard_size' else v}" for k, v in sorted(old_plan.items())
+                 if k != "files_per_shard" and v is not None)
   problem = None
   if int(old.get("num_shards", len(shards))) != len(shards):
     problem = f"{old.get('num_shards')} shards, this run plans {len(shards)}"
