@@ -134,16 +134,17 @@ def invalid_utf8_message(path: str, bad: int, total: int, bad_lines: Sequence[by
   encoding = guess_encoding(bad_lines)
   root, ext = os.path.splitext(path[:-3] if path.endswith(".gz") else path)
   iconv = {"GB18030": "GB18030", "Big5": "BIG5", "Latin-1": "LATIN1"}[encoding]
+  command = (f"gunzip -c {path} | iconv -f {iconv} -t UTF-8" if path.endswith(".gz") else
+             f"iconv -f {iconv} -t UTF-8 {path}")
   return (f"{path}: {bad:,} of {total:,} lines{where} ({100 * bad / max(total, 1):.1f}%, first: line {first_bad}) "
           f"are not UTF-8; they decode as {encoding}{' (GBK)' if encoding == 'GB18030' else ''}: convert the "
-          f"file with `iconv -f {iconv} -t UTF-8 {path}{' (gunzip it first)' if path.endswith('.gz') else ''} "
-          f"> {root}.utf8{ext}`" + (f", or pass {utf8.flag} to read on, skipping those lines (counted in the summary)"
-                                 if utf8.flag else ""))
+          f"file with `{command} > {root}.utf8{ext}`"
+          + (f", or pass {utf8.flag} to read on, skipping those lines (counted in the summary)" if utf8.flag else ""))
 
 
 def decode_lines(raw: bytes, path: str, stats: Optional["ReadStats"] = None, utf8: Utf8Rule = Utf8Rule(),
                  where: str = "") -> List[str]:
-  """`raw` split at "\n" (only "\n" ends a line, as in BERT's reader) and decoded; lines that are not UTF-8
+  """`raw` split at "\\n" (only "\\n" ends a line, as in BERT's reader) and decoded; lines that are not UTF-8
   are refused above the rule's share (UserError), else skipped, counted in `stats` and warned about."""
   try:
     return raw.decode("utf-8").split("\n")
