@@ -98,7 +98,7 @@ class Summary:
   num_shards: int = 1
   plan: str = ""                       # the shard plan in words (sharding.RunPlan.describe)
   workers: int = 1                     # worker processes that ran (1: in this process; 0: nothing to make)
-  resumed_shards: int = 0              # finished by an earlier run (manifest.json), not made again
+  resumed_shards: int = 0              # finished by an earlier run (the manifest), not made again
   resumed_records: int = 0
   skipped_shards: List[str] = dataclasses.field(default_factory=list)
 

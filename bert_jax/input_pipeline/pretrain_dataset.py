@@ -46,7 +46,7 @@ Behaviour:
     same batches, independent of thread timing.
   - Resume: batch k is records [k * B, (k + 1) * B) of the deterministic stream, so `start_step=k` continues
     with exactly the batch an uninterrupted run would have produced. Records: whole epochs and whole windows
-    of files are skipped by their record counts (from `manifest.json` beside the files, written by
+    of files are skipped by their record counts (from the manifests beside the files, written by
     create_pretraining_data; else counted once from the TFRecord headers), and only the remainder of one
     window is read, so start-up does not grow with k. Raw text: the epoch's pairs are remade, not read.
   - `is_training=False`: no shuffling, one pass (masking as for training: "auto" unless asked otherwise).
@@ -330,7 +330,7 @@ class _RecordStream:
   Epoch e: the host's files in an order shuffled by (seed, e), taken `cycle_length` at a time; a window's
   files are interleaved record by record and shuffled (buffer `shuffle_buffer`, seeded by (seed, e, window)).
   A window is self-contained, so `epoch_records(e, first_window=w)` starts at window w without reading
-  windows 0..w-1: a resume at step k skips whole files by their record counts (manifest.json, else counted
+  windows 0..w-1: a resume at step k skips whole files by their record counts (the manifests, else counted
   once) and reads only the remainder of one window (`resume`).
   """
 
@@ -404,12 +404,12 @@ class _RecordStream:
 
 
 def _file_record_counts(files: List[str]) -> List[int]:
-  """Records per file: from manifest.json beside them when it lists them all (no file is opened), else
+  """Records per file: from the manifests beside them when they list them all (no file is opened), else
   counted once (local files from the TFRecord headers alone, remote ones through tf.data)."""
   counts = manifest.record_counts(files)
   if counts is not None:
     return counts
-  log_once(log, f"no complete manifest.json lists {files[0]}" + (f" and {len(files) - 1} more" if len(files) > 1 else "")
+  log_once(log, f"no complete manifest lists {files[0]}" + (f" and {len(files) - 1} more" if len(files) > 1 else "")
             + ": counting the records of every file once to resume")
   return [manifest.count_tfrecords(f) if not fileio.is_remote(f) else
           int(tf.data.TFRecordDataset([f]).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1).numpy())

@@ -240,7 +240,7 @@ class ShardResult:
   warnings: List[str] = dataclasses.field(default_factory=list)
 
   def manifest_entry(self, shard: sharding.Shard, directory: str, sizes: Optional[Sequence[int]] = None) -> Dict:
-    """The shard's entry in manifest.json; `sizes`: the files' bytes (default: looked up)."""
+    """The shard's entry in the manifest; `sizes`: the files' bytes (default: looked up)."""
     sizes = [sharding.file_bytes(f) for f in self.files] if sizes is None else [int(n) for n in sizes]
     return {"index": self.index, "pieces": shard.to_json(), "files": [sharding.relative(f, directory) for f in self.files],
             "records": list(self.counts), "bytes": sizes,
