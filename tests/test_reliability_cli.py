@@ -218,13 +218,14 @@ def test_non_utf8_lines_are_counted_and_reported_naming_the_file(tmp_path):
   path = tmp_path / "latin1.txt"
   path.write_bytes(b"good line\n\xe9t\xe9 caf\xe9\nanother\n\nsecond doc\n")
   stats = text_io.ReadStats()
-  docs = text_io.read_documents([str(path)], stats)
+  allow = text_io.Utf8Rule(allow=True)     # 1 of 6 lines is above the 1% that is refused without it
+  docs = text_io.read_documents([str(path)], stats, allow)
   assert docs == [["good line", "another"], ["second doc"]]
   assert stats.bad_utf8_lines[str(path)] == 1
   assert input_warnings.input_warnings() == [f"{path}: skipped 1 of 6 lines that are not UTF-8 (first: line 2)"]
   input_warnings.set_strict(True)
   with pytest.raises(errors.UserError, match=r"latin1.txt: skipped 1 of 6 lines .*\(--strict"):
-    text_io.read_documents([str(path)])
+    text_io.read_documents([str(path)], utf8=allow)
 
 
 def test_classification_rows_with_extra_columns_are_errors_or_counted_skips(tmp_path):
