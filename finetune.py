@@ -40,7 +40,7 @@ def main(argv):
   from bert_jax.finetune import loop  # pylint: disable=g-import-not-at-top
   from bert_jax.finetune.plan import resolve_finetune  # pylint: disable=g-import-not-at-top
   logging.getLogger().setLevel(logging.INFO)
-  logging.info("JAX devices: %s", jax.devices())
+  logging.getLogger("bert_jax").debug("JAX devices: %s", jax.devices())   # --verbose (the plan has the mesh)
   plan = resolve_finetune(FLAGS.config, FLAGS.workdir)   # a bad config fails before weights or data are read
   if plan.data.tfds_name:
     # TFDS readers import TensorFlow; keep it off the accelerators JAX uses.
