@@ -40,8 +40,9 @@ LIBRARY_LEVELS = {"absl": logging.ERROR, "orbax": logging.ERROR, "jax": logging.
 _VERBOSE = False
 
 # A line of a native absl/glog logger: `I0000 00:00:1796432864.216918    6163 port.cc:153] ...` (severity, date,
-# time, thread, file:line), and the header absl prints before its first such line.
-_NATIVE_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:[\d.]+\s+\d+ [\w./-]+:\d+\] ")
+# time, thread, C++ file:line), and the header absl prints before its first such line. Python's absl lines have
+# the same shape but name a .py file: a line another thread logs meanwhile is kept.
+_NATIVE_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:[\d.]+\s+\d+ [\w./-]+\.(?:cc|cpp|cxx|c|h):\d+\] ")
 _NATIVE_HEADER = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 
 
