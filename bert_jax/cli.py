@@ -82,6 +82,31 @@ def _flatten_keys(config, prefix: str = "") -> List[str]:
   return out
 
 
+def _leaf_closeness(wanted: str, known: str) -> float:
+  """How near a field's last name `wanted` is to `known`: 1 for its abbreviation (`lr` -> `learning_rate`, the
+  initials of its words) and 0.9 for its beginning (`warmup` -> `warmup_proportion`), else difflib's ratio."""
+  words = [w for w in known.split("_") if w]
+  if len(words) > 1 and wanted == "".join(w[0] for w in words):
+    return 1.0
+  if len(wanted) >= 3 and known.startswith(wanted):
+    return 0.9
+  return difflib.SequenceMatcher(None, wanted, known).ratio()
+
+
+def close_names(wanted: str, known: Sequence[str], n: int = 2, cutoff: float = 0.6) -> List[str]:
+  """The dotted names of `known` nearest to `wanted`, best first: the last names weigh 0.7 (abbreviations count,
+  `_leaf_closeness`), the parents 0.3. difflib on the whole string suggested `optimizer.b2 or optimizer.b1` for
+  `optimizer.lr`, which shares more characters with them than with `optimizer.learning_rate`."""
+  parent, _, leaf = wanted.rpartition(".")
+  scored = []
+  for name in known:
+    known_parent, _, known_leaf = name.rpartition(".")
+    same = 1.0 if known_parent == parent else difflib.SequenceMatcher(None, parent, known_parent).ratio()
+    scored.append((0.7 * _leaf_closeness(leaf, known_leaf) + 0.3 * same, name))
+  scored.sort(key=lambda t: -t[0])   # stable: equal scores keep the config's order
+  return [name for score, name in scored[:n] if score >= cutoff]
+
+
 def _config_keys(flag: flags.Flag, spec: str) -> Optional[List[str]]:
   """The dotted field names of the config that `--NAME=spec` loads, loaded by the flag's own parser (as
   ml_collections loaded it while parsing); None when it does not load."""
@@ -116,7 +141,7 @@ def unknown_config_field(argv: Sequence[str], config_flags_by_name: Mapping[str,
       if field in keys:
         continue
       path = spec.partition(":")[0]
-      close = difflib.get_close_matches(field, keys, n=3, cutoff=0.6)
+      close = close_names(field, keys, n=3)
       parent = field.rpartition(".")[0]
       if close:
         hint = "did you mean " + " or ".join(f"--{name}.{c}" for c in close) + "?"

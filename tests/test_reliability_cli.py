@@ -353,7 +353,11 @@ def test_unknown_config_override_suggests_the_nearest_field():
   argv = ["train.py", f"--config={path}:size=tiny", "--config.data.vocab_fil=v.txt"]
   assert cli.unknown_config_field(argv, config_flag) == (
       f"--config.data.vocab_fil: {path} has no field 'data.vocab_fil'; did you mean "
-      "--config.data.vocab_file or --config.data.eval_input_files or --config.model.vocab_size?")
+      "--config.data.vocab_file or --config.data.eval_input_files?")
+  argv[2] = "--config.optimizer.lr=1e-4"          # an abbreviation: it suggested optimizer.b1 and b2
+  assert cli.unknown_config_field(argv, config_flag) == (
+      f"--config.optimizer.lr: {path} has no field 'optimizer.lr'; did you mean --config.optimizer.learning_rate?")
+  argv[2] = "--config.data.vocab_fil=v.txt"
   assert cli.unknown_config_field(argv[:2] + ["--config.data.vocab_file=v.txt"], config_flag) is None
 
 

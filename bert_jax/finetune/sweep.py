@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import io
 import itertools
 import json
@@ -129,11 +128,26 @@ def parse_grid(text: str, config) -> Dict[str, list]:
     if path in grid:
       raise UserError(f"--grid: {path} is given twice; list its values once ({path}=V1,V2,...)")
     items = values.split(",")
+    if any("=" in v for v in items):   # `a=1,b=2`: the next axis joined by ',' read as a value of this one
+      raise UserError(f"--grid: {path}={values.strip()!r} has a value holding '=' "
+                      f"({next(v.strip() for v in items if '=' in v)!r}): separate grid axes with ';', e.g. "
+                      f"--grid='{_axes_fixed(path, items)}'")
     if any(not v.strip() for v in items):
       raise UserError(f"--grid: {path}={values.strip()!r} has an empty value (a doubled or trailing comma?); "
                       f"expected {path}=V1,V2,...")
     grid[path] = items
   return check_grid(grid, config)
+
+
+def _axes_fixed(path: str, items: Sequence[str]) -> str:
+  """`path=v1,v2,b=x,y` read as two axes: 'path=v1,v2;b=x,y'."""
+  axes = [[f"{path}={items[0].strip()}"]]
+  for v in items[1:]:
+    if "=" in v:
+      axes.append([v.strip()])
+    else:
+      axes[-1].append(v.strip())
+  return ";".join(",".join(a) for a in axes)
 
 
 def check_grid(grid: Dict[str, Sequence], config) -> Dict[str, list]:
@@ -144,7 +158,7 @@ def check_grid(grid: Dict[str, Sequence], config) -> Dict[str, list]:
     if path in ("seed",):
       raise UserError("--grid: seed is set by --seeds, not by the grid")
     if not checks.has(config, path) or hasattr(checks.get_field(config, path), "keys"):
-      close = difflib.get_close_matches(path, known, n=2)
+      close = cli.close_names(path, known, n=2)
       hint = f"; did you mean {' or '.join(close)}?" if close else ""
       raise UserError(f"--grid: config has no field {path!r}{hint}")
     values = list(values)
