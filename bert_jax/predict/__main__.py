@@ -27,7 +27,9 @@ from bert_jax.errors import UserError
 
 
 def build_parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(prog="python -m bert_jax.predict", description=__doc__,
+  # cli.ArgumentParser: a bad flag or command is one `error:` line (it was argparse's usage block), and --help
+  # lists --verbose and --strict
+  p = cli.ArgumentParser(prog="python -m bert_jax.predict", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   sub = p.add_subparsers(dest="command", required=True)
   f = sub.add_parser("fill-mask", help="top-k tokens for each [MASK] (needs the masked-LM head)")
@@ -147,9 +149,8 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
-  args = build_parser().parse_args(argv)
   try:
-    return run(args)
+    return run(build_parser().parse_args(argv))
   except UserError as err:
     print(f"error: {err}", file=sys.stderr)
     return UserError.exit_code
