@@ -60,6 +60,7 @@ import logging
 import math
 import os
 import statistics
+import textwrap
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from absl import flags
@@ -578,7 +579,7 @@ def table_markdown(results: dict) -> str:
   return "\n".join(lines) + "\n"
 
 
-def plot_spread(results: dict, path: str) -> str:
+def plot_spread(results: dict, path: str, figure_out: Optional[list] = None) -> str:
   """Dev and test main metric of every seed per point (dots) with the median (bar)."""
   import matplotlib  # lazy: ~1 s of import, only for the report
   matplotlib.use("Agg")
@@ -597,9 +598,14 @@ def plot_spread(results: dict, path: str) -> str:
   ax.set_xticks(range(len(pts)))
   ax.set_xticklabels([p["label"].replace(", ", "\n") for p in pts], fontsize=7)
   ax.set_ylabel(f"{results['main_metric']} {words}")
-  ax.set_title(f"{results['task']}: spread over {len(results['seeds'])} seeds (selected point shaded)")
+  # Wrapped to the figure's width (~8 characters of 12-point text per inch): one or two points make a 5-inch
+  # figure, and the one-line title was cut off at both sides.
+  title = f"{results['task']}: spread over {len(results['seeds'])} seeds (selected point shaded)"
+  ax.set_title(textwrap.fill(title, width=max(20, int(8 * fig.get_figwidth()))))
   ax.legend()
   fig.tight_layout()
+  if figure_out is not None:   # tests look at the laid-out figure
+    figure_out.append(fig)
   buf = io.BytesIO()
   fig.savefig(buf, format="png", dpi=80)
   plt.close(fig)
