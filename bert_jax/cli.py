@@ -101,8 +101,11 @@ def close_names(wanted: str, known: Sequence[str], n: int = 2, cutoff: float = 0
   scored = []
   for name in known:
     known_parent, _, known_leaf = name.rpartition(".")
+    near = _leaf_closeness(leaf, known_leaf)
+    if near < cutoff:        # a shared parent alone (`no_such_field` -> `batch_size`) is no suggestion
+      continue
     same = 1.0 if known_parent == parent else difflib.SequenceMatcher(None, parent, known_parent).ratio()
-    scored.append((0.7 * _leaf_closeness(leaf, known_leaf) + 0.3 * same, name))
+    scored.append((0.7 * near + 0.3 * same, name))
   scored.sort(key=lambda t: -t[0])   # stable: equal scores keep the config's order
   return [name for score, name in scored[:n] if score >= cutoff]
 
