@@ -53,7 +53,15 @@ def main(argv):
     if isinstance(metrics, dict) and main_metric in metrics:
       print(f"{results['task']} {split}: " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items())
                                                          if isinstance(v, float)))
-  print(f"results: {os.path.join(FLAGS.workdir, 'eval_results.json')}")
+  print(closing_line(FLAGS.workdir, results))
+
+
+def closing_line(workdir: str, results: dict) -> str:
+  """`results: DIR/eval_results.json (also there: ...)`: the files a user opens next, those the run wrote."""
+  others = [name for name in ("curves.png", *(results.get("prediction_files") or []), "best_checkpoint/")
+            if os.path.exists(os.path.join(workdir, name))]
+  return f"results: {os.path.join(workdir, 'eval_results.json')}" + (
+      f" (also there: {', '.join(others)})" if others else "")
 
 
 if __name__ == "__main__":

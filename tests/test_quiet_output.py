@@ -191,7 +191,9 @@ def test_finetuning_from_a_pretrained_work_dir_prints_no_library_lines_unless_ve
   assert [l for l in lines if NOISE.search(l)] == [], lines
   assert not [l for l in lines if l.startswith("W") and "does not read" in l]      # runlocal's SQuAD fields
   assert len([l for l in lines if "attention:" in l]) == 1
-  assert quiet.stdout.splitlines()[-1] == f"results: {tmp_path / 'ft' / 'eval_results.json'}"
+  assert quiet.stdout.splitlines()[-1] == (f"results: {tmp_path / 'ft' / 'eval_results.json'} (also there: "
+                                            "curves.png, classification_dev_predictions.tsv, "
+                                            "classification_test_predictions.tsv, best_checkpoint/)")
   loud = subprocess.run(argv + [f"--workdir={tmp_path / 'ft_verbose'}", "--verbose"], cwd=REPO, env=_env(),
                         capture_output=True, text=True, timeout=300)
   assert loud.returncode == 0, loud.stderr[-3000:]
