@@ -93,7 +93,8 @@ def native_stderr_quiet() -> Iterator[None]:
   """While inside, what is written to file descriptor 2 (C++ libraries and Python alike) is held in a temporary
   file; at the end it is written back without the native absl log lines, or all of it under --verbose or when
   the block raised (an import that fails shows everything it said). A Python line another thread logs meanwhile
-  is delayed, never lost."""
+  is delayed, never lost. A process that dies inside the block (a segfault in a native library) takes the held
+  lines with it: `--verbose` holds nothing back."""
   if _VERBOSE:
     yield
     return
