@@ -52,7 +52,7 @@ def log_once(logger: logging.Logger, message: str, level: int = logging.INFO) ->
   if key in _SAID:
     return False
   _SAID.add(key)
-  logger.log(level, message)
+  logger.log(level, message, stacklevel=2)   # the caller's file:line in the line, not logs.py's
   return True
 
 
