@@ -166,7 +166,7 @@ class WorkdirLock:
       if self._create_exclusive(info):
         self.info = info
         self._start_heartbeat()
-        log.info("work dir %s locked (%s)", self.directory, LOCK_NAME)
+        log.debug("work dir %s locked (%s)", self.directory, LOCK_NAME)   # internals: --verbose
         return
       held = self.read()
       if held is None:            # released between our attempt and the read: try again
