@@ -399,7 +399,7 @@ def resolve_finetune(config, workdir: str, *, num_devices: Optional[int] = None,
   cap = resolve_packing(config, task, model)
   data = dataclasses.replace(data, max_examples_per_row=cap)
   model = model.replace(max_examples_per_row=cap)     # 0 also undoes a loaded config's (never saved: to_dict)
-  log.info("task %s: %s", task.name, task)
+  log.debug("task %s: %s", task.name, task)   # the plan table names it; --verbose
   eval_batch = int(config.eval_batch_size)
   return FinetunePlan(
       workdir=os.path.abspath(workdir), task=task, vocab_file=vocab_file, do_lower_case=do_lower_case,
