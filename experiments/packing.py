@@ -136,6 +136,8 @@ def stage_predict(args) -> dict:
   if not os.path.exists(os.path.join(ours_dir, "params.msgpack")):
     import_hf(hf_dir, ours_dir)
   texts = _texts(args.data_dir)
+  if args.predict_texts:
+    texts = texts[:args.predict_texts]
   batch = 32
   tok = transformers.AutoTokenizer.from_pretrained(hf_dir)
   hf = transformers.AutoModel.from_pretrained(hf_dir).eval()
@@ -225,11 +227,13 @@ def report(args) -> str:
               f"{p['machine'].get('load_average_1m')}. Packing: padding "
               f"{100 * p['padding']['padding_before']:.1f}% -> {100 * p['padding']['padding_after']:.1f}% of a "
               "row padded to the longest text.", "",
-              "| arm | texts/s | vs ours padded | vs transformers | max abs diff vs transformers |", "|---|---|---|---|---|"]
+              "| arm | seconds per round | texts/s | vs ours padded | vs transformers | max abs diff vs transformers |",
+              "|---|---|---|---|---|---|"]
     for name, rate in tps.items():
       d = p["max_abs_diff_vs_transformers"].get(name)
-      lines.append(f"| {name} | {rate} | {rate / tps['ours padded']:.2f}x | {rate / tps['transformers']:.2f}x | "
-                   f"{'' if d is None else f'{d:.1e}'} |")
+      rounds = ", ".join(f"{x:.1f}" for x in p["seconds"][name])
+      lines.append(f"| {name} | {rounds} | {rate} | {rate / tps['ours padded']:.2f}x | {rate / tps['transformers']:.2f}x"
+                   f" | {'' if d is None else f'{d:.1e}'} |")
     lines.append("")
   return "\n".join(lines)
 
@@ -249,6 +253,7 @@ def main(argv=None):
   p.add_argument("--train_examples", type=int, default=0, help="0: every training review")
   p.add_argument("--dev_examples", type=int, default=0, help="0: every dev review (test: always all)")
   p.add_argument("--predict_repeats", type=int, default=3)
+  p.add_argument("--predict_texts", type=int, default=0, help="predict: the first N held-out reviews (0: all)")
   args = p.parse_args(argv)
   stages = runs.choices_list("--stages", args.stages, STAGES + ("report",))
   args.tasks = runs.choices_list("--tasks", args.tasks, tuple(TASKS))
@@ -259,7 +264,8 @@ def main(argv=None):
                                if not a.startswith(("--data_dir", "--workdir", "--output")))
   for flag, value, lo in (("--speed_steps", args.speed_steps, 2), ("--seeds", args.seeds, 1),
                           ("--predict_repeats", args.predict_repeats, 1), ("--train_examples", args.train_examples, 0),
-                          ("--dev_examples", args.dev_examples, 0), ("--epochs", args.epochs, 1e-9)):
+                          ("--dev_examples", args.dev_examples, 0), ("--epochs", args.epochs, 1e-9),
+                          ("--predict_texts", args.predict_texts, 0)):
     if value < lo:
       raise UserError(f"{flag}={value}; expected >= {lo:g}")
   args.workdir = runs.make_workdir("--workdir", args.workdir)
