@@ -28,7 +28,7 @@ def _qkv(b, t, n=2, d=8, seed=0):
   return tuple(jax.random.normal(k, (b, t, n, d), jnp.float32) for k in (k1, k2, k3))
 
 
-@pytest.mark.parametrize("t,half", [(37, 4), (50, 8), (16, 4), (9, 1)])
+@pytest.mark.parametrize("t,half", [(37, 4), (9, 1)])
 def test_blocked_sliding_window_equals_dense_masked_reference_on_real_queries(t, half):
   q, k, v = _qkv(2, t)
   ids = np.ones((2, t), np.int32)
@@ -77,8 +77,8 @@ def test_packed_row_equals_each_example_alone():
   rng = np.random.default_rng(0)
   a, b = rng.integers(5, 64, 11), rng.integers(5, 64, 9)
   params = model.init(jax.random.key(0), *dummy_inputs(cfg, seq_len=24)[:3])["params"]
-  run = lambda ids, mask: np.asarray(model.apply({"params": params}, jnp.asarray([ids]),  # noqa: E731
-                                                 jnp.asarray([mask]))["sequence_output"][0])
+  apply = jax.jit(lambda ids, mask: model.apply({"params": params}, ids, mask)["sequence_output"])
+  run = lambda ids, mask: np.asarray(apply(jnp.asarray([ids]), jnp.asarray([mask]))[0])  # noqa: E731
   packed = run(np.r_[a, b, [0] * 4], np.r_[[1] * 11, [2] * 9, [0] * 4])
   alone_a = run(np.r_[a, [0] * 13], np.r_[[1] * 11, [0] * 13])
   alone_b = run(np.r_[b, [0] * 15], np.r_[[1] * 9, [0] * 15])
@@ -156,10 +156,12 @@ def test_mlm_head_follows_the_family_and_bert_keeps_its_own():
   assert set(bshapes["bert"]["pooler"]) == {"kernel", "bias"}
 
 
+@pytest.mark.slow   # compiling the gradient of a rematerialised model
 def test_training_step_gradients_are_finite_with_dropout_and_remat():
-  cfg = _tiny(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, remat_policy="full")
+  cfg = _tiny(num_hidden_layers=2, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, remat_policy="full",
+              global_attn_every_n_layers=2)
   model = BertForPreTraining(cfg, targets=("mlm",))
-  ids, mask, seg, pos = dummy_inputs(cfg, batch_size=2, seq_len=40, max_predictions=4)
+  ids, mask, seg, pos = dummy_inputs(cfg, batch_size=1, seq_len=20, max_predictions=2)
   params = nn.unbox(model.init(jax.random.key(0), ids, mask, seg, pos)["params"])
 
   def loss(p):
@@ -167,6 +169,6 @@ def test_training_step_gradients_are_finite_with_dropout_and_remat():
                       rngs={"dropout": jax.random.key(1)})
     return jnp.mean(out["mlm_logits"] ** 2)
 
-  grads = jax.grad(loss)(params)
+  grads = jax.jit(jax.grad(loss))(params)
   assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grads))
   assert float(jnp.abs(grads["bert"]["encoder"]["layer_1"]["attn"]["Wqkv"]["kernel"]).sum()) > 0
