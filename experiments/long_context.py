@@ -100,6 +100,30 @@ def run_one(size: str, length: int, impl: str, steps: int) -> dict:
           "peak_rss_kb_per_token": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / length}
 
 
+def table(rows) -> str:
+  """Markdown: per (size, T) the blocked and dense rows side by side, and the sliding layer's per-token time
+  relative to T = 1,024 of the same path (the linearity goal: <= 1.5 at 8,192)."""
+  by = {(r["size"], r["T"], r["path"]): r for r in rows if "error" not in r}
+  out = ["| size | T | step ms/token blocked / dense | step CPU ms/token blocked / dense | sliding layer us/token "
+         "blocked / dense | sliding layer CPU us/token blocked / dense (x T=1,024) | XLA temp MB blocked / dense | "
+         "peak RSS MB blocked / dense |", "|---|---|---|---|---|---|---|---|"]
+  for size in dict.fromkeys(r["size"] for r in rows):
+    for length in sorted({r["T"] for r in rows if r["size"] == size}):
+      b, d = by.get((size, length, "blocked")), by.get((size, length, "dense"))
+      cell = lambda key, f="{:.3g}": " / ".join(f.format(x[key]) if x else "-" for x in (b, d))  # noqa: E731
+      rel = []
+      for x in (b, d):
+        base = by.get((size, 1024, x["path"])) if x else None
+        rel.append(f"{x['layer_cpu_us_per_token']:.3g} ({x['layer_cpu_us_per_token'] / base['layer_cpu_us_per_token']:.2f}x)"
+                   if x and base else (f"{x['layer_cpu_us_per_token']:.3g}" if x else "-"))
+      out.append(f"| {size} | {length:,} | " + " / ".join(f"{x['step_us_per_token'] / 1e3:.3g}" if x else "-"
+                                                          for x in (b, d))
+                 + " | " + " / ".join(f"{x['step_cpu_us_per_token'] / 1e3:.3g}" if x else "-" for x in (b, d))
+                 + f" | {cell('layer_us_per_token')} | {' / '.join(rel)} | {cell('xla_temp_mb', '{:,.0f}')} | "
+                 + f"{cell('peak_rss_mb', '{:,.0f}')} |")
+  return "\n".join(out)
+
+
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--sizes", default=",".join(SIZES))
@@ -107,8 +131,13 @@ def main(argv=None) -> int:
   ap.add_argument("--paths", default=",".join(PATHS))
   ap.add_argument("--steps", type=int, default=3, help="timed steps after the compiling one (the fastest is kept)")
   ap.add_argument("--out", default="", help="JSON file of the rows")
+  ap.add_argument("--table", default="", help="print the markdown table of a JSON file of rows, and stop")
   ap.add_argument("--one", default="", help=argparse.SUPPRESS)   # size,T,path: one measurement, in this process
   args = ap.parse_args(argv)
+  if args.table:
+    with open(args.table, encoding="utf-8") as f:
+      print(table(json.load(f)))
+    return 0
   if args.one:
     size, length, impl = args.one.split(",")
     print(json.dumps(run_one(size, int(length), impl, args.steps)))
