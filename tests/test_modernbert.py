@@ -110,8 +110,15 @@ def test_layer_pattern_from_n_and_from_layer_types():
     (dict(classifier_pooling="max"), "BertConfig.classifier_pooling"),
     (dict(embedding_size=16), "BertConfig.embedding_size=16"),
     (dict(scan_layers=True), "BertConfig.scan_layers=True"),
+    (dict(encoder="transformer", position_embedding_type="rotary"),
+     "BertConfig.position_embedding_type='rotary'; encoder='transformer' has absolute positions.*modernbert"),
 ])
 def test_bad_config_is_one_line_naming_the_field(fields, message):
+  if fields.get("encoder") == "transformer":
+    with pytest.raises(ValueError, match=message) as e:
+      BertConfig(**fields)
+    assert "\n" not in str(e.value)
+    return
   with pytest.raises(ValueError, match=message) as e:
     _tiny(**fields)
   assert "\n" not in str(e.value)
