@@ -100,6 +100,29 @@ def run_one(size: str, length: int, impl: str, steps: int) -> dict:
           "peak_rss_kb_per_token": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / length}
 
 
+def plateau(size: str, lengths, steps: int) -> list:
+  """The sliding layer alone (blocked) at lengths past 8,192, in this process: per-token CPU time flat from the
+  length where the layer's arrays stop fitting the caches on is the linear cost; growth only up to there is the
+  memory hierarchy, not the algorithm."""
+  import jax
+  import jax.numpy as jnp
+  import flax.linen as nn
+  from bert_jax.models.encoders.modernbert import ModernBertLayer
+  cfg = _config(size, "blocked").replace(max_position_embeddings=max(lengths))
+  layer = ModernBertLayer(cfg, 1)
+  rows = []
+  for length in lengths:
+    x = jax.random.normal(jax.random.key(1), (1, length, cfg.hidden_size))
+    mask, pos = jnp.ones((1, length), jnp.int32), jnp.arange(length)[None]
+    lparams = nn.unbox(layer.init(jax.random.key(2), x, mask, pos)["params"])
+    grad = jax.jit(jax.grad(lambda lp, x: jnp.sum(layer.apply({"params": lp}, x, mask, pos) ** 2), argnums=(0, 1)))
+    wall, cpu = _time(grad, (lparams, x), steps)
+    rows.append({"size": size, "T": length, "layer_us_per_token": 1e6 * wall / length,
+                 "layer_cpu_us_per_token": 1e6 * cpu / length})
+    print(json.dumps(rows[-1]), flush=True)
+  return rows
+
+
 def table(rows) -> str:
   """Markdown: per (size, T) the blocked and dense rows side by side, and the sliding layer's per-token time
   relative to T = 1,024 of the same path (the linearity goal: <= 1.5 at 8,192)."""
@@ -131,12 +154,19 @@ def main(argv=None) -> int:
   ap.add_argument("--paths", default=",".join(PATHS))
   ap.add_argument("--steps", type=int, default=3, help="timed steps after the compiling one (the fastest is kept)")
   ap.add_argument("--out", default="", help="JSON file of the rows")
+  ap.add_argument("--plateau", default="", help="sliding layer alone at these lengths (e.g. 1024,8192,32768)")
   ap.add_argument("--table", default="", help="print the markdown table of a JSON file of rows, and stop")
   ap.add_argument("--one", default="", help=argparse.SUPPRESS)   # size,T,path: one measurement, in this process
   args = ap.parse_args(argv)
   if args.table:
     with open(args.table, encoding="utf-8") as f:
       print(table(json.load(f)))
+    return 0
+  if args.plateau:
+    rows = plateau(args.sizes.split(",")[0], [int(x) for x in args.plateau.split(",")], args.steps)
+    if args.out:
+      from bert_jax import fileio
+      fileio.write_json_atomic(args.out, rows)
     return 0
   if args.one:
     size, length, impl = args.one.split(",")
