@@ -72,7 +72,7 @@ def test_resolve_local_falls_back_to_dense_only_when_the_window_covers_the_row(c
 
 
 def test_packed_row_equals_each_example_alone():
-  cfg = _tiny()
+  cfg = _tiny(num_hidden_layers=2, global_attn_every_n_layers=2)   # a global and a sliding layer
   model = BertModel(cfg)
   rng = np.random.default_rng(0)
   a, b = rng.integers(5, 64, 11), rng.integers(5, 64, 9)
