@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from bert_jax.models import axes
 from bert_jax.models.config import BertConfig
 from bert_jax.models.embeddings import BertEmbeddings
-from bert_jax.models.encoders import make_encoder
+from bert_jax.models.encoders import family, make_encoder
 from bert_jax.models.layers import dense, example_starts
 
 
@@ -21,6 +21,9 @@ class BertModel(nn.Module):
       "word_embeddings": [V, H] (the embedding table, for tied decoders)}
   Packed rows (config.max_examples_per_row = K > 0; input_mask numbers the examples): pooled_output is
   [B, K, H], read at each example's own [CLS], and "example_valid" [B, K] says which slots hold an example.
+
+  The encoder family (config.encoder) may bring its own embeddings and pooling (EncoderFamily.embeddings /
+  pool: ModernBERT's have no position table and pool through its prediction head); BERT's otherwise.
   """
 
   config: BertConfig
@@ -31,12 +34,18 @@ class BertModel(nn.Module):
     cfg = self.config
     if segment_ids is None:
       segment_ids = jnp.zeros_like(input_ids)
-    embeddings = BertEmbeddings(cfg, deterministic=deterministic, name="embeddings")
+    fam = family(cfg.encoder)
+    embeddings = (fam.embeddings or BertEmbeddings)(cfg, deterministic=deterministic, name="embeddings")
+    # packed rows restart BERT's positions per example (a family that packs with its own embeddings takes it too)
+    packed = {"input_mask": input_mask} if cfg.packed else {}
     if embeddings_only:   # ELECTRA's generator reads the shared embeddings [B, T, E] and runs its own encoder
-      return {"embedding_output": embeddings(input_ids, segment_ids, project=False, input_mask=input_mask),
+      return {"embedding_output": embeddings(input_ids, segment_ids, project=False, **packed),
               "word_embeddings": embeddings.embedding_table()}
-    x = embeddings(input_ids, segment_ids, input_mask=input_mask)
+    x = embeddings(input_ids, segment_ids, **packed)
     x = make_encoder(cfg, deterministic)(x, input_mask, causal=causal)
+    pooled = fam.pool(cfg, x, input_mask, deterministic)
+    if pooled is not None:   # the family's own pooling (a family that pools so does not pack: EncoderFamily.packs)
+      return {"sequence_output": x, **pooled, "word_embeddings": embeddings.embedding_table()}
     out = {"sequence_output": x, "word_embeddings": embeddings.embedding_table()}
     if cfg.packed:
       starts, out["example_valid"] = example_starts(input_mask, cfg.max_examples_per_row)
