@@ -23,9 +23,12 @@ ENCODERS = {
     "bert_pre_ln": dict(TINY, layer_norm_type="pre"),
     "albert": dict(TINY, share_layers=True, embedding_size=16),
 }
+# A family's own fields for a tiny config (modernbert: a 16-token sliding window, so with T = 32 one global and
+# one sliding layer both see packed rows).
+FAMILY_FIELDS = {"modernbert": dict(local_attention=16, global_attn_every_n_layers=2)}
 for _name in encoders.names():
   if _name not in ("transformer", "lstm") and encoders.family(_name).packs:
-    ENCODERS[_name] = dict(TINY, encoder=_name)
+    ENCODERS[_name] = dict(TINY, encoder=_name, **FAMILY_FIELDS.get(_name, {}))
 
 
 def examples(seed=0, n=N):
@@ -191,4 +194,4 @@ def test_every_registered_family_either_packs_and_is_checked_here_or_is_refused_
     assert family == "transformer" or family in ENCODERS     # a packing family gets the equality tests above
   else:
     with pytest.raises(ValueError, match="max_examples_per_row"):
-      BertConfig(**dict(TINY, encoder=family, hidden_size=32, max_examples_per_row=2))
+      BertConfig(**dict(TINY, encoder=family, max_examples_per_row=2, **FAMILY_FIELDS.get(family, {})))
