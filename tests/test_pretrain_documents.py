@@ -94,8 +94,9 @@ def test_masked_lm_logits_of_a_packed_row_equal_each_document_alone():
   rmask = np.array([[1] * 7 + [2] * 9], np.int32)
   model = BertForPreTraining(cfg, targets=(MaskedLM(),))
   pos_alone = np.array([[1, 3], [2, 8]], np.int32)
-  params = model.init(jax.random.key(0), alone, amask, np.zeros_like(alone), pos_alone)
-  want = model.apply(params, alone, amask, np.zeros_like(alone), pos_alone)["mlm_logits"]
+  params = jax.jit(model.init)(jax.random.key(0), alone, amask, np.zeros_like(alone), pos_alone)
+  want = jax.jit(model.apply)(params, alone, amask, np.zeros_like(alone), pos_alone)["mlm_logits"]
   packed = BertForPreTraining(cfg.replace(max_examples_per_row=2), targets=(MaskedLM(),))
-  got = packed.apply(params, row, rmask, np.zeros_like(row), np.array([[1, 3, 9, 15]], np.int32))["mlm_logits"]
+  got = jax.jit(packed.apply)(params, row, rmask, np.zeros_like(row),
+                              np.array([[1, 3, 9, 15]], np.int32))["mlm_logits"]
   np.testing.assert_allclose(np.asarray(got)[0], np.asarray(want).reshape(4, -1), atol=1e-5)
