@@ -23,6 +23,7 @@ ALLOWED = {
     "convert": {"models", "input_pipeline", "pretrained"},
     "bench": {"models", "engine", "pretrain"},
     "predict": {"finetune", "pretrained", "models", "input_pipeline", "engine"},
+    "export": {"predict", "finetune", "convert", "pretrained", "models", "input_pipeline", "engine"},
 }
 # Top-level modules every layer may import, lowest first; each imports from bert_jax only the ones before it, so
 # they cannot close a cycle: the exception types, input warnings and --strict, TensorFlow's and tensorboardX's

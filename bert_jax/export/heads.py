@@ -31,7 +31,7 @@ from bert_jax.finetune.predict import Predictor, missing_pairs_warning, task_fro
 from bert_jax.finetune.tasks import common
 from bert_jax.models import BertModel
 from bert_jax.models.heads import POOLINGS, pool
-from bert_jax.predict import FeatureExtractor, make_tokenizer, sentence_pipeline
+from bert_jax.predict import FeatureExtractor, make_tokenizer, sentence_max_length, sentence_pipeline
 from bert_jax.pretrained import Pretrained
 
 KINDS = ("features", "classification", "regression", "multilabel", "ner", "squad")
@@ -173,7 +173,7 @@ def resolve_head(pre: Pretrained, task_head: str = "auto", pooling: Optional[str
     pooling = pooling or default_pool
     if pooling not in POOLINGS:
       raise UserError(f"--pooling={pooling!r}; expected one of {', '.join(POOLINGS)}")
-    msl = int(max_seq_length or info.get("max_seq_length") or min(128, limit))
+    msl = int(max_seq_length or info.get("max_seq_length") or min(sentence_max_length(pre), limit))
     return ServingHead(pre, "features", None, pooling, default_norm if normalize is None else bool(normalize),
                        msl, pairs=False)
   if pooling or normalize is not None:
