@@ -309,3 +309,11 @@ def test_sentence_transformers_export_of_a_fine_tuned_model_with_cls_pooling_kee
   assert [m["type"].rsplit(".", 1)[1] for m in modules] == ["Transformer", "Pooling", "Dense"]
   from bert_jax.convert import st_modules
   assert st_modules.read_pipeline(out)["pooling"] == "cls"
+
+
+@pytest.mark.parametrize("pooling,normalize", [("max", True), ("last", False), ("first", True), ("cls", False)])
+def test_onnx_features_of_every_pooling_match_predict(models, pooling, normalize, tmp_path):
+  result = export("onnx", models["features"], str(tmp_path / "o"), pooling=pooling, normalize=normalize)
+  assert result["max_abs_diff"] <= 1e-4
+  sig = json.load(open(os.path.join(str(tmp_path / "o"), "signature.json"), encoding="utf-8"))
+  assert (sig["head"]["pooling"], sig["head"]["normalize"]) == (pooling, normalize)

@@ -191,7 +191,7 @@ def pool(g: _Graph, enc: Dict[str, str], pooling: str) -> str:
   if pooling == "max":
     neg = g.op("Mul", g.op("Sub", g.const(np.float32(1.0)), m3), g.const(np.float32(-1e4)))
     masked = g.op("Add", g.op("Mul", x, m3), neg)   # real tokens: x; padding: -1e4 (heads.pool's fill)
-    return g.op("ReduceMax", masked, g.const(np.array([1], np.int64), "axes"), keepdims=0)
+    return g.op("ReduceMax", masked, axes=[1], keepdims=0)   # opset 17: axes an attribute (ReduceSum: input)
   if pooling == "last":
     n = g.op("ReduceSum", g.op("Cast", INPUTS[1], to=TensorProto.INT64), g.const(np.array([1], np.int64), "axes"),
              keepdims=1)
@@ -209,7 +209,7 @@ def pool(g: _Graph, enc: Dict[str, str], pooling: str) -> str:
 
 def l2_normalize(g: _Graph, v: str) -> str:
   """v / max(||v||, 1e-12), as torch.nn.functional.normalize (sentence-transformers' Normalize)."""
-  norm = g.op("ReduceL2", v, g.const(np.array([-1], np.int64), "axes"), keepdims=1)
+  norm = g.op("ReduceL2", v, axes=[-1], keepdims=1)
   return g.op("Div", v, g.op("Max", norm, g.const(np.float32(1e-12))))
 
 
