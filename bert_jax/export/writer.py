@@ -16,7 +16,7 @@ import numpy as np
 from bert_jax import fileio
 from bert_jax.engine.train_step import compute_dtype
 from bert_jax.errors import UserError
-from bert_jax.export import docs
+from bert_jax.export import docs, stablehlo
 from bert_jax.export.heads import ServingHead, resolve_head
 from bert_jax.input_pipeline import tokenization
 from bert_jax.predict import load_model
@@ -160,7 +160,6 @@ def export(fmt: str, model: str, output: str, task_head: str = "auto", max_seq_l
 def _write(fmt: str, head: ServingHead, tmp: str, batch: str) -> dict:
   """Writes the format's files into tmp; returns {"files", "run": (texts, pairs) -> (outputs, token mask)}."""
   if fmt == "stablehlo":
-    from bert_jax.export import stablehlo
     blob = stablehlo.export_stablehlo(head, batch)
     with open(os.path.join(tmp, "model.stablehlo"), "wb") as f:
       f.write(blob)
@@ -168,7 +167,7 @@ def _write(fmt: str, head: ServingHead, tmp: str, batch: str) -> dict:
     run = stablehlo.runner(blob)
     return {"files": ["model.stablehlo", "vocab.txt"], "run": _ids_runner(head, run, np.int32)}
   if fmt == "onnx":
-    from bert_jax.export import onnx_export
+    from bert_jax.export import onnx_export   # onnx, onnxruntime: the [serve] extra
     path = os.path.join(tmp, "model.onnx")
     try:
       onnx_export.write_onnx(head, path, batch)
@@ -183,7 +182,7 @@ def _write(fmt: str, head: ServingHead, tmp: str, batch: str) -> dict:
     sigs = savedmodel.write_savedmodel(head, sm, bool(head.tokenizer().do_lower_case))
     _copy_vocab(head, tmp)
     return {"files": ["savedmodel/", "vocab.txt"], "signatures": sigs, "run": _savedmodel_runner(head, sm)}
-  from bert_jax.export import st_export
+  from bert_jax.export import st_export       # sentence-transformers and torch: the [st] extra
   st_export.write_st(head, tmp)
   return {"files": ["modules.json", "1_Pooling/config.json", "config.json", "model.safetensors", "vocab.txt"],
           "run": st_export.runner(tmp)}
