@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")   # TensorFlow's start-up notices (savedmodel only)
+# TensorFlow's and XLA's start-up notices (oneDNN, CUDA probes: "E0000 ... cuInit") behind --verbose.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if "--verbose" in sys.argv else "3")
 
 from bert_jax import cli  # noqa: E402
 from bert_jax.export import writer  # noqa: E402
