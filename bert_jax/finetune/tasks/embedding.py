@@ -142,7 +142,8 @@ def read_pairs(path: str, split: str = "train") -> common.ExampleSet:
         raise common.TaskDataError(path, n, "no query (first column / \"query\")")
       if not isinstance(positive, str) or not positive.strip():
         raise common.TaskDataError(path, n, "no positive: a row is query<TAB>positive[<TAB>negative] (JSONL: "
-                                            "{\"query\", \"positive\"[, \"negative\"]}), or text_a<TAB>text_b<TAB>score")
+                                            "{\"query\", \"positive\"[, \"negative\"]}), or "
+                                            "text_a<TAB>text_b<TAB>score")
       examples.append(PairExample(f"{path}:{n}", query, positive, negative or None, score))
   return common.finish(examples, path, split, common.SkipReport(source=path))
 
