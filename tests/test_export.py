@@ -233,8 +233,8 @@ def test_savedmodel_tokenizer_gives_predicts_ids_on_english_and_chinese(tmp_path
   import tensorflow as tf
   from bert_jax.input_pipeline import build_vocab
   from data import sample_corpora
-  zh = [s for doc in sample_corpora.people_daily_documents(max_bytes=60_000) for s in doc][:300]
-  en = sample_corpora.english_sentences(max_sentences=300)
+  zh = [s for doc in sample_corpora.people_daily_documents(max_bytes=30_000) for s in doc][:150]
+  en = sample_corpora.english_sentences(max_sentences=150)
   corpus = tmp_path / "zh.txt"
   corpus.write_text("\n".join(zh) + "\n", encoding="utf-8")
   zh_vocab = str(tmp_path / "zh_vocab.txt")
@@ -285,10 +285,6 @@ def test_imported_minilm_features_equal_sentence_transformers_with_no_flags_and_
   ours = np.load(tmp_path / "f.npy")
   ref = st.SentenceTransformer(folder, device="cpu").encode(ST_TEXTS, convert_to_numpy=True)
   assert np.abs(ours - ref).max() < 1e-5
-  # flags override the recorded pipeline
-  assert predict_cli.main(["features", f"--model={converted}", f"--input={tmp_path / 't.txt'}",
-                           f"--output={tmp_path / 'g.npy'}", "--no-normalize"]) == 0
-  assert np.abs(np.linalg.norm(np.load(tmp_path / "g.npy")[:2], axis=1) - 1).max() > 0.1
   # ... and back out: the folder sentence-transformers loads gives the same vectors
   out = str(tmp_path / "st")
   result = export("sentence-transformers", converted, out)
@@ -297,6 +293,28 @@ def test_imported_minilm_features_equal_sentence_transformers_with_no_flags_and_
   assert [m["type"].rsplit(".", 1)[1] for m in modules] == ["Transformer", "Pooling", "Normalize"]
   again = st.SentenceTransformer(out, device="cpu").encode(ST_TEXTS, convert_to_numpy=True)
   assert np.abs(again - ref).max() < 1e-5
+
+
+def test_predict_features_takes_the_recorded_pipeline_and_flags_override_it(models, tmp_path):
+  from bert_jax.predict import __main__ as predict_cli
+  encoder = models["features"]
+  info = json.load(open(os.path.join(encoder, "convert_info.json"), encoding="utf-8"))
+  fileio.write_json_atomic(os.path.join(encoder, "convert_info.json"),
+                           dict(info, sentence_embedding={"pooling": "max", "normalize": True}))
+  try:
+    (tmp_path / "t.txt").write_text("北京\n上海很好\n", encoding="utf-8")
+    runs = {}
+    for name, flags in (("said", []), ("mean", ["--pooling=mean"]), ("raw", ["--pooling=max", "--no-normalize"])):
+      out = str(tmp_path / f"{name}.npy")
+      assert predict_cli.main(["features", f"--model={encoder}", f"--input={tmp_path / 't.txt'}",
+                               f"--output={out}"] + flags) == 0
+      runs[name] = np.load(out)
+    np.testing.assert_allclose(np.linalg.norm(runs["said"], axis=1), 1.0, atol=1e-5)      # recorded: normalised
+    np.testing.assert_allclose(runs["said"], runs["raw"] / np.linalg.norm(runs["raw"], axis=1, keepdims=True),
+                               atol=1e-5)                                                  # ... max-pooled
+    assert np.abs(runs["mean"] - runs["said"]).max() > 1e-3                               # --pooling overrides
+  finally:
+    fileio.write_json_atomic(os.path.join(encoder, "convert_info.json"), info)
 
 
 @pytest.mark.slow
