@@ -144,6 +144,8 @@ def test_export_errors_are_one_line(models, tmp_path, capsys):
     export("onnx", models["classification"], str(tmp_path / "full"))
   with pytest.raises(UserError, match="--batch="):
     export("onnx", models["classification"], str(tmp_path / "o4"), batch="0")
+  with pytest.raises(UserError, match="--batch=4 applies to onnx and stablehlo"):
+    export("savedmodel", models["classification"], str(tmp_path / "o4"), batch="4")
   # a tokenizer.json model cannot be a SavedModel: the error names the formats to use instead
   tj = finetuned(tmp_path / "tj", "classification")[1]
   open(os.path.join(tj, "tokenizer.json"), "w").write("{}")

@@ -126,6 +126,8 @@ def export(fmt: str, model: str, output: str, task_head: str = "auto", max_seq_l
     raise UserError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
   if batch != "polymorphic" and not (batch.isdigit() and int(batch) >= 1):
     raise UserError(f"--batch={batch!r}; expected polymorphic or a positive number")
+  if batch != "polymorphic" and fmt not in ("onnx", "stablehlo"):
+    raise UserError(f"--batch={batch} applies to onnx and stablehlo; {fmt} takes any number of texts")
   output = check_output(output)
   pre = load_model(model)
   if fmt == "sentence-transformers":
