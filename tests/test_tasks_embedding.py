@@ -96,7 +96,10 @@ def test_contrastive_fine_tuning_runs_end_to_end_and_predict_features_uses_its_p
   info = json.load(open(os.path.join(out, "best_checkpoint", "finetune_info.json"), encoding="utf-8"))
   assert info["sentence_embedding"] == {"pooling": "mean", "normalize": True, "scale": 20.0}
   assert os.path.exists(os.path.join(out, "embedding_dev_retrieval.jsonl"))
+  from bert_jax.finetune.predict import Predictor
+  rows = Predictor.from_workdir(out).predict(["my cat", "a dog"])     # predict classify: the vectors
   v = FeatureExtractor(out).encode(["my cat", "a dog"])
+  np.testing.assert_allclose(np.array([r["embedding"] for r in rows]), v, atol=1e-5)
   np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
   result = export("onnx", out, str(tmp_path / "onnx"))
   assert result["head"] == "features" and result["max_abs_diff"] <= 1e-4
