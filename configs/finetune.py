@@ -97,6 +97,10 @@ def get_config(arg=None):
   config.embedding = ml_collections.ConfigDict()
   config.embedding.scale = 20.0                    # logits = scale x cosine (sentence-transformers: 20 = 1/0.05)
   config.embedding.normalize = True                # L2-normalise the vectors the model serves (predict, export)
+  # Packing: several short examples share one max_seq_length row, each attending only to itself (docs/finetuning.md,
+  # "Packing"); classification, GLUE, regression, multilabel and NER (not SQuAD, multiple choice or crf=true).
+  config.packing = False                           # pack examples best-fit into rows (train, eval and predict)
+  config.max_examples_per_row = 8                  # packing: at most this many examples in one row
 
   # Model: used as is for random init; with init_checkpoint the architecture comes from the checkpoint and
   # only the runtime fields (dropout, dtype, attention_impl, scan_layers, remat_policy) apply.
