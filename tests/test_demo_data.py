@@ -424,5 +424,22 @@ def test_same_seed_gives_identical_files(built, second_build):
     return result
 
   first, second = digests(out), digests(other)
-  assert len(first) == 20   # 11 + sentiment_mc/ (3) + qa/ (6)
+  assert len(first) == 27   # 11 + sentiment_mc/ (3) + qa/ (6) + retrieval/ (7)
   assert first == second
+
+
+def test_retrieval_pairs_are_a_paragraph_split_in_two_and_no_split_shares_text(built):
+  root = os.path.join(built[0], "retrieval")
+  pairs, corpora = {}, {}
+  for split in ("train", "dev", "test"):
+    rows = [l.rstrip("\n").split("\t") for l in open(os.path.join(root, f"{split}.tsv"), encoding="utf-8")]
+    assert rows and all(len(r) == 2 and len(r[0]) >= 8 and len(r[1]) >= 20 for r in rows)
+    pairs[split] = rows
+    corpora[split] = set(l.rstrip("\n") for l in open(os.path.join(root, f"{split}_corpus.txt"), encoding="utf-8"))
+    assert {p for _, p in rows} <= corpora[split]          # every positive is in its split's corpus
+    assert all(q not in p for q, p in rows)                 # the query sentence was taken out of its paragraph
+  for a, b in (("train", "dev"), ("train", "test"), ("dev", "test")):
+    assert not corpora[a] & corpora[b]
+    assert not {q for q, _ in pairs[a]} & {q for q, _ in pairs[b]}
+  stats = json.load(open(os.path.join(root, "stats.json"), encoding="utf-8"))
+  assert stats["splits"]["dev"]["pairs"] == len(pairs["dev"]) > 100

@@ -28,7 +28,9 @@ VIEWER_ONLY_EXTRAS = {"tensorboard"}
 # Extras that requirements-test.txt installs instead: apache-beam (create_pretraining_data --runner) pins
 # protobuf<7, pyarrow<26 and pillow<13, so a user's checkout does not take it by default; the tests do (TensorFlow
 # 2.21 accepts protobuf 6) and run its DirectRunner.
-TEST_ENV_EXTRAS = {"beam"}
+# sentence-transformers ([st]: the sentence-transformers export's parity check) pulls torch, which the tests
+# install anyway.
+TEST_ENV_EXTRAS = {"beam", "st"}
 
 
 def build_wheel(out_dir):

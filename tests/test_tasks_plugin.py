@@ -120,7 +120,7 @@ def _config(data_dir, vocab):
 
 def test_a_registered_kind_is_accepted_by_the_config_file_and_an_unregistered_one_is_one_error(monkeypatch):
   with pytest.raises(UserError, match=r"^configs/finetune.py: unknown task 'length_sign'; expected one of cola, "
-                                      r"sst2, .*, multiple_choice$"):
+                                      r"sst2, .*, multiple_choice, embedding$"):
     MOD.get_config("task=length_sign")
   monkeypatch.setitem(registry.TASKS, "length_sign", LengthSignTask)
   assert MOD.get_config("task=length_sign").task == "length_sign"

@@ -24,7 +24,8 @@ def env(tmp_path_factory):
 @pytest.mark.parametrize("name", task_names())
 def test_every_name_has_the_contract_attributes(name):
   task = get_task(name)
-  assert task.head in ("sequence_classification", "question_answering", "token_classification", "multiple_choice")
+  assert task.head in ("sequence_classification", "question_answering", "token_classification", "multiple_choice",
+                       "bi_encoder")
   assert task.model_input_keys == ("input_ids", "input_mask", "segment_ids")
   assert task.main_metric
   if name in GLUE + ["ax"]:

@@ -31,7 +31,7 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from bert_jax import fileio
-from bert_jax.convert import mapping
+from bert_jax.convert import mapping, st_modules
 from bert_jax.input_pipeline import tokenization
 from bert_jax.pretrained import params_dir
 from bert_jax.pretrained.load import load_pretrained
@@ -301,7 +301,7 @@ def import_hf(folder: str, output: Optional[str] = None, vocab_file: Optional[st
   `ignore`: regular expressions of source keys to drop deliberately (e.g. "^classifier\\." of a fine-tuned
   BertForSequenceClassification); they are listed in the report.
   """
-  folder = resolve_model_folder(folder)
+  given, folder = folder, resolve_model_folder(folder)
   config_path = os.path.join(folder, "config.json")
   if not os.path.exists(config_path):
     raise FileNotFoundError(f"{folder}: no config.json (not a Hugging Face model folder)")
@@ -338,10 +338,29 @@ def import_hf(folder: str, output: Optional[str] = None, vocab_file: Optional[st
                                            functools.partial(hf_do_lower_case, folder, vocab_file))
     if output:
       mapping.save_imported(output, config, params, vocab_file, folder, "hf", do_lower_case, report)
+      record_sentence_pipeline(given, folder, output, report)
   finally:
     if tmp_vocab:
       os.unlink(tmp_vocab)
   return config, params, report
+
+
+def record_sentence_pipeline(given: str, folder: str, output: str, report: mapping.ConversionReport) -> None:
+  """A sentence-transformers folder's Pooling / Normalize (modules.json) into convert_info.json's
+  "sentence_embedding", so `predict features` and the exports pool as the model was trained to."""
+  try:
+    pipeline = st_modules.read_pipeline(given) or st_modules.read_pipeline(folder)
+  except (st_modules.PipelineError, OSError, ValueError) as e:
+    report.notes.append(f"sentence-transformers pipeline not recorded: {e}")
+    pipeline = None
+  if not pipeline:
+    return
+  info = params_dir.read_info(output)
+  info["sentence_embedding"] = pipeline
+  info["report"] = report.to_dict()
+  fileio.write_json_atomic(os.path.join(output, params_dir.INFO_NAME), info)
+  report.notes.append(f"sentence-transformers pipeline recorded: pooling={pipeline['pooling']}, "
+                      f"normalize={pipeline['normalize']} (predict features uses it by default)")
 
 
 def _uncased_vocab_note(vocab_file: str) -> str:

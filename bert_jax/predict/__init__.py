@@ -200,16 +200,38 @@ class FillMask:
     return out
 
 
-class FeatureExtractor:
-  """Sentence vectors [N, H] (float32) from the encoder, pooled by `pooling` (models.heads.POOLINGS)."""
+def sentence_pipeline(pre: Pretrained):
+  """(pooling, normalize) the checkpoint says its sentence vectors take: an imported sentence-transformers
+  model's modules.json (convert_info.json "sentence_embedding": Pooling mode, Normalize module), or an
+  embedding task's finetune_info.json; ("mean", False) when it says nothing."""
+  said = (pre.finetune_info or {}).get("sentence_embedding") or (pre.info or {}).get("sentence_embedding") or {}
+  return str(said.get("pooling", "mean")), bool(said.get("normalize", False))
 
-  def __init__(self, model: str, pooling: str = "mean", batch_size: int = 32, max_seq_length: int = 128,
-               packing: bool = True, max_examples_per_row: int = PREDICT_MAX_EXAMPLES):
-    if pooling not in POOLINGS:
+
+def sentence_max_length(pre: Pretrained) -> int:
+  """The token limit the checkpoint's sentence pipeline records (sentence-transformers' max_seq_length), else
+  128."""
+  said = (pre.finetune_info or {}).get("sentence_embedding") or (pre.info or {}).get("sentence_embedding") or {}
+  return int(said.get("max_seq_length") or 128)
+
+
+class FeatureExtractor:
+  """Sentence vectors [N, H] (float32) from the encoder, pooled by `pooling` (models.heads.POOLINGS) and
+  L2-normalised when `normalize`; None takes what the checkpoint records (sentence_pipeline)."""
+
+  def __init__(self, model: str, pooling: Optional[str] = None, batch_size: int = 32,
+               max_seq_length: Optional[int] = None, packing: bool = True,
+               max_examples_per_row: int = PREDICT_MAX_EXAMPLES, normalize: Optional[bool] = None,
+               pre: Optional[Pretrained] = None):
+    if pooling is not None and pooling not in POOLINGS:
       raise UserError(f"--pooling={pooling!r}; expected one of {', '.join(POOLINGS)}")
-    if int(max_seq_length) < 2:   # 1 was a numpy broadcast ValueError traceback while padding
+    if max_seq_length is not None and int(max_seq_length) < 2:   # 1 was a numpy ValueError traceback
       raise UserError(f"--max_seq_length={max_seq_length}; expected >= 2 (a row holds [CLS] and [SEP])")
-    self.pre = load_model(model)
+    self.pre = pre if pre is not None else load_model(model)
+    max_seq_length = max_seq_length or sentence_max_length(self.pre)
+    said_pooling, said_normalize = sentence_pipeline(self.pre)
+    pooling = pooling or said_pooling
+    self.normalize = said_normalize if normalize is None else bool(normalize)
     if "bert" not in self.pre.params:
       raise UserError(f"{self.pre.directory}: no encoder parameters (params['bert'])")
     why = untrained_pooler(self.pre) if pooling == "cls" else ""
@@ -227,9 +249,14 @@ class FeatureExtractor:
     self.params = jax.device_put(self.pre.params["bert"])
     self.layout = None      # the last encode's packing (padding shares before / after)
 
+    normalize = self.normalize
+
     def forward(params, ids, mask):
       enc = model_.apply({"params": params}, ids, mask, jnp.zeros_like(ids), deterministic=True)
-      return pool(enc, mask, pooling, cfg.max_examples_per_row).astype(jnp.float32)
+      v = pool(enc, mask, pooling, cfg.max_examples_per_row).astype(jnp.float32)
+      if normalize:   # as sentence-transformers' Normalize (torch.nn.functional.normalize: eps 1e-12)
+        v = v / jnp.maximum(jnp.linalg.norm(v, axis=-1, keepdims=True), 1e-12)
+      return v
 
     self._forward = jax.jit(forward)
 

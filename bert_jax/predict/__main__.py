@@ -60,9 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
   e.add_argument("--model", required=True)
   e.add_argument("--input", required=True, help="one text per line (row i of the output = line i)")
   e.add_argument("--output", required=True, help="features.npy ([N, H] float32) or features.jsonl")
-  e.add_argument("--pooling", default="mean", help="cls | first | mean | max | last")
+  e.add_argument("--pooling", default=None, help="cls | first | mean | max | last (default: what the model "
+                 "records, e.g. an imported sentence-transformers model's Pooling, else mean)")
+  e.add_argument("--normalize", default=None, action=argparse.BooleanOptionalAction,
+                 help="L2-normalise the vectors (default: what the model records, else no)")
   e.add_argument("--batch_size", type=int, default=32)
-  e.add_argument("--max_seq_length", type=int, default=128)
+  e.add_argument("--max_seq_length", type=int, default=None,
+                 help="default: the model's recorded sentence max_seq_length, else 128")
   _add_packing(e)
   c = sub.add_parser("classify", help="predictions of a fine-tuned work dir on a text file")
   c.add_argument("--model", required=True, help="fine-tuning work dir (or its best_checkpoint/)")
@@ -135,7 +139,8 @@ def run(args) -> int:
     texts = lib.read_lines(args.input)
     if not texts:
       raise UserError(f"--input={args.input} is empty")
-    fx = lib.FeatureExtractor(args.model, args.pooling, args.batch_size, args.max_seq_length, args.packing)
+    fx = lib.FeatureExtractor(args.model, args.pooling, args.batch_size, args.max_seq_length, args.packing,
+                              normalize=args.normalize)
     vecs = fx.encode(texts)
     if ext == ".npy":
       buf = io.BytesIO()
@@ -147,7 +152,8 @@ def run(args) -> int:
     note = f"; {fx.truncated} text(s) truncated to {fx.max_seq_length} tokens" if fx.truncated else ""
     if fx.layout is not None:   # the padding share before and after packing
       print(f"packed {fx.layout.describe()}", file=sys.stderr)
-    print(f"wrote {vecs.shape[0]} x {vecs.shape[1]} {args.pooling}-pooled features to {args.output}{note}")
+    how = f"{fx.pooling}-pooled" + (", L2-normalised" if fx.normalize else "")
+    print(f"wrote {vecs.shape[0]} x {vecs.shape[1]} {how} features to {args.output}{note}")
     return 0
   lines = lib.read_lines(args.input)
   if not lines:

@@ -22,6 +22,7 @@ from typing import Dict, Tuple, Type, Union
 from bert_jax.finetune.tasks.base import Task
 from bert_jax.finetune.tasks.c3 import C3Task
 from bert_jax.finetune.tasks.classification import ClassificationTask
+from bert_jax.finetune.tasks.embedding import EmbeddingTask
 from bert_jax.finetune.tasks.glue import GlueTask
 from bert_jax.finetune.tasks.multilabel import MultilabelTask
 from bert_jax.finetune.tasks.multiple_choice import MultipleChoiceTask
@@ -39,6 +40,7 @@ TASKS: Dict[str, Union[Type[Task], str]] = {
     "multilabel": MultilabelTask,
     "c3": C3Task,
     "multiple_choice": MultipleChoiceTask,
+    "embedding": EmbeddingTask,
     # Aliases (names are matched lower-case with "-" read as "_").
     "sst_2": "sst2", "sts_b": "stsb", "diagnostic": "ax", "squad": "squad_v1", "squad1": "squad_v1",
     "squad2": "squad_v2", "squad_v1.1": "squad_v1", "squad_v2.0": "squad_v2", "conll2003": "ner",

@@ -1,0 +1,125 @@
+"""sentence-transformers folders: the pipeline after the transformer (modules.json: Pooling, Normalize, and a
+tanh Dense over [CLS] standing for BERT's pooler), read on import and written on export.
+
+    read_pipeline(folder)     # {"pooling": "mean", "normalize": True, "max_seq_length": 256, "source": ...} | None
+    write_pipeline(output, hidden_size, pooling, normalize, max_seq_length, dense=None)
+
+Our pooling names (models.heads.POOLINGS) against sentence-transformers' Pooling modes: first = the [CLS] token
+(pooling_mode_cls_token), mean, max, last (pooling_mode_lasttoken). Our "cls" is BERT's pooler (dense + tanh
+over [CLS]); a folder writes it as Pooling(cls_token) followed by a Dense module with tanh holding the pooler's
+weights, and that pair reads back as "cls". `import-hf` records the pipeline in convert_info.json
+("sentence_embedding"), and `predict features` uses it by default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Dict, Optional
+
+import numpy as np
+from safetensors.numpy import save_file
+
+from bert_jax import fileio
+
+MODULES = "modules.json"
+POOLING_DIR, DENSE_DIR, NORMALIZE_DIR = "1_Pooling", "2_Dense", "3_Normalize"
+_MODES = {"first": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens", "max": "pooling_mode_max_tokens",
+          "last": "pooling_mode_lasttoken"}
+_ALL_MODES = tuple(_MODES.values()) + ("pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens")
+_TANH = "torch.nn.modules.activation.Tanh"
+
+
+class PipelineError(ValueError):
+  """A modules.json pipeline this package cannot reproduce (the message says which module)."""
+
+
+def _read(path: str):
+  with open(path, encoding="utf-8") as f:
+    return json.load(f)
+
+
+def find_modules(folder: str) -> Optional[str]:
+  """modules.json of a sentence-transformers folder: in `folder`, or one level up when `folder` is the
+  transformer's own subfolder (0_Transformer/)."""
+  for d in (folder, os.path.dirname(os.path.normpath(folder))):
+    path = os.path.join(d, MODULES)
+    if os.path.isfile(path):
+      return path
+  return None
+
+
+def read_pipeline(folder: str) -> Optional[Dict]:
+  """The sentence pipeline of a sentence-transformers folder, or None when it has no modules.json. Raises
+  PipelineError for modules we cannot run (a Dense that is not the pooler's tanh over [CLS], weighted means)."""
+  modules_path = find_modules(folder)
+  if modules_path is None:
+    return None
+  root = os.path.dirname(modules_path)
+  entries = _read(modules_path)
+  out = {"pooling": "mean", "normalize": False, "source": MODULES}
+  saw_dense = False
+  for e in sorted(entries, key=lambda e: int(e.get("idx", 0))):
+    kind = str(e.get("type", "")).rsplit(".", 1)[-1]
+    sub = os.path.join(root, str(e.get("path", "")))
+    if kind == "Transformer":
+      cfg = os.path.join(sub, "sentence_bert_config.json")
+      if not os.path.isfile(cfg):
+        cfg = os.path.join(root, "sentence_bert_config.json")
+      if os.path.isfile(cfg) and _read(cfg).get("max_seq_length"):
+        out["max_seq_length"] = int(_read(cfg)["max_seq_length"])
+    elif kind == "Pooling":
+      cfg = _read(os.path.join(sub, "config.json"))
+      on = [m for m in _ALL_MODES if cfg.get(m)]
+      mine = [k for k, m in _MODES.items() if m in on]
+      if len(on) != 1 or not mine:
+        raise PipelineError(f"{sub}/config.json pools by {on or 'nothing'}; supported: exactly one of "
+                            f"{', '.join(_MODES.values())}")
+      out["pooling"] = mine[0]
+    elif kind == "Dense":
+      cfg = _read(os.path.join(sub, "config.json"))
+      if out["pooling"] != "first" or cfg.get("activation_function") != _TANH or saw_dense:
+        raise PipelineError(f"{sub}: a Dense module other than a tanh over [CLS] (BERT's pooler) is not supported")
+      saw_dense = True
+      out["pooling"] = "cls"   # read back only when its weights are the pooler's (write_pipeline's own pair)
+    elif kind == "Normalize":
+      out["normalize"] = True
+    else:
+      raise PipelineError(f"{modules_path}: module {e.get('type')!r} is not supported (Transformer, Pooling, "
+                          "Dense(tanh, the pooler), Normalize)")
+  return out
+
+
+def write_pipeline(output: str, hidden_size: int, pooling: str, normalize: bool, max_seq_length: int,
+                   pooler: Optional[dict] = None) -> None:
+  """modules.json, sentence_bert_config.json, 1_Pooling/config.json (+ 2_Dense for pooling="cls", from
+  `pooler` {"kernel" [H, H], "bias" [H]}; + 3_Normalize) beside a Hugging Face folder already in `output`."""
+  mode = "first" if pooling == "cls" else pooling
+  if mode not in _MODES:
+    raise PipelineError(f"pooling={pooling!r} has no sentence-transformers Pooling mode; expected cls, "
+                        f"{', '.join(_MODES)}")
+  modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+             {"idx": 1, "name": "1", "path": POOLING_DIR, "type": "sentence_transformers.models.Pooling"}]
+  pool_cfg = {"word_embedding_dimension": int(hidden_size), **{m: m == _MODES[mode] for m in _ALL_MODES},
+              "include_prompt": True}
+  fileio.makedirs(os.path.join(output, POOLING_DIR))
+  fileio.write_json_atomic(os.path.join(output, POOLING_DIR, "config.json"), pool_cfg)
+  if pooling == "cls":
+    if pooler is None:
+      raise PipelineError("pooling=cls needs the pooler's weights")
+    d = os.path.join(output, DENSE_DIR)
+    fileio.makedirs(d)
+    fileio.write_json_atomic(os.path.join(d, "config.json"),
+                             {"in_features": int(hidden_size), "out_features": int(hidden_size), "bias": True,
+                              "activation_function": _TANH})
+    with fileio.atomic_path(os.path.join(d, "model.safetensors")) as tmp:   # torch Linear: weight [out, in]
+      save_file({"linear.weight": np.ascontiguousarray(np.asarray(pooler["kernel"], np.float32).T),
+                 "linear.bias": np.asarray(pooler["bias"], np.float32)}, tmp)
+    modules.append({"idx": 2, "name": "2", "path": DENSE_DIR, "type": "sentence_transformers.models.Dense"})
+  if normalize:
+    fileio.makedirs(os.path.join(output, NORMALIZE_DIR))
+    modules.append({"idx": len(modules), "name": str(len(modules)), "path": NORMALIZE_DIR,
+                    "type": "sentence_transformers.models.Normalize"})
+  fileio.write_json_atomic(os.path.join(output, "sentence_bert_config.json"),
+                           {"max_seq_length": int(max_seq_length), "do_lower_case": False})
+  fileio.write_json_atomic(os.path.join(output, MODULES), modules)

@@ -1,0 +1,81 @@
+"""signature.json and README.md of an export: what goes in, what comes out, the labels, the tokenizer, and a
+command that serves it (TF Serving's docker line for the SavedModel, onnxruntime's Python lines for ONNX)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+INPUTS_IDS = {n: "int{bits} [batch, length]" for n in ("input_ids", "input_mask", "segment_ids")}
+
+
+def signature(fmt: str, head, tokenizer: dict, result: dict) -> dict:
+  if fmt == "savedmodel":
+    inputs = {"serving_default": {"text": "string [batch] (raw UTF-8 text)"}}
+    if head.pairs:
+      names = ("question", "context") if head.kind == "squad" else ("text", "text_pair")
+      inputs["pairs"] = {"text": f"string [batch] ({names[0]})", "text_pair": f"string [batch] ({names[1]})"}
+    extra = {"label": "string [batch] arg-max label"} if head.kind == "classification" else {}
+    if head.kind == "ner":
+      extra = {"tags": "string [batch, length] arg-max tag at each word's first piece, '' elsewhere",
+               "word_start": "int32 [batch, length]"}
+    outputs = {**head.outputs, **extra, "input_mask": "int32 [batch, length]"}
+  elif fmt == "sentence-transformers":
+    inputs = {"texts": "list of str (SentenceTransformer.encode)"}
+    outputs = {"embedding": head.outputs["embedding"]}
+  else:
+    bits = 64 if fmt == "onnx" else 32
+    inputs = {k: v.format(bits=bits) for k, v in INPUTS_IDS.items()}
+    outputs = head.outputs
+  return {"format": fmt, "takes": "raw text" if fmt in ("savedmodel", "sentence-transformers") else "token ids",
+          "inputs": inputs, "outputs": outputs, "head": head.describe(), "labels": head.labels,
+          "tokenizer": tokenizer, "files": result.get("files", []),
+          "parity": {"max_abs_diff": result["max_abs_diff"], "tolerance": result["tolerance"],
+                     "texts": result["parity_texts"], "against": "python -m bert_jax.predict"},
+          "source": head.pre.directory}
+
+
+def readme(fmt: str, head, sig: dict, output: str) -> str:
+  name = os.path.basename(output.rstrip("/")) or "model"
+  lines = [f"# {name}: {head.kind} ({fmt})", "", _serve(fmt, head, name), "",
+           f"Exported by `python -m bert_jax.export {fmt}` from `{head.pre.directory}`. "
+           f"Parity with `python -m bert_jax.predict`: max |diff| {sig['parity']['max_abs_diff']:.2g} on "
+           f"{sig['parity']['texts']} texts (tolerance {sig['parity']['tolerance']:g}).", "",
+           "Inputs:", "", "```json", json.dumps(sig["inputs"], indent=2, ensure_ascii=False), "```", "",
+           "Outputs:", "", "```json", json.dumps(sig["outputs"], indent=2, ensure_ascii=False), "```", ""]
+  if head.labels:
+    lines += [f"Labels (in output order): {', '.join(head.labels)}", ""]
+  lines += ["The tokenizer, special tokens and limits are in `signature.json`.", ""]
+  return "\n".join(lines)
+
+
+def _serve(fmt: str, head, name: str) -> str:
+  if fmt == "savedmodel":
+    pair = ', "text_pair": ["..."]' if head.pairs else ""
+    sig = "pairs" if head.pairs else "serving_default"
+    return ("```bash\n"
+            f"mkdir -p serving/{name}/1 && cp -r savedmodel/* serving/{name}/1/\n"
+            f"docker run -p 8501:8501 -v \"$PWD/serving/{name}:/models/{name}\" -e MODEL_NAME={name} "
+            "tensorflow/serving\n"
+            f"curl -d '{{\"signature_name\": \"{sig}\", \"inputs\": {{\"text\": [\"...\"]{pair}}}}}' "
+            f"localhost:8501/v1/models/{name}:predict\n```\n\n"
+            "The graph uses TF-Text's ops (tokenizer) and XlaCallModule (the model): the serving binary must "
+            "carry both (not tried here: no docker on the machine that wrote this). In Python: "
+            "`import tensorflow_text` then `tf.saved_model.load(\"savedmodel\")`.")
+  if fmt == "onnx":
+    return ("```python\n"
+            "import numpy as np, onnxruntime as ort\n"
+            "from bert_jax.input_pipeline.tokenization import FullTokenizer   # or any BERT WordPiece tokenizer\n"
+            "tok = FullTokenizer(\"vocab.txt\", do_lower_case=...)          # signature.json: tokenizer\n"
+            "ids = np.array([[tok.vocab['[CLS]']] + tok.encode(\"some text\") + [tok.vocab['[SEP]']]], np.int64)\n"
+            "sess = ort.InferenceSession(\"model.onnx\")\n"
+            "out = sess.run(None, {\"input_ids\": ids, \"input_mask\": np.ones_like(ids), "
+            "\"segment_ids\": np.zeros_like(ids)})\n```")
+  if fmt == "stablehlo":
+    return ("```python\n"
+            "import jax, numpy as np\n"
+            "exp = jax.export.deserialize(bytearray(open(\"model.stablehlo\", \"rb\").read()))\n"
+            "out = exp.call(input_ids, input_mask, segment_ids)   # int32 [batch, length]; see signature.json\n```")
+  return ("```python\n"
+          "from sentence_transformers import SentenceTransformer\n"
+          f"vectors = SentenceTransformer(\"{name}\").encode([\"some text\"])\n```")

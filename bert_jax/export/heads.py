@@ -1,0 +1,203 @@
+"""What an export serves: the head of a checkpoint as one pure JAX function of token ids, its outputs, its
+tokenizer, and predict's answer on the same texts (the parity reference). No TensorFlow.
+
+    head = resolve_head(load_model("runs/ft_sst2"), task_head="auto")
+    head.kind                 # features | classification | regression | multilabel | ner | squad
+    head.apply(params, input_ids, input_mask, segment_ids)   # {"probabilities": [B, C]} (float32)
+    feats = head.featurize(texts, pairs)                    # what predict feeds the model (numpy int32)
+    ref = head.reference(texts, pairs)                      # predict's outputs on the same rows
+
+Outputs per kind (what `predict` returns, before it is made readable):
+  features        embedding [B, H] (pooling; L2-normalised when normalize)
+  classification  probabilities [B, C] (softmax; labels = the label list)
+  regression      score [B]
+  multilabel      probabilities [B, K] (independent sigmoids)
+  ner             tag_probabilities [B, T, C] (softmax per token; a word's tag is read at its first piece)
+  squad           start_logits, end_logits [B, T]
+A CRF tagger and multiple choice are refused: their answers are not a function of one row of token ids.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional, Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+from bert_jax.errors import UserError
+from bert_jax.finetune import model as fm
+from bert_jax.finetune.predict import Predictor, missing_pairs_warning, task_from_info
+from bert_jax.finetune.tasks import common
+from bert_jax.models import BertModel
+from bert_jax.models.heads import POOLINGS, pool
+from bert_jax.predict import FeatureExtractor, make_tokenizer, sentence_max_length, sentence_pipeline
+from bert_jax.pretrained import Pretrained
+
+KINDS = ("features", "classification", "regression", "multilabel", "ner", "squad")
+TASK_HEADS = ("auto", "task", "features")
+OUTPUTS = {
+    "features": {"embedding": "[batch, hidden] float32 sentence vector"},
+    "classification": {"probabilities": "[batch, num_labels] float32 softmax over `labels`"},
+    "regression": {"score": "[batch] float32"},
+    "multilabel": {"probabilities": "[batch, num_labels] float32 independent sigmoids over `labels`"},
+    "ner": {"tag_probabilities": "[batch, length, num_labels] float32 softmax per token over `labels`; a word's "
+                                 "tag is read at its first word piece"},
+    "squad": {"start_logits": "[batch, length] float32", "end_logits": "[batch, length] float32"},
+}
+
+
+def _l2(v):
+  return v / jnp.maximum(jnp.linalg.norm(v, axis=-1, keepdims=True), 1e-12)
+
+
+@dataclasses.dataclass
+class ServingHead:
+  """A checkpoint's head as served (see the module docstring)."""
+  pre: Pretrained
+  kind: str
+  labels: Optional[List[str]]
+  pooling: str
+  normalize: bool
+  max_seq_length: int
+  pairs: bool                      # the model was trained on text pairs (squad: question, context)
+  truncation: str = "head"
+  max_query_length: int = 64       # squad
+  task: object = None
+
+  @property
+  def outputs(self) -> Dict[str, str]:
+    return OUTPUTS[self.kind]
+
+  @property
+  def params(self) -> dict:
+    return {"bert": self.pre.params["bert"]} if self.kind == "features" else self.pre.params
+
+  def apply_fn(self):
+    """(params, input_ids, input_mask, segment_ids) -> {output: float32 array}: the exported function."""
+    cfg = self.pre.config.replace(dtype="float32", scan_layers=False)
+    kind, pooling, normalize = self.kind, self.pooling, self.normalize
+    if kind == "features":
+      model = BertModel(cfg)
+
+      def features(params, input_ids, input_mask, segment_ids):
+        enc = model.apply({"params": params["bert"]}, input_ids, input_mask, segment_ids, deterministic=True)
+        v = pool(enc, input_mask, pooling).astype(jnp.float32)
+        return {"embedding": _l2(v) if normalize else v}
+      return features
+    model = fm.build_model(self.task, cfg)
+
+    def task_head(params, input_ids, input_mask, segment_ids):
+      out = fm.apply_model(model, params, {"input_ids": input_ids, "input_mask": input_mask,
+                                           "segment_ids": segment_ids})
+      return transform(kind, {k: v.astype(jnp.float32) for k, v in out.items()}, jnp)
+    return task_head
+
+  # ---- inputs as predict builds them ------------------------------------------------------------------
+  def tokenizer(self):
+    return make_tokenizer(self.pre)
+
+  def featurize(self, texts: Sequence[str], pairs: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
+    """input_ids, input_mask, segment_ids [N, max_seq_length] int32, exactly as predict tokenizes (the first
+    window of a long SQuAD context / NER sentence)."""
+    tok = self.tokenizer()
+    if self.kind == "features":
+      cls, sep = tok.vocab["[CLS]"], tok.vocab["[SEP]"]
+      rows = [[cls] + tok.encode(t)[:self.max_seq_length - 2] + [sep] for t in texts]
+      return common.model_inputs(rows, [[0] * len(r) for r in rows], self.max_seq_length)
+    examples = self.task.text_examples(list(texts), None if pairs is None else list(pairs))
+    feats = self.task.featurize(examples, tok, self.max_seq_length)
+    first = np.unique(np.asarray(feats.get("example_index", np.arange(len(texts)))), return_index=True)[1]
+    return {k: np.asarray(feats[k])[first] for k in ("input_ids", "input_mask", "segment_ids")}
+
+  def reference(self, texts: Sequence[str], pairs: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
+    """predict's outputs on `texts` (float32 numpy, one row per text): FeatureExtractor.encode for features,
+    the fine-tuned Predictor's head outputs (made probabilities as above) for the task heads."""
+    if self.kind == "features":
+      fx = FeatureExtractor(self.pre.directory, pooling=self.pooling, normalize=self.normalize,
+                            max_seq_length=self.max_seq_length, pre=self.pre)
+      return {"embedding": fx.encode(list(texts))}
+    p = Predictor(self.pre, batch_size=8)
+    feats = self.featurize(texts, pairs)
+    feats["example_weight"] = np.ones(len(texts), np.float32)
+    return transform(self.kind, p._outputs(feats), np)
+
+  def describe(self) -> dict:
+    """signature.json's head part."""
+    d = {"kind": self.kind, "outputs": self.outputs, "labels": self.labels, "max_seq_length": self.max_seq_length,
+         "pairs": self.pairs}
+    if self.kind in ("features", "classification", "regression", "multilabel"):
+      d["pooling"] = self.pooling
+    if self.kind == "features":
+      d["normalize"] = self.normalize
+    if self.kind == "squad":
+      d["max_query_length"] = self.max_query_length
+    return d
+
+
+def transform(kind: str, out: dict, xp) -> Dict:
+  """A head's raw outputs -> the served ones (xp: jax.numpy or numpy)."""
+  def softmax(x):
+    e = xp.exp(x - xp.max(x, axis=-1, keepdims=True))
+    return e / xp.sum(e, axis=-1, keepdims=True)
+  if kind == "classification":
+    return {"probabilities": softmax(out["logits"])}
+  if kind == "regression":
+    return {"score": out["logits"][:, 0]}
+  if kind == "multilabel":
+    return {"probabilities": 1.0 / (1.0 + xp.exp(-out["logits"]))}
+  if kind == "ner":
+    return {"tag_probabilities": softmax(out["logits"])}
+  if kind == "squad":
+    return {"start_logits": out["start_logits"], "end_logits": out["end_logits"]}
+  raise ValueError(kind)
+
+
+def resolve_head(pre: Pretrained, task_head: str = "auto", pooling: Optional[str] = None,
+                 normalize: Optional[bool] = None, max_seq_length: Optional[int] = None) -> ServingHead:
+  """The head an export serves, every choice checked here (one UserError each)."""
+  if task_head not in TASK_HEADS:
+    raise UserError(f"--task_head={task_head!r}; expected one of {', '.join(TASK_HEADS)}")
+  if "bert" not in pre.params:
+    raise UserError(f"{pre.directory}: no encoder parameters (params['bert'])")
+  info = pre.finetune_info or {}
+  if task_head == "task" and not info:
+    raise UserError(f"--task_head=task: {pre.directory} is not fine-tuned (no finetune_info.json); its only head "
+                    "is features")
+  limit = int(pre.config.max_position_embeddings)
+  if max_seq_length is not None and not 2 <= int(max_seq_length) <= limit:
+    raise UserError(f"--max_seq_length={max_seq_length}; expected 2..{limit} (the model's position table)")
+  use_task = bool(info) and task_head != "features" and info.get("kind") != "embedding"
+  if not use_task:
+    default_pool, default_norm = sentence_pipeline(pre)
+    pooling = pooling or default_pool
+    if pooling not in POOLINGS:
+      raise UserError(f"--pooling={pooling!r}; expected one of {', '.join(POOLINGS)}")
+    msl = int(max_seq_length or info.get("max_seq_length") or min(sentence_max_length(pre), limit))
+    return ServingHead(pre, "features", None, pooling, default_norm if normalize is None else bool(normalize),
+                       msl, pairs=False)
+  if pooling or normalize is not None:
+    raise UserError("--pooling / --normalize apply to --task_head=features; the task head keeps the pooling it "
+                    f"was fine-tuned with ({info.get('pooling', 'cls')})")
+  task = task_from_info(info)
+  kind = task.kind
+  if getattr(task, "takes_choices", False):
+    raise UserError(f"the {info['task']} head (multiple choice) cannot be exported: its rows are [choices, length]; "
+                    "export --task_head=features, or serve it with python -m bert_jax.predict classify")
+  if getattr(task, "crf", False):
+    raise UserError(f"the {info['task']} head is a CRF tagger: its Viterbi decode is not exported; export "
+                    "--task_head=features, or fine-tune with a softmax head (crf=False)")
+  if kind not in KINDS:
+    raise UserError(f"the {info['task']} head (kind {kind!r}) has no serving form; kinds that export: "
+                    f"{', '.join(KINDS)} (--task_head=features exports the encoder)")
+  trained = int(info["max_seq_length"])
+  msl = int(max_seq_length or trained)
+  pairs = kind == "squad" or _trained_on_pairs(task, info)
+  return ServingHead(pre, kind, None if task.label_list is None else list(task.label_list),
+                     getattr(task, "pooling", "cls"), False, msl, pairs,
+                     truncation=getattr(task, "truncation", "head"),
+                     max_query_length=int(getattr(task, "max_query_length", 64)), task=task)
+
+
+def _trained_on_pairs(task, info: dict) -> bool:
+  return missing_pairs_warning(task, info) is not None

