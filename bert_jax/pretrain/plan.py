@@ -38,7 +38,7 @@ import jax
 
 from bert_jax.errors import UserError
 from bert_jax import fileio
-from bert_jax.input_pipeline import checks
+from bert_jax.input_pipeline import checks, tokenization
 from bert_jax.input_pipeline.data_plan import Phase, PretrainData, phase_fields, resolve_data_plan
 from bert_jax.models import BertConfig, objectives
 from bert_jax.models.objectives import OBJECTIVES, Objective
@@ -242,6 +242,8 @@ def _warn_other_vocab(given: str, workdir_vocab: str) -> None:
   that is missing or has other tokens is not used, and a warning says so (it was dropped without a word)."""
   if not given:
     return
+  if tokenization.is_tokenizer_json(given):   # copied as tokenizer.json beside the work dir's vocab.txt
+    workdir_vocab = fileio.join(fileio.dirname(workdir_vocab), tokenization.TOKENIZER_JSON)
   try:
     why = None if fileio.read_bytes(given) == fileio.read_bytes(workdir_vocab) else "has other tokens"
   except OSError as e:
