@@ -121,11 +121,15 @@ def get_config(arg=None):
   config.num_train_steps = 1_000_000
   config.warmup_steps = 10_000
   config.optimizer = ml_collections.ConfigDict()
-  config.optimizer.name = "adamw"                  # adamw | lamb
+  config.optimizer.name = "adamw"                  # adamw | lamb | stable_adamw (AdamW + per-tensor update
+                                                   # clipping, decoupled decay: engine/optimizers.py)
   config.optimizer.learning_rate = 1e-4            # peak learning rate after warmup
   config.optimizer.schedule = "linear"             # linear | polynomial: decay after warmup; google: Google's
                                                    # optimization.py (decay over all steps from 0, warmup
-                                                   # overriding it, no bias correction)
+                                                   # overriding it, no bias correction); wsd: warmup, stable
+                                                   # peak, decay over the last decay_fraction of the steps
+  config.optimizer.decay_fraction = 0.1            # wsd: share of the steps that decay (at the end)
+  config.optimizer.decay_shape = "linear"          # wsd: linear | 1-sqrt
   config.optimizer.power = 1.0                     # polynomial decay power (LAMB recipe: 0.5)
   config.optimizer.weight_decay = 0.01             # decoupled, not on LayerNorm or biases
   config.optimizer.b1 = 0.9

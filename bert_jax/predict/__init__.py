@@ -121,7 +121,7 @@ class FillMask:
     if MASK not in self.tokenizer.vocab:
       raise UserError(f"{self.pre.vocab_file} has no {MASK} token")
     self.mask_id = self.tokenizer.vocab[MASK]
-    self.inv_vocab = {i: t for t, i in self.tokenizer.vocab.items()}
+    self.inv_vocab = self.tokenizer.inv_vocab   # a tokenizer.json's own token names, not BERT's aliases
     self.batch_size = int(batch_size)
     self.max_seq_length = cap_seq_length(max_seq_length, self.pre)
     cfg = self.pre.config.replace(dtype=compute_dtype("auto"), scan_layers=False)
