@@ -118,6 +118,10 @@ def get_config(arg=None):
   # Optimisation. batch_size is global (all hosts); per-host batch = batch_size / process_count.
   config.batch_size = 256
   config.grad_accum_steps = 1                      # micro-batches per step (batch_size must divide)
+  config.batch_warmup_steps = 0                    # batch-size warmup: the gradient of a batch growing from
+                                                   # batch_warmup_start x batch_size to batch_size over these
+                                                   # steps (0 = off; MLM only: pretrain/batch_warmup.py)
+  config.batch_warmup_start = 0.25                 # share of batch_size that counts at step 0
   config.num_train_steps = 1_000_000
   config.warmup_steps = 10_000
   config.optimizer = ml_collections.ConfigDict()
