@@ -18,6 +18,10 @@ Variants after the colon, comma-separated (read by configs/common.py; presets ar
   preset=albert                             ALBERT (Lan et al. 2020): factorised embeddings E = 128, one layer
                                             shared by all, SOP, LAMB lr 0.00176 x 4096 x 512, 125k steps, no
                                             dropout (v2), n-gram masking approximated by spans of <= 3 words
+  preset=modernbert                         ModernBERT (Warner et al. 2024) on model.encoder=modernbert: MLM at
+                                            30% on packed rows, StableAdamW lr 8e-4, warmup-stable-decay
+                                            (1-sqrt), batch warmup 768 -> 4,608, 1,024 tokens then 8,192 with
+                                            the global rotary θ raised to 160,000
   fast                                      attention dropout 0 so the fused attention kernel (cuDNN on
                                             GPUs, Pallas flash on TPUs) can run: a deviation from BERT,
                                             measured in experiments/fast_attention.md
