@@ -283,3 +283,14 @@ def test_build_vocab_bpe_flag_mistakes_are_one_error_line(tmp_path):
   assert "\n" not in str(e.value) and "--output=" in str(e.value) and "expected a tokenizer.json" in str(e.value)
   with pytest.raises(build_vocab.VocabSizeError):
     build_vocab.build_vocab(str(corpus), 100, str(tmp_path / "t.json"), verbose=False, model="bpe")
+
+
+def test_a_params_dir_with_only_tokenizer_json_names_it_as_its_vocab(bpe_json, tmp_path):
+  """As import-hf writes an imported ModernBERT: tokenizer.json, no vocab.txt; its embeddings may have more rows
+  than the tokenizer has ids (ModernBERT: 50,280 ids, 50,368 rows)."""
+  (tmp_path / "tokenizer.json").write_bytes(open(bpe_json, "rb").read())
+  own = params_dir.vocab_path(str(tmp_path))
+  assert own == str(tmp_path / "tokenizer.json") and tokenization.tokenizer_kind(own) == "bpe"
+  assert pretrained_load.check_vocab_matches(2048, str(tmp_path), own) == 2048
+  with pytest.raises(UserError, match="vocab size mismatch"):
+    pretrained_load.check_vocab_matches(1999, str(tmp_path), own)

@@ -178,8 +178,13 @@ def is_params_dir(directory: str) -> bool:
 
 
 def vocab_path(directory: str) -> Optional[str]:
-  path = fileio.join(directory, VOCAB_NAME)
-  return path if fileio.exists(path) else None
+  """DIR/vocab.txt, else DIR/tokenizer.json (an imported ModernBERT's byte-level BPE, which no vocab.txt stands
+  for: named as the vocab, it tokenizes through tokenization.JsonTokenizer), else None."""
+  for name in (VOCAB_NAME, tokenization.TOKENIZER_JSON):
+    path = fileio.join(directory, name)
+    if fileio.exists(path):
+      return path
+  return None
 
 
 def load_params_dir(directory: str) -> Tuple[BertConfig, dict, Optional[str]]:
