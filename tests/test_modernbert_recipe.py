@@ -168,3 +168,48 @@ def test_train_py_with_the_modernbert_preset_runs_its_phases_and_resumes(files, 
   rows = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8")]
   steps = [r["step"] for r in rows if "mlm_loss" in r]
   assert steps[-1] == 6 and 4 in steps and all(np.isfinite(r["mlm_loss"]) for r in rows if "mlm_loss" in r)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _has_modernbert(), reason="the modernbert encoder family is not in this checkout")
+def test_continued_pretraining_from_an_imported_modernbert_uses_its_tokenizer_json(files, tmp_path):
+  """import-hf of a (random) ModernBertForMaskedLM whose folder ships a byte-level BPE tokenizer.json and more
+  embedding rows than token ids, then preset=modernbert with init_checkpoint and no vocab_file: the run
+  tokenizes with the checkpoint's tokenizer.json; a WordPiece vocab_file with it is one error line."""
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  from bert_jax.convert import hf_modernbert
+  from bert_jax.input_pipeline import build_vocab
+  from bert_jax.pretrain import loop as pretrain
+  del torch
+  corpus, wordpiece = files
+  folder, params = tmp_path / "hf", tmp_path / "params"
+  tok_json = str(tmp_path / "tokenizer.json")
+  build_vocab.build_vocab(corpus, 300, tok_json, do_lower_case=False, verbose=False, model="bpe")
+  hf_cfg = transformers.ModernBertConfig(vocab_size=320, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                                         num_attention_heads=2, max_position_embeddings=128, local_attention=16,
+                                         pad_token_id=0, cls_token_id=2, sep_token_id=3)
+  transformers.ModernBertForMaskedLM(hf_cfg).save_pretrained(str(folder))
+  (folder / "tokenizer.json").write_bytes(open(tok_json, "rb").read())
+  hf_modernbert.import_hf_modernbert(str(folder), str(params))
+
+  def config(**changes):
+    c = pretrain_config.get_config("tiny,runlocal,preset=modernbert")
+    c.init_checkpoint, c.data.input_files, c.data.vocab_file = str(params), corpus, ""
+    c.data.phases, c.data.max_seq_length, c.data.max_predictions_per_seq = (), 32, 8
+    c.batch_size, c.num_train_steps, c.warmup_steps, c.batch_warmup_steps = 8, 2, 0, 0
+    c.checkpoint_every_steps, c.log_every_steps, c.progress_bar = 2, 1, False
+    for k, v in changes.items():
+      setattr(c.data, k, v)
+    return c
+
+  with pytest.raises(UserError) as e:
+    pretrain.train_and_evaluate(config(vocab_file=wordpiece), str(tmp_path / "wrong"))
+  assert "\n" not in str(e.value) and "was trained with a BPE tokenizer.json" in str(e.value)
+  workdir = str(tmp_path / "run")
+  pretrain.train_and_evaluate(config(), workdir)
+  plan = json.load(open(os.path.join(workdir, "plan.json"), encoding="utf-8"))
+  assert plan["vocab_file"] == str(params / "tokenizer.json") and plan["model"]["vocab_size"] == 320
+  assert os.path.exists(os.path.join(workdir, "tokenizer.json"))
+  rows = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8")]
+  assert [r["step"] for r in rows if "mlm_loss" in r][-1] == 2
