@@ -148,6 +148,7 @@ def test_token_classification_logits_match_transformers(tmp_path):
   assert _max_diff(ours, want, mask) < TOL
 
 
+@pytest.mark.slow   # ~8 s: three saves and imports of the same model
 def test_bare_model_with_layer_types_and_rope_parameters_from_sharded_safetensors_and_a_bin(tmp_path):
   cfg = _hf_config(num_hidden_layers=3, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
                    rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 5000.0},

@@ -34,7 +34,12 @@ RUNTIME_FIELDS = ("dtype", "param_dtype", "attention_impl", "scan_layers", "rema
 # The architecture fields a run config may set over the size table (random init only).
 ARCHITECTURE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "encoder",
                        "layer_norm_type", "max_position_embeddings", "hidden_act", "type_vocab_size",
-                       "initializer_range", "layer_norm_eps", "embedding_size", "share_layers")
+                       "initializer_range", "layer_norm_eps", "embedding_size", "share_layers",
+                       # ModernBERT's (models/encoders/modernbert.py)
+                       "position_embedding_type", "norm_eps", "norm_bias", "attention_bias", "mlp_bias",
+                       "decoder_bias", "classifier_bias", "classifier_activation", "classifier_pooling",
+                       "local_attention", "global_attn_every_n_layers", "layer_types", "global_rope_theta",
+                       "local_rope_theta")
 
 # Keys of Google's bert_config.json (also a subset of Hugging Face's config.json).
 _GOOGLE_KEYS = (
