@@ -22,6 +22,11 @@ falls back to this module; tests check that all of them give identical ids.
 SentencePiece vocabularies (the English ALBERTs, albert-*-v2): `load_tokenizer(vocab_file)` returns a
 `SentencePieceTokenizer` when a Hugging Face tokenizer.json holding a Unigram model sits beside vocab.txt
 (import-hf puts it there), with the same interface; its ids equal transformers' AlbertTokenizerFast's.
+
+A Hugging Face tokenizer.json (ModernBERT's byte-level BPE): `load_tokenizer` returns a `JsonTokenizer`, the
+same interface again, when `vocab_file` is the tokenizer.json itself or a vocab.txt with a BPE tokenizer.json
+beside it (`bpe_json`); `load_vocab` returns its `JsonVocab` (ids, its own special tokens under BERT's names,
+its word-continuation table for whole-word masking). Its ids equal transformers' PreTrainedTokenizerFast's.
 """
 
 from __future__ import annotations
