@@ -17,7 +17,8 @@ A byte-level BPE tokenizer.json instead (ModernBERT's kind of tokenizer; `vocab_
         --output=tokenizer.json [--no-do_lower_case]
 
 It is GPT-2's byte-level BPE as ModernBERT's: no unknown token (every byte has a piece), a space before a word
-kept in its first piece ("Ġword"), the BERT-style specials [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4 and a
+kept in its first piece ("Ġword"), the BERT-style specials [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4 ([MASK]
+takes the space before it, as ModernBERT's) and a
 post-processor that adds "[CLS] A [SEP]" / "[CLS] A [SEP] B [SEP]", trained by the `tokenizers` BPE trainer;
 `--do_lower_case` adds a Lowercase normaliser. transformers' PreTrainedTokenizerFast(tokenizer_file=...) loads it.
 """
@@ -63,13 +64,16 @@ def _train_with_tokenizers(lines: List[str], vocab_size: int, do_lower_case: boo
 def train_bpe(lines: Iterable[str], vocab_size: int, do_lower_case: bool, min_frequency: int):
   """A byte-level BPE `tokenizers.Tokenizer` trained on `lines` (module docstring)."""
   # lazy: Hugging Face `tokenizers` is optional for WordPiece vocabs, needed for a tokenizer.json
-  from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers  # pylint: disable=g-import-not-at-top
+  from tokenizers import (AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers,  # pylint: disable=g-import-not-at-top
+                          processors, trainers)
   tok = Tokenizer(models.BPE())
   if do_lower_case:
     tok.normalizer = normalizers.Lowercase()
   tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
   tok.decoder = decoders.ByteLevel()
-  trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS,
+  # [MASK] takes the space before it, as ModernBERT's and RoBERTa's ("is [MASK]" -> "is", "[MASK]")
+  specials = [AddedToken(t, lstrip=t == tokenization.MASK, special=True) for t in SPECIAL_TOKENS]
+  trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=specials,
                                 initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
   tok.train_from_iterator(lines, trainer=trainer)
   cls, sep = tok.token_to_id(tokenization.CLS), tok.token_to_id(tokenization.SEP)

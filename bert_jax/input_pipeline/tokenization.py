@@ -840,6 +840,8 @@ class JsonTokenizer:
     tok.tokenize_with_offsets(text)            # pieces and [start, end) character spans in `text`
   """
 
+  reads_special_tokens = True   # encode() keeps a special token written in the text ("[MASK]") as that token
+
   def __init__(self, tokenizer_json: str, vocab_file: Optional[str] = None, do_lower_case: bool = True,
                required_tokens: Sequence[str] = SPECIAL_TOKENS, **unused):
     from tokenizers import Tokenizer   # lazy: the `tokenizers` library is needed only for tokenizer.json

@@ -140,11 +140,16 @@ class FillMask:
     pieces = text.split(MASK)
     if len(pieces) < 2:
       raise UserError(f"the text has no {MASK}: {text!r}")
-    ids = []
-    for i, piece in enumerate(pieces):
-      if i:
-        ids.append(self.mask_id)
-      ids.extend(self.tokenizer.encode(piece))
+    if getattr(self.tokenizer, "reads_special_tokens", False):
+      # a tokenizer.json finds [MASK] in the text itself, with its own rules (ModernBERT's absorbs the space
+      # before it), as transformers' pipeline does
+      ids = self.tokenizer.encode(text)
+    else:
+      ids = []
+      for i, piece in enumerate(pieces):
+        if i:
+          ids.append(self.mask_id)
+        ids.extend(self.tokenizer.encode(piece))
     cls, sep = self.tokenizer.vocab["[CLS]"], self.tokenizer.vocab["[SEP]"]
     if len(ids) + 2 > self.max_seq_length:
       raise UserError(f"the text has {len(ids) + 2} tokens, more than max_seq_length={self.max_seq_length}")
