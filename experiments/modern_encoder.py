@@ -4,7 +4,7 @@ r"""BERT against the modern encoder family (ModernBERT) at equal CPU compute, on
       # full: tiny and mini, 2,400 BERT steps of 32 x 64 tokens, every arm at equal FLOPs, 5 fine-tuning seeds
       # per task to convergence (early stopping on dev), step times at 128 / 512 / 2,048 tokens (hours)
   python -m experiments.modern_encoder --scale=reduced --workdir=/tmp/modern_r --output=/tmp/modern_r/m.md
-      # tiny, 150 BERT steps, 3 seeds, capped fine-tuning on a data subset: a pipeline check, not the comparison
+      # tiny, 60 BERT steps, 3 seeds, 40 fine-tuning steps on a data subset: a pipeline check, not the comparison
   python -m experiments.modern_encoder --quick --workdir=/tmp/modern_q      # smoke (tests/test_experiments_cli.py)
 
 Protocol (every number of the generated page comes from one run of this script; raw results in the JSON):
@@ -64,12 +64,14 @@ def settings(scale: str) -> dict:
   common = dict(seq=SEQ, eval_batch=64)
   if scale == "quick":
     return dict(common, sizes=("tiny",), budget=6, seeds=2, epochs=1, patience=1, evals=1, max_ft_steps=4,
-                timing=(128,), timing_steps=1, eval_batches=2, data=dict(train=120, dev=40, test=40, ner_train=80),
+                timing=(128,), timing_steps=1, eval_batches=2,
+                data=dict(train=120, dev=40, test=40, ner_train=80, qa=dict(train=120, dev=40, test=40)),
                 corpus_bytes=100_000)
-  if scale == "reduced":
-    return dict(common, sizes=("tiny",), budget=150, seeds=3, epochs=2, patience=2, evals=2, max_ft_steps=120,
-                timing=(128, 512, 2048), timing_steps=3, eval_batches=8,
-                data=dict(train=1500, dev=300, test=300, ner_train=1000), corpus_bytes=1_500_000)
+  if scale == "reduced":   # what ~15 minutes of a loaded 2-core machine allow: a pipeline check
+    return dict(common, sizes=("tiny",), budget=60, seeds=3, epochs=1, patience=2, evals=2, max_ft_steps=40,
+                timing=(128, 512, 2048), timing_steps=2, eval_batches=8,
+                data=dict(train=800, dev=200, test=200, ner_train=600, qa=dict(train=600, dev=150, test=150)),
+                corpus_bytes=1_000_000)
   return dict(common, sizes=("tiny", "mini"), budget=2400, seeds=5, epochs=10, patience=3, evals=2, max_ft_steps=-1,
               timing=(128, 512, 2048), timing_steps=5, eval_batches=32, data=None, corpus_bytes=0)
 
@@ -378,7 +380,7 @@ def parse_args(argv=None):
                  "full scale, WORKDIR/modern_encoder.md otherwise)")
   p.add_argument("--results", default="", help="results JSON (default: next to --output)")
   p.add_argument("--scale", default="full", choices=("full", "reduced"),
-                 help="full: the protocol; reduced: tiny, 150 BERT steps, 3 seeds, capped fine-tuning (a check)")
+                 help="full: the protocol; reduced: tiny, 60 BERT steps, 3 seeds, 40 fine-tuning steps (a check)")
   p.add_argument("--quick", action="store_true", help="a smoke run of a few steps on a data subset")
   p.add_argument("--stages", default=",".join(STAGES), help="comma-separated: pretrain, downstream, timing")
   p.add_argument("--redo", action="store_true", help="rerun what the results JSON already holds")

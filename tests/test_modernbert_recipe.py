@@ -213,3 +213,24 @@ def test_continued_pretraining_from_an_imported_modernbert_uses_its_tokenizer_js
   assert os.path.exists(os.path.join(workdir, "tokenizer.json"))
   rows = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8")]
   assert [r["step"] for r in rows if "mlm_loss" in r][-1] == 2
+
+
+def test_modern_encoder_experiment_checks_its_flags_first_and_reports_every_arm(tmp_path):
+  from experiments import modern_encoder
+  with pytest.raises(UserError, match="--stages='bogus'"):
+    modern_encoder.main([f"--workdir={tmp_path / 'w'}", "--stages=bogus"])
+  assert not (tmp_path / "w").exists()
+  rows = {f"tiny/{a}": {"arm": a, "size": "tiny", "run": f"tiny_{a}", "steps": s, "flops": 1e12, "flops_per_step": 1e9}
+          for a, s in (("bert", 100), ("arch", 80), ("modernbert", 80))}
+  down = {"tiny_bert/sentiment": {"test": 0.80, "spread": 0.02}, "tiny_modernbert/sentiment": {"test": 0.75,
+                                                                                                 "spread": 0.01}}
+  pre = {"tiny_bert": {"heldout": {"mlm_accuracy": 0.12}, "seconds_per_step": 0.1},
+         "tiny_modernbert": {"heldout": {"mlm_accuracy": 0.10}, "seconds_per_step": 0.2}}
+  out = tmp_path / "m.md"
+  modern_encoder.write_markdown({"scale": "reduced", "settings": modern_encoder.settings("reduced"), "rows": rows,
+                                 "downstream": down, "pretrain": pre,
+                                 "step_times": {"tiny/bert": {"128": 0.5, "2048": 2.0}}}, str(out))
+  text = out.read_text(encoding="utf-8")
+  assert "| tiny | BERT, preset=budget | 100 | 1,000 | 0.100 | 0.1200 | 80.0 ± 1.0 | – | – |" in text
+  assert "held-out MLM -2.0 points; sentiment -5.0 (beyond the spread 2.0)" in text
+  assert "| tiny | BERT, preset=budget | 0.500 | 2.000 |" in text
