@@ -606,8 +606,13 @@ WORD_START_MARKERS = ("\u0120", "\u2581")
 
 
 def is_tokenizer_json(path) -> bool:
-  """A vocab path naming a Hugging Face tokenizer.json (by its .json suffix)."""
-  return bool(path) and str(path).lower().endswith(".json")
+  """A vocab path naming a Hugging Face tokenizer.json: a .json file holding a "model" object (a local file is
+  looked into; a remote one is taken at its suffix). Another .json stays a vocab file, refused as one."""
+  if not path or not str(path).lower().endswith(".json"):
+    return False
+  if "://" in str(path) or not os.path.isfile(path):
+    return True
+  return _model_type(os.path.abspath(path), os.path.getmtime(path)) is not None
 
 
 def bpe_json(vocab_file: str) -> Optional[str]:
@@ -618,7 +623,7 @@ def bpe_json(vocab_file: str) -> Optional[str]:
     return None
   if is_tokenizer_json(vocab_file):
     return vocab_file
-  if "://" in str(vocab_file):
+  if "://" in str(vocab_file) or str(vocab_file).lower().endswith(".json"):
     return None
   path = os.path.join(os.path.dirname(os.path.abspath(vocab_file)), TOKENIZER_JSON)
   if not os.path.isfile(path):
