@@ -166,7 +166,7 @@ def finetune(name: str, init_dir: str, size: str, data_dir: str, s: dict, workdi
   model = runs.ModelSpec(size=size)
   for key, task, sub in TASKS:
     row = f"{name}/{key}"
-    if row in down and not redo:
+    if row in down and not redo and down[row].get("test") is not None:
       continue
     path = os.path.join(data_dir, sub)
     rows = _qa_examples(path) if task == "squad_v1" else runs.count_rows(path, task)
@@ -178,6 +178,7 @@ def finetune(name: str, init_dir: str, size: str, data_dir: str, s: dict, workdi
     config.early_stopping_patience = int(s["patience"])
     if task == "squad_v1":
       config.doc_stride = 64
+      config.test_splits = "test"           # the QA set has a test split; the SQuAD task scores dev by default
     out = os.path.join(workdir, "finetune", name, key)
     if os.path.isdir(out):
       shutil.rmtree(out)
