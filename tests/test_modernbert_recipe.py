@@ -213,6 +213,17 @@ def test_continued_pretraining_from_an_imported_modernbert_uses_its_tokenizer_js
   assert os.path.exists(os.path.join(workdir, "tokenizer.json"))
   rows = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8")]
   assert [r["step"] for r in rows if "mlm_loss" in r][-1] == 2
+  # predict fill-mask on the run: the tokenizer.json finds [MASK] in the text (taking the space before it) and
+  # the candidates carry its own token names
+  from bert_jax.input_pipeline import tokenization
+  from bert_jax.predict import FillMask
+  fill = FillMask(workdir, batch_size=1, max_seq_length=32)
+  tok = tokenization.load_tokenizer(tok_json)
+  text = "the cat sat on the [MASK] ."
+  assert fill.encode(text) == [2] + tok.encode("the cat sat on the") + [4] + tok.encode(" .") + [3]
+  (out,) = fill.predict([text], top_k=3)
+  assert [c["token"] for c in out["masks"][0]["candidates"]] == tok.convert_ids_to_tokens(
+      [c["id"] for c in out["masks"][0]["candidates"]])
 
 
 def test_modern_encoder_experiment_checks_its_flags_first_and_reports_every_arm(tmp_path):
