@@ -191,12 +191,27 @@ def finetune(name: str, init_dir: str, size: str, data_dir: str, s: dict, workdi
                  "spread": (max(tests) - min(tests)) if tests else None, "seeds": len(tests),
                  "seconds": round(time.time() - t0, 1)}
     res.save()
-    print(f"  {row}: test median {_pct(down[row]['test'])} (spread {_pct(down[row]['spread'])}, {len(tests)} seeds, "
+    shown = _score(down, name, key) or {}
+    print(f"  {row}: test median {_pct(shown.get('test'))} (spread {_pct(shown.get('spread'))}, {len(tests)} seeds, "
           f"{down[row]['seconds']:.0f} s)", flush=True)
 
 
 def _pct(x) -> str:
   return "–" if x is None else f"{100 * x:.1f}"
+
+
+def _score(down: dict, run: str, task: str) -> Optional[dict]:
+  """A row's result with test, spread and tests as fractions (the SQuAD scorer reports percent: its task's
+  metrics_in_percent), or None when it has no test score."""
+  from bert_jax.finetune.tasks import get_task
+  d = down.get(f"{run}/{task}")
+  if not d or d.get("test") is None:
+    return None
+  kind = dict((k, t) for k, t, _ in TASKS)[task]
+  if not get_task(kind).metrics_in_percent:
+    return d
+  return dict(d, test=d["test"] / 100, spread=None if d.get("spread") is None else d["spread"] / 100,
+              tests=[x / 100 for x in d.get("tests", [])])
 
 
 def step_times(arm: str, size: str, vocab_size: int, inputs: str, vocab: str, s: dict) -> Dict[str, float]:
@@ -329,7 +344,7 @@ def write_markdown(data: dict, output: str) -> None:
     sps, held = e.get("seconds_per_step"), (e.get("heldout") or {}).get("mlm_accuracy")
     lines.append(f"| {row['size']} | {ARMS[row['arm']][0]} | {row['steps']} | {row['flops'] / 1e9:,.0f} | "
                  f"{'–' if not sps else f'{sps:.3f}'} | {'–' if held is None else f'{held:.4f}'} | "
-                 + " | ".join(fmt(down.get(f"{row['run']}/{t}")) for t, _, _ in TASKS) + " |")
+                 + " | ".join(fmt(_score(down, row["run"], t)) for t, _, _ in TASKS) + " |")
   times = data.get("step_times", {})
   if times:
     lengths = sorted({int(k) for v in times.values() for k in v})
@@ -363,8 +378,8 @@ def verdict(data: dict) -> List[str]:
     if a and b:
       parts.append(f"held-out MLM {100 * (a['mlm_accuracy'] - b['mlm_accuracy']):+.1f} points")
     for task, _, _ in TASKS:
-      x, y = down.get(f"{row['run']}/{task}"), down.get(f"{ref['run']}/{task}")
-      if not x or not y or x.get("test") is None or y.get("test") is None:
+      x, y = _score(down, row["run"], task), _score(down, ref["run"], task)
+      if not x or not y:
         parts.append(f"{task}: not run")
         continue
       delta, spread = x["test"] - y["test"], max(x.get("spread") or 0, y.get("spread") or 0)

@@ -234,7 +234,8 @@ def test_modern_encoder_experiment_checks_its_flags_first_and_reports_every_arm(
   rows = {f"tiny/{a}": {"arm": a, "size": "tiny", "run": f"tiny_{a}", "steps": s, "flops": 1e12, "flops_per_step": 1e9}
           for a, s in (("bert", 100), ("arch", 80), ("modernbert", 80))}
   down = {"tiny_bert/sentiment": {"test": 0.80, "spread": 0.02}, "tiny_modernbert/sentiment": {"test": 0.75,
-                                                                                                 "spread": 0.01}}
+                                                                                                 "spread": 0.01},
+          "tiny_bert/qa": {"test": 35.0, "spread": 2.0}}       # the SQuAD scorer's percent
   pre = {"tiny_bert": {"heldout": {"mlm_accuracy": 0.12}, "seconds_per_step": 0.1},
          "tiny_modernbert": {"heldout": {"mlm_accuracy": 0.10}, "seconds_per_step": 0.2}}
   out = tmp_path / "m.md"
@@ -242,6 +243,6 @@ def test_modern_encoder_experiment_checks_its_flags_first_and_reports_every_arm(
                                  "downstream": down, "pretrain": pre,
                                  "step_times": {"tiny/bert": {"128": 0.5, "2048": 2.0}}}, str(out))
   text = out.read_text(encoding="utf-8")
-  assert "| tiny | BERT, preset=budget | 100 | 1,000 | 0.100 | 0.1200 | 80.0 ± 1.0 | – | – |" in text
+  assert "| tiny | BERT, preset=budget | 100 | 1,000 | 0.100 | 0.1200 | 80.0 ± 1.0 | – | 35.0 ± 1.0 |" in text
   assert "held-out MLM -2.0 points; sentiment -5.0 (beyond the spread 2.0)" in text
   assert "| tiny | BERT, preset=budget | 0.500 | 2.000 |" in text
