@@ -333,6 +333,8 @@ def write_markdown(data: dict, output: str) -> None:
       f"fine-tuning steps capped at {s.get('max_ft_steps')} (-1: no cap).",
       "Full protocol: `nice -n 5 python -m experiments.modern_encoder --workdir=/tmp/modern "
       "--output=experiments/modern_encoder.md`.", "",
+      *([f"**A {data.get('scale')} run: a check that the pipeline runs end to end, not the comparison the "
+         "protocol makes.**", ""] if data.get("scale") != "full" else []),
       f"Machine: {data.get('machine', {}).get('cpu', '?')}; shared-CPU timings (load averages in the JSON).", "",
       f"Held-out MLM accuracy: {data.get('heldout_sequences', '?')} packed held-out sequences, 15% masked, the same "
       "for every arm. Downstream: test split, median over seeds ± half the spread (max - min), percent.", "",
