@@ -138,6 +138,10 @@ def test_word_starts_on_bpe_pieces_are_space_markers_and_cjk_characters(bpe_json
   # byte) and 0xE2 (lead of U+2000..U+2FFF: punctuation, not CJK) do not.
   assert [bool(cont[tok.vocab[byte[b]]]) for b in (0xE5, 0xAC, 0xE2)] == [False, True, True]
   assert not cont[tok.vocab["[CLS]"]] and not cont[tok.vocab["[MASK]"]]
+  # `inspect` shows the pieces decoded where their bytes are whole characters
+  readable = tokenization.readable_tokens(tok.vocab)
+  assert [readable[i] for i in ids[:8]] == ["Hello", "\u0120world", "w", "i", "de", ",", "\u0120", "北京"]
+  assert readable[tok.vocab["[CLS]"]] == "[CLS]" and readable[tok.vocab[byte[0xE5]]] == byte[0xE5]
 
 
 def test_whole_word_masking_takes_every_piece_of_a_bpe_word(bpe_json):

@@ -810,6 +810,26 @@ def load_json_vocab(path: str, required: Sequence[str] = SPECIAL_TOKENS, vocab_f
   return vocab
 
 
+def readable_tokens(vocab) -> Dict[int, str]:
+  """id -> token as a person reads it: a byte-level BPE piece decoded from its bytes when they are whole UTF-8
+  characters ("åĮĹäº¬" -> "北京", "Ġworld" -> "Ġworld": the marker kept where a space starts the word); other
+  pieces, and every WordPiece token, as they are."""
+  inv = {i: t for t, i in reversed(list(vocab.items()))}
+  path = getattr(vocab, "path", None)
+  if not path or not _uses_byte_level(_read_json_file(path)):
+    return inv
+  decoder = _byte_decoder()
+  special = set(getattr(vocab, "special_token_ids", ()))
+  out = {}
+  for i, tok in inv.items():
+    try:
+      text = bytes(decoder[c] for c in tok).decode("utf-8") if i not in special else tok
+    except (KeyError, UnicodeDecodeError):
+      text = tok
+    out[i] = "\u0120" + text[1:] if text.startswith(" ") else text
+  return out
+
+
 def json_vocab_size(vocab_file: str) -> int:
   """The id slots of a tokenizer.json named as a vocab: 1 + its largest id."""
   return max(load_json_vocab(vocab_file, required=()).values()) + 1
