@@ -143,27 +143,27 @@ def _has_modernbert():
 def test_train_py_with_the_modernbert_preset_runs_its_phases_and_resumes(files, tmp_path):
   """tiny,runlocal,preset=modernbert: StableAdamW, wsd, 30% masking, batch warmup, a 16-token phase with θ
   10,000 then 32 tokens at the global θ 160,000; 4 steps, then a resume to 6."""
+  from bert_jax.pretrain import loop as pretrain
   corpus, vocab = files
   workdir = str(tmp_path / "run")
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1", PYTHONPATH=REPO)
-
-  def train(steps):
-    argv = [sys.executable, os.path.join(REPO, "train.py"),
-            "--config=configs/pretrain.py:tiny,runlocal,preset=modernbert", f"--workdir={workdir}",
-            f"--config.data.input_files={corpus}", f"--config.data.vocab_file={vocab}",
-            f"--config.num_train_steps={steps}", "--config.batch_size=8", "--config.warmup_steps=1",
-            "--config.batch_warmup_steps=2", "--config.checkpoint_every_steps=2", "--config.log_every_steps=2",
-            "--config.data.phases=((0.5, 16, 4, {'global_rope_theta': 10000.0}), (0.5, 32, 8))",
-            "--config.progress_bar=false"]
-    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-
-  first = train(4)
-  assert first.returncode == 0, first.stderr[-3000:]
+  phases = ((0.5, 16, 4, {"global_rope_theta": 10000.0}), (0.5, 32, 8))
+  fields = dict(batch_size=8, warmup_steps=1, batch_warmup_steps=2, checkpoint_every_steps=2, log_every_steps=2,
+                progress_bar=False)
+  # The first 4 steps in this process (train.py's own call), the resume through train.py's command line.
+  c = pretrain_config.get_config("tiny,runlocal,preset=modernbert")
+  c.data.input_files, c.data.vocab_file, c.data.phases, c.num_train_steps = corpus, vocab, phases, 4
+  c.update(fields)
+  pretrain.train_and_evaluate(c, workdir)
   plan = json.load(open(os.path.join(workdir, "plan.json"), encoding="utf-8"))
   assert plan["model"]["encoder"] == "modernbert" and plan["optimizer"]["name"] == "stable_adamw"
   assert plan["phases"][0]["model"] == [["global_rope_theta", 10000.0]]
   assert json.load(open(os.path.join(workdir, "model_config.json")))["global_rope_theta"] == 160000.0
-  second = train(6)
+  argv = [sys.executable, os.path.join(REPO, "train.py"), "--config=configs/pretrain.py:tiny,runlocal,preset=modernbert",
+          f"--workdir={workdir}", f"--config.data.input_files={corpus}", f"--config.data.vocab_file={vocab}",
+          "--config.num_train_steps=6", f"--config.data.phases={phases!r}",
+          *(f"--config.{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in fields.items())]
+  second = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
   assert second.returncode == 0, second.stderr[-3000:]
   rows = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8")]
   steps = [r["step"] for r in rows if "mlm_loss" in r]
