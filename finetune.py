@@ -40,7 +40,7 @@ def main(argv):
   from bert_jax.finetune import loop  # pylint: disable=g-import-not-at-top
   from bert_jax.finetune.plan import resolve_finetune  # pylint: disable=g-import-not-at-top
   logging.getLogger().setLevel(logging.INFO)
-  logging.info("JAX devices: %s", jax.devices())
+  logging.getLogger("bert_jax").debug("JAX devices: %s", jax.devices())   # --verbose (the plan has the mesh)
   plan = resolve_finetune(FLAGS.config, FLAGS.workdir)   # a bad config fails before weights or data are read
   if plan.data.tfds_name:
     # TFDS readers import TensorFlow; keep it off the accelerators JAX uses.
@@ -53,7 +53,15 @@ def main(argv):
     if isinstance(metrics, dict) and main_metric in metrics:
       print(f"{results['task']} {split}: " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items())
                                                          if isinstance(v, float)))
-  print(f"results: {os.path.join(FLAGS.workdir, 'eval_results.json')}")
+  print(closing_line(FLAGS.workdir, results))
+
+
+def closing_line(workdir: str, results: dict) -> str:
+  """`results: DIR/eval_results.json (also there: ...)`: the files a user opens next, those the run wrote."""
+  others = [name for name in ("curves.png", *(results.get("prediction_files") or []), "best_checkpoint/")
+            if os.path.exists(os.path.join(workdir, name))]
+  return f"results: {os.path.join(workdir, 'eval_results.json')}" + (
+      f" (also there: {', '.join(others)})" if others else "")
 
 
 if __name__ == "__main__":

@@ -71,8 +71,7 @@ def check_is_pretrain_config(config, filename: str) -> None:
 def main(argv):
   if len(argv) > 1:
     raise errors.UserError(f"unexpected arguments: {argv[1:]} (flags are --name=value)")
-  logging.getLogger().setLevel(logging.INFO)
-  logging.getLogger("absl").setLevel(logging.WARNING)   # Orbax's per-file INFO lines
+  logging.getLogger().setLevel(logging.INFO)   # the plan and progress; the libraries' lines: bert_jax/logs.py
   check_is_pretrain_config(FLAGS.config, config_flags.get_config_filename(FLAGS["config"]))
   # lazy: --help and flag errors answer before JAX and TensorFlow load (seconds)
   from bert_jax.pretrain import loop as pretrain  # pylint: disable=g-import-not-at-top
@@ -89,6 +88,19 @@ def main(argv):
   shown = {k: v for k, v in sorted(result.items()) if isinstance(v, (int, float)) and k != "time"}
   print("final: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                               for k, v in shown.items()))
+  print(closing_line(FLAGS.workdir, result.get("step")))
+
+
+def closing_line(workdir: str, step) -> str:
+  """`work dir: DIR (checkpoint at step N, ...)`: where the run's files are and what a user opens next (the
+  last line was a metrics line, while finetune.py ends with `results: ...`)."""
+  parts = []
+  if os.path.isdir(os.path.join(workdir, "checkpoints")):
+    parts.append(f"checkpoints/ (step {step}; fine-tune it: finetune.py --config.init_checkpoint={workdir})"
+                 if step is not None else "checkpoints/")
+  parts += [name for name in ("metrics.jsonl", "eval_metrics.jsonl", "plots/loss_curve.png", "plan.json")
+            if os.path.exists(os.path.join(workdir, name))]
+  return f"work dir: {workdir}" + (f": {', '.join(parts)}" if parts else "")
 
 
 if __name__ == "__main__":

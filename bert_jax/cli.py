@@ -11,12 +11,17 @@ SIGINT, 143 SIGTERM). `--strict` makes input warnings errors (`bert_jax.input_wa
 `run_main` also turns flag-parsing failures into one `error:` line: an unknown `--config.FIELD` (with "did
 you mean"), a value of the wrong type, a config file that fails to load.
 
-This module imports from bert_jax only the leaves `errors` and `input_warnings`, so an entry point at any
+`--verbose` also shows the libraries' log lines, which are hidden otherwise (`bert_jax.logs.set_verbose`).
+`--help` lists --verbose and --strict beside the entry point's own flags and exits 0.
+
+This module imports from bert_jax only the leaves `errors`, `input_warnings` and `logs`, so an entry point at any
 layer may use it, and ml_collections only inside `config_flags_of`, so importing it needs only absl.
 """
 
 import argparse
 import difflib
+import importlib.util
+import os
 import re
 import sys
 import traceback
@@ -25,14 +30,27 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence
 from absl import app
 from absl import flags
 
-from bert_jax import input_warnings
+from bert_jax import input_warnings, logs
 from bert_jax.errors import Interrupted, UserError
+
+
+VERBOSE_HELP = ("Show the libraries' log lines (Orbax's checkpoint internals, JAX's backend probes, TensorFlow's "
+                "C++ start-up lines) and the traceback of a user error (one `error:` line without).")
+STRICT_HELP = ("Input warnings (skipped non-UTF-8 lines, skipped rows, SQuAD v1.1 questions without answers) are "
+               "errors.")
+HELP_FLAGS = ("--help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml")
 
 
 class ArgumentParser(argparse.ArgumentParser):
   """argparse for an entry point run by `run_plain_main`: a bad flag (unknown, missing, wrong type, not a
   choice) raises UserError, so the user sees one `error: --flag ...` line and exit 2 instead of argparse's
-  usage block; `parser.fail(message)` does the same for the entry point's own checks of the values."""
+  usage block; `parser.fail(message)` does the same for the entry point's own checks of the values.
+  `--help` lists --verbose and --strict too (`run_plain_main` takes them out of argv before `main` parses)."""
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
+    self.add_argument("--strict", action="store_true", help=STRICT_HELP)
 
   def error(self, message: str):
     raise UserError(f"{message} (--help lists the flags)")
@@ -62,6 +80,34 @@ def _flatten_keys(config, prefix: str = "") -> List[str]:
     if hasattr(value, "keys") and hasattr(value, "get"):
       out.extend(_flatten_keys(value, name + "."))
   return out
+
+
+def _leaf_closeness(wanted: str, known: str) -> float:
+  """How near a field's last name `wanted` is to `known`: 1 for its abbreviation (`lr` -> `learning_rate`, the
+  initials of its words) and 0.9 for its beginning (`warmup` -> `warmup_proportion`), else difflib's ratio."""
+  words = [w for w in known.split("_") if w]
+  if len(words) > 1 and wanted == "".join(w[0] for w in words):
+    return 1.0
+  if len(wanted) >= 3 and known.startswith(wanted):
+    return 0.9
+  return difflib.SequenceMatcher(None, wanted, known).ratio()
+
+
+def close_names(wanted: str, known: Sequence[str], n: int = 2, cutoff: float = 0.6) -> List[str]:
+  """The dotted names of `known` nearest to `wanted`, best first: the last names weigh 0.7 (abbreviations count,
+  `_leaf_closeness`), the parents 0.3. difflib on the whole string suggested `optimizer.b2 or optimizer.b1` for
+  `optimizer.lr`, which shares more characters with them than with `optimizer.learning_rate`."""
+  parent, _, leaf = wanted.rpartition(".")
+  scored = []
+  for name in known:
+    known_parent, _, known_leaf = name.rpartition(".")
+    near = _leaf_closeness(leaf, known_leaf)
+    if near < cutoff:        # a shared parent alone (`no_such_field` -> `batch_size`) is no suggestion
+      continue
+    same = 1.0 if known_parent == parent else difflib.SequenceMatcher(None, parent, known_parent).ratio()
+    scored.append((0.7 * near + 0.3 * same, name))
+  scored.sort(key=lambda t: -t[0])   # stable: equal scores keep the config's order
+  return [name for score, name in scored[:n] if score >= cutoff]
 
 
 def _config_keys(flag: flags.Flag, spec: str) -> Optional[List[str]]:
@@ -98,7 +144,7 @@ def unknown_config_field(argv: Sequence[str], config_flags_by_name: Mapping[str,
       if field in keys:
         continue
       path = spec.partition(":")[0]
-      close = difflib.get_close_matches(field, keys, n=3, cutoff=0.6)
+      close = close_names(field, keys, n=3)
       parent = field.rpartition(".")[0]
       if close:
         hint = "did you mean " + " or ".join(f"--{name}.{c}" for c in close) + "?"
@@ -138,6 +184,40 @@ def config_flags_of(flag_values: flags.FlagValues) -> Dict[str, flags.Flag]:
   return {name: flag_values[name] for name in flag_values if is_config_flag(flag_values[name])}
 
 
+def missing_config_file(argv: Sequence[str], config_flags_by_name: Mapping[str, flags.Flag],
+                        cwd: Optional[str] = None, script: Optional[str] = None) -> Optional[str]:
+  """The one-line message for the first `--NAME=path[:args]` of argv whose config file does not exist (None when
+  all do): a relative path such as `configs/pretrain.py` names a file of the checkout, so run from outside it
+  the user got ml_collections' `Failed loading config file ... Attempted [Relative path]` or `[Errno 2]`. The
+  message names the file that would work: the same path beside the entry point (`script`, default sys.argv[0]),
+  or the installed configs (`pip install .` ships configs/ as the package bert_jax_configs)."""
+  cwd = cwd or os.getcwd()
+  script = sys.argv[0] if script is None else script
+  for a in argv:
+    for name in config_flags_by_name:
+      if not a.startswith(f"--{name}="):
+        continue
+      spec = a.split("=", 1)[1]
+      path, colon, args = spec.partition(":")
+      if not path or os.path.exists(os.path.join(cwd, path)):
+        continue
+      candidates = []
+      if not os.path.isabs(path) and script:
+        candidates.append(os.path.join(os.path.dirname(os.path.abspath(script)), path))
+      installed = importlib.util.find_spec("bert_jax_configs")
+      if installed is not None and installed.submodule_search_locations:
+        candidates.append(os.path.join(list(installed.submodule_search_locations)[0], os.path.basename(path)))
+      found = next((c for c in candidates if os.path.isfile(c)), None)
+      where = f" in {cwd}" if not os.path.isabs(path) else ""
+      if found:
+        fix = f"run from the checkout, or pass the configs' path: --{name}={found}{colon}{args}"
+      else:
+        fix = ("run from the bert_jax checkout, or pass the path of its configs/ folder (installed: the "
+               "bert_jax_configs package)")
+      return f"--{name}={spec}: no config file {path}{where}; {fix}"
+  return None
+
+
 def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str],
                 config_flags_by_name: Optional[Mapping[str, flags.Flag]] = None) -> List[str]:
   """flag_values(argv) (the arguments left); a bad flag, an unknown `--config.FIELD` (with "did you mean")
@@ -146,6 +226,9 @@ def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str],
   `config_flags_by_name`: the config flags before parsing (default: taken now, before it)."""
   if config_flags_by_name is None:
     config_flags_by_name = config_flags_of(flag_values)
+  missing = missing_config_file(argv, config_flags_by_name)
+  if missing:
+    raise UserError(missing)
   try:
     rest = flag_values(list(argv))
   except SystemExit:   # --help
@@ -171,12 +254,14 @@ def run_main(main: Callable[[List[str]], object], argv: Optional[Sequence[str]] 
   internal error (with its traceback); 128 + signum an `Interrupted` run (130 SIGINT, 143 SIGTERM).
   """
   FLAGS = flags.FLAGS  # pylint: disable=invalid-name
-  if "verbose" not in FLAGS:
-    flags.DEFINE_bool("verbose", False, "Show the traceback of a user error too (one `error:` line without).")
-  if "strict" not in FLAGS:
-    flags.DEFINE_bool("strict", False, "Input warnings (skipped non-UTF-8 lines, skipped rows, SQuAD v1.1 "
-                      "questions without answers) are errors.")
   argv = list(sys.argv if argv is None else argv)
+  # Registered as the main module's flags (absl names it sys.argv[0]), so `--help`, absl's short help of that
+  # module's flags, lists them; they were only under --helpfull.
+  main_module = sys.argv[0] if sys.argv and sys.argv[0] else None
+  if "verbose" not in FLAGS:
+    flags.DEFINE_bool("verbose", False, VERBOSE_HELP, module_name=main_module)
+  if "strict" not in FLAGS:
+    flags.DEFINE_bool("strict", False, STRICT_HELP, module_name=main_module)
   verbose_in_argv = any(a in ("--verbose", "--verbose=true", "--verbose=True", "--verbose=1") for a in argv)
   # Taken before parsing: parsing defines one more flag per --config.FIELD override.
   config_flags_by_name = config_flags_of(FLAGS)
@@ -184,6 +269,10 @@ def run_main(main: Callable[[List[str]], object], argv: Optional[Sequence[str]] 
   def parse(args):
     try:
       return parse_flags(FLAGS, args, config_flags_by_name)
+    except SystemExit as e:   # absl's --help / --helpfull print the flags and exit 1; asked for, it is a success
+      if e.code == 1 and any(a in HELP_FLAGS for a in args[1:]):
+        sys.exit(0)
+      raise
     except UserError as e:
       if verbose_in_argv:
         traceback.print_exc()
@@ -211,6 +300,7 @@ def run_plain_main(main: Callable[[List[str]], Optional[int]], argv: Optional[Se
 def _call(main, argv, verbose: bool):
   """main(argv); a UserError -> one `error:` line, exit 2; Interrupted -> one line, exit 128 + signum;
   the input warnings repeated at the end."""
+  logs.set_verbose(verbose)   # the libraries' chatter only under --verbose (bert_jax/logs.py)
   try:
     return main(argv)
   except UserError as e:

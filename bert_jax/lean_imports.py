@@ -26,6 +26,8 @@ import sys
 from types import ModuleType
 from typing import Iterator
 
+from bert_jax import logs
+
 
 class _Refuse(importlib.abc.Loader):
   """A loader that refuses to run the module: `import name` raises ImportError."""
@@ -81,8 +83,16 @@ def _import(module: str, without: str) -> ModuleType:
 
 
 def tensorflow() -> ModuleType:
-  """`import tensorflow`, without its eager Keras import (see the module docstring)."""
-  return _import("tensorflow", without="keras")
+  """`import tensorflow`, without its eager Keras import (see the module docstring), and without its C++
+  start-up lines on the console (the oneDNN notice, `Could not find cuda drivers`, `failed call to cuInit`):
+  they are written before anything can configure TensorFlow's logger, so they are held back while it loads and
+  lists its devices (`bert_jax.logs.native_stderr_quiet`; `--verbose` shows them)."""
+  if sys.modules.get("tensorflow") is not None:
+    return sys.modules["tensorflow"]
+  with logs.native_stderr_quiet():
+    tf = _import("tensorflow", without="keras")
+    tf.config.list_physical_devices()   # the CUDA probe (cuInit) runs here, not at the first tf.data call
+  return tf
 
 
 def tensorboardx() -> ModuleType:

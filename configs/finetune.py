@@ -177,7 +177,8 @@ def get_config(arg=None):
     config.eval_batch_size = 16
     config.num_train_epochs = 1.0
     config.max_seq_length = 128 if is_squad else 64
-    config.doc_stride = 32
-    config.max_query_length = 24
+    if is_squad:   # only SQuAD reads them: set for another task, the plan warned about fields nobody set
+      config.doc_stride = 32
+      config.max_query_length = 24
     config.log_every_steps = 5
   return config

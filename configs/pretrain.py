@@ -122,6 +122,8 @@ def get_config(arg=None):
                                                    # no padding (RoBERTa FULL-SENTENCES; needs targets=("mlm",))
   config.data.shuffle_buffer = 10_000              # examples in the shuffle buffer; 0 = no shuffling at all
                                                    # (file order, e.g. to inspect batches)
+  config.data.allow_invalid_utf8 = False           # raw text with > 1% of lines not UTF-8 (a GBK file): refused
+                                                   # (the error names the iconv fix); true reads on, skipping them
   # Two-phase schedule as in the BERT paper: ((fraction of steps, max_seq_length, max_predictions), ...).
   # Empty = one phase with data.max_seq_length.
   config.data.phases = ()

@@ -249,7 +249,7 @@ def main(argv=None):
   cpd.create_pretraining_data(news, [_fresh(work, "warmup", "tmp.tfrecord")], zh_vocab, cpd.Config(dupe_factor=1),
                               progress=False, verbose=False)
   for i, (name, src, vocab, cfg, cut) in enumerate(runs):
-    # Each run into a fresh directory: a rerun into one with a manifest.json would resume (skip) or refuse.
+    # Each run into a fresh directory: a rerun into one with its manifest would resume (skip) or refuse.
     out = _fresh(work, "records" if name == "(a) records zh, news 128" else f"run{i}", "news_zh.tfrecord")
     if cut is not None:
       shard_builder.jieba_segmenter = lambda cut=cut, name=name: (name, cut)   # noqa: E731
@@ -415,8 +415,11 @@ def run_measured(cmd, env=None):
 
 
 def _records(out_dir):
+  """Records of the one record set in `out_dir`, from its prefix's manifest (NAME.manifest.json)."""
+  import glob  # pylint: disable=g-import-not-at-top
   import json  # pylint: disable=g-import-not-at-top
-  with open(os.path.join(out_dir, "manifest.json")) as f:
+  (path,) = glob.glob(os.path.join(out_dir, "*manifest.json"))
+  with open(path) as f:
     return json.load(f)["records"]
 
 
@@ -500,7 +503,7 @@ def scale(args, work, zh_vocab):
     if len(workers) > 1:
       same = _same_bytes(outs[(size, workers[0])], outs[(size, workers[-1])])
       print(f"|  | {workers[0]} vs {workers[-1]} workers: output {'byte-identical' if same else 'DIFFERS'} "
-            f"(every file and manifest.json) |||||||||", flush=True)
+            f"(every file and the manifest) |||||||||", flush=True)
 
   # Beam's DirectRunner on the smallest corpus, against the local path with the same number of processes.
   size, w = sizes[0], workers[-1]

@@ -6,15 +6,20 @@ and lets the run finish; the restart's final MLM loss is compared with an uninte
 
     python experiments/multihost_faults.py --out=experiments/multihost_faults.md          # every case
     python experiments/multihost_faults.py --cases=dead_host,stall_data --steps=40        # some
+    python experiments/multihost_faults.py --cases=dead_coordinator --heartbeat=60 --steps=60
+        # host 0 killed at the default heartbeat timeout: host 1's exit 75 and `error:` line, in seconds
 
 Cases:
   dead_host        SIGKILL host 1 once the first checkpoint is complete
-  dead_coordinator SIGKILL host 0 (the jax.distributed coordinator) at the same point
+  dead_coordinator SIGKILL host 0 (the jax.distributed coordinator) at the same point; host 1's guard catches
+                   JAX's abort and exits 75 with its line (bert_jax/engine/coordinator.py)
   frozen_host      SIGSTOP host 1 (no heartbeats; killed with SIGCONT + SIGKILL after both others end)
   stall_data       stall_data@STEP:1 (host 1's data iterator blocks; heartbeats go on)
   killed_mid_save  die_in_save@CKPT:1 (host 1 SIGKILLed while writing checkpoint CKPT)
   preempt_all      SIGTERM to both hosts
   preempt_one      SIGTERM to host 1 only
+  preempt_joining  SIGTERM to host 1 while it joins the job (host 0 held with SIGSTOP until a second later):
+                   both stop at start-up, exit 143
 
 stall_data and killed_mid_save are injected from outside bert_jax: both hosts run tests/fault_injection.py
 --fault=..., which patches host 1's process (its data iterator, its checkpoint save) and then runs train.py.
@@ -46,7 +51,7 @@ from experiments import runs  # noqa: E402
 
 FAULT_INJECTION = os.path.join("tests", "fault_injection.py")   # train.py with a fault patched in, per host
 CASES = ("dead_host", "dead_coordinator", "frozen_host", "stall_data", "killed_mid_save", "preempt_all",
-         "preempt_one")
+         "preempt_one", "preempt_joining")
 WORDS = "the a cat dog sat on mat run play is was hello world jax bert model train data".split()
 
 
@@ -99,6 +104,13 @@ def run_case(case: str, d: str, base: str, args, env) -> dict:
       needle = "blocks for good" if case == "stall_data" else "SIGKILL during the save"
       cluster.wait_for_text(1, needle, timeout=1200)
       t_fault = time.monotonic()
+    elif case == "preempt_joining":   # host 0 held before it serves, so host 1 waits to join when the signal comes
+      cluster.signal(0, signal.SIGSTOP)
+      cluster.wait_for_text(1, "Connecting to JAX distributed service", timeout=1200)
+      t_fault = time.monotonic()
+      cluster.signal(1, signal.SIGTERM)
+      time.sleep(1)
+      cluster.signal(0, signal.SIGCONT)
     else:
       wait_ckpt(workdir, cluster)
       t_fault = time.monotonic()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 from bert_jax import fileio
 from bert_jax.engine.metric_writer import read_jsonl
@@ -34,23 +34,31 @@ def _series(rows, key):
   return list(zip(*pts)) if pts else ([], [])
 
 
+# The pre-training panels, each drawn only when a run logged it: a run without NSP (the demo's preset=budget
+# trains MLM alone) drew an empty next-sentence panel with an x-axis from -0.04 to 0.04.
+PRETRAINING_PANELS = (("mlm_loss", "masked-LM loss"), ("mlm_accuracy", "masked-LM accuracy"),
+                      ("nsp_accuracy", "next-sentence accuracy"), ("sop_accuracy", "sentence-order accuracy"))
+
+
 def pretraining_curves(workdirs: Dict[str, str], path: str, unigram_accuracy: Optional[float] = None) -> str:
-  """MLM loss, MLM accuracy and NSP accuracy against the step, one line per pre-training run."""
+  """MLM loss and accuracy (and NSP / SOP accuracy when trained) against the step, one line per run."""
   plt = _plt()
-  fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
-  for label, wd in workdirs.items():
-    rows = read_jsonl(os.path.join(wd, "metrics.jsonl"))
-    for ax, key in zip(axes, ("mlm_loss", "mlm_accuracy", "nsp_accuracy")):
+  rows_by_run = {label: read_jsonl(os.path.join(wd, "metrics.jsonl")) for label, wd in workdirs.items()}
+  panels = [(key, title) for key, title in PRETRAINING_PANELS
+            if any(_series(rows, key)[0] for rows in rows_by_run.values())] or list(PRETRAINING_PANELS[:2])
+  fig, axes = plt.subplots(1, len(panels), figsize=(4.7 * len(panels), 3.8), squeeze=False)
+  axes = axes[0]
+  for label, rows in rows_by_run.items():
+    for ax, (key, _) in zip(axes, panels):
       ax.plot(*_series(rows, key), label=label)
-  titles = ("masked-LM loss", "masked-LM accuracy", "next-sentence accuracy")
-  for ax, title in zip(axes, titles):
+  for ax, (key, title) in zip(axes, panels):
     ax.set_title(title)
     ax.set_xlabel("pre-training step")
     ax.grid(alpha=0.3)
-  if unigram_accuracy is not None:
-    axes[1].axhline(unigram_accuracy, color="gray", ls="--", lw=1, label="most frequent char")
-  axes[2].axhline(0.5, color="gray", ls="--", lw=1, label="chance")
-  for ax in axes:
+    if key == "mlm_accuracy" and unigram_accuracy is not None:
+      ax.axhline(unigram_accuracy, color="gray", ls="--", lw=1, label="most frequent char")
+    if key in ("nsp_accuracy", "sop_accuracy"):
+      ax.axhline(0.5, color="gray", ls="--", lw=1, label="chance")
     ax.legend(fontsize=8)
   return _save(plt, fig, path)
 
@@ -87,20 +95,30 @@ def finetuning_curves(runs_by_task: Dict[str, Dict[str, str]], path: str,
   return _save(plt, fig, path)
 
 
-def score_bars(rows: Sequence[dict], path: str, title: str = "") -> str:
-  """Grouped bars: rows = [{"label", "sentiment", "ner"}] (test scores in [0, 1])."""
+def score_bars(rows: Sequence[dict], path: str, title: str = "",
+               references: Optional[Dict[str, Sequence[Tuple[str, float]]]] = None) -> str:
+  """Grouped bars: rows = [{"label", "sentiment", "ner"}] (test scores in [0, 1]); `references`: {"sentiment" |
+  "ner": [(label, score), ...]} drawn as dashed lines across the panel (the majority class, the classic
+  baselines), so a bar at the majority class reads as no better than always answering it."""
   plt = _plt()
   import numpy as np
   labels = [r["label"] for r in rows]
   x = np.arange(len(labels))
-  fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
   for ax, key, name in ((axes[0], "sentiment", "sentiment accuracy (test)"), (axes[1], "ner", "NER entity F1 (test)")):
     vals = [r.get(key) for r in rows]
     bars = ax.bar(x, [v if v is not None else 0 for v in vals], color=[r.get("color", "C0") for r in rows])
     for b, v in zip(bars, vals):
       if v is not None:
         ax.text(b.get_x() + b.get_width() / 2, v, f"{100 * v:.1f}", ha="center", va="bottom", fontsize=8)
-    lo = min(v for v in vals if v is not None)
+    refs = list((references or {}).get(key, ()))
+    for i, (ref_label, ref) in enumerate(refs):
+      ax.axhline(ref, color=("0.35", "C3", "C2", "C4")[i % 4], ls=("--", ":", "-.", "--")[i % 4], lw=1.2,
+                 label=f"{ref_label}: {100 * ref:.1f}")
+    if refs:
+      ax.legend(fontsize=8, loc="upper left")
+    shown = [v for v in vals if v is not None] + [r for _, r in refs]
+    lo = min(shown) if shown else 0.0
     ax.set_ylim(max(0.0, lo - 0.1), 1.0)
     ax.set_xticks(x)
     ax.set_xticklabels(labels, rotation=15, fontsize=8)

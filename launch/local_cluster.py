@@ -130,9 +130,9 @@ class Cluster:
 # exit_status's order, most severe first. What decides it is what a supervisor should do with the job's code:
 # one host's user error (2) means every rerun fails the same way, however many peers then reported it dead
 # (75) or were killed; a crash (1, or any code not listed here: 139 SIGSEGV, ...) needs a look too and a rerun
-# likely repeats it; 75 (a host died or stalled; its line names it), 137 (a SIGKILLed host) and 134 (JAX's
-# abort when the coordinator went) are retryable: a restart resumes from the newest checkpoint; 143 / 130 a
-# run stopped on request after saving its checkpoint; 0 finished.
+# likely repeats it; 75 (a host died or stalled, host 0 included; its line names it), 137 (a SIGKILLed host)
+# and 134 (a JAX abort the host guard could not turn into 75) are retryable: a restart resumes from the newest
+# checkpoint; 143 / 130 a run stopped on request after saving its checkpoint; 0 finished.
 USER_ERROR, RETRYABLE, STOPPED = 2, (75, 137, 134), (143, 130)
 
 

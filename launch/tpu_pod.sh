@@ -229,10 +229,10 @@ $(rc_script)") || reached=0          # a worker ssh did not reach has no line: n
     [ "$reached" = 1 ] || echo "supervise: gcloud ssh did not reach every worker; looking again in $POLL_SECONDS s" >&2
     codes=$(printf '%s\n' "$out" | sed -n 's/^rc=\([^ ]*\).*/\1/p' | sort -u)   # one per line
     if [ "$codes" = 0 ] && [ "$reached" = 1 ]; then echo "supervise: finished after $restarts restart(s)"; return 0; fi
-    # 75 (a host died or stalled), 134 (JAX's abort when host 0, its coordinator, is gone) and 143 (preempted)
-    # are retried; 137 (a SIGKILLed host) and none (train.py gone with its wrapper: a rebooted VM) too, once
-    # nothing runs; any other code (2: a user error, 1: a crash) stops the job. A user error on any worker is
-    # the job's code before a crash (launch/local_cluster.py's order): `sort -u` put 1 before 2.
+    # 75 (a host died or stalled, host 0 included), 134 (a JAX abort the host guard could not turn into 75) and
+    # 143 (preempted) are retried; 137 (a SIGKILLed host) and none (train.py gone with its wrapper: a rebooted
+    # VM) too, once nothing runs; any other code (2: a user error, 1: a crash) stops the job. A user error on any
+    # worker is the job's code before a crash (launch/local_cluster.py's order): `sort -u` put 1 before 2.
     rc=$(printf '%s\n' "$codes" | grep -x 2 || printf '%s\n' "$codes" | grep -Evx '0|75|134|143|137|running|none' | head -n 1 || true)
     [ -n "$rc" ] || rc=$(printf '%s\n' "$codes" | grep -Ex '75|134|143' | head -n 1 || true)
     if [ -z "$rc" ] && [ "$reached" = 1 ] && [ -z "$(printf '%s\n' "$codes" | grep -x running || true)" ]; then

@@ -34,7 +34,7 @@ def tiny_vocab(tmp_path):
   return str(path)
 
 
-_LOGGERS = ("", "bert_jax", "orbax", "absl", "jax", "tensorflow")
+_LOGGERS = ("", "bert_jax", "orbax", "absl", "jax", "jaxlib", "tensorflow")
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +45,9 @@ def _fresh_process_state():
   the worker, and a later test's caplog then saw nothing."""
   import logging
   from bert_jax import input_warnings
+  from bert_jax import logs
   levels = {name: logging.getLogger(name).level for name in _LOGGERS}
+  verbose = logs.verbose()     # --verbose of an entry point run in-process (bert_jax.logs.set_verbose)
   input_warnings.clear_input_warnings()
   input_warnings.set_strict(False)
   yield
@@ -53,3 +55,4 @@ def _fresh_process_state():
   input_warnings.set_strict(False)
   for name, level in levels.items():
     logging.getLogger(name).setLevel(level)
+  logs._VERBOSE = verbose  # pylint: disable=protected-access

@@ -25,10 +25,11 @@ ALLOWED = {
     "predict": {"finetune", "pretrained", "models", "input_pipeline", "engine"},
 }
 # Top-level modules every layer may import, lowest first; each imports from bert_jax only the ones before it, so
-# they cannot close a cycle: the exception types, input warnings and --strict, TensorFlow's and tensorboardX's
-# imports without Keras and PyTorch, the entry points' error output (used by `python -m bert_jax.convert` and
+# they cannot close a cycle: the exception types, input warnings and --strict, once-only messages and the
+# libraries' verbosity, TensorFlow's and tensorboardX's imports without Keras and PyTorch (and TensorFlow's
+# start-up lines), the entry points' error output (used by `python -m bert_jax.convert` and
 # create_pretraining_data too).
-LEAVES = ("bert_jax.errors", "bert_jax.input_warnings", "bert_jax.lean_imports", "bert_jax.fileio", "bert_jax.logs",
+LEAVES = ("bert_jax.errors", "bert_jax.input_warnings", "bert_jax.logs", "bert_jax.lean_imports", "bert_jax.fileio",
           "bert_jax.cli")
 
 

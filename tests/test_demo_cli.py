@@ -22,6 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     (["--ner_steps=-5"], "--ner_steps=-5"),
     (["--pretrain_steps=abc"], "--pretrain_steps: invalid int value: 'abc'"),
     (["--no_such_flag"], "unrecognized arguments: --no_such_flag"),
+    (["--ner_head=lstm"], "argument --ner_head: invalid choice: 'lstm' (choose from 'crf', 'softmax')"),
 ])
 def test_a_bad_flag_is_a_user_error_naming_it(tmp_path, flags, named):
   with pytest.raises(UserError, match=named.replace("(", r"\(").replace(")", r"\)")):
@@ -31,6 +32,22 @@ def test_a_bad_flag_is_a_user_error_naming_it(tmp_path, flags, named):
 def test_good_flags_parse(tmp_path):
   args = demo.parse_args([f"--workdir={tmp_path}", "--corpora=reviews", "--sentiment_steps=-1", "--ner_steps=3"])
   assert args.corpora == "reviews" and args.sentiment_steps == -1 and args.ner_steps == 3
+  assert args.ner_head == "crf"           # the project's best NER recipe (experiments/finetune_heads.md)
+  assert demo.parse_args([f"--workdir={tmp_path}", "--ner_head=softmax"]).ner_head == "softmax"
+
+
+def _results(quick):
+  score = {"dev": 0.5, "test": 0.577, "test_examples": 300}
+  return {"model": "BERT-tiny", "smoke_check": quick, "ner_head": "crf", "majority_test_accuracy": 0.577,
+          "bert": {"sentiment": dict(score), "ner": dict(score)}, "bert_no_pretraining": {}, "baselines": None}
+
+
+def test_a_quick_table_says_its_scores_are_a_smoke_check_and_the_full_one_does_not():
+  """Both BERT columns at the majority class and NER F1 0.0 read like a failure, and nothing said why."""
+  quick, full = demo.results_table(_results(True)), demo.results_table(_results(False))
+  assert quick.startswith("**Smoke check, not results.** --quick is a smoke check that every stage runs")
+  assert "Smoke check" not in full and full.startswith("| task (test split")
+  assert "| People's Daily NER (300 test sentences), crf head |" in full
 
 
 def test_a_workdir_that_is_a_file_is_one_error_line_and_exit_2(tmp_path):

@@ -3,6 +3,7 @@ selection rules, resume and shards, on tiny runs."""
 
 import json
 import os
+import re
 
 import pytest
 
@@ -33,6 +34,12 @@ def test_grid_values_take_the_type_of_the_config_field(config):
 
 @pytest.mark.parametrize("text,message", [
     ("optimizer.learnig_rate=1e-4", "no field 'optimizer.learnig_rate'; did you mean optimizer.learning_rate"),
+    # by closeness of the dotted names, abbreviations too: it suggested optimizer.b2 or optimizer.b1
+    ("optimizer.lr=1e-4", "no field 'optimizer.lr'; did you mean optimizer.learning_rate or learning_rate?"),
+    # a ',' where ';' separates axes: it said the value 'num_train_epochs=1' is not a float
+    ("optimizer.learning_rate=1e-5,3e-5,num_train_epochs=1,2", "optimizer.learning_rate='1e-5,3e-5,num_train_epochs="
+     "1,2' has a value holding '=' ('num_train_epochs=1'): separate grid axes with ';', e.g. "
+     "--grid='optimizer.learning_rate=1e-5,3e-5;num_train_epochs=1,2'"),
     ("batch_size=eight", "batch_size='eight' is not an int"),
     ("num_train_epochs=3;num_train_epochs=4", "num_train_epochs is given twice"),
     ("optimizer.learning_rate", "is not FIELD=V1,V2"),
@@ -42,7 +49,7 @@ def test_grid_values_take_the_type_of_the_config_field(config):
     ("num_train_epochs=3,", "num_train_epochs='3,' has an empty value"),
 ])
 def test_a_bad_grid_is_one_user_error_naming_the_field(config, text, message):
-  with pytest.raises(UserError, match=message.replace("(", r"\(")):
+  with pytest.raises(UserError, match=re.escape(message)):
     sweep.parse_grid(text, config)
 
 

@@ -28,6 +28,7 @@ def files(tmp_path):
   (tmp_path / "utf16.txt").write_bytes("the cat sat .\n\nthe dog ran .\nthe cat ran .\n".encode("utf-16"))
   (tmp_path / "one_doc.txt").write_text("the cat sat .\non the mat .\nthe dog ran .\n")   # no blank line
   (tmp_path / "a_dir").mkdir()
+  _gbk_corpus(tmp_path / "gbk.txt")
   return tmp_path
 
 
@@ -193,6 +194,7 @@ def test_records_without_a_feature_of_googles_schema_stop_the_plan(tmp_path):
     (["--output=UNDERFILE/v.txt"], "--output=.*corpus.txt/v.txt'"),   # its directory is a file: no traceback
     (["--min_frequency=-1"], "--min_frequency=-1; expected >= 0"),    # was an OverflowError traceback
     (["--input_files=UTF16"], "utf16.txt is UTF-16 text, not UTF-8 text"),   # was a vocab of mojibake
+    (["--input_files=GBK"], r"gbk.txt: 18 of 30 lines .* `iconv -f GB18030 -t UTF-8 .*gbk.txt > .*gbk.utf8.txt`$"),
 ])
 def test_build_vocab_user_mistakes_are_one_error_line(files, args, message, capsys):
   from bert_jax.input_pipeline import build_vocab  # pylint: disable=g-import-not-at-top
@@ -200,7 +202,7 @@ def test_build_vocab_user_mistakes_are_one_error_line(files, args, message, caps
   for a in args:
     key, value = a.split("=", 1)
     flags[key] = value.replace("EMPTY", str(files / "empty.txt")).replace("BLANK", str(files / "blank.txt")).replace(
-        "UTF16", str(files / "utf16.txt")).replace(
+        "UTF16", str(files / "utf16.txt")).replace("GBK", str(files / "gbk.txt")).replace(
         "DIR", str(files / "a_dir")).replace("UNDERFILE", str(files / "corpus.txt")).replace("nothing_", str(files / "nothing_"))
   with pytest.raises(SystemExit) as e:
     cli.run_plain_main(build_vocab.main, [f"{k}={v}" for k, v in flags.items()])
@@ -328,3 +330,137 @@ def test_training_on_a_txt_that_is_not_text_is_a_plan_error(files, name):
   config.data.input_files = str(files / name)
   with pytest.raises(UserError, match=rf"config\.data\.input_files=.*{name} is (UTF-16 text|binary)"):
     data_plan.resolve_data_plan(config, str(files / "vocab.txt"), 1)
+
+
+# ---- text in another encoding: refused above 1% of lines, naming the encoding and the fix -----------------
+ZH = ["今天天气很好。", "我们去公园散步。", "他在北京大学学习中文。", "这本书非常有意思。"]
+ZH_TRADITIONAL = ["今天天氣很好。", "我們去公園散步。", "他在臺灣大學學習中文。", "這本書非常有意思。"]
+
+
+def _gbk_corpus(path, english_docs=2, encoding="gbk"):
+  """Documents of Chinese lines (in `encoding`) and `english_docs` documents of English (ASCII) lines."""
+  zh = ZH_TRADITIONAL if encoding == "big5" else ZH
+  docs = [[zh[(d + i) % len(zh)] for i in range(3)] for d in range(6)]
+  docs += [["the cat sat .", "on the mat ."] for _ in range(english_docs)]
+  path.write_bytes("\n\n".join("\n".join(d) for d in docs).encode(encoding) + b"\n")
+  return path
+
+
+@pytest.mark.parametrize("encoding,iconv", [("gbk", "GB18030"), ("big5", "BIG5"), ("latin-1", "LATIN1")])
+def test_a_corpus_in_another_encoding_is_one_error_line_with_the_iconv_fix(files, encoding, iconv, capsys):
+  """A GBK corpus made records from its English lines, exit 0, with one warning and no fix."""
+  if encoding == "latin-1":
+    (files / "other.txt").write_bytes("caf\xe9 cr\xe8me .\nthe cat sat .\n\nna\xefve .\nthe dog ran .\n"
+                                      .encode("latin-1"))
+  else:
+    _gbk_corpus(files / "other.txt", encoding=encoding)
+  argv = [f"--input_file={files}/other.txt", f"--output_file={files}/out/train.tfrecord",
+          f"--vocab_file={files}/vocab.txt", "--max_seq_length=16", "--max_predictions_per_seq=3",
+          "--num_workers=1", "--progress=false"]
+  with pytest.raises(SystemExit) as e:
+    cli.run_plain_main(cpd.main, argv)
+  err = capsys.readouterr().err
+  lines = [line for line in err.splitlines() if "error:" in line]
+  assert e.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err
+  assert re.search(r"other\.txt: \d+ of \d+ lines \(\d+\.\d%, first: line \d+\) are not UTF-8; they decode as ",
+                   lines[0]), lines[0]
+  assert f"`iconv -f {iconv} -t UTF-8 {files}/other.txt > {files}/other.utf8.txt`" in lines[0], lines[0]
+  assert "or pass --allow_invalid_utf8 to read on" in lines[0]
+  assert not list(files.glob("out/*.tfrecord"))
+
+
+def test_allow_invalid_utf8_reads_on_and_a_corpus_left_with_one_document_is_one_error_line(files, capsys):
+  base = [f"--output_file={files}/out/train.tfrecord", f"--vocab_file={files}/vocab.txt", "--max_seq_length=16",
+          "--max_predictions_per_seq=3", "--num_workers=1", "--progress=false", "--allow_invalid_utf8"]
+  _gbk_corpus(files / "gbk2.txt", english_docs=2)
+  assert cpd.main([f"--input_file={files}/gbk2.txt", *base]) == 0     # the English documents, counted skips
+  out = capsys.readouterr()
+  assert "skipped lines that are not UTF-8: 18" in out.out, out
+  from bert_jax import input_warnings  # pylint: disable=g-import-not-at-top
+  assert any("gbk2.txt: skipped 18 of 30 lines that are not UTF-8" in m for m in input_warnings.input_warnings())
+  _gbk_corpus(files / "gbk1.txt", english_docs=1)                   # one document left: no pairs
+  with pytest.raises(SystemExit) as e:
+    cli.run_plain_main(cpd.main, [f"--input_file={files}/gbk1.txt", *base[:1], f"--output_file={files}/o1/t.tfrecord",
+                                  *base[1:]])
+  err = capsys.readouterr().err
+  lines = [line for line in err.splitlines() if "error:" in line]
+  assert e.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err
+  assert "1 document(s) with tokens" in lines[0], lines[0]
+
+
+def test_training_on_a_gbk_corpus_stops_in_the_plan_with_the_fix_or_counts_what_the_reader_keeps(files):
+  """Raw-text training: the plan counted documents by blank lines, the reader then dropped the GBK lines and
+  found one document, and the NSP rule failed inside tf.data (an InvalidArgumentError traceback, exit 1)."""
+  from bert_jax.errors import UserError  # pylint: disable=g-import-not-at-top
+  from bert_jax.input_pipeline import data_plan  # pylint: disable=g-import-not-at-top
+  from configs import pretrain as pretrain_config  # pylint: disable=g-import-not-at-top
+
+  def plan(name, **data):
+    config = pretrain_config.get_config("size=tiny,runlocal")
+    config.data.input_files = str(files / name)
+    for k, v in data.items():
+      config.data[k] = v
+    return data_plan.resolve_data_plan(config, str(files / "vocab.txt"), 1)
+
+  _gbk_corpus(files / "gbk1.txt", english_docs=1)
+  _gbk_corpus(files / "gbk2.txt", english_docs=2)
+  with pytest.raises(UserError, match=r"gbk1\.txt: 18 of 27 lines .*decode as GB18030 \(GBK\): convert the file "
+                                      r"with `iconv -f GB18030 -t UTF-8 .*gbk1\.txt > .*gbk1\.utf8\.txt`, or pass "
+                                      r"--config\.data\.allow_invalid_utf8=true to read on"):
+    plan("gbk1.txt")
+  with pytest.raises(UserError, match=r"gbk1\.txt'?: 1 document\(s\) once 18 lines that are not UTF-8 are skipped, "
+                                      r"need at least 2"):
+    plan("gbk1.txt", allow_invalid_utf8=True)                 # counted as the reader keeps it
+  assert plan("gbk2.txt", allow_invalid_utf8=True).data.allow_invalid_utf8
+
+
+def test_the_encoding_guess_tells_gbk_big5_and_latin1_apart():
+  from bert_jax.input_pipeline import text_io  # pylint: disable=g-import-not-at-top
+  text = ["今天天气很好，我们去公园散步。", "這本書非常有意思，他在臺灣大學學習。"]
+  assert text_io.guess_encoding([text[0].encode("gbk")]) == "GB18030"
+  assert text_io.guess_encoding([text[1].encode("big5")]) == "Big5"
+  assert text_io.guess_encoding(["café crème brûlée".encode("latin-1")]) == "Latin-1"
+  # Under 1% of lines is a counted skip, as before; over it the error.
+  raw = b"\n".join([b"line ."] * 200 + ["caf\xe9".encode("latin-1")])
+  stats = text_io.ReadStats()
+  assert len(text_io.decode_lines(raw, "x.txt", stats)) == 200 and stats.bad_utf8_lines["x.txt"] == 1
+  from bert_jax.errors import UserError  # pylint: disable=g-import-not-at-top
+  with pytest.raises(UserError, match=r"x\.txt: 2 of 101 lines"):
+    text_io.decode_lines(b"\n".join([b"line ."] * 99 + [b"caf\xe9"] * 2), "x.txt")
+
+
+@pytest.mark.slow   # train.py in a subprocess, twice: ~15 s
+def test_train_py_on_a_gbk_corpus_exits_2_with_one_line_never_a_tf_data_traceback(files):
+  """Held-out news saved as GBK trained with exit 0 on its English lines, or (one English document left) failed
+  the NSP rule inside tf.data: an InvalidArgumentError traceback, exit 1, which launchers retry."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  _gbk_corpus(files / "news_gbk.txt", english_docs=1)
+  for extra, message in (((), "--config.data.allow_invalid_utf8=true to read on"),
+                         (("--config.data.allow_invalid_utf8=true",),
+                          "1 document(s) once 18 lines that are not UTF-8 are skipped")):
+    out = subprocess.run([sys.executable, "train.py", "--config=configs/pretrain.py:size=tiny,runlocal",
+                          f"--config.data.input_files={files / 'news_gbk.txt'}",
+                          f"--config.data.vocab_file={files / 'vocab.txt'}", f"--workdir={files / 'wd'}", *extra],
+                         capture_output=True, text=True, timeout=600,
+                         cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert out.returncode == 2 and len(errors) == 1 and message in errors[0], out.stderr[-3000:]
+    assert "Traceback" not in out.stderr and "InvalidArgumentError" not in out.stderr
+    if not extra:
+      assert "`iconv -f GB18030 -t UTF-8 " in errors[0], errors
+
+
+def test_beam_runner_refuses_a_gbk_corpus_before_the_pipeline_starts(files, capsys):
+  """Beam's launcher plans the shards as the local driver does, the encoding check with them: the same line,
+  before any worker starts (a shard's UserError inside a Beam worker would reach the user as Beam's traceback)."""
+  pytest.importorskip("apache_beam")
+  _gbk_corpus(files / "gbk.txt")
+  with pytest.raises(SystemExit) as e:
+    cli.run_plain_main(cpd.main, [f"--input_file={files}/gbk.txt", f"--output_file={files}/out/t.tfrecord",
+                                  f"--vocab_file={files}/vocab.txt", "--runner=DirectRunner"])
+  err = capsys.readouterr().err
+  lines = [line for line in err.splitlines() if line.startswith("error:")]
+  assert e.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err
+  assert "`iconv -f GB18030 -t UTF-8 " in lines[0] and "--allow_invalid_utf8" in lines[0], lines[0]
+  assert not list(files.glob("out/*.tfrecord"))

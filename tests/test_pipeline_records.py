@@ -134,7 +134,7 @@ def test_bad_inputs_are_counted_or_named(tmp_path, vocab_file, capsys):
   summary = cpd.create_pretraining_data(f"{good},{tmp_path}/empty.txt,{tmp_path}/latin1.txt,"
                                         f"{tmp_path}/single.txt", [str(out)], vocab_file,
                                         cpd.Config(max_seq_length=32, max_predictions_per_seq=5,
-                                                   dupe_factor=1), progress=False)
+                                                   dupe_factor=1, allow_invalid_utf8=True), progress=False)
   text = "\n".join(summary.lines())
   assert summary.read.empty_files == [f"{tmp_path}/empty.txt"]
   assert summary.read.bad_utf8_lines[f"{tmp_path}/latin1.txt"] == 1

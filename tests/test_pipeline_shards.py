@@ -5,6 +5,7 @@ counts without reading the skipped files."""
 
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -23,6 +24,7 @@ WORDS = ["the", "a", "cat", "dog", "sat", "on", "mat", "run", "##ning", "play", 
          "world", "jax", "bert", "model", "train", "##ing", "data", "big", "small", "red", "blue"]
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ","] + WORDS
 CFG = cpd.Config(max_seq_length=24, max_predictions_per_seq=4, dupe_factor=2)
+MANIFEST = "train.tfrecord.manifest.json"   # the manifest of the output prefix train.tfrecord
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +57,8 @@ def test_shards_partition_the_documents_exactly_at_boundaries(tmp_path):
   path = tmp_path / "big.txt"
   path.write_bytes(raw)
   whole_stats = text_io.ReadStats()
-  whole = text_io.read_documents([str(path)], whole_stats)
+  allow = text_io.Utf8Rule(allow=True)   # one bad line in a small byte range is above 1% of its lines
+  whole = text_io.read_documents([str(path)], whole_stats, allow)
   for shard_bytes in (1, 97, 1000, 4096, len(raw)):
     shards = sharding.plan_shards([str(path)], shard_bytes)
     assert [s.index for s in shards] == list(range(len(shards)))
@@ -63,7 +66,7 @@ def test_shards_partition_the_documents_exactly_at_boundaries(tmp_path):
     assert ranges[0][1] == 0 and ranges[-1][2] == len(raw)
     assert all(a[2] == b[1] for a, b in zip(ranges, ranges[1:]))            # contiguous, no overlap
     stats = text_io.ReadStats()
-    docs = [d for s in shards for d in sharding.read_shard_documents(s, stats)]
+    docs = [d for s in shards for d in sharding.read_shard_documents(s, stats, utf8=allow)]
     assert docs == whole, shard_bytes
     assert sum(stats.bad_utf8_lines.values()) == 1 and stats.files == 1
     if shard_bytes == 1000:
@@ -95,10 +98,10 @@ def test_two_worker_processes_write_the_same_bytes_as_one(corpus, one_worker, tm
                                          str(corpus / "vocab.txt"), CFG, progress=False, verbose=False,
                                          shard_bytes=2048, num_workers=2)
   files1, files2 = _files(out1), _files(tmp_path)
-  assert list(files1) == list(files2) and len(files1) == summary.num_shards + 1     # + manifest.json
+  assert list(files1) == list(files2) and len(files1) == summary.num_shards + 1     # + the manifest
   assert files1 == files2
   assert summary2.pairs.instances == summary.pairs.instances and summary2.read.documents == 110
-  data = json.loads(files1["manifest.json"])
+  data = json.loads(files1[MANIFEST])
   assert data["complete"] and data["records"] == summary.instances
   assert [e["records"][0] for e in data["shards"]] == [manifest.count_tfrecords(str(out1 / e["files"][0]))
                                                        for e in data["shards"]]
@@ -121,7 +124,7 @@ def test_a_killed_run_resumes_without_redoing_finished_shards(corpus, one_worker
   with pytest.raises(KeyboardInterrupt):
     cpd.create_pretraining_data(*args, progress=False, verbose=False, shard_bytes=2048)
   assert built == [0, 1, 2]
-  data = json.loads((tmp_path / "manifest.json").read_text())
+  data = json.loads((tmp_path / MANIFEST).read_text())
   assert not data["complete"] and [e["index"] for e in data["shards"]] == [0, 1, 2]
   assert not [f for f in os.listdir(tmp_path) if ".tmp" in f]               # no half-written file left
   kept = {f: os.stat(tmp_path / f).st_mtime_ns for f in os.listdir(tmp_path) if f.startswith("train-0000")}
@@ -136,9 +139,9 @@ def test_a_killed_run_resumes_without_redoing_finished_shards(corpus, one_worker
   assert summary.resumed_shards == 4 and summary.instances == summary1.instances
   assert all(os.stat(tmp_path / f).st_mtime_ns == t for f, t in kept.items())
   files = _files(tmp_path)
-  assert {f: b for f, b in files.items() if f != "manifest.json"} == {
-      f: b for f, b in _files(out1).items() if f != "manifest.json"}
-  assert json.loads(files["manifest.json"])["records"] == summary1.instances
+  assert {f: b for f, b in files.items() if f != MANIFEST} == {
+      f: b for f, b in _files(out1).items() if f != MANIFEST}
+  assert json.loads(files[MANIFEST])["records"] == summary1.instances
 
 
 def test_a_rerun_with_other_flags_is_refused_with_one_error_line(corpus, one_worker, capsys):
@@ -306,3 +309,66 @@ def test_gzip_input_makes_the_records_of_its_text(corpus, tmp_path, capsys):
   assert [l for l in err.splitlines() if l.startswith("error:")] == [
       f"error: {tmp_path}/cut.txt.gz: not a readable gzip file (Compressed file ended before the end-of-stream "
       "marker was reached); decompress it or fix the copy"], err
+
+
+def test_the_default_shard_plan_comes_from_the_corpus_size_alone():
+  """One 256 MB shard for a 90 MB corpus left a second worker idle (1.11x): now 64 shards while each keeps
+  4 MiB, never above 256 MiB, and nothing of it depends on --num_workers."""
+  mib = 2**20
+  assert sharding.auto_shard_bytes(3 * mib) == 4 * mib                        # one shard
+  assert sharding.auto_shard_bytes(90 * mib) == 4 * mib                       # 23 shards of 4 MiB
+  assert sharding.auto_shard_bytes(2**30) == 16 * mib                         # 64 of 16 MiB
+  assert sharding.auto_shard_bytes(16 * 2**30) == 256 * mib                   # 64 of 256 MiB
+  assert sharding.auto_shard_bytes(100 * 2**30) == 256 * mib                  # the bound: 400 shards
+
+
+def _cli(corpus, out, *extra):
+  argv = [f"--input_file={corpus}/a.txt,{corpus}/b.txt", f"--output_file={out}/train.tfrecord",
+          f"--vocab_file={corpus}/vocab.txt", "--max_seq_length=24", "--max_predictions_per_seq=4",
+          "--dupe_factor=2", "--num_workers=1", "--progress=false", *extra]
+  with pytest.raises(SystemExit) as e:
+    cli.run_plain_main(cpd.main, argv)
+  return e.value.code
+
+
+def test_num_output_shards_is_the_number_of_files_written(corpus, tmp_path, capsys, monkeypatch):
+  """--num_output_shards=4 wrote 32 files (`train-00009-of-00032`): 4 per shard. It is now the total."""
+  monkeypatch.setattr(sharding, "MIN_SHARD_BYTES", 1024)      # this ~11 kB corpus plans like a 90 MB one
+  assert _cli(corpus, tmp_path / "auto") == 0
+  out = capsys.readouterr().out
+  auto = sorted(f for f in os.listdir(tmp_path / "auto") if f.endswith(".tfrecord"))
+  assert len(auto) >= 8 and auto[0] == f"train-00000-of-{len(auto):05d}.tfrecord", auto
+  assert re.search(rf"shards: {len(auto)} planned \(<= 1K each, from 11\.\dKB of text\), {len(auto)} file\(s\); "
+                   r"1 worker\(s\) ran", out), out
+  for m in (4, 3, 40):
+    assert _cli(corpus, tmp_path / f"m{m}", f"--num_output_shards={m}") == 0
+    names = sorted(f for f in os.listdir(tmp_path / f"m{m}") if f.endswith(".tfrecord"))
+    assert names == [f"train-{i:05d}-of-{m:05d}.tfrecord" for i in range(m)], names
+    counts = manifest.record_counts([str(tmp_path / f"m{m}" / n) for n in names])
+    assert all(n > 0 for n in counts) and sum(counts) > 100
+  capsys.readouterr()
+  # With --shard_size given, fewer files than its shards cannot be written: one error line says what to give.
+  assert _cli(corpus, tmp_path / "bad", "--num_output_shards=2", "--shard_size=2K") == 2
+  err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+  assert len(err) == 1 and re.search(r"--num_output_shards=2 is fewer than the \d+ shards of --shard_size=2K",
+                                     err[0]), err
+
+
+def test_gbk_text_past_the_head_check_stops_the_shard_that_reads_it(corpus, tmp_path, capsys, monkeypatch):
+  """The plan checks each file's first MiB; a file whose second half is GBK passes that and is refused by the
+  shard that reads it: one line naming the file and the byte range, exit 2, the finished shards listed."""
+  monkeypatch.setattr(text_io, "_HEAD_BYTES", 4096)
+  good = (corpus / "a.txt").read_bytes()
+  gbk = "\n\n".join("今天天气很好。\n我们去公园散步。" for _ in range(40)).encode("gbk")
+  (tmp_path / "mixed.txt").write_bytes(good + b"\n" + gbk + b"\n")
+  argv = [f"--input_file={tmp_path}/mixed.txt", f"--output_file={tmp_path}/out/train.tfrecord",
+          f"--vocab_file={corpus}/vocab.txt", "--max_seq_length=24", "--max_predictions_per_seq=4",
+          "--dupe_factor=1", "--shard_size=2K", "--num_workers=1", "--progress=false"]
+  with pytest.raises(SystemExit) as e:
+    cli.run_plain_main(cpd.main, argv)
+  err = capsys.readouterr().err
+  lines = [line for line in err.splitlines() if line.startswith("error:")]
+  assert e.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err
+  assert re.search(r"mixed\.txt: \d+ of \d+ lines of bytes [\d,]+-[\d,]+ \(\d+\.\d%.*iconv -f GB18030", lines[0])
+  data = json.loads((tmp_path / "out" / MANIFEST).read_text())
+  assert not data["complete"] and data["shards"]           # the shards before it are kept for a rerun

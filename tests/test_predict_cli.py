@@ -103,8 +103,18 @@ def test_classify_a_fine_tuned_workdir(tmp_path):
                    "--batch_size=2"]) == 0
   rows = [json.loads(l) for l in open(out, encoding="utf-8")]
   assert len(rows) == 3 and all(r["label"] in ("neg", "pos") for r in rows)
+  # each row names its input: line number and text (rows carried only label and probabilities)
+  assert [(r["line"], r["text"]) for r in rows] == [(1, "这本书很好"), (2, "不喜欢"), (3, "上海")]
   assert all(abs(sum(r["probabilities"].values()) - 1) < 1e-5 for r in rows)
   assert cli.main(["classify", f"--model={d}", f"--input={tmp_path / 'in.txt'}"]) == 2   # not fine-tuned
+
+
+def test_classify_rows_lead_with_the_input_line_number_and_text():
+  rows = [{"label": "pos", "probabilities": {"pos": 0.9, "neg": 0.1}}, {"label": "neg", "probabilities": {}}]
+  assert cli.with_inputs(rows, ["好", ""]) == [
+      {"line": 1, "text": "好", "label": "pos", "probabilities": {"pos": 0.9, "neg": 0.1}},
+      {"line": 2, "text": "", "label": "neg", "probabilities": {}}]
+  assert list(cli.with_inputs(rows[:1], ["a"], ["b"])[0]) == ["line", "text", "text_pair", "label", "probabilities"]
 
 
 def test_features_refuse_cls_pooling_over_an_untrained_pooler_and_a_bad_vocab_is_one_error(tmp_path, capsys):

@@ -339,55 +339,7 @@ def test_stop_signals_turn_sigint_and_sigterm_into_a_flag_and_restore_the_handle
   assert Interrupted(signum, 7).exit_code == {signal.SIGINT: 130, signal.SIGTERM: 143}[signum]
 
 
-class SyncManagerModel:
-  """XLA's PreemptionSyncManager as its source has it (xla/tsl/distributed_runtime/preemption): each process's
-  counter starts at 0 and is the last value given to ReachedSyncPoint; a preemption notice sets the sync
-  point to the largest counter any host reported + 1; ReachedSyncPoint(c) is True only when c equals it."""
-
-  def __init__(self, hosts):
-    self.counters, self.sync = [0] * hosts, None
-
-  def notice(self):
-    self.sync = max(self.counters) + 1
-
-  def checkpointer(self, host):
-    model = self
-
-    class Ckpt:
-      def reached_preemption(self, counter):
-        model.counters[host] = counter
-        return model.sync == counter
-    return Ckpt()
-
-
-@pytest.mark.parametrize("notice_at", ["start-up", 0, 3, "late"])
-def test_a_preemption_notice_at_any_time_after_a_restart_stops_every_host_at_one_step(monkeypatch, notice_at):
-  """Two hosts resumed at step 40, checkpointing every 5 steps (orbax's save checks the sync point with the
-  step too). A SIGTERM during start-up (before any check), before the first step, after 3 steps or after 12
-  stops both hosts at the same step. With the step as the only counter the start-up notice set the sync
-  point to 1, which step 41, 42, ... never equal: the signal was lost and the run went on."""
-  monkeypatch.setattr(wd.jax, "process_count", lambda: 2)
-  manager = SyncManagerModel(2)
-  hosts = [wd.StopSignals(manager.checkpointer(h)) for h in range(2)]
-  ckpts = [manager.checkpointer(h) for h in range(2)]
-  if notice_at == "start-up":
-    manager.notice()
-  if any([s.start(40) for s in hosts]):                  # every host must check (no short-circuit)
-    stopped = [40 if s.signum else None for s in hosts]
-  else:
-    stopped = [None, None]
-    for step in range(41, 70):
-      if step - 41 == {0: 0, 3: 3, "late": 12}.get(notice_at):
-        manager.notice()
-      for h, signals in enumerate(hosts):
-        if stopped[h] is None:
-          if signals.reached(step):
-            stopped[h] = step
-          elif step % 5 == 0:
-            ckpts[h].reached_preemption(step)            # CheckpointManager.should_save(step)
-  want = {"start-up": 40, 0: 41, 3: 44, "late": 53}[notice_at]
-  assert stopped == [want, want]
-  assert all(s.signum == signal.SIGTERM for s in hosts)
+# A preemption notice during a multi-host restart's start-up: tests/test_reliability_preemption.py.
 
 
 # ---- atomic replacement of params dirs --------------------------------------------------------------------

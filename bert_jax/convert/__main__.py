@@ -34,7 +34,9 @@ def _bool(s: str) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(prog="python -m bert_jax.convert", description=__doc__,
+  # cli.ArgumentParser: a bad flag or command is one `error:` line (it was argparse's usage block), and --help
+  # lists --verbose and --strict
+  p = cli.ArgumentParser(prog="python -m bert_jax.convert", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   sub = p.add_subparsers(dest="command", required=True)
 

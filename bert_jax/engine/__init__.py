@@ -9,6 +9,7 @@
   compile_cache   JAX's persistent compilation cache
   timing          the clocks: start-up, a logging window's steps/s, a run's training time (first step apart)
   watchdog        the host guard: heartbeats, dead/stuck hosts -> one line and exit 75
+  coordinator     host 0's death seen from the other hosts: JAX's abort becomes the guard's line and exit 75
   validation      the device and checkpoint checks both plans share
   periodic        "is it time to log / evaluate / checkpoint / stop" for every loop
   run_files       plan.json, config.json and init_report.json, written one way

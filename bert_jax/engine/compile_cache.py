@@ -57,6 +57,6 @@ def enable(value: str, min_compile_seconds: float = 1.0) -> Optional[str]:
   jax.config.update("jax_compilation_cache_dir", path)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_seconds))
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-  log.info("compilation cache: %s (programs that compile in >= %.1f s; config.compilation_cache_dir)",
+  log.debug("compilation cache: %s (programs that compile in >= %.1f s; config.compilation_cache_dir)",
            path, min_compile_seconds)
   return path

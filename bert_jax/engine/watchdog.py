@@ -29,9 +29,17 @@ Either way the host prints every thread's stack (faulthandler; for a stall), the
   hosts to resume
 and exits with `errors.RETRYABLE_EXIT_CODE` (75, EX_TEMPFAIL) through `os._exit`: no `atexit` wait for the
 dead peer, no Orbax save left waiting for it. launch/tpu_pod.sh (supervised) and launch/slurm_gpu.sbatch
-restart or requeue on 75 as on 143. Host 0 leaves last: it runs the coordination service, and a peer whose JAX
-client loses it is aborted (SIGABRT) before printing its own line, so after its line host 0 waits until every
-peer that still beats has said it is leaving (at most 2 beats + 6 s; a dead or frozen one is not waited for).
+restart or requeue on 75 as on 143.
+
+Host 0 runs jax.distributed's coordination service. When it dies, JAX's client on every other host aborts
+within a second or two (SIGABRT); on hosts other than 0 that abort is intercepted (engine/coordinator.py: a
+SIGABRT handler that finds host 0's port closed; initialize_distributed puts it in place with a start-up line,
+the guard's start with its own) and the host prints the same kind of line,
+  error: host 0 of 2 (the coordinator) stopped responding during step 12 (its coordination service is gone:
+  connection refused; its last report: step at step 11); newest complete checkpoint: step 10; ...
+then exits 75. Host 0 still leaves last when it ends the run itself: after its line it waits until every
+peer that still beats has said it is leaving (at most 2 beats + 6 s; a dead or frozen one is not waited for),
+so the peers repeat its reason rather than report its departure.
 The half-written checkpoint a dying host leaves is an Orbax temporary
 directory (`<step>.orbax-checkpoint-tmp-*` locally, no `commit_success.txt` on gs://): never a step, never
 restored, deleted when the next run opens its Checkpointer.
@@ -42,13 +50,15 @@ wait in `jax.distributed.shutdown` for peers that wait for this host. `barrier` 
 not a collective) lines the hosts up before each phase's first step: gloo gives a new communicator 30 s.
 
 JAX's own coordination-service heartbeat is set to `heartbeat_timeout_s + JAX_HEARTBEAT_MARGIN_S`
-(distributed_init_kwargs): it stays the backstop (SIGABRT) if this process cannot act at all.
+(distributed_init_kwargs): it stays the backstop (SIGABRT) if this process cannot act at all. An abort
+while host 0 still listens (that backstop, an XLA check failure) is not intercepted.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import faulthandler
+import functools
 import json
 import logging
 import os
@@ -64,6 +74,7 @@ import jax
 
 from bert_jax.errors import RETRYABLE_EXIT_CODE, UserError
 from bert_jax import fileio
+from bert_jax.engine import coordinator
 from bert_jax.input_pipeline import checks
 
 log = logging.getLogger(__name__)
@@ -136,6 +147,29 @@ def initialize_distributed(config, **kwargs) -> None:
     jax.distributed.initialize(**kwargs, **distributed_init_kwargs(config))
   finally:
     joined.set()        # joined, or failed at once (a bad argument): no deadline line after that one
+  from jax._src import distributed  # pylint: disable=g-import-not-at-top  jax exposes no public client
+  state = distributed.global_state
+  if state.process_id != 0 and state.coordinator_address:   # until the host guard takes over (HostGuard.start)
+    coordinator.watch(state.coordinator_address, functools.partial(_coordinator_lost_in_start_up,
+                                                                   state.num_processes))
+
+
+def _coordinator_lost_in_start_up(count: int, why: str) -> None:
+  """Host 0 died after this host joined and before its host guard started (the plan, the model's set-up):
+  the line and exit RETRYABLE_EXIT_CODE, in place of JAX's abort. Nothing was trained or written yet."""
+  try:
+    sys.stdout.flush()
+    sys.stderr.write(f"error: host 0 of {count} (the coordinator) stopped responding during start-up, before "
+                     f"training (its coordination service is gone: {why}); restart all hosts to resume\n")
+    sys.stderr.flush()
+  finally:
+    os._exit(RETRYABLE_EXIT_CODE)
+
+
+def stop_watching_coordinator() -> None:
+  """A run that ends before its host guard took over (a user error in the plan, a stop during start-up):
+  from here an abort is JAX's again, not `host 0 stopped responding`."""
+  coordinator.unwatch()
 
 
 def resolve_guard(config, process_count: int) -> GuardSettings:
@@ -195,8 +229,11 @@ class HostGuard:
   """See the module docstring. One per run; every method is cheap (the main thread calls them per step)."""
 
   def __init__(self, settings: GuardSettings, checkpoint_dir: str = "", *, process_index: Optional[int] = None,
-               process_count: Optional[int] = None, client=None, stream=None, start_step: int = 0):
+               process_count: Optional[int] = None, client=None, stream=None, start_step: int = 0,
+               coordinator_address: Optional[str] = None):
     self.settings = settings
+    self._coordinator_address = coordinator_address     # host 0's HOST:PORT (default: jax.distributed's)
+    self._watching = False           # this guard's SIGABRT handler for a lost host 0 is in place
     self.checkpoint_dir = checkpoint_dir
     self.index = jax.process_index() if process_index is None else process_index
     self.count = jax.process_count() if process_count is None else process_count
@@ -280,6 +317,9 @@ class HostGuard:
       if self._client is None:
         from jax._src import distributed  # pylint: disable=g-import-not-at-top  jax exposes no public client
         self._client = distributed.global_state.client
+        self._coordinator_address = self._coordinator_address or distributed.global_state.coordinator_address
+      if self.index != 0 and self._coordinator_address:
+        self._watching = coordinator.watch(self._coordinator_address, self.coordinator_lost)
       self._threads.append(threading.Thread(target=self._beat_loop, name="host-guard-heartbeat", daemon=True))
     if self.multi_host or self.settings.watchdog:
       self._threads.append(threading.Thread(target=self._check_loop, name="host-guard-check", daemon=True))
@@ -290,6 +330,9 @@ class HostGuard:
   def stop(self, final_phase: str = "done") -> None:
     """Stops checking; tells the peers this host ended (`done`, `stopped` or `failed`) so they do not
     take its silence for a death."""
+    if self._watching:                    # from here on jax.distributed's shutdown is the peers' business
+      coordinator.unwatch()
+      self._watching = False
     self.enter(final_phase)
     self._stop.set()
     if self.multi_host and self._client is not None:
@@ -395,8 +438,40 @@ class HostGuard:
   def _err(self):
     return self._stream or sys.stderr
 
-  def fire(self, message: str, dump_stacks: bool) -> None:
-    """Prints the stacks (a stall) and the one line, tells the peers, exits RETRYABLE_EXIT_CODE."""
+  def coordinator_lost(self, why: str) -> None:
+    """Host 0's coordination service is gone (`why`: engine/coordinator.py found its port closed after JAX's
+    client aborted this process): the one line, naming host 0 as `verdict` names any dead host (or repeating
+    the reason host 0 reported before it left), and exit RETRYABLE_EXIT_CODE. Never returns: it runs inside
+    the SIGABRT handler, and returning lets the abort go on. The work (the line, the exit hooks: the work-dir
+    lock's release) runs on a thread of its own, given LINGER_MAX_S: the aborting thread may hold a native
+    logging lock that a library call in a hook would wait for."""
+    worker = threading.Thread(target=self._report_coordinator_lost, args=(why,), name="host-guard-coordinator-lost",
+                              daemon=True)
+    try:
+      worker.start()
+      worker.join(LINGER_MAX_S)
+    finally:
+      os._exit(RETRYABLE_EXIT_CODE)
+
+  def _report_coordinator_lost(self, why: str) -> None:
+    try:
+      record, during = self._peers.get(0, {}), f"during step {self.step + 1}"
+      if record.get("exit"):
+        message = f"{record['exit']} (reported by host 0)"
+      elif record.get("phase") == "failed":
+        message = f"host 0 of {self.count} stopped with an error at step {record.get('step')} (see its log) {during}"
+      else:
+        message = (f"host 0 of {self.count} (the coordinator) stopped responding {during} (its coordination "
+                   f"service is gone: {why}; its last report: {record.get('phase', 'start')} at step "
+                   f"{record.get('step', self.step)})")
+      self.fire(message, dump_stacks=False, store_gone=True)
+      time.sleep(LINGER_MAX_S)      # another thread is firing (its line, then its exit): let it finish
+    finally:
+      os._exit(RETRYABLE_EXIT_CODE)
+
+  def fire(self, message: str, dump_stacks: bool, store_gone: bool = False) -> None:
+    """Prints the stacks (a stall) and the one line, tells the peers, exits RETRYABLE_EXIT_CODE.
+    `store_gone`: host 0's key-value store is gone with it, so nothing is published (that would only wait)."""
     if not self._fired.acquire(blocking=False):
       return
     err = self._err()
@@ -413,14 +488,14 @@ class HostGuard:
           fn()
         except Exception:  # noqa: BLE001 - exiting anyway; a stale lock is taken over later
           pass
-      if self.multi_host and self._client is not None and "(reported by host" not in message:
+      if self.multi_host and self._client is not None and "(reported by host" not in message and not store_gone:
         self._exit_report = message
         wait = min(5.0, 2 * self.beat_s + 0.5)
         if self._publish_within(wait):
           time.sleep(wait)                  # the peers read it (if this is host 0, the store goes)
       err.write(f"error: {line}\n")
       err.flush()
-      if self.multi_host and self._client is not None:
+      if self.multi_host and self._client is not None and not store_gone:
         if self.index == 0:
           self.linger()
         else:

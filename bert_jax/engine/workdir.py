@@ -30,10 +30,11 @@ import socket
 import threading
 import time
 import uuid
-from typing import Optional
+from typing import Callable, Optional
 
 import jax
 import numpy as np
+from jax._src import distributed as jax_distributed  # the coordination service's client: jax has no public one
 from jax.experimental import multihost_utils
 
 from bert_jax.errors import UserError
@@ -165,7 +166,7 @@ class WorkdirLock:
       if self._create_exclusive(info):
         self.info = info
         self._start_heartbeat()
-        log.info("work dir %s locked (%s)", self.directory, LOCK_NAME)
+        log.debug("work dir %s locked (%s)", self.directory, LOCK_NAME)   # internals: --verbose
         return
       held = self.read()
       if held is None:            # released between our attempt and the read: try again
@@ -273,6 +274,11 @@ def check_resume_model_config(workdir: str, saved: dict, wanted: dict, source: s
 
 
 # ---- signals ------------------------------------------------------------------------------------------
+# XLA's preemption sync manager (xla/tsl/distributed_runtime/preemption) puts this key into the coordination
+# service when a host's notifier sees SIGTERM; every host's sync protocol starts when it appears.
+PREEMPTION_NOTICE_KEY = "RECEIVED_PREEMPTION_NOTICE"
+
+
 class StopSignals:
   """SIGINT / SIGTERM -> "save at the current step and stop" (single process; `signum` says which). A second
   SIGINT raises KeyboardInterrupt at once (abort without waiting for the save). Multi-host runs use the JAX
@@ -282,8 +288,9 @@ class StopSignals:
 
   SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-  def __init__(self, ckpt=None):
+  def __init__(self, ckpt=None, client=None):
     self.ckpt = ckpt
+    self.client = client        # the coordination service's client (default: jax.distributed's)
     self.signum: Optional[int] = None
     self.previous = {}
     if jax.process_count() == 1:
@@ -302,26 +309,50 @@ class StopSignals:
       if signum == signal.SIGINT:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
-  def start(self, step: int) -> bool:
-    """Called on every host once the run is restored at `step`, before its first step: True when a
-    preemption notice already arrived (stop now; the checkpoint at `step` is on disk).
+  def start(self, step: int, barrier: Optional[Callable[[str], None]] = None) -> bool:
+    """Called on every host once the run is restored at `step`, before its first step: True on every host
+    when a preemption notice arrived during start-up (stop now; the checkpoint at `step` is on disk), False
+    on every host otherwise (a later notice stops them all at one later step). `barrier(name)`: every host
+    waits there (the host guard's; default: the coordination service's, 1 h).
 
     JAX's preemption sync manager (XLA's PreemptionSyncManager) keeps, per process, the last counter given
-    to its sync point check (0 until the first call); a notice sets the sync point to the largest counter
-    the hosts report + 1, and the check is True only for exactly that counter. We give it the step, as
-    orbax's CheckpointManager does inside save(). A restart resumes at step k > 0: a SIGTERM during its
-    start-up, before any check, set the sync point to 1, which no later step equals, and the signal was
-    lost. So: check counter 1 (a notice already in), then set the counter to k (a later one gives k + 1,
-    the first step). A notice landing between the two checks on every host is still missed."""
+    to its sync point check (0 until the first call). A notice (SIGTERM on any host: XLA's handler puts the
+    key RECEIVED_PREEMPTION_NOTICE into the coordination service) makes every host capture its counter,
+    and the sync point is the largest captured counter + 1; the check is True only for exactly that
+    counter. We give it the step, as orbax's CheckpointManager does inside save(). A restart resumes at
+    step k > 0, so a notice captured before the hosts' first check (counters 0) set the sync point to 1,
+    which no later step equals: the signal was lost and the run went on to exit 0. Checking counter 1, then
+    k, as this did until now, still lost a notice captured between the two calls (sync point 2).
+
+    So the counter goes straight to k, and the hosts agree on the notice themselves: each reads the notice
+    key after setting k and publishes what it saw; after a barrier, any host that saw it stops every host
+    at k. A host that did not see it set k before the notice existed, so every counter captured for that
+    notice on it is >= k: the sync point is > k, and the first steps' checks (k + 1, k + 2, ...) reach it
+    on every host. Tested against a model of XLA's protocol with the notice at every point of start-up
+    (tests/test_reliability_workdir.py)."""
     if jax.process_count() == 1:
       return self.signum is not None      # one process: a signal during start-up (restore, compile, data)
-    if self.ckpt is None:
+    client = self.client or jax_distributed.global_state.client
+    if self.ckpt is None or client is None:
       return False
+    seen = False
     try:
-      early = self.ckpt.reached_preemption(1)
       self.ckpt.reached_preemption(step)
-    except Exception:  # noqa: BLE001 - preemption service unavailable: reached() warns once
-      return False
+      service = True
+    except Exception:  # noqa: BLE001 - preemption service unavailable: reached() warns once; every host still
+      service = False  # goes through the barrier below, so none waits there for one that skipped it
+    if service:
+      try:
+        client.key_value_try_get(PREEMPTION_NOTICE_KEY)
+        seen = True
+      except Exception:  # noqa: BLE001 - NOT_FOUND: no notice yet
+        pass
+    client.key_value_set(f"bert_jax/start_notice/{step}/{jax.process_index()}", "1" if seen else "0")
+    if barrier is not None:
+      barrier(f"start_notice_{step}")
+    else:
+      client.wait_at_barrier(f"bert_jax/start_notice_{step}", 3_600_000)
+    early = any(v == "1" for _, v in client.key_value_dir_get(f"bert_jax/start_notice/{step}/"))
     if early:
       self.signum = self.signum or signal.SIGTERM
     return early

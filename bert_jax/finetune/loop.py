@@ -128,7 +128,7 @@ def _finetune(plan: FinetunePlan) -> dict:
   if is_main:
     fileio.write_json_atomic(fileio.join(plan.workdir, "eval_results.json"), results)
     plot_curves(plan.workdir, log.records, task.main_metric)
-  _log.info("eval results: %s", {k: v for k, v in results.items() if k != "prediction_files"})
+  _log.debug("eval results: %s", {k: v for k, v in results.items() if k != "prediction_files"})
   return results
 
 

@@ -378,7 +378,7 @@ def resolve_finetune(config, workdir: str, *, num_devices: Optional[int] = None,
   except ValueError as e:   # a config that contradicts the task (labels, TFDS name, delimiter)
     raise UserError(f"config.task={config.task!r}: {e}") from e
   task.check_max_seq_length(int(config.max_seq_length))    # e.g. SQuAD: room for the question and the context
-  log.info("task %s: %s", task.name, task)
+  log.debug("task %s: %s", task.name, task)   # the plan table names it; --verbose
   eval_batch = int(config.eval_batch_size)
   return FinetunePlan(
       workdir=os.path.abspath(workdir), task=task, vocab_file=vocab_file, do_lower_case=do_lower_case,

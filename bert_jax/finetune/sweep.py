@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import io
 import itertools
 import json
@@ -61,6 +60,7 @@ import logging
 import math
 import os
 import statistics
+import textwrap
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from absl import flags
@@ -129,11 +129,26 @@ def parse_grid(text: str, config) -> Dict[str, list]:
     if path in grid:
       raise UserError(f"--grid: {path} is given twice; list its values once ({path}=V1,V2,...)")
     items = values.split(",")
+    if any("=" in v for v in items):   # `a=1,b=2`: the next axis joined by ',' read as a value of this one
+      raise UserError(f"--grid: {path}={values.strip()!r} has a value holding '=' "
+                      f"({next(v.strip() for v in items if '=' in v)!r}): separate grid axes with ';', e.g. "
+                      f"--grid='{_axes_fixed(path, items)}'")
     if any(not v.strip() for v in items):
       raise UserError(f"--grid: {path}={values.strip()!r} has an empty value (a doubled or trailing comma?); "
                       f"expected {path}=V1,V2,...")
     grid[path] = items
   return check_grid(grid, config)
+
+
+def _axes_fixed(path: str, items: Sequence[str]) -> str:
+  """`path=v1,v2,b=x,y` read as two axes: 'path=v1,v2;b=x,y'."""
+  axes = [[f"{path}={items[0].strip()}"]]
+  for v in items[1:]:
+    if "=" in v:
+      axes.append([v.strip()])
+    else:
+      axes[-1].append(v.strip())
+  return ";".join(",".join(a) for a in axes)
 
 
 def check_grid(grid: Dict[str, Sequence], config) -> Dict[str, list]:
@@ -144,7 +159,7 @@ def check_grid(grid: Dict[str, Sequence], config) -> Dict[str, list]:
     if path in ("seed",):
       raise UserError("--grid: seed is set by --seeds, not by the grid")
     if not checks.has(config, path) or hasattr(checks.get_field(config, path), "keys"):
-      close = difflib.get_close_matches(path, known, n=2)
+      close = cli.close_names(path, known, n=2)
       hint = f"; did you mean {' or '.join(close)}?" if close else ""
       raise UserError(f"--grid: config has no field {path!r}{hint}")
     values = list(values)
@@ -564,7 +579,7 @@ def table_markdown(results: dict) -> str:
   return "\n".join(lines) + "\n"
 
 
-def plot_spread(results: dict, path: str) -> str:
+def plot_spread(results: dict, path: str, figure_out: Optional[list] = None) -> str:
   """Dev and test main metric of every seed per point (dots) with the median (bar)."""
   import matplotlib  # lazy: ~1 s of import, only for the report
   matplotlib.use("Agg")
@@ -583,9 +598,14 @@ def plot_spread(results: dict, path: str) -> str:
   ax.set_xticks(range(len(pts)))
   ax.set_xticklabels([p["label"].replace(", ", "\n") for p in pts], fontsize=7)
   ax.set_ylabel(f"{results['main_metric']} {words}")
-  ax.set_title(f"{results['task']}: spread over {len(results['seeds'])} seeds (selected point shaded)")
+  # Wrapped to the figure's width (~8 characters of 12-point text per inch): one or two points make a 5-inch
+  # figure, and the one-line title was cut off at both sides.
+  title = f"{results['task']}: spread over {len(results['seeds'])} seeds (selected point shaded)"
+  ax.set_title(textwrap.fill(title, width=max(20, int(8 * fig.get_figwidth()))))
   ax.legend()
   fig.tight_layout()
+  if figure_out is not None:   # tests look at the laid-out figure
+    figure_out.append(fig)
   buf = io.BytesIO()
   fig.savefig(buf, format="png", dpi=80)
   plt.close(fig)

@@ -11,7 +11,7 @@ The launcher plans the shards and checks the manifest exactly as the local drive
 (`sharding.plan_run`: same shards, same names, a rerun with other flags refused, finished
 shards skipped). Each shard is one element: `Create -> Reshuffle -> ParDo(build_shard)`, and `build_shard`
 reads its byte ranges and writes its files through Beam's `FileSystems` (gs://, local, hdfs://), each file to
-a temporary name renamed into place when whole. A last step writes `manifest.json`. Beam retries a failed
+a temporary name renamed into place when whole. A last step writes the prefix's manifest. Beam retries a failed
 shard; a killed job rerun with the same command skips the shards whose files are in place. The records are
 the local path's, byte for byte (tests/test_pipeline_shards.py runs the DirectRunner).
 
@@ -25,7 +25,7 @@ import json
 import os
 import tempfile
 import uuid
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
@@ -149,14 +149,14 @@ def unknown_options(beam_args: Sequence[str]) -> List[str]:
 
 
 def run(input_files, output_files: Sequence[str], vocab_file: str, cfg: shard_builder.Config, *, runner: str = "DirectRunner",
-        beam_args: Sequence[str] = (), shard_bytes: int = sharding.DEFAULT_SHARD_BYTES,
-        files_per_shard: int = 1, wait: bool = True) -> Dict:
+        beam_args: Sequence[str] = (), shard_bytes: Optional[int] = None,
+        num_output_shards: Optional[int] = None, wait: bool = True) -> Dict:
   """Plans the shards here, runs the pending ones on `runner` with Beam's `beam_args`, and returns the final
   manifest (read back after the job when `wait`)."""
   shard_builder.make_tokenizer(vocab_file, cfg)          # a vocab without the special tokens fails here, not on workers
-  plan = sharding.plan_run(input_files, output_files, vocab_file, cfg, shard_bytes, files_per_shard)
+  plan = sharding.plan_run(input_files, output_files, vocab_file, cfg, shard_bytes, num_output_shards)
   todo = [(s.index, s.to_json(), files) for s, files in plan.todo()]
-  print(f"{len(plan.shards)} shards, {len(plan.finished)} finished by an earlier run; {len(todo)} for {runner}")
+  print(f"{plan.describe()}; {len(plan.finished)} finished by an earlier run; {len(todo)} for {runner}")
   vocab_text = fileio.read_bytes(vocab_file)
   options = PipelineOptions(list(beam_args), runner=runner)
   pipeline = beam.Pipeline(options=options)

@@ -41,7 +41,7 @@ SPECIAL_TOKENS = list(tokenization.SPECIAL_TOKENS)  # [PAD] [UNK] [CLS] [SEP] [M
 
 
 def _iter_lines(files: Sequence[str], stats: text_io.ReadStats) -> Iterable[str]:
-  for doc in text_io.read_documents(files, stats):
+  for doc in text_io.read_documents(files, stats, text_io.Utf8Rule(flag="")):   # a GBK file: the iconv fix
     yield from doc
 
 

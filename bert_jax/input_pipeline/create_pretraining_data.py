@@ -7,19 +7,24 @@ r"""Offline pre-training data: raw text -> masked NSP/SOP instances -> TFRecords
         [--masking_strategy=token|whole_word|span] [--chinese_wwm] [--pair_mode=sop] [--google_exact]
 
 Flags follow google-research/bert's `create_pretraining_data.py` (same names and defaults); additions:
-`--num_output_shards`, `--pair_mode nsp|sop`, `--chinese_wwm` (jieba word boundaries, Chinese BERT-wwm),
-`--long_sentence_policy split|truncate|keep`, `--tokenizer_backend auto|tokenizers|python`, `--google_exact`.
+`--num_output_shards`, `--shard_size`, `--num_workers`, `--allow_invalid_utf8`, `--pair_mode nsp|sop`,
+`--chinese_wwm` (jieba word boundaries, Chinese BERT-wwm), `--long_sentence_policy split|truncate|keep`,
+`--tokenizer_backend auto|tokenizers|python`, `--google_exact`.
 
 Corpus scale (docs/data.md, "A whole corpus"): the input is cut into shards (`sharding`: whole small files, or
-byte ranges of a big file cut at document boundaries, `--shard_size=256M`). Each shard makes its instances
+byte ranges of a big file cut at document boundaries), planned from the corpus alone: 64 shards when each
+keeps at least 4M of text, never more than 256M (`--shard_size` sets it). Each shard makes its instances
 alone -- pairs with the random next document drawn within the shard, masks -- with seeds from (random_seed,
 shard, dupe round), so the output is the same bytes for any `--num_workers` (default: all cores; one
 progress bar, one summary) and on Apache Beam (`--runner=DirectRunner|DataflowRunner|FlinkRunner|
-SparkRunner` plus Beam's pipeline options; `beam_pipeline`). Memory follows the shard, not the corpus. Shard
-s of N is written to `NAME-s-of-N` (one shard: the names given, as before), each file atomically, and
-`manifest.json` beside them lists the finished shards, their record counts, the flags, the vocab's hash and
-the tool's version: the same command rerun skips finished shards; other flags into the same directory are
-refused.
+SparkRunner` plus Beam's pipeline options; `beam_pipeline`). Memory follows the shard, not the corpus.
+`--num_output_shards=M` is the number of files written in total, `NAME-00000-of-0000M` (default: one per
+shard; a one-shard run keeps the name as given). Each file is written atomically, and `NAME.manifest.json`
+beside them (one per output prefix, so record sets of several lengths share a folder) lists the finished
+shards, their record counts, the flags, the vocab's hash and the tool's version: the same command rerun
+skips finished shards; other flags into the same prefix are refused. A file with more than 1% of lines that
+are not UTF-8 is refused (the error names its likely encoding and the `iconv` fix) unless
+`--allow_invalid_utf8`.
 
 `--google_exact` reproduces Google's tool's rules where ours differ (docs/data.md, "Masking, Google-exact
 mode and deviations from Google's BERT"): a random next for one-sentence chunks, long sentences kept whole
@@ -60,7 +65,7 @@ import math
 import multiprocessing
 import os
 import time
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from bert_jax import cli
 from bert_jax import input_warnings
@@ -91,7 +96,9 @@ class Summary:
   seconds: float = 0.0
   tokenizer_backend: str = ""
   num_shards: int = 1
-  resumed_shards: int = 0              # finished by an earlier run (manifest.json), not made again
+  plan: str = ""                       # the shard plan in words (sharding.RunPlan.describe)
+  workers: int = 1                     # worker processes that ran (1: in this process; 0: nothing to make)
+  resumed_shards: int = 0              # finished by an earlier run (the manifest), not made again
   resumed_records: int = 0
   skipped_shards: List[str] = dataclasses.field(default_factory=list)
 
@@ -110,9 +117,9 @@ class Summary:
     out += self.pairs.summary_lines()
     out.append(f"masked: {100 * self.masked_fraction:.2f}% of non-special tokens")
     made = self.instances - self.resumed_records
-    out.append(f"shards: {self.num_shards}" + (f" ({self.resumed_shards} finished by an earlier run: "
-                                                 f"{self.resumed_records:,} instances, not made again)"
-                                                 if self.resumed_shards else ""))
+    out.append(f"shards: {self.plan or self.num_shards}; {self.workers} worker(s) ran"
+               + (f"; {self.resumed_shards} finished by an earlier run ({self.resumed_records:,} instances, "
+                  "not made again)" if self.resumed_shards else ""))
     for line in self.skipped_shards:
       out.append(f"skipped {line}")
     out.append(f"instances written: {made:,} in {self.seconds:.1f} s "
@@ -121,7 +128,7 @@ class Summary:
     for f, n in shown if len(shown) <= 20 else shown[:10]:
       out.append(f"  {f}: {n:,}")
     if len(shown) > 20:
-      out.append(f"  ... {len(shown) - 10} more files (manifest.json lists them all)")
+      out.append(f"  ... {len(shown) - 10} more files (the manifest lists them all)")
     return out
 
 
@@ -168,18 +175,20 @@ def default_num_workers() -> int:
     return os.cpu_count() or 1
 
 
-def _run_shards(todo, vocab_file, tokenizer, cfg, num_workers: int, bar, on_result) -> None:
+def _run_shards(todo, vocab_file, tokenizer, cfg, num_workers: int, bar, on_result) -> int:
   """Builds the shards `todo` ([(shard, files)]) in-process (1 worker) or in `num_workers` processes; calls
-  `on_result(result)` in this process as each finishes (in finishing order: the outputs do not depend on it)."""
+  `on_result(result)` in this process as each finishes (in finishing order: the outputs do not depend on it).
+  Returns the number of workers that ran (at most one per shard)."""
   if num_workers <= 1 or len(todo) <= 1:
     for shard, files in todo:
       on_result(build_shard(shard, files, tokenizer, cfg, on_progress=bar.update))
-    return
+    return min(len(todo), 1)
   # "spawn": the parent may hold threads (JAX, tf.data) that a fork would copy mid-flight.
   ctx = multiprocessing.get_context("spawn")
   queue = ctx.Queue()
+  workers = min(num_workers, len(todo))
   with concurrent.futures.ProcessPoolExecutor(
-      min(num_workers, len(todo)), mp_context=ctx, initializer=_init_worker,
+      workers, mp_context=ctx, initializer=_init_worker,
       initargs=(queue, vocab_file, cfg, input_warnings.is_strict())) as pool:
     pending = {pool.submit(_worker_build, shard, files) for shard, files in todo}
     try:
@@ -196,25 +205,29 @@ def _run_shards(todo, vocab_file, tokenizer, cfg, num_workers: int, bar, on_resu
       for future in pending:
         future.cancel()
       raise
+  return workers
 
 
 def create_pretraining_data(input_files, output_files: Sequence[str], vocab_file: str,
                             cfg: Config = Config(), progress: bool = True, chunk_size: int = 8192,
-                            verbose: bool = True, *, shard_bytes: int = sharding.DEFAULT_SHARD_BYTES,
-                            num_workers: int = 1, files_per_shard: int = 1) -> Summary:
-  """Raw text -> records, shard by shard (`sharding`), in `num_workers` processes, resumable: the
-  `manifest.json` beside the outputs lists the finished shards, and a rerun of the same command skips them
-  (a rerun with other flags is refused). Returns the `Summary` (also printed when verbose)."""
+                            verbose: bool = True, *, shard_bytes: Optional[int] = None,
+                            num_workers: int = 1, num_output_shards: Optional[int] = None) -> Summary:
+  """Raw text -> records, shard by shard (`sharding`), in `num_workers` processes, resumable: the manifest
+  of the output prefix (`NAME.manifest.json` beside the first output file) lists the finished shards, and a
+  rerun of the same command skips them (a rerun with other flags is refused). `shard_bytes` None: planned
+  from the corpus (`sharding.auto_shard_bytes`); `num_output_shards`: the files written in total (None: one
+  per shard). Returns the `Summary` (also printed when verbose)."""
   del chunk_size  # the write chunk is fixed (8192 rows) so the masks do not depend on it
   # No TensorFlow here (local files are framed by tfrecord_io): the whole command starts in ~1 s.
   t0 = time.perf_counter()
   tokenizer = make_tokenizer(vocab_file, cfg)
-  plan = sharding.plan_run(input_files, output_files, vocab_file, cfg, shard_bytes, files_per_shard)
+  plan = sharding.plan_run(input_files, output_files, vocab_file, cfg, shard_bytes, num_output_shards)
   shards, directory, path = plan.shards, plan.directory, plan.manifest_path
   data, finished = plan.manifest, plan.finished
   todo = plan.todo()
   summary = Summary(output_files=[], counts=[], read=text_io.ReadStats(), corpus=instances_lib.CorpusStats(),
-                    pairs=instances_lib.PairStats(), num_shards=len(shards), resumed_shards=len(finished),
+                    pairs=instances_lib.PairStats(), num_shards=len(shards), plan=plan.describe(),
+                    resumed_shards=len(finished),
                     resumed_records=int(sum(sum(e["records"]) for e in finished.values())))
   if finished and verbose:
     print(f"{path}: {len(finished)} of {len(shards)} shards already written "
@@ -237,7 +250,7 @@ def create_pretraining_data(input_files, output_files: Sequence[str], vocab_file
       saved[0] = time.perf_counter()
 
   try:
-    _run_shards(todo, vocab_file, tokenizer, cfg, num_workers, bar, on_result)
+    summary.workers = _run_shards(todo, vocab_file, tokenizer, cfg, num_workers, bar, on_result)
   finally:                            # stopped (an error, Ctrl-C): the finished shards are listed for the rerun
     bar.close()
     data["complete"] = len(data["shards"]) == len(shards)
@@ -374,14 +387,20 @@ def main(argv=None) -> int:
   p.add_argument("--span_geo_p", type=float, default=0.2, help="span: geometric parameter of the span length")
   p.add_argument("--span_max_length", type=int, default=10, help="span: longest span, in words")
   p.add_argument("--short_seq_prob", type=float, default=0.1)
-  p.add_argument("--num_output_shards", type=int, default=1)
+  p.add_argument("--num_output_shards", type=int, default=None,
+                 help="files written in total, NAME-00000-of-0000N (default: one per shard; the shards are "
+                      "fewer when the corpus plan had more)")
   p.add_argument("--pair_mode", choices=instances_lib.PAIR_MODES, default=instances_lib.RANDOM_NEXT)
   p.add_argument("--long_sentence_policy", choices=("split", "truncate", "keep"), default=None,
                  help="default: split (keep under --google_exact)")
   p.add_argument("--tokenizer_backend", choices=("auto", "tokenizers", "python"), default="auto")
   p.add_argument("--progress", nargs="?", const=True, default=True, type=_bool)
-  p.add_argument("--shard_size", type=_size, default=sharding.DEFAULT_SHARD_BYTES,
-                 help="bytes of text per shard, the unit of work (256M by default; K, M, G suffixes)")
+  p.add_argument("--shard_size", type=_size, default=None,
+                 help="bytes of text per shard, the unit of work (K, M, G suffixes); default: planned from the "
+                      "corpus, 64 shards of 4M to 256M")
+  p.add_argument("--allow_invalid_utf8", nargs="?", const=True, default=False, type=_bool,
+                 help="read on past files with more than 1%% of lines that are not UTF-8, skipping and "
+                      "counting them (default: refused, naming the iconv fix)")
   p.add_argument("--num_workers", type=int, default=None, help="worker processes (default: all cores)")
   p.add_argument("--runner", choices=RUNNERS, default=None,
                  help="run the shards as an Apache Beam pipeline (pip install '.[beam]'); Beam's own pipeline "
@@ -413,7 +432,7 @@ def main(argv=None) -> int:
     p.error("--google_exact reproduces Google's NSP pairs; drop --pair_mode=sop")
   for name, lo, why in (("max_seq_length", 5, " ([CLS] A [SEP] B [SEP])"), ("max_predictions_per_seq", 1, ""),
                         ("dupe_factor", 1, ""), ("num_output_shards", 1, "")):
-    if getattr(args, name) < lo:
+    if getattr(args, name) is not None and getattr(args, name) < lo:
       p.error(f"--{name}={getattr(args, name)}; expected >= {lo}{why}")
   for name, lo_open in (("masked_lm_prob", True), ("short_seq_prob", False)):
     value = getattr(args, name)
@@ -434,16 +453,16 @@ def main(argv=None) -> int:
                span_geo_p=args.span_geo_p, span_max_length=args.span_max_length,
                chinese_wwm=args.chinese_wwm, pair_mode=args.pair_mode,
                long_sentence_policy=args.long_sentence_policy or "split",
-               tokenizer_backend=args.tokenizer_backend, google_exact=args.google_exact)
-  if len(names) > 1 and args.num_output_shards > 1:
+               tokenizer_backend=args.tokenizer_backend, google_exact=args.google_exact,
+               allow_invalid_utf8=args.allow_invalid_utf8)
+  if len(names) > 1 and args.num_output_shards is not None:
     p.error("give either several comma-separated --output_file names or --num_output_shards, not both")
-  files_per_shard = args.num_output_shards   # one input shard: Google's round-robin over that many files
   if args.runner:
     beam_pipeline.run(args.input_file, names, args.vocab_file, cfg, runner=args.runner, beam_args=beam_args,
-                      shard_bytes=args.shard_size, files_per_shard=files_per_shard)
+                      shard_bytes=args.shard_size, num_output_shards=args.num_output_shards)
     return 0
   create_pretraining_data(args.input_file, names, args.vocab_file, cfg, progress=args.progress,
-                          shard_bytes=args.shard_size, files_per_shard=files_per_shard,
+                          shard_bytes=args.shard_size, num_output_shards=args.num_output_shards,
                           num_workers=args.num_workers or default_num_workers())
   return 0
 

@@ -17,9 +17,13 @@ shows the batches of the same `data` the training loop opens. Each data rule is 
     name of Google's flag, as an alias of whole_word (true with span is an error: spans are whole words
     already) and data.chinese_whole_word_mask (jieba word boundaries) turning token into whole_word; the
     span law's data.span_geo_p in (0, 1] and data.span_max_length >= 1;
-  - every input glob matches a non-empty file; raw text for NSP pairs has at least 2 documents per host (1
-    for SOP), read only until that many are found; TFRecords (their first record, read without TensorFlow)
+  - every input glob matches a non-empty file; raw text is UTF-8 (a file with more than 1% of lines that do
+    not decode is refused, naming its likely encoding and the `iconv` fix, unless data.allow_invalid_utf8)
+    and, counted as the reader keeps it (those lines dropped), has at least 2 documents per host for NSP
+    pairs (1 for SOP); TFRecords (their first record, read without TensorFlow)
     have every phase's length and prediction count;
+  - a record glob matches one record set's lengths (a folder may hold wiki_128 and wiki_512 records side by
+    side, each with its manifest);
   - warnings (`data_layout_warnings`, logged once): record files fewer than the hosts, or not a multiple of
     them (hosts get whole files), and raw text above 1 GB per host (tokenized in memory at every start-up).
 """
@@ -32,7 +36,7 @@ from typing import List, Sequence, Tuple
 
 from bert_jax.errors import UserError
 from bert_jax import fileio
-from bert_jax.input_pipeline import checks, instances, masking, shard_builder, text_io, tfrecord_io
+from bert_jax.input_pipeline import checks, instances, manifest, masking, shard_builder, text_io, tfrecord_io
 from bert_jax.models.objectives import OBJECTIVES
 
 _log = logging.getLogger("bert_jax")
@@ -79,6 +83,7 @@ class PretrainData:
   pack_sequences: bool
   shuffle_buffer: int
   seed: int
+  allow_invalid_utf8: bool = False  # raw text: read on past > 1% of lines that are not UTF-8 (skip, count)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,6 +195,12 @@ def data_layout_warnings(field: str, files: Sequence[str], process_count: int,
   return out
 
 
+def utf8_rule(config) -> text_io.Utf8Rule:
+  """What the raw-text reader does with lines that are not UTF-8 (text_io.Utf8Rule), from the config."""
+  return text_io.Utf8Rule(allow=bool(config.data.get("allow_invalid_utf8", False)),
+                          flag="--config.data.allow_invalid_utf8=true")
+
+
 def _check_input_files(config, pair_mode: str, pack: bool, process_count: int) -> None:
   d = config.data
   for key in ("input_files", "eval_input_files"):
@@ -200,16 +211,42 @@ def _check_input_files(config, pair_mode: str, pack: bool, process_count: int) -
       _log.warning("%s", message)
     if checks.is_raw_text(files):   # a .txt that is UTF-16 or a renamed TFRecord: not text
       checks.check_is_text(files, f"config.data.{key}={d[key]!r}")
-    if pack or not checks.is_raw_text(files):   # packed rows and records need no pairs from documents
+    if not checks.is_raw_text(files):
       continue
-    need = instances.MIN_DOCUMENTS[pair_mode] * process_count
-    found = checks.count_documents_upto(files, need)
+    # packed rows need no pairs from documents, but the encoding rule holds for them too
+    need = 0 if pack else instances.MIN_DOCUMENTS[pair_mode] * process_count
+    stats = text_io.ReadStats()
+    found = checks.count_documents_upto(files, need, utf8_rule(config), stats)
+    if pack:
+      continue
     if found < need:
       why = ("next-sentence pairs take the random next sentence from another document"
              if pair_mode == instances.RANDOM_NEXT else "each process reads its own documents")
-      raise UserError(f"config.data.{key}={d[key]!r}: {found} document(s), need at least {need} "
+      dropped = sum(stats.bad_utf8_lines.values())
+      left = f" once {dropped:,} lines that are not UTF-8 are skipped" if dropped else ""
+      raise UserError(f"config.data.{key}={d[key]!r}: {found} document(s){left}, need at least {need} "
                       f"({why}{f', x {process_count} processes' if process_count > 1 else ''}); separate "
                       f"documents with a blank line, or use --config.data.pair_mode={instances.SWAPPED}")
+
+
+def _set_glob(manifest_path: str, flags) -> str:
+  """out/wiki_128* for the set whose --output_file was out/wiki_128.tfrecord (its files, not its manifest)."""
+  first = (flags.get("output_file") or ["?"])[0]
+  return fileio.join(fileio.dirname(manifest_path), first.rsplit(".", 1)[0] + "*")
+
+
+def _check_one_record_set(where: str, files: Sequence[str]) -> None:
+  """A glob over a folder where record sets of other lengths sit side by side (create_pretraining_data keeps
+  a manifest per output prefix: wiki_128.tfrecord, wiki_512.tfrecord) matches all of them; the first file's
+  length would pass and the others fail inside tf.data. UserError naming the sets and a glob per prefix."""
+  sets = manifest.record_sets(files)
+  lengths = {(f.get("max_seq_length"), f.get("max_predictions_per_seq")) for f in sets.values()}
+  if len(lengths) > 1:
+    named = "; ".join(f"{p} (max_seq_length={f.get('max_seq_length')}, max_predictions_per_seq="
+                      f"{f.get('max_predictions_per_seq')}: {_set_glob(p, f)})"
+                      for p, f in sorted(sets.items()))
+    raise UserError(f"{where} matches records of {len(sets)} record sets with different lengths: {named}; "
+                    "give the glob of one set")
 
 
 def _check_record_lengths(config, phases: Sequence[Phase]) -> None:
@@ -223,6 +260,7 @@ def _check_record_lengths(config, phases: Sequence[Phase]) -> None:
     files = text_io.expand_globs(d[key])
     if checks.is_raw_text(files):
       continue
+    _check_one_record_set(f"config.data.{key}={d[key]!r}", files)
     try:
       record = tfrecord_io.first_record(files[0])
       lengths = tfrecord_io.example_lengths(record) if record is not None else {}
@@ -280,4 +318,5 @@ def resolve_data_plan(config, vocab_file: str, process_count: int) -> DataPlan:
       masking_strategy=strategy, span_geo_p=float(d.get("span_geo_p", 0.2)),
       span_max_length=int(d.get("span_max_length", 10)), chinese_whole_word_mask=bool(d.chinese_whole_word_mask),
       masked_lm_prob=float(d.masked_lm_prob), short_seq_prob=float(d.short_seq_prob), pair_mode=pair_mode,
-      pack_sequences=pack, shuffle_buffer=int(d.shuffle_buffer), seed=int(config.seed)))
+      pack_sequences=pack, shuffle_buffer=int(d.shuffle_buffer), seed=int(config.seed),
+      allow_invalid_utf8=utf8_rule(config).allow))

@@ -1,29 +1,33 @@
-"""`manifest.json` beside pre-training records: what made them, and how many records each file holds.
+"""The manifest beside a set of pre-training records: what made them, and how many records each file holds.
 
+    out/wiki_128.tfrecord.manifest.json     # --output_file=out/wiki_128.tfrecord: one manifest per output prefix
     {"format": "bert_jax.pretraining_records/1", "tool": "bert_jax.input_pipeline.create_pretraining_data",
      "tool_version": "0.1.0", "vocab_sha256": "...", "flags": {...every flag that changes a record...},
+     "plan": {"shard_size": 4194304, "num_output_shards": null},
      "inputs": [["corpus/a.txt", 1048576, 1733300000.5, "9f2c..."], ...], "num_shards": 8, "complete": true, "records": 212345,
-     "shards": [{"index": 0, "pieces": [["corpus/a.txt", 0, 268435901]],
-                 "files": ["train-00000-of-00008.tfrecord"], "records": [26511], "bytes": [40215622],
+     "shards": [{"index": 0, "pieces": [["corpus/a.txt", 0, 4194901]],
+                 "files": ["wiki_128-00000-of-00008.tfrecord"], "records": [26511], "bytes": [40215622],
                  "documents": 3120, "instances": 26511}, ...]}
 
-Written by `create_pretraining_data` (atomically, after every finished shard) and read back by:
-  - a rerun into the same directory: the shards listed (whose files are still there, at their sizes) are
+Written by `create_pretraining_data` (atomically, after every finished shard) as `NAME.manifest.json`, NAME
+the base name of the run's (first) --output_file, so record sets of several runs share a folder:
+`wiki_128.tfrecord` and `wiki_512.tfrecord` (BERT's two phases) each have their own. Record sets of earlier
+versions have one `manifest.json` per directory; it is still read (and resumed) for the output names it
+lists. Read back by:
+  - a rerun with the same --output_file: the shards listed (whose files are still there, at their sizes) are
     skipped, so a killed 4-hour job resumes; a run with other flags, inputs or vocab is refused, naming the
     first difference (`check_compatible`). An input is its path, size, mtime and a hash of its first and last
     64 KiB (`input_fingerprint`), so a file edited in place at the same size is noticed too (only
-    a new mtime, with the same size and head/tail bytes, is a warning: a copied or touched corpus resumes). A run with other --output_file names (none shared) and the same
-    flags and vocab is another run (Google's one invocation per input shard into one directory): it keeps
-    its own `NAME.manifest.json` (NAME: its first output file's base name);
+    a new mtime, with the same size and head/tail bytes, is a warning: a copied or touched corpus resumes).
+    A run whose output names another prefix's manifest lists is refused (`check_other_prefixes`);
   - the training input pipeline (`record_counts`): the number of records per file, so a resume at step k
     skips whole files by their counts instead of reading through them.
 Nothing in it depends on the number of workers or on timing, so 1 and 2 workers write the same bytes.
 
-Concurrent runs into one local directory: the claim of manifest.json (`sharding.plan_run`) and every `save`
+Concurrent runs into one local directory: the claim of a manifest (`sharding.plan_run`) and every `save`
 hold an exclusive lock on the directory (`locked`: flock on the directory itself, no lock file), and `save`
 merges the shards its file already lists (a concurrent run of the same command), so no run loses another's
-entries or claims another's manifest. Object stores (URL paths) have no lock: give concurrent runs there
-distinct output directories.
+entries. Object stores (URL paths) have no lock: give concurrent runs of one prefix there one process.
 """
 
 from __future__ import annotations
@@ -51,9 +55,9 @@ TOOL = "bert_jax.input_pipeline.create_pretraining_data"
 
 
 def path_for(output_dir: str, output_name: Optional[str] = None) -> str:
-  """`output_dir/manifest.json`; with `output_name` (a run's first --output_file, its base name),
-  `output_dir/NAME.manifest.json`: the manifest of a further run into a directory whose manifest.json
-  belongs to another run (Google's one invocation per input shard)."""
+  """`output_dir/NAME.manifest.json` for `output_name` (a run's first --output_file, its base name): the
+  manifest of that output prefix; without it `output_dir/manifest.json`, the per-directory manifest of
+  record sets written by earlier versions."""
   if output_name:
     return fileio.join(output_dir, f"{fileio.basename(output_name)}.{FILENAME}")
   return fileio.join(output_dir, FILENAME)
@@ -155,28 +159,48 @@ def save(path: str, data: Dict, merge: bool = True) -> None:
     fileio.write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
-def check_compatible(path: str, old: Dict, new_manifest: Dict, same_outputs: bool = True) -> None:
+def check_other_prefixes(directory: str, path: str, new_manifest: Dict) -> None:
+  """UserError when a manifest in `directory` other than `path` (this run's) lists an output name of this
+  run: two prefixes' records would overwrite each other's files."""
+  names = set(new_manifest["flags"].get("output_file", []))
+  for other in _manifests_of(directory):
+    if other == path or not fileio.exists(other):
+      continue
+    try:
+      data = load(other)
+    except UserError:
+      continue
+    if data is not None and not is_other_run(data, new_manifest):
+      listed = set(data.get("flags", {}).get("output_file", [])) | {
+          f for e in data.get("shards", []) for f in e.get("files", [])}
+      raise UserError(f"--output_file={sorted(names & listed)[0]!r} is a file of the records {other} lists: "
+                      "give this run another --output_file name")
+
+
+def check_compatible(path: str, old: Dict, new_manifest: Dict, same_outputs: bool = True,
+                     ignore: Sequence[str] = ()) -> None:
   """UserError naming the first field in which this run differs from the one that wrote `path`; with
-  `same_outputs=False` (another run's manifest in the same directory) only the tool version, the vocab and
-  the flags that change a record are compared, not the input or output files."""
+  `same_outputs=False` only the tool version, the vocab and the flags that change a record are compared, not
+  the input or output files. Flags in `ignore` (the plan's: sharding.plan_run compares the shards) are not
+  compared."""
   for key in ("tool_version", "vocab_sha256"):
     if old.get(key) != new_manifest[key]:
       raise UserError(f"{path} was written with {key}={old.get(key)!r}, this run has {new_manifest[key]!r}: "
-                      f"write to another output directory, or delete {fileio.dirname(path)} to start over")
+                      f"give this run another --output_file name, or delete {path} and its records to start over")
   old_flags, flags = old.get("flags", {}), new_manifest["flags"]
   for key in sorted(set(old_flags) | set(flags)):
-    if not same_outputs and key == "output_file":
+    if key in ignore or (not same_outputs and key == "output_file"):
       continue
     if old_flags.get(key) != flags.get(key):
       raise UserError(f"{path} was written with --{key}={old_flags.get(key)!r}, this run has --{key}="
-                      f"{flags.get(key)!r}: rerun with the same flags to resume, or write to another output "
-                      f"directory")
+                      f"{flags.get(key)!r}: rerun with the same flags to resume, or give this run another "
+                      f"--output_file name (each name keeps its own manifest)")
   if same_outputs:
     problem = inputs_difference(old.get("inputs", []), new_manifest["inputs"])
     if problem:
       raise UserError(f"{path} was made from other input files: {problem}; rerun with the inputs it was made "
-                      f"from to resume, or write to another output directory (or delete "
-                      f"{fileio.dirname(path)} to start over)")
+                      f"from to resume, or give this run another --output_file name (or delete "
+                      f"{path} and its records to start over)")
 
 
 HEAD_TAIL_BYTES = 64 * 1024
@@ -269,9 +293,39 @@ def count_tfrecords(path: str) -> int:
       n += 1
 
 
+def _manifests_of(directory: str) -> List[str]:
+  return [path_for(directory)] + sorted(fileio.glob(fileio.join(directory, f"*.{FILENAME}")))
+
+
+def record_sets(files: Sequence[str]) -> Dict[str, Dict]:
+  """{manifest path: its flags} of the manifests that list any of `files` (record files; those no manifest
+  lists are left out): a glob over a folder holding two record sets (wiki_128, wiki_512) names both."""
+  out: Dict[str, Dict] = {}
+  by_dir: Dict[str, Dict[str, str]] = {}
+  flags: Dict[str, Dict] = {}
+  for f in files:
+    d = fileio.dirname(f)
+    if d not in by_dir:
+      by_dir[d] = {}
+      for path in _manifests_of(d):
+        try:
+          data = load(path)
+        except UserError:
+          data = None
+        if data:
+          flags[path] = data.get("flags", {})
+          for entry in data.get("shards", []):
+            for name in entry["files"]:
+              by_dir[d].setdefault(name, path)
+    path = by_dir[d].get(fileio.basename(f))
+    if path is not None:
+      out[path] = flags[path]
+  return out
+
+
 def record_counts(files: Sequence[str]) -> Optional[List[int]]:
-  """Records per file from the manifests beside `files` (manifest.json and the NAME.manifest.json of further
-  runs into the same directory), or None when any file is not listed in a complete manifest of its directory
+  """Records per file from the manifests beside `files` (each prefix's NAME.manifest.json, and the
+  manifest.json of earlier versions), or None when any file is not listed in a complete manifest of its directory
   (then the reader counts by reading)."""
   by_dir: Dict[str, Dict[str, int]] = {}
   out = []
@@ -279,7 +333,7 @@ def record_counts(files: Sequence[str]) -> Optional[List[int]]:
     d = fileio.dirname(f)
     if d not in by_dir:
       by_dir[d] = {}
-      for path in [path_for(d)] + sorted(fileio.glob(fileio.join(d, f"*.{FILENAME}"))):
+      for path in _manifests_of(d):
         try:
           data = load(path)
         except UserError:

@@ -46,7 +46,7 @@ Behaviour:
     same batches, independent of thread timing.
   - Resume: batch k is records [k * B, (k + 1) * B) of the deterministic stream, so `start_step=k` continues
     with exactly the batch an uninterrupted run would have produced. Records: whole epochs and whole windows
-    of files are skipped by their record counts (from `manifest.json` beside the files, written by
+    of files are skipped by their record counts (from the manifests beside the files, written by
     create_pretraining_data; else counted once from the TFRecord headers), and only the remainder of one
     window is read, so start-up does not grow with k. Raw text: the epoch's pairs are remade, not read.
   - `is_training=False`: no shuffling, one pass (masking as for training: "auto" unless asked otherwise).
@@ -330,7 +330,7 @@ class _RecordStream:
   Epoch e: the host's files in an order shuffled by (seed, e), taken `cycle_length` at a time; a window's
   files are interleaved record by record and shuffled (buffer `shuffle_buffer`, seeded by (seed, e, window)).
   A window is self-contained, so `epoch_records(e, first_window=w)` starts at window w without reading
-  windows 0..w-1: a resume at step k skips whole files by their record counts (manifest.json, else counted
+  windows 0..w-1: a resume at step k skips whole files by their record counts (the manifests, else counted
   once) and reads only the remainder of one window (`resume`).
   """
 
@@ -404,12 +404,12 @@ class _RecordStream:
 
 
 def _file_record_counts(files: List[str]) -> List[int]:
-  """Records per file: from manifest.json beside them when it lists them all (no file is opened), else
+  """Records per file: from the manifests beside them when they list them all (no file is opened), else
   counted once (local files from the TFRecord headers alone, remote ones through tf.data)."""
   counts = manifest.record_counts(files)
   if counts is not None:
     return counts
-  log_once(log, f"no complete manifest.json lists {files[0]}" + (f" and {len(files) - 1} more" if len(files) > 1 else "")
+  log_once(log, f"no complete manifest lists {files[0]}" + (f" and {len(files) - 1} more" if len(files) > 1 else "")
             + ": counting the records of every file once to resume")
   return [manifest.count_tfrecords(f) if not fileio.is_remote(f) else
           int(tf.data.TFRecordDataset([f]).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1).numpy())
@@ -506,7 +506,8 @@ def make_pretraining_dataset(
                                           d.pair_mode, d.seed, is_training, process_index, process_count,
                                           num_epochs, start_step * batch_size,
                                           d.chinese_whole_word_mask and mode == "dynamic", d.pack_sequences,
-                                          d.google_exact, shuffle=is_training and d.shuffle_buffer != 0)
+                                          d.google_exact, shuffle=is_training and d.shuffle_buffer != 0,
+                                          allow_invalid_utf8=d.allow_invalid_utf8)
   else:
     stream = _RecordStream(files, is_training, d.seed, process_index, process_count, d.shuffle_buffer,
                            cycle_length)
@@ -532,7 +533,8 @@ def make_pretraining_dataset(
 def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_seq_prob, pair_mode, seed,
                         is_training, process_index, process_count, num_epochs, skip_records,
                         chinese_wwm: bool = False, pack_sequences: bool = False,
-                        google_exact: bool = False, shuffle: Optional[bool] = None):
+                        google_exact: bool = False, shuffle: Optional[bool] = None,
+                        allow_invalid_utf8: bool = False):
   """Raw text -> unmasked instances, fresh pairs each epoch (masked later like records).
 
   With `chinese_wwm` the rows also carry jieba word-continuation flags (as the stored feature of
@@ -543,7 +545,8 @@ def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_
   tokenizer = tokenization.load_tokenizer(vocab_file, do_lower_case=do_lower_case,   # WordPiece or tokenizer.json
                                           control_chars="google" if google_exact else "all")
   read_stats = text_io.ReadStats()
-  documents = text_io.read_documents(files, read_stats)
+  documents = text_io.read_documents(files, read_stats, text_io.Utf8Rule(
+      allow=allow_invalid_utf8, flag="--config.data.allow_invalid_utf8=true"))
   documents = documents[process_index::process_count]
   if not documents:
     raise ValueError(f"no documents for host {process_index}/{process_count} in {files}")
@@ -553,6 +556,13 @@ def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_
   corpus = instances_lib.build_corpus(docs_ids, max_seq_length - 3, continuation=docs_cont,
                                       long_sentence_policy="keep" if google_exact else "split",
                                       unk_id=tokenizer.vocab[tokenization.UNK])
+  need = 0 if pack_sequences else instances_lib.MIN_DOCUMENTS[pair_mode]
+  if corpus.num_documents < need:   # here, not in create_pairs inside tf.data (an InvalidArgumentError)
+    # The plan counted documents by their lines; documents whose lines hold no token are dropped here.
+    raise UserError(f"data.input_files: {corpus.num_documents} document(s) with tokens for host "
+                    f"{process_index}/{process_count} in {files[:3]}{' ...' if len(files) > 3 else ''}, need "
+                    f"at least {need}; separate documents with a blank line, or use "
+                    f"--config.data.pair_mode={instances_lib.SWAPPED}")
   special = instances_lib.special_ids_from_vocab(tokenizer.vocab)
   t = max_seq_length
 

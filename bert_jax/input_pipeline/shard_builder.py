@@ -50,6 +50,7 @@ class Config:
   long_sentence_policy: str = "split"      # "keep" under google_exact
   tokenizer_backend: str = "auto"
   google_exact: bool = False               # Google's rules where ours differ (module docstring)
+  allow_invalid_utf8: bool = False         # read on past > 1% of lines that are not UTF-8 (skipped, counted)
 
   @property
   def word_boundaries(self) -> bool:
@@ -239,7 +240,7 @@ class ShardResult:
   warnings: List[str] = dataclasses.field(default_factory=list)
 
   def manifest_entry(self, shard: sharding.Shard, directory: str, sizes: Optional[Sequence[int]] = None) -> Dict:
-    """The shard's entry in manifest.json; `sizes`: the files' bytes (default: looked up)."""
+    """The shard's entry in the manifest; `sizes`: the files' bytes (default: looked up)."""
     sizes = [sharding.file_bytes(f) for f in self.files] if sizes is None else [int(n) for n in sizes]
     return {"index": self.index, "pieces": shard.to_json(), "files": [sharding.relative(f, directory) for f in self.files],
             "records": list(self.counts), "bytes": sizes,
@@ -285,7 +286,8 @@ def build_shard(shard: sharding.Shard, output_files: Sequence[str], tokenizer: t
   bytes in parts as it goes (half after tokenizing, half while writing)."""
   report = on_progress or (lambda n: None)
   read_stats = text_io.ReadStats()
-  documents = sharding.read_shard_documents(shard, read_stats, open_fn)
+  documents = sharding.read_shard_documents(shard, read_stats, open_fn,
+                                            text_io.Utf8Rule(allow=cfg.allow_invalid_utf8))
   docs_ids, docs_cont, backend = tokenize_documents(documents, tokenizer, cfg, False)
   del documents
   tokenized = shard.num_bytes // 2

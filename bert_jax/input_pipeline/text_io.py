@@ -3,10 +3,13 @@
 Format: one sentence per line, a blank line between documents (google-research/bert `sample_text.txt`).
 A gzip'd file (`corpus.txt.gz`; recognised by its magic bytes, whatever its name) is read decompressed; it is
 read whole (sharding never cuts it into byte ranges).
-Lines that are not UTF-8 are skipped and counted (with the file name); empty files are counted; a glob that
-matches nothing raises, naming the glob. Both kinds of skip are also reported as input warnings
-(`bert_jax.input_warnings.warn_input`: a `warning:` line naming the file and the count, printed again when
-the entry point exits; with `--strict` a UserError instead).
+Lines that are not UTF-8: a file (or a shard's byte range of it) where more than 1% of the lines do not
+decode is refused (`Utf8Rule`): one UserError naming the file, the share, the encoding its bad lines decode
+as (GB18030/GBK, Big5 or Latin-1) and the `iconv` command that converts it. With `Utf8Rule(allow=True)`
+(`--allow_invalid_utf8`, `data.allow_invalid_utf8`), and below the share, they are skipped and counted (with
+the file name). Empty files are counted; a glob that matches nothing raises, naming the glob. Both kinds of
+skip are also reported as input warnings (`bert_jax.input_warnings.warn_input`: a `warning:` line naming
+the file and the count, printed again when the entry point exits; with `--strict` a UserError instead).
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from __future__ import annotations
 import collections
 import dataclasses
 import gzip
+import os
 import zlib
-from typing import List, Sequence, Union
+from typing import List, Optional, Sequence, Union
 
 from bert_jax.errors import UserError
 from bert_jax.input_warnings import warn_input
@@ -79,6 +83,114 @@ class ReadStats:
 
 
 GZIP_MAGIC = b"\x1f\x8b"
+SNIFFED_FILES = 64          # input files whose first bytes are looked at (a glob may match thousands on GCS)
+MAX_INVALID_UTF8_SHARE = 0.01   # more lines than this that are not UTF-8: the file is in another encoding
+_HEAD_BYTES = 1 << 20           # what `check_utf8_head` reads of each file
+
+
+@dataclasses.dataclass(frozen=True)
+class Utf8Rule:
+  """What a reader does with lines that are not UTF-8: above MAX_INVALID_UTF8_SHARE of a file's lines a
+  UserError (a file in another encoding would lose most of its text), unless `allow`; below it, or with
+  `allow`, they are skipped and counted. `flag` is how the user says `allow`, named in the error ("": a
+  tool without it, whose error names only the conversion)."""
+  allow: bool = False
+  flag: str = "--allow_invalid_utf8"
+
+
+def guess_encoding(lines: Sequence[bytes]) -> str:
+  """The encoding lines that are not UTF-8 decode as, for the error's `iconv -f` (a guess, said as one):
+  GB18030 (GBK, GB2312: simplified Chinese) when they decode as it into characters of GB2312's common set,
+  else Big5 (traditional Chinese) when they decode as it, else GB18030 when they decode as it, else
+  Latin-1 (which decodes any bytes). Big5 text decodes as GB18030 too, but into rare characters (its second
+  bytes 0x40-0x7E fall outside GB2312), so the share of GB2312 characters tells the two apart."""
+  sample = b"\n".join(lines[:200])
+  try:
+    text = sample.decode("gb18030")
+  except UnicodeDecodeError:
+    text = None
+  if text is not None:
+    wide = [c for c in text if ord(c) > 127]
+    common = 0
+    for c in wide:
+      try:
+        c.encode("gb2312")
+        common += 1
+      except UnicodeEncodeError:
+        pass
+    if wide and common >= 0.9 * len(wide):
+      return "GB18030"
+  try:
+    sample.decode("big5")
+    return "Big5"
+  except UnicodeDecodeError:
+    pass
+  return "GB18030" if text is not None else "Latin-1"
+
+
+def invalid_utf8_message(path: str, bad: int, total: int, bad_lines: Sequence[bytes], first_bad: int,
+                         utf8: Utf8Rule, where: str = "") -> str:
+  """The UserError's line for a file whose share of lines that are not UTF-8 is above the rule's."""
+  encoding = guess_encoding(bad_lines)
+  root, ext = os.path.splitext(path[:-3] if path.endswith(".gz") else path)
+  iconv = {"GB18030": "GB18030", "Big5": "BIG5", "Latin-1": "LATIN1"}[encoding]
+  command = (f"gunzip -c {path} | iconv -f {iconv} -t UTF-8" if path.endswith(".gz") else
+             f"iconv -f {iconv} -t UTF-8 {path}")
+  return (f"{path}: {bad:,} of {total:,} lines{where} ({100 * bad / max(total, 1):.1f}%, first: line {first_bad}) "
+          f"are not UTF-8; they decode as {encoding}{' (GBK)' if encoding == 'GB18030' else ''}: convert the "
+          f"file with `{command} > {root}.utf8{ext}`"
+          + (f", or pass {utf8.flag} to read on, skipping those lines (counted in the summary)" if utf8.flag else ""))
+
+
+def decode_lines(raw: bytes, path: str, stats: Optional["ReadStats"] = None, utf8: Utf8Rule = Utf8Rule(),
+                 where: str = "") -> List[str]:
+  """`raw` split at "\\n" (only "\\n" ends a line, as in BERT's reader) and decoded; lines that are not UTF-8
+  are refused above the rule's share (UserError), else skipped, counted in `stats` and warned about."""
+  try:
+    return raw.decode("utf-8").split("\n")
+  except UnicodeDecodeError:
+    pass
+  lines, bad_lines, first_bad = [], [], None
+  raw_lines = raw.split(b"\n")
+  for number, line in enumerate(raw_lines, start=1):
+    try:
+      lines.append(line.decode("utf-8"))
+    except UnicodeDecodeError:
+      bad_lines.append(line)
+      first_bad = first_bad or number
+  bad = len(bad_lines)
+  if not utf8.allow and bad > MAX_INVALID_UTF8_SHARE * len(raw_lines):
+    raise UserError(invalid_utf8_message(path, bad, len(raw_lines), bad_lines, first_bad, utf8, where))
+  if stats is not None:
+    stats.bad_utf8_lines[path] += bad
+  warn_input(f"{path}: skipped {bad:,} of {len(raw_lines):,} lines{where} that are not UTF-8 "
+             f"(first: line {first_bad}{where})")
+  return lines
+
+
+def check_utf8_head(path: str, utf8: Utf8Rule = Utf8Rule()) -> None:
+  """The rule on the first MiB of `path` (decompressed when gzip'd), cut at its last whole line: a file in
+  another encoding is refused before any shard is read. Under `allow` nothing is read."""
+  if utf8.allow:
+    return
+  with fileio.open_file(path, "rb") as f:
+    head = f.read(2)
+    f.seek(0)
+    if is_gzip(head):
+      with gzip.GzipFile(fileobj=f) as g:
+        try:
+          raw = g.read(_HEAD_BYTES)
+        except (OSError, EOFError, zlib.error):
+          return                    # the reader names a damaged gzip file
+    else:
+      raw = f.read(_HEAD_BYTES)
+  if len(raw) == _HEAD_BYTES and b"\n" in raw:
+    raw = raw[:raw.rindex(b"\n")]
+  try:
+    raw.decode("utf-8")
+  except UnicodeDecodeError:
+    where = f" of its first {len(raw):,} bytes" if len(raw) >= _HEAD_BYTES - (1 << 16) else ""
+    decode_lines(raw, path, None, utf8, where)
 
 
 def is_gzip(head: bytes) -> bool:
@@ -97,26 +209,29 @@ def decompress_if_gzip(raw: bytes, path: str) -> bytes:
     raise UserError(f"{path}: not a readable gzip file ({e}); decompress it or fix the copy") from e
 
 
-def read_documents(files: Sequence[str], stats: ReadStats = None) -> List[List[str]]:
+def read_documents(files: Sequence[str], stats: ReadStats = None, utf8: Utf8Rule = Utf8Rule()
+                   ) -> List[List[str]]:
   """Documents (lists of non-empty stripped lines) from text files in Google's format.
 
-  A blank line ends a document; each file also ends one. Lines with invalid UTF-8 are skipped and counted
-  in `stats.bad_utf8_lines[file]`; files with no text are listed in `stats.empty_files`; each such file is
-  reported through `warn_input` (a UserError under strict mode).
+  A blank line ends a document; each file also ends one. Lines with invalid UTF-8 are refused above 1% of a
+  file (`utf8`), else skipped and counted in `stats.bad_utf8_lines[file]`; files with no text are listed in
+  `stats.empty_files`; each such file is reported through `warn_input` (a UserError under strict mode).
   """
   stats = stats if stats is not None else ReadStats()
   documents: List[List[str]] = []
   for path in files:
     with fileio.open_file(path, "rb") as f:
       raw = f.read()
-    documents.extend(parse_documents(raw, path, stats))
+    documents.extend(parse_documents(raw, path, stats, utf8=utf8))
   stats.documents = len(documents)
   return documents
 
 
-def parse_documents(raw: bytes, path: str, stats: ReadStats, whole_file: bool = True) -> List[List[str]]:
+def parse_documents(raw: bytes, path: str, stats: ReadStats, whole_file: bool = True,
+                    utf8: Utf8Rule = Utf8Rule(), where: str = " of a byte range") -> List[List[str]]:
   """The documents in `raw`, the bytes of `path` (or, `whole_file=False`, a later byte range of it that
-  starts at a document boundary: `sharding`). Counts into `stats` as `read_documents` does."""
+  starts at a document boundary: `sharding`, which names it in `where`). Counts into `stats` as
+  `read_documents` does."""
   documents: List[List[str]] = []
   if whole_file:
     stats.files += 1
@@ -127,21 +242,7 @@ def parse_documents(raw: bytes, path: str, stats: ReadStats, whole_file: bool = 
       # a file of blank lines is not "empty" to its owner, who sees its bytes (and its size)
       warn_input(f"{path}: {'only blank lines (no text)' if raw else 'empty file'}, skipped")
     return documents
-  try:
-    lines = raw.decode("utf-8").split("\n")  # only "\n" ends a line, as in BERT's reader
-  except UnicodeDecodeError:
-    lines, first_bad, bad = [], None, 0
-    raw_lines = raw.split(b"\n")
-    for number, line in enumerate(raw_lines, start=1):
-      try:
-        lines.append(line.decode("utf-8"))
-      except UnicodeDecodeError:
-        bad += 1
-        first_bad = first_bad or number
-    stats.bad_utf8_lines[path] += bad
-    where = "" if whole_file else " of a byte range"
-    warn_input(f"{path}: skipped {bad:,} of {len(raw_lines):,} lines{where} that are not UTF-8 "
-               f"(first: line {first_bad}{where})")
+  lines = decode_lines(raw, path, stats, utf8, "" if whole_file else where)
   current: List[str] = []
   for line in lines:
     stats.lines += 1

@@ -126,12 +126,23 @@ def choose_attention(platform: str, dropout_rate: float, deterministic: bool, dt
                            **kwargs).path
 
 
-def _log_choice(choice: Choice, impl: str) -> None:
+def _log_choice(choice: Choice, impl: str, other: Optional[Choice] = None, deterministic: bool = False) -> None:
   """One line per distinct (requested, chosen, reason): info for auto, a warning when a named path is not
-  the one that runs."""
-  if choice.path != impl or impl == "auto":
-    log_once(log, f"attention: {impl} -> {choice.path} ({choice.reason})",
-             logging.INFO if impl == "auto" else logging.WARNING)
+  the one that runs. `other`: the choice of the same call in the other mode (training <-> evaluation), so a
+  model whose training and evaluation calls take different paths says both in one line, whichever is traced
+  first; it said `auto -> xla (... dropout off)` at init and `auto -> einsum (... dropout on)` at the first
+  training step, which read as a contradiction."""
+  if other is None or other == choice:
+    if choice.path != impl or impl == "auto":
+      log_once(log, f"attention: {impl} -> {choice.path} ({choice.reason})",
+               logging.INFO if impl == "auto" else logging.WARNING)
+    return
+  train, evaluation = (other, choice) if deterministic else (choice, other)
+  if impl != "auto" and train.path == impl and evaluation.path == impl:
+    return
+  log_once(log, f"attention: {impl} -> {train.path} in training ({train.reason}), {evaluation.path} in "
+                f"evaluation ({evaluation.reason})",
+           logging.INFO if impl == "auto" else logging.WARNING)
 
 
 def layer_seed(path) -> int:
@@ -207,7 +218,8 @@ def attend(q: Array, k: Array, v: Array, mask: Array, input_mask: Array, *, impl
   seed: static cuDNN dropout seed. Returns [B, T, N, H]."""
   choice = resolve_attention(platform, dropout_rate, deterministic, jnp.dtype(q.dtype).name, q.shape[-1],
                              q.shape[1], impl, remat=remat, scan=scan)
-  _log_choice(choice, impl)
+  _log_choice(choice, impl, resolve_attention(platform, dropout_rate, not deterministic, jnp.dtype(q.dtype).name,
+                                              q.shape[-1], q.shape[1], impl, remat=remat, scan=scan), deterministic)
   dropout = (not deterministic) and dropout_rate > 0.0
   fused = {
       "cudnn_dropout": lambda: cudnn_dropout_attention(q, k, v, input_mask, dropout_rate if dropout else 0.0,

@@ -4,6 +4,7 @@ r"""Command line: python -m bert_jax.predict {fill-mask, features, classify} [--
   python -m bert_jax.predict features --model=converted/minilm --input=texts.txt --output=features.npy \
       --pooling=mean                                   # or --output=features.jsonl ({"text", "embedding"})
   python -m bert_jax.predict classify --model=runs/chnsenticorp --input=reviews.txt [--output=preds.jsonl]
+      # one JSON row per input line: {"line": 1, "text": "...", "label": "pos", "probabilities": {...}}
 
 --model takes a zoo name, a converted directory, a pre-training or a fine-tuning work dir. Input files have one
 text per line (classify --pairs: `text<TAB>text_pair`; multiple-choice models: one JSON question per line).
@@ -26,7 +27,9 @@ from bert_jax.errors import UserError
 
 
 def build_parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(prog="python -m bert_jax.predict", description=__doc__,
+  # cli.ArgumentParser: a bad flag or command is one `error:` line (it was argparse's usage block), and --help
+  # lists --verbose and --strict
+  p = cli.ArgumentParser(prog="python -m bert_jax.predict", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   sub = p.add_subparsers(dest="command", required=True)
   f = sub.add_parser("fill-mask", help="top-k tokens for each [MASK] (needs the masked-LM head)")
@@ -55,6 +58,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _jsonl(rows) -> bytes:
   return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
+
+
+def with_inputs(rows, texts, pairs=None) -> list:
+  """Each prediction row led by the input it answers: {"line": its 1-based line number in --input, "text"
+  (and "text_pair" with --pairs), then the task's fields}. Rows carried only the label and probabilities, so
+  a reader had to count lines to know which text a prediction was for (empty lines are rows too)."""
+  out = []
+  for i, row in enumerate(rows):
+    lead = {"line": i + 1, "text": texts[i]}
+    if pairs is not None:
+      lead["text_pair"] = pairs[i]
+    out.append({**lead, **{k: v for k, v in row.items() if k not in lead}})
+  return out
 
 
 def _check_output(path: str) -> None:
@@ -122,7 +138,8 @@ def run(args) -> int:
     if bad:
       raise UserError(f"--pairs: line(s) {bad[:5]} of {args.input} have no tab (expected text<TAB>text_pair)")
     lines, pairs = zip(*(l.split("\t", 1) for l in lines))
-  rows = lib.classify(args.model, list(lines), None if pairs is None else list(pairs), args.batch_size)
+  rows = with_inputs(lib.classify(args.model, list(lines), None if pairs is None else list(pairs), args.batch_size),
+                     lines, pairs)
   if args.output:
     fileio.write_bytes_atomic(args.output, _jsonl(rows))
     print(f"wrote {len(rows)} predictions to {args.output}")
@@ -132,9 +149,8 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
-  args = build_parser().parse_args(argv)
   try:
-    return run(args)
+    return run(build_parser().parse_args(argv))
   except UserError as err:
     print(f"error: {err}", file=sys.stderr)
     return UserError.exit_code

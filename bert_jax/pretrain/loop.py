@@ -63,6 +63,7 @@ import time
 from typing import Any, Callable, Dict, Optional
 
 import jax
+from jax._src import distributed as jax_distributed  # its preemption service: jax has no public handle
 import numpy as np
 from tqdm import tqdm
 
@@ -128,15 +129,25 @@ def train_and_evaluate(config, workdir: str,
     # during the plan and start-up (restore, compile, the first batch), before any step.
     signals = workdir_lib.StopSignals()
     early = stop_requested()             # arrived during jax.distributed's start, before the handlers
+    if (early == signal.SIGTERM and jax_distributed.global_state.preemption_sync_manager is not None
+        and jax.process_count() > 1):
+      # This host has joined the job, and JAX's SIGTERM handler (its preemption notice) is in place now: the
+      # signal goes there, so every host stops at one step. Stopping alone left the other hosts waiting for
+      # this one until the heartbeat timeout (exit 75) while its own exit aborted in jax.distributed's shutdown.
+      log.warning("SIGTERM while joining the job: passed to every host as a preemption notice")
+      os.kill(os.getpid(), signal.SIGTERM)
+      early = None
   if early is not None:                  # nothing started: no lock, no plan, no checkpoint
     if signals is not None:
       signals.restore()
+    watchdog.stop_watching_coordinator()
     raise Interrupted(early, 0, f"stopped by {signal.Signals(early).name} while starting, before the plan; no "
                       "checkpoint written, rerun to start (or resume)")
   try:
     return run_plan(resolve_pretrain(config, workdir), signals)
   finally:
     signals.restore()
+    watchdog.stop_watching_coordinator()   # the host guard stopped it already, unless the run ended before it
 
 
 def run_plan(plan: PretrainPlan, signals: Optional[workdir_lib.StopSignals] = None) -> Dict[str, Any]:
@@ -390,7 +401,7 @@ def _run_phases(plan, ckpt, model, mesh, tx, train_step, abstract, shardings, ba
              clock, step, progress,
              flops.peak_flops_per_device(dtype=plan.model.dtype, override=plan.peak_flops_per_device), guard)
   try:
-    if run.signals.start(step):
+    if run.signals.start(step, barrier=guard.barrier):   # every host agrees on a notice during start-up
       log.warning("stopped at step %d before training: a preemption notice arrived during start-up", step)
       raise _stopped_during_start_up(run.signals, ckpt.latest_step(), step)
     steps = {(): (run.train_step, run.eval_step)}     # per phase model changes (data.phases' 4th entry)

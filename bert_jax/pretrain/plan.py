@@ -354,6 +354,53 @@ def _check_steps_left(config, workdir: str) -> None:
                     f"new --workdir (with --config.init_checkpoint={workdir} to start from its weights)")
 
 
+_SCHEDULE_FIELDS = ("learning_rate", "schedule", "power", "end_learning_rate")
+
+
+def schedule_change(previous: Dict[str, Any], optimizer: "optimizers.OptimizerSettings", num_train_steps: int,
+                    warmup_steps: int, step: int) -> Optional[str]:
+  """One line saying how a resumed run's learning-rate schedule differs from the one the work dir ran
+  (`previous`: its plan.json), or None when it is the same: a smaller num_train_steps made the rate drop at
+  once and decay to its end sooner, without a word."""
+  old_opt = previous.get("optimizer") or {}
+  changes = []
+  for name, old, new in [("num_train_steps", previous.get("num_train_steps"), num_train_steps),
+                         ("warmup_steps", previous.get("warmup_steps"), warmup_steps)] + \
+                        [(f"optimizer.{f}", old_opt.get(f), getattr(optimizer, f)) for f in _SCHEDULE_FIELDS]:
+    if old is not None and old != new:
+      changes.append(f"{name} {old} -> {new}")
+  if not changes:
+    return None
+  try:
+    old_settings = dataclasses.replace(optimizer, **{f: old_opt[f] for f in _SCHEDULE_FIELDS if f in old_opt})
+    old_total = int(previous.get("num_train_steps", num_train_steps))
+    old_lr = float(optimizers.make_schedule(old_settings, old_total, int(previous.get("warmup_steps", warmup_steps)))(step))
+    new_lr = float(optimizers.make_schedule(optimizer, num_train_steps, warmup_steps)(step))
+  except (TypeError, ValueError, UserError):   # a plan.json from another version: name the changes only
+    return f"resuming at step {step} with a changed learning-rate schedule: {', '.join(changes)}"
+  decays = optimizer.schedule != "constant" and not (optimizer.schedule == "polynomial" and optimizer.power == 0)
+  end = "" if not decays else (f" and decays to {0.0 if optimizer.schedule == 'google' else optimizer.end_learning_rate:g}"
+                               f" at step {num_train_steps}" + (f" (was {old_total})" if old_total != num_train_steps
+                                                                else ""))
+  return (f"resuming at step {step} with a changed learning-rate schedule: {', '.join(changes)}; the rate at "
+          f"step {step} is {new_lr:.3g} (the run had {old_lr:.3g}){end}")
+
+
+def _warn_schedule_change(workdir: str, optimizer, num_train_steps: int, warmup_steps: int) -> None:
+  path = fileio.join(workdir, run_files.PLAN_NAME)
+  step = v.latest_checkpoint_step(workdir)
+  if step is None or not fileio.exists(path):
+    return
+  try:
+    previous = json.loads(fileio.read_text(path))
+  except (OSError, ValueError):   # unreadable: the run file checks say so elsewhere
+    return
+  line = schedule_change(previous, optimizer, num_train_steps, warmup_steps, step) if isinstance(previous, dict) \
+      else None
+  if line:
+    log.warning("%s", line)
+
+
 def resolve_pretrain(config, workdir: Optional[str], *, num_devices: Optional[int] = None,
                      process_count: Optional[int] = None) -> PretrainPlan:
   """The plan of a configs/pretrain.py config; UserError for the first mistake (module docstring).
@@ -383,6 +430,8 @@ def resolve_pretrain(config, workdir: Optional[str], *, num_devices: Optional[in
                 "config.eval_every_steps=0 turns evaluation off; set it > 0 (the run also evaluates at its last "
                 "step)")
   optimizer = optimizers.optimizer_settings(config.optimizer, int(config.num_train_steps), int(config.warmup_steps))
+  if resume:
+    _warn_schedule_change(workdir, optimizer, int(config.num_train_steps), int(config.warmup_steps))
   rules = sharding.normalize_rules(config.logical_axis_rules)
   mesh_shape, shards = v.check_batch_divisible(int(config.batch_size), int(config.grad_accum_steps),
                                                config.mesh.shape, config.mesh.axes, rules, num_devices,
