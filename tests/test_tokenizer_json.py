@@ -173,6 +173,20 @@ def test_roberta_style_specials_come_from_the_post_processor(tmp_path):
   assert tokenization.load_tokenizer(path).convert_ids_to_tokens([0, 2]) == ["<s>", "</s>"]
 
 
+def test_a_wordpiece_tokenizer_json_continues_words_at_its_hash_pieces(tmp_path):
+  from tokenizers import Tokenizer, models, pre_tokenizers, processors
+  vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4, "run": 5, "##ning": 6, "the": 7}
+  tk = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]"))
+  tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+  tk.post_processor = processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2))
+  path = str(tmp_path / "tokenizer.json")
+  tk.save(path)
+  tok = tokenization.load_tokenizer(path)
+  ids = tok.encode("the running")
+  assert tok.convert_ids_to_tokens(ids) == ["the", "run", "##ning"]
+  assert masking.continuation_table(tok.vocab)[ids].tolist() == [False, False, True]
+
+
 def test_a_tokenizer_json_without_cls_or_sep_is_one_error_line(tmp_path):
   from tokenizers import Tokenizer, models
   tk = Tokenizer(models.BPE(vocab={"a": 0, "b": 1, "[MASK]": 2}, merges=[]))

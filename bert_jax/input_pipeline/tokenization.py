@@ -758,9 +758,16 @@ def json_continuation_table(data: dict, ids: Dict[str, int], special: Iterable[i
   """bool [vocab_size]: True for a piece that continues the word before it. A piece starts a word when it
   begins with a leading-space marker ("Ġ", "▁") or with a CJK ideograph (with byte-level BPE: the UTF-8 lead
   bytes of one), or is a special token; every other piece (the rest of a word, punctuation glued to it, the
-  later bytes of a character) continues."""
+  later bytes of a character) continues. A WordPiece model (or one with a continuing_subword_prefix) marks
+  the other way round: its "##" pieces continue."""
   size = max(ids.values()) + 1
   table = np.zeros(size, dtype=bool)
+  prefix = data["model"].get("continuing_subword_prefix")
+  if data["model"].get("type") == "WordPiece" or prefix:   # "##" marks the continuation, not the start
+    prefix = prefix or "##"
+    for tok, i in ids.items():
+      table[i] = tok.startswith(prefix) and len(tok) > len(prefix)
+    return table
   byte_level = _uses_byte_level(data)
   decoder = _byte_decoder() if byte_level else {}
   special = set(special)
