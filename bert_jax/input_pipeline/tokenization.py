@@ -592,7 +592,7 @@ class SentencePieceTokenizer(FullTokenizer):
 # A config names one where it names a vocab: `vocab_file` may be the tokenizer.json itself, or a vocab.txt
 # with a BPE tokenizer.json beside it (a params dir or a work dir: vocab.txt lists the pieces in id order,
 # padded with [unused] lines up to the embedding rows, so line counts stay the vocab size). The tokenizer's
-# own special tokens play BERT's roles: [CLS] and [SEP] are the first and second special tokens of its
+# own special tokens play BERT's roles: [CLS] and [SEP] are the first and last special tokens of its
 # post-processor's single-sequence template ("[CLS] $A [SEP]", "<s> $A </s>"); [MASK], [PAD] and [UNK] are
 # the added tokens of those names or their "<mask>", "<pad>", "<unk>" forms. The vocab dict carries the BERT
 # names as aliases of those ids, so every caller that asks `vocab["[CLS]"]` works unchanged.
