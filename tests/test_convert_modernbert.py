@@ -99,6 +99,7 @@ def test_import_export_import_is_bit_exact_and_transformers_loads_the_export(tmp
   assert convert_main(["export-hf", "--input", str(tmp_path / "ours"), "--output", str(tmp_path / "back")]) == 0
   back_config = json.load(open(tmp_path / "back" / "config.json"))
   assert back_config["architectures"] == ["ModernBertForMaskedLM"]
+  assert (back_config["cls_token_id"], back_config["sep_token_id"]) == (2, 3)   # the vocab's, not BPE's ids
   _, first, _ = hf_modernbert.import_hf_modernbert(folder)
   _, second, _ = hf_modernbert.import_hf_modernbert(str(tmp_path / "back"))
   flat1, flat2 = jax.tree_util.tree_leaves_with_path(first), jax.tree_util.tree_leaves_with_path(second)

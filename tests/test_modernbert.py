@@ -72,7 +72,7 @@ def test_resolve_local_falls_back_to_dense_only_when_the_window_covers_the_row(c
 
 
 def test_packed_row_equals_each_example_alone():
-  cfg = _tiny()
+  cfg = _tiny(num_hidden_layers=2, global_attn_every_n_layers=2)   # a global and a sliding layer
   model = BertModel(cfg)
   rng = np.random.default_rng(0)
   a, b = rng.integers(5, 64, 11), rng.integers(5, 64, 9)
@@ -110,8 +110,15 @@ def test_layer_pattern_from_n_and_from_layer_types():
     (dict(classifier_pooling="max"), "BertConfig.classifier_pooling"),
     (dict(embedding_size=16), "BertConfig.embedding_size=16"),
     (dict(scan_layers=True), "BertConfig.scan_layers=True"),
+    (dict(encoder="transformer", position_embedding_type="rotary"),
+     "BertConfig.position_embedding_type='rotary'; encoder='transformer' has absolute positions.*modernbert"),
 ])
 def test_bad_config_is_one_line_naming_the_field(fields, message):
+  if fields.get("encoder") == "transformer":
+    with pytest.raises(ValueError, match=message) as e:
+      BertConfig(**fields)
+    assert "\n" not in str(e.value)
+    return
   with pytest.raises(ValueError, match=message) as e:
     _tiny(**fields)
   assert "\n" not in str(e.value)

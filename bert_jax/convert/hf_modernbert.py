@@ -166,7 +166,7 @@ def hf_config_to_modernbert(d: dict, source: str) -> BertConfig:
 
 
 def modernbert_config_dict(config: BertConfig, architecture: str, pad_token_id: int = 0,
-                           num_labels: Optional[int] = None) -> dict:
+                           num_labels: Optional[int] = None, special_ids: Optional[Dict[str, int]] = None) -> dict:
   """config.json of a ModernBERT folder, in transformers 5's spelling (layer_types, rope_parameters) with the
   older keys beside them (global_attn_every_n_layers, global/local_rope_theta), so older releases read it too."""
   for field in ("hidden_act", "classifier_activation"):
@@ -193,7 +193,21 @@ def modernbert_config_dict(config: BertConfig, architecture: str, pad_token_id: 
   }
   if num_labels is not None:
     out["num_labels"] = num_labels
+  # the vocab's own [CLS] / [SEP] ids (transformers' defaults, 50281 / 50282, are ModernBERT's BPE vocab's)
+  for key, token in (("cls_token_id", "[CLS]"), ("bos_token_id", "[CLS]"), ("sep_token_id", "[SEP]"),
+                     ("eos_token_id", "[SEP]")):
+    if special_ids and token in special_ids:
+      out[key] = special_ids[token]
   return out
+
+
+def _special_ids(vocab_file: str) -> Dict[str, int]:
+  ids: Dict[str, int] = {}
+  with open(vocab_file, encoding="utf-8") as f:
+    for i, line in enumerate(f):
+      if line.strip() in ("[CLS]", "[SEP]", "[MASK]"):
+        ids.setdefault(line.strip(), i)
+  return ids
 
 
 # ---- import --------------------------------------------------------------------------------------------------
@@ -292,6 +306,7 @@ def write_modernbert(ckpt, output: str, heads: str = "auto", source: str = "") -
   """A loaded checkpoint with encoder="modernbert" -> a transformers ModernBERT folder (config.json,
   model.safetensors, vocab.txt, tokenizer_config.json): ModernBertForMaskedLM, or ModernBertModel
   (--heads=none, or auto when the MLM head was initialised at conversion)."""
+  config_dict = functools.partial(modernbert_config_dict, special_ids=_special_ids(ckpt.require_vocab()))
   return hf.write_model(ckpt, output, heads, source, heads_table=HEADS, root=ROOT,
-                        config_dict=modernbert_config_dict, layout=layout("mlm"),
+                        config_dict=config_dict, layout=layout("mlm"),
                         hint="pre-train with the mlm target, or use --heads=none (encoder only)")

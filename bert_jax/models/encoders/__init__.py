@@ -72,6 +72,7 @@ class EncoderFamily:
   # segment_ids, project=True) -> [B, T, H]; embedding_table() -> [V, E]); None: BERT's embeddings (word +
   # learned position + token type). ModernBERT's has no position table and no token types.
   embeddings: Optional[Type] = None
+  positions: str = "absolute"    # how the family encodes positions (BertConfig.position_embedding_type's value)
 
   @classmethod
   def pool(cls, config: Any, sequence_output: jax.Array, input_mask: jax.Array, deterministic: bool
@@ -162,6 +163,11 @@ def check_config(config: Any) -> None:
       raise ValueError(f"BertConfig.{option}=True needs {able or 'a family that can ' + what} (got encoder="
                        f"{config.encoder!r}, which cannot {what}); set {option}=False")
   fam.check_config(config)
+  if config.position_embedding_type not in ("", fam.positions):
+    able = " or ".join(f"encoder={n!r}" for n, f in FAMILIES.items() if f.positions == config.position_embedding_type)
+    raise ValueError(f"BertConfig.position_embedding_type={config.position_embedding_type!r}; encoder="
+                     f"{config.encoder!r} has {fam.positions} positions (expected {fam.positions!r} or unset"
+                     + (f"; {able} has {config.position_embedding_type} ones)" if able else ")"))
 
 
 def checkpoint_names(config: Any) -> Tuple[LayerParam, ...]:

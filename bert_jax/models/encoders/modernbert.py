@@ -217,6 +217,7 @@ class ModernBertFamily(encoders.EncoderFamily):
   name = "modernbert"
   module = ModernBertEncoder
   embeddings = ModernBertEmbeddings
+  positions = "rotary"
 
   @classmethod
   def check_config(cls, config: BertConfig) -> None:
