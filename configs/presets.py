@@ -83,4 +83,39 @@ PRESETS = {
         "data.span_geo_p": 0.5,
         "data.span_max_length": 3,
     },
+    # Warner et al. 2024 (ModernBERT; answerdotai/ModernBERT yamls/modernbert/modernbert-base-pretrain.yaml) on the
+    # modernbert encoder family: MLM only at 30% on packed (unpadded) rows, StableAdamW (lr 8e-4, betas 0.9/0.98,
+    # eps 1e-6, decoupled weight decay 1e-5 off norms and biases), warmup-stable-decay with a 1-sqrt decay, the
+    # batch growing from 768 to 4,608 sequences, 1,024 tokens with every layer's rotary θ 10,000, then the
+    # context extension to 8,192 tokens with the global layers' θ 160,000 (model.global_rope_theta, the model
+    # the run ends with). Step counts follow num_train_steps, a placeholder as in `budget`.
+    "modernbert": {
+        "model.encoder": "modernbert",
+        "model.max_position_embeddings": 8192,     # rotary: no table; the longest phase's length
+        "model.hidden_dropout_prob": 0.0,          # ModernBERT trains without dropout
+        "model.attention_probs_dropout_prob": 0.0,
+        "targets": ("mlm",),
+        "data.pack_sequences": True,               # unpadded: full rows across documents
+        "data.masked_lm_prob": 0.3,                # 30% masking (the paper's choice, after Wettig et al. 2022)
+        "data.max_seq_length": 1024,
+        "data.max_predictions_per_seq": 307,       # 30% of the 1,022 maskable tokens of a 1,024 row
+        # 90% of the steps at 1,024 tokens with every layer's θ 10,000, then 10% at 8,192 with the global θ at
+        # model.global_rope_theta (160,000); the phase keeps batch_size rows, 8x the tokens a step.
+        "data.phases": ((0.9, 1024, 307, {"global_rope_theta": 10000.0}), (0.1, 8192, 2458)),
+        "batch_size": 4608,
+        "num_train_steps": 400_000,                # a placeholder (~1.9T tokens at 1,024): set your budget
+        "warmup_steps": lambda config: config.get_ref("num_train_steps") // 600,   # 3B of ~2T tokens
+        "batch_warmup_steps": lambda config: config.get_ref("num_train_steps") // 40,   # 50B of ~2T tokens
+        "batch_warmup_start": 768 / 4608,          # 768 -> 4,608 sequences
+        "optimizer.name": "stable_adamw",
+        "optimizer.learning_rate": 8e-4,
+        "optimizer.b1": 0.9,
+        "optimizer.b2": 0.98,
+        "optimizer.eps": 1e-6,
+        "optimizer.weight_decay": 1e-5,            # decoupled: 1e-5 x lr_t / peak per step, not x lr
+        "optimizer.clip_norm": 0.0,                # StableAdamW's per-tensor update clipping replaces it
+        "optimizer.schedule": "wsd",
+        "optimizer.decay_shape": "1-sqrt",
+        "optimizer.decay_fraction": 0.025,         # the decay over the last ~50B of ~2T tokens
+    },
 }

@@ -18,6 +18,10 @@ Variants after the colon, comma-separated (read by configs/common.py; presets ar
   preset=albert                             ALBERT (Lan et al. 2020): factorised embeddings E = 128, one layer
                                             shared by all, SOP, LAMB lr 0.00176 x 4096 x 512, 125k steps, no
                                             dropout (v2), n-gram masking approximated by spans of <= 3 words
+  preset=modernbert                         ModernBERT (Warner et al. 2024) on model.encoder=modernbert: MLM at
+                                            30% on packed rows, StableAdamW lr 8e-4, warmup-stable-decay
+                                            (1-sqrt), batch warmup 768 -> 4,608, 1,024 tokens then 8,192 with
+                                            the global rotary θ raised to 160,000
   fast                                      attention dropout 0 so the fused attention kernel (cuDNN on
                                             GPUs, Pallas flash on TPUs) can run: a deviation from BERT,
                                             measured in experiments/fast_attention.md
@@ -131,14 +135,22 @@ def get_config(arg=None):
   # Optimisation. batch_size is global (all hosts); per-host batch = batch_size / process_count.
   config.batch_size = 256
   config.grad_accum_steps = 1                      # micro-batches per step (batch_size must divide)
+  config.batch_warmup_steps = 0                    # batch-size warmup: the gradient of a batch growing from
+                                                   # batch_warmup_start x batch_size to batch_size over these
+                                                   # steps (0 = off; MLM only: pretrain/batch_warmup.py)
+  config.batch_warmup_start = 0.25                 # share of batch_size that counts at step 0
   config.num_train_steps = 1_000_000
   config.warmup_steps = 10_000
   config.optimizer = ml_collections.ConfigDict()
-  config.optimizer.name = "adamw"                  # adamw | lamb
+  config.optimizer.name = "adamw"                  # adamw | lamb | stable_adamw (AdamW + per-tensor update
+                                                   # clipping, decoupled decay: engine/optimizers.py)
   config.optimizer.learning_rate = 1e-4            # peak learning rate after warmup
   config.optimizer.schedule = "linear"             # linear | polynomial: decay after warmup; google: Google's
                                                    # optimization.py (decay over all steps from 0, warmup
-                                                   # overriding it, no bias correction)
+                                                   # overriding it, no bias correction); wsd: warmup, stable
+                                                   # peak, decay over the last decay_fraction of the steps
+  config.optimizer.decay_fraction = 0.1            # wsd: share of the steps that decay (at the end)
+  config.optimizer.decay_shape = "linear"          # wsd: linear | 1-sqrt
   config.optimizer.power = 1.0                     # polynomial decay power (LAMB recipe: 0.5)
   config.optimizer.weight_decay = 0.01             # decoupled, not on LayerNorm or biases
   config.optimizer.b1 = 0.9

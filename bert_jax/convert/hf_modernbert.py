@@ -38,6 +38,7 @@ import numpy as np
 from bert_jax import fileio
 from bert_jax.convert import hf, mapping
 from bert_jax.convert.mapping import ConversionError, Entry
+from bert_jax.input_pipeline import tokenization
 from bert_jax.models.config import BertConfig
 from bert_jax.models.encoders import modernbert
 from bert_jax.pretrained import params_dir
@@ -202,12 +203,9 @@ def modernbert_config_dict(config: BertConfig, architecture: str, pad_token_id: 
 
 
 def _special_ids(vocab_file: str) -> Dict[str, int]:
-  ids: Dict[str, int] = {}
-  with open(vocab_file, encoding="utf-8") as f:
-    for i, line in enumerate(f):
-      if line.strip() in ("[CLS]", "[SEP]", "[MASK]"):
-        ids.setdefault(line.strip(), i)
-  return ids
+  """[CLS] / [SEP] / [MASK] ids of a vocab.txt, or a tokenizer.json's own tokens for those roles."""
+  vocab = tokenization.load_vocab(vocab_file, required=())
+  return {t: int(vocab[t]) for t in ("[CLS]", "[SEP]", "[MASK]") if t in vocab}
 
 
 # ---- import --------------------------------------------------------------------------------------------------

@@ -21,10 +21,22 @@ on a Chinese news corpus and kept it from learning a copy task that it learns in
 bias correction (AdamWeightDecayOptimizer), whatever `bias_correction` says. Our "linear" schedule instead
 decays from the peak over the `num_train_steps - warmup_steps` steps after warmup.
 
+`name="stable_adamw"` is StableAdamW (Wortsman et al. 2023, "Stable and low-precision training for large-scale
+vision-language models"; ModernBERT's optimizer, Warner et al. 2024): AdamW whose step for each parameter tensor
+is divided by max(1, RMS(g^2 / v-hat)), the update clipping that replaces global-norm clipping, with decoupled
+weight decay as ModernBERT's (Composer's DecoupledAdamW, optimi's decouple_lr): each step multiplies a weight by
+1 - weight_decay * lr_t / peak_lr, so weight_decay=1e-5 is the per-step decay at the peak, not divided by lr;
+no decay on norms or biases (`decay_mask_no_norms`).
+
+`schedule="wsd"` is warmup-stable-decay (trapezoidal; Zhai et al. 2022, ModernBERT): linear warmup, the peak
+held, then a decay over the last `decay_fraction` of the steps to end_learning_rate, linear or "1-sqrt"
+(lr * (1 - sqrt(t / decay_steps)), Hägele et al. 2024), as `decay_shape` says.
+
 `opt` is the `optimizer` subtree of a run config; pre-training and fine-tuning configs give it the same
 fields (configs/pretrain.py holds the defaults, configs/finetune.py the fine-tuning ones):
   opt.{name, learning_rate, schedule, power, end_learning_rate, weight_decay, b1, b2, eps, clip_norm,
-  bias_correction}; the step counts come from the loop (fine-tuning derives them from epochs).
+  bias_correction, decay_fraction, decay_shape}; the step counts come from the loop (fine-tuning derives them
+  from epochs).
 """
 
 from __future__ import annotations
@@ -57,6 +69,13 @@ def decay_mask(params) -> Any:
       lambda path, _: not any(s in _path_str(path) for s in NO_DECAY_SUBSTRINGS), params)
 
 
+def decay_mask_no_norms(params) -> Any:
+  """decay_mask without any norm either (a path naming "norm" in any case: ModernBERT's attn_norm, mlp_norm,
+  final_norm; BERT's LayerNorm): StableAdamW's rule, "not on norms or biases"."""
+  return jax.tree_util.tree_map_with_path(
+      lambda path, _: not any(s in _path_str(path).lower() for s in ("norm", "bias")), params)
+
+
 def google_schedule(learning_rate: float, num_train_steps: int, warmup_steps: int) -> optax.Schedule:
   """Google BERT's `optimization.create_optimizer` learning rate: polynomial decay (power 1, end 0) over
   num_train_steps from step 0, overridden by the linear warmup lr * step / warmup_steps while
@@ -85,6 +104,9 @@ def make_schedule(opt, num_train_steps: int, warmup_steps: int) -> optax.Schedul
   total = int(num_train_steps)
   warmup = max(0, min(int(warmup_steps), total))
   kind = opt.schedule
+  if kind == "wsd":
+    return wsd_schedule(lr, end, total, warmup, float(getattr(opt, "decay_fraction", 0.1)),
+                        str(getattr(opt, "decay_shape", "linear")))
   if kind == "google":
     if end != 0.0 or float(opt.power) != 1.0:
       raise UserError(f"optimizer.schedule='google' decays linearly to 0 (Google's optimization.py); got "
@@ -98,12 +120,68 @@ def make_schedule(opt, num_train_steps: int, warmup_steps: int) -> optax.Schedul
   elif kind == "constant":
     power = 0.0
   else:
-    raise UserError(f"optimizer.schedule={kind!r}; expected linear, polynomial, constant or google")
+    raise UserError(f"optimizer.schedule={kind!r}; expected linear, polynomial, constant, wsd or google")
   decay = (optax.constant_schedule(lr) if power == 0.0 else
            optax.polynomial_schedule(lr, end, power, max(1, total - warmup)))
   if warmup == 0:
     return decay
   return optax.join_schedules([optax.linear_schedule(0.0, lr, warmup), decay], [warmup])
+
+
+DECAY_SHAPES = ("linear", "1-sqrt")
+
+
+def wsd_schedule(lr: float, end: float, total: int, warmup: int, decay_fraction: float,
+                 shape: str) -> optax.Schedule:
+  """Warmup-stable-decay: 0 -> lr linearly over `warmup` steps, lr until the last round(decay_fraction x total)
+  steps, then to `end` at `total`: linear, or 1-sqrt (lr - (lr - end) sqrt(t / decay_steps))."""
+  if shape not in DECAY_SHAPES:
+    raise UserError(f"optimizer.decay_shape={shape!r}; expected one of {', '.join(DECAY_SHAPES)}")
+  if not 0.0 <= decay_fraction <= 1.0:
+    raise UserError(f"optimizer.decay_fraction={decay_fraction}; expected a share of the steps in [0, 1]")
+  decay_steps = min(int(round(decay_fraction * total)), total - warmup)
+  decay_start = total - decay_steps
+
+  def schedule(step):
+    t = jnp.asarray(step, jnp.float32)
+    up = lr * t / max(1, warmup) if warmup else jnp.asarray(lr, jnp.float32)
+    frac = jnp.clip((t - decay_start) / max(1, decay_steps), 0.0, 1.0)
+    frac = jnp.sqrt(frac) if shape == "1-sqrt" else frac
+    down = lr - (lr - end) * frac
+    return jnp.where(t < warmup, up, jnp.where(t < decay_start, lr, down))
+
+  return schedule
+
+
+class StableAdamState(NamedTuple):
+  inner: Any          # optax.scale_by_adam's state, then add_decayed_weights'
+
+
+def scale_by_stable_adam(b1: float, b2: float, eps: float, weight_decay_over_peak: float,
+                         mask) -> optax.GradientTransformation:
+  """StableAdamW's direction before the learning rate: optax.scale_by_adam (bias-corrected moments), plus the
+  decoupled decay weight_decay / peak_lr x w (masked), each tensor's sum divided by max(1, RMS) with
+  RMS = sqrt(mean(g^2 / max(v-hat, eps^2))) over that tensor (Wortsman et al. 2023, Algorithm 1). Multiplied by
+  the learning rate after, the decay is weight_decay x lr_t / peak_lr x w, clipped with the step."""
+  inner = optax.chain(optax.scale_by_adam(b1=b1, b2=b2, eps=eps),
+                      optax.add_decayed_weights(weight_decay_over_peak, mask=mask))
+
+  def init(params):
+    return StableAdamState(inner.init(params))
+
+  def update(grads, state, params=None):
+    updates, new_inner = inner.update(grads, state.inner, params)
+    adam = new_inner[0]
+    correction = 1.0 - jnp.asarray(b2, jnp.float32) ** adam.count.astype(jnp.float32)
+
+    def clip(u, g, nu):
+      v_hat = nu.astype(jnp.float32) / correction
+      rms = jnp.sqrt(jnp.mean(jnp.square(g.astype(jnp.float32)) / jnp.maximum(v_hat, eps * eps)))
+      return (u / jnp.maximum(1.0, rms)).astype(u.dtype)
+
+    return jax.tree.map(clip, updates, grads, adam.nu), StableAdamState(new_inner)
+
+  return optax.GradientTransformation(init, update)
 
 
 class BertAdamState(NamedTuple):
@@ -143,13 +221,18 @@ def make_optimizer(opt, num_train_steps: int, warmup_steps: int):
   chain = []
   if float(opt.clip_norm) > 0:
     chain.append(optax.clip_by_global_norm(float(opt.clip_norm)))
+  if opt.name == "stable_adamw":
+    wd = float(opt.weight_decay) / max(float(opt.learning_rate), 1e-30)
+    chain.append(scale_by_stable_adam(float(opt.b1), float(opt.b2), float(opt.eps), wd, decay_mask_no_norms))
+    chain.append(optax.scale_by_learning_rate(schedule))
+    return optax.chain(*chain), schedule
   chain.append(scale_by_bert_adam(float(opt.b1), float(opt.b2), float(opt.eps), uses_bias_correction(opt)))
   if float(opt.weight_decay) > 0:
     chain.append(optax.add_decayed_weights(float(opt.weight_decay), mask=decay_mask))
   if opt.name == "lamb":
     chain.append(optax.masked(optax.scale_by_trust_ratio(), decay_mask))
   elif opt.name != "adamw":
-    raise ValueError(f"optimizer.name={opt.name!r}; expected adamw or lamb")
+    raise ValueError(f"optimizer.name={opt.name!r}; expected adamw, lamb or stable_adamw")
   chain.append(optax.scale_by_learning_rate(schedule))
   return optax.chain(*chain), schedule
 
@@ -221,6 +304,8 @@ class OptimizerSettings:
   eps: float
   clip_norm: float
   bias_correction: bool
+  decay_fraction: float = 0.1        # schedule=wsd: share of the steps that decay
+  decay_shape: str = "linear"        # schedule=wsd: linear | 1-sqrt
 
   @classmethod
   def from_config(cls, opt, **changes) -> "OptimizerSettings":

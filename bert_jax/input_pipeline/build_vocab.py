@@ -10,6 +10,17 @@ is its own word: a Chinese corpus yields a character vocab (plus pieces for the 
 
 Training uses the Hugging Face `tokenizers` WordPiece trainer (Rust) when installed; otherwise a small
 pure-Python BPE-style trainer (same output format, slower; fine for a few MB of text).
+
+A byte-level BPE tokenizer.json instead (ModernBERT's kind of tokenizer; `vocab_file` may name it):
+
+    python -m bert_jax.input_pipeline.build_vocab --model=bpe --input_files='data/*.txt' --vocab_size=8000 \
+        --output=tokenizer.json [--no-do_lower_case]
+
+It is GPT-2's byte-level BPE as ModernBERT's: no unknown token (every byte has a piece), a space before a word
+kept in its first piece ("Ġword"), the BERT-style specials [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4 ([MASK]
+takes the space before it, as ModernBERT's) and a
+post-processor that adds "[CLS] A [SEP]" / "[CLS] A [SEP] B [SEP]", trained by the `tokenizers` BPE trainer;
+`--do_lower_case` adds a Lowercase normaliser. transformers' PreTrainedTokenizerFast(tokenizer_file=...) loads it.
 """
 
 from __future__ import annotations
@@ -48,6 +59,29 @@ def _train_with_tokenizers(lines: List[str], vocab_size: int, do_lower_case: boo
   tok.train_from_iterator(lines, trainer=trainer, length=len(lines))
   vocab = tok.get_vocab()
   return [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+
+
+def train_bpe(lines: Iterable[str], vocab_size: int, do_lower_case: bool, min_frequency: int):
+  """A byte-level BPE `tokenizers.Tokenizer` trained on `lines` (module docstring)."""
+  # lazy: Hugging Face `tokenizers` is optional for WordPiece vocabs, needed for a tokenizer.json
+  from tokenizers import (AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers,  # pylint: disable=g-import-not-at-top
+                          processors, trainers)
+  tok = Tokenizer(models.BPE())
+  if do_lower_case:
+    tok.normalizer = normalizers.Lowercase()
+  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+  tok.decoder = decoders.ByteLevel()
+  # [MASK] takes the space before it, as ModernBERT's and RoBERTa's ("is [MASK]" -> "is", "[MASK]")
+  specials = [AddedToken(t, lstrip=t == tokenization.MASK, special=True) for t in SPECIAL_TOKENS]
+  trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=specials,
+                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+  tok.train_from_iterator(lines, trainer=trainer)
+  cls, sep = tok.token_to_id(tokenization.CLS), tok.token_to_id(tokenization.SEP)
+  tok.post_processor = processors.TemplateProcessing(
+      single=f"{tokenization.CLS} $A {tokenization.SEP}",
+      pair=f"{tokenization.CLS} $A {tokenization.SEP} $B:1 {tokenization.SEP}:1",
+      special_tokens=[(tokenization.CLS, cls), (tokenization.SEP, sep)])
+  return tok
 
 
 def _train_python(lines: Iterable[str], vocab_size: int, do_lower_case: bool,
@@ -106,8 +140,10 @@ class VocabSizeError(UserError, ValueError):
 
 
 def build_vocab(input_files, vocab_size: int, output: str, do_lower_case: bool = True,
-                min_frequency: int = 2, backend: str = "auto", verbose: bool = True) -> List[str]:
-  """Trains a WordPiece vocab on `input_files` (comma-separated globs or a list) and writes `output`.
+                min_frequency: int = 2, backend: str = "auto", verbose: bool = True,
+                model: str = "wordpiece") -> List[str]:
+  """Trains a WordPiece vocab on `input_files` (comma-separated globs or a list) and writes `output`
+  (model="bpe": a byte-level BPE tokenizer.json, module docstring).
 
   Returns the token list (index = id), at most `vocab_size` entries. Raises ValueError (NoTextError) when
   the files hold no text, and (VocabSizeError) when vocab_size cannot hold the special tokens and every
@@ -118,6 +154,8 @@ def build_vocab(input_files, vocab_size: int, output: str, do_lower_case: bool =
   lines = list(_iter_lines(files, stats))
   if not lines:
     raise NoTextError(f"no text in {files} (empty or only blank lines: {stats.empty_files})")
+  if model == "bpe":
+    return _write_bpe(lines, files, stats, vocab_size, output, do_lower_case, min_frequency, verbose)
   tokens: Optional[List[str]] = None
   if backend in ("auto", "tokenizers"):
     try:
@@ -146,6 +184,26 @@ def build_vocab(input_files, vocab_size: int, output: str, do_lower_case: bool =
   return tokens
 
 
+def _write_bpe(lines, files, stats, vocab_size: int, output: str, do_lower_case: bool, min_frequency: int,
+               verbose: bool) -> List[str]:
+  alphabet = 256 + len(SPECIAL_TOKENS)      # the byte-level alphabet always stays: merges come after it
+  if vocab_size < alphabet:
+    raise VocabSizeError(f"--vocab_size={vocab_size} cannot hold the {len(SPECIAL_TOKENS)} special tokens and the "
+                         f"256 byte pieces of a byte-level BPE; expected --vocab_size >= {alphabet} (more leaves "
+                         "room for merges)")
+  tok = train_bpe(lines, vocab_size, do_lower_case, min_frequency)
+  tokens = [t for t, _ in sorted(tok.get_vocab(with_added_tokens=True).items(), key=lambda kv: kv[1])]
+  if tokens[:len(SPECIAL_TOKENS)] != SPECIAL_TOKENS:
+    raise RuntimeError(f"trainer did not put {SPECIAL_TOKENS} first: {tokens[:8]}")
+  fileio.makedirs(fileio.dirname(output))
+  fileio.write_text_atomic(output, tok.to_str(pretty=True))
+  if verbose:
+    for line in stats.summary_lines():
+      print(line)
+    print(f"wrote a byte-level BPE tokenizer of {len(tokens):,} tokens to {output}")
+  return tokens
+
+
 def main(argv=None):
   p = checks.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--input_files", required=True, help="comma-separated globs of text files")
@@ -154,7 +212,12 @@ def main(argv=None):
   p.add_argument("--do_lower_case", action=argparse.BooleanOptionalAction, default=True)
   p.add_argument("--min_frequency", type=int, default=2, help="minimum count of a merged piece")
   p.add_argument("--backend", choices=("auto", "tokenizers", "python"), default="auto")
+  p.add_argument("--model", choices=("wordpiece", "bpe"), default="wordpiece",
+                 help="wordpiece: vocab.txt (BERT); bpe: a byte-level BPE tokenizer.json (ModernBERT)")
   args = p.parse_args(argv)
+  if (args.model == "bpe") != tokenization.is_tokenizer_json(args.output):
+    p.error(f"--output={args.output!r} with --model={args.model}; expected "
+            f"{'a tokenizer.json (a .json name)' if args.model == 'bpe' else 'a vocab.txt, not a .json'}")
   if args.vocab_size < len(SPECIAL_TOKENS) + 1:
     p.error(f"--vocab_size={args.vocab_size}; expected more than the {len(SPECIAL_TOKENS)} special tokens")
   if args.min_frequency < 0:   # the tokenizers trainer raised OverflowError (a traceback) on a negative count
@@ -177,7 +240,8 @@ def main(argv=None):
     fileio.makedirs(directory)
     if not fileio.is_remote(directory) and not os.access(directory, os.W_OK):
       raise UserError(f"--output={args.output!r}: its directory {directory} is not writable")
-  build_vocab(files, args.vocab_size, args.output, args.do_lower_case, args.min_frequency, args.backend)
+  build_vocab(files, args.vocab_size, args.output, args.do_lower_case, args.min_frequency, args.backend,
+              model=args.model)
   return 0
 
 

@@ -92,16 +92,18 @@ def check_choice(config, path: str, choices: Iterable) -> None:
 def check_vocab(vocab_file: str, field: str, required: Sequence[str] = SPECIAL_TOKENS) -> int:
   """Number of lines of an existing, UTF-8, non-empty vocab holding `required`; UserError naming `field`."""
   if not vocab_file:
-    raise UserError(f"{field} is empty: pass the WordPiece vocab (one token per line)")
+    raise UserError(f"{field} is empty: pass the WordPiece vocab (one token per line) or a tokenizer.json")
   if not fileio.exists(vocab_file):
     raise UserError(f"{field}={vocab_file!r}: no such file")
   if fileio.isdir(vocab_file):
     raise UserError(f"{field}={vocab_file!r} is a directory; expected a vocab file (one token per line, e.g. "
                     f"{fileio.join(vocab_file, 'vocab.txt')})")
   try:
-    tokenization.load_vocab(vocab_file, required=tuple(required))
+    vocab = tokenization.load_vocab(vocab_file, required=tuple(required))
   except (ValueError, FileNotFoundError) as e:
     raise UserError(f"{field}={vocab_file!r}: {e}") from e
+  if tokenization.is_tokenizer_json(vocab_file):
+    return max(vocab.values()) + 1
   with fileio.open_file(vocab_file, "rb") as f:
     return sum(1 for _ in f)
 

@@ -45,16 +45,22 @@ _log = logging.getLogger("bert_jax")
 
 @dataclasses.dataclass(frozen=True)
 class Phase:
-  """A run segment with one sequence length: steps [start, end)."""
+  """A run segment with one sequence length: steps [start, end). `model`: model config fields this phase
+  trains with instead of model.*, as sorted (name, value) pairs; the parameters stay the same arrays, so only
+  fields that keep their shapes belong here. model.* is what the run ends with (model_config.json, export):
+  ModernBERT's context extension sets model.global_rope_theta=160000 and gives its 1,024-token phase
+  {"global_rope_theta": 10000.0}."""
   index: int
   start: int
   end: int
   max_seq_length: int
   max_predictions_per_seq: int
+  model: Tuple[Tuple[str, object], ...] = ()
 
   def __str__(self):
+    changes = "".join(f", model.{k}={v!r}" for k, v in self.model)
     return (f"phase {self.index}: steps [{self.start}, {self.end}), length {self.max_seq_length}, "
-            f"{self.max_predictions_per_seq} predictions")
+            f"{self.max_predictions_per_seq} predictions{changes}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,17 +112,20 @@ def resolve_phases(config) -> Tuple[Phase, ...]:
     phases = (Phase(0, 0, total, int(d.max_seq_length), int(d.max_predictions_per_seq)),)
   else:
     for i, phase in enumerate(spec):
-      if not isinstance(phase, (tuple, list)) or len(phase) != 3:
+      if (not isinstance(phase, (tuple, list)) or len(phase) not in (3, 4) or
+          (len(phase) == 4 and not hasattr(phase[3], "items"))):
         raise UserError(f"config.data.phases[{i}]={phase!r}; expected (fraction of steps, max_seq_length, "
-                        "max_predictions_per_seq)")
+                        "max_predictions_per_seq) or the same with a 4th entry, a dict of model fields the phase "
+                        "changes, e.g. {'global_rope_theta': 160000.0}")
     fractions = [float(p[0]) for p in spec]
     if any(f <= 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
       raise UserError(f"config.data.phases={spec}: the fractions {fractions} must be positive and sum to 1")
     phases, start, acc = [], 0, 0.0
-    for i, (frac, length, preds) in enumerate(spec):
+    for i, (frac, length, preds, *model) in enumerate(spec):
       acc += float(frac)
       end = total if i == len(spec) - 1 else int(round(acc * total))
-      phases.append(Phase(i, start, end, int(length), int(preds)))
+      changes = tuple(sorted((str(k), v) for k, v in dict(model[0]).items())) if model else ()
+      phases.append(Phase(i, start, end, int(length), int(preds), changes))
       start = end
     phases = tuple(p for p in phases if p.end > p.start)
   for p in phases:

@@ -68,7 +68,7 @@ class Vocab:
 
   def __init__(self, vocab_file: str):
     self.vocab = tokenization.load_vocab(vocab_file)
-    self.inv = {i: t for t, i in self.vocab.items()}
+    self.inv = tokenization.readable_tokens(self.vocab)   # a byte-level BPE's pieces decoded where whole
     self.mask_id = self.vocab[tokenization.MASK]
     self.special = np.zeros(max(self.vocab.values()) + 1, bool)
     for tok in tokenization.SPECIAL_TOKENS:

@@ -102,14 +102,20 @@ class MaskingConfig:
     missing = [t for t in tokenization.SPECIAL_TOKENS if t not in vocab]
     if missing:
       raise ValueError(f"vocab lacks {missing}")
-    specials = sorted({int(vocab[t]) for t in tokenization.SPECIAL_TOKENS})
+    # A tokenizer.json's vocab also names its other special tokens (tokenization.JsonVocab): never masked.
+    specials = sorted({int(vocab[t]) for t in tokenization.SPECIAL_TOKENS} |
+                      set(getattr(vocab, "special_token_ids", ())))
     excluded = tuple(sorted({int(vocab[t]) for t in (tokenization.CLS, tokenization.SEP, tokenization.PAD)}))
     return cls(vocab_size=max(vocab.values()) + 1, mask_id=int(vocab[tokenization.MASK]),
                special_ids=tuple(specials), google_excluded_ids=excluded, **kwargs)
 
 
 def continuation_table(vocab) -> np.ndarray:
-  """bool [vocab_size]: True for "##" WordPiece continuation tokens (whole-word masking of English)."""
+  """bool [vocab_size]: True for "##" WordPiece continuation tokens (whole-word masking of English); for a
+  tokenizer.json's vocab its own table (tokenization.JsonVocab: a BPE piece continues a word unless it starts
+  with a leading-space marker, "Ġ" or "▁", or with a CJK character)."""
+  if getattr(vocab, "continuation", None) is not None:
+    return vocab.continuation
   table = np.zeros(max(vocab.values()) + 1, dtype=bool)
   for tok, i in vocab.items():
     if tok.startswith("##") and len(tok) > 2:

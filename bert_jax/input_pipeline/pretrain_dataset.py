@@ -548,8 +548,8 @@ def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_
   the documents and the pairs of each epoch; False keeps file order.
   """
   shuffle = is_training if shuffle is None else shuffle
-  tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case,
-                                         control_chars="google" if google_exact else "all")
+  tokenizer = tokenization.load_tokenizer(vocab_file, do_lower_case=do_lower_case,   # WordPiece or tokenizer.json
+                                          control_chars="google" if google_exact else "all")
   read_stats = text_io.ReadStats()
   documents = text_io.read_documents(files, read_stats, text_io.Utf8Rule(
       allow=allow_invalid_utf8, flag="--config.data.allow_invalid_utf8=true"))

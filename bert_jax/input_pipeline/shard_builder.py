@@ -248,8 +248,11 @@ class ShardResult:
 
 
 def make_tokenizer(vocab_file: str, cfg: Config) -> tokenization.FullTokenizer:
-  tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=cfg.do_lower_case,
-                                         control_chars="google" if cfg.google_exact else "all")
+  if cfg.google_exact and tokenization.bpe_json(vocab_file):
+    raise UserError(f"--google_exact reproduces Google's WordPiece tokenizer; {vocab_file} is a tokenizer.json "
+                    "(its own tokenizer decides): drop --google_exact or pass a WordPiece vocab.txt")
+  tokenizer = tokenization.load_tokenizer(vocab_file, do_lower_case=cfg.do_lower_case,
+                                          control_chars="google" if cfg.google_exact else "all")
   instances_lib.special_ids_from_vocab(tokenizer.vocab)   # a vocab without [CLS]/[SEP]/[MASK]: fail first
   return tokenizer
 

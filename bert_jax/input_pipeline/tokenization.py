@@ -22,6 +22,11 @@ falls back to this module; tests check that all of them give identical ids.
 SentencePiece vocabularies (the English ALBERTs, albert-*-v2): `load_tokenizer(vocab_file)` returns a
 `SentencePieceTokenizer` when a Hugging Face tokenizer.json holding a Unigram model sits beside vocab.txt
 (import-hf puts it there), with the same interface; its ids equal transformers' AlbertTokenizerFast's.
+
+A Hugging Face tokenizer.json (ModernBERT's byte-level BPE): `load_tokenizer` returns a `JsonTokenizer`, the
+same interface again, when `vocab_file` is the tokenizer.json itself or a vocab.txt with a BPE tokenizer.json
+beside it (`bpe_json`); `load_vocab` returns its `JsonVocab` (ids, its own special tokens under BERT's names,
+its word-continuation table for whole-word masking). Its ids equal transformers' PreTrainedTokenizerFast's.
 """
 
 from __future__ import annotations
@@ -159,6 +164,9 @@ def load_vocab(vocab_file: str, required: Sequence[str] = SPECIAL_TOKENS) -> "co
   Raises ValueError naming the file when it is empty, not UTF-8, or lacks a token of `required`
   (by default all of [PAD] [UNK] [CLS] [SEP] [MASK], which pre-training needs).
   """
+  json_path = bpe_json(vocab_file)
+  if json_path:   # a tokenizer.json, named or beside vocab.txt: its ids and special tokens (JsonVocab)
+    return load_json_vocab(json_path, required, vocab_file)
   if not fileio.exists(vocab_file):
     raise FileNotFoundError(f"vocab file not found: {vocab_file}")
   with fileio.open_file(vocab_file, "rb") as f:
@@ -577,9 +585,386 @@ class SentencePieceTokenizer(FullTokenizer):
     return self.convert_ids_to_tokens(enc.ids), spans
 
 
+# ----------------------------------------------------------------------------------------------------------
+# A Hugging Face tokenizer.json read through the `tokenizers` library: byte-level BPE (ModernBERT, RoBERTa,
+# GPT-2 style) or any other model it holds.
+#
+# A config names one where it names a vocab: `vocab_file` may be the tokenizer.json itself, or a vocab.txt
+# with a BPE tokenizer.json beside it (a params dir or a work dir: vocab.txt lists the pieces in id order,
+# padded with [unused] lines up to the embedding rows, so line counts stay the vocab size). The tokenizer's
+# own special tokens play BERT's roles: [CLS] and [SEP] are the first and last special tokens of its
+# post-processor's single-sequence template ("[CLS] $A [SEP]", "<s> $A </s>"); [MASK], [PAD] and [UNK] are
+# the added tokens of those names or their "<mask>", "<pad>", "<unk>" forms. The vocab dict carries the BERT
+# names as aliases of those ids, so every caller that asks `vocab["[CLS]"]` works unchanged.
+# ----------------------------------------------------------------------------------------------------------
+BPE = "BPE"
+_EQUIVALENTS = {CLS: ("[CLS]", "<s>", "<cls>", "[BOS]", "<bos>"), SEP: ("[SEP]", "</s>", "<sep>", "[EOS]", "<eos>"),
+                MASK: ("[MASK]", "<mask>", "<MASK>"), PAD: ("[PAD]", "<pad>", "<|padding|>"),
+                UNK: ("[UNK]", "<unk>", "<|unk|>")}
+# The leading-space markers of byte-level BPE (GPT-2's "Ġ" for a space byte) and of Metaspace ("▁").
+WORD_START_MARKERS = ("\u0120", "\u2581")
+
+
+def is_tokenizer_json(path) -> bool:
+  """A vocab path naming a Hugging Face tokenizer.json: a .json file holding a "model" object (a local file is
+  looked into; a remote one is taken at its suffix). Another .json stays a vocab file, refused as one."""
+  if not path or not str(path).lower().endswith(".json"):
+    return False
+  if "://" in str(path) or not os.path.isfile(path):
+    return True
+  return _model_type(os.path.abspath(path), os.path.getmtime(path)) is not None
+
+
+def bpe_json(vocab_file: str) -> Optional[str]:
+  """The tokenizer.json that tokenizes for `vocab_file` through the `tokenizers` library: `vocab_file` itself
+  when it is a .json, else a BPE tokenizer.json beside it; None for WordPiece (and SentencePiece's Unigram,
+  which `sentencepiece_json` handles)."""
+  if not vocab_file:
+    return None
+  if is_tokenizer_json(vocab_file):
+    return vocab_file
+  if "://" in str(vocab_file) or str(vocab_file).lower().endswith(".json"):
+    return None
+  path = os.path.join(os.path.dirname(os.path.abspath(vocab_file)), TOKENIZER_JSON)
+  if not os.path.isfile(path):
+    return None
+  return path if _model_type(path, os.path.getmtime(path)) == BPE else None
+
+
+def tokenizer_kind(vocab_file: str) -> str:
+  """"bpe" (a BPE tokenizer.json), "sentencepiece" (a Unigram tokenizer.json beside the vocab), "json" (another
+  tokenizer.json named directly) or "wordpiece" (a vocab.txt): what tokenizes text for `vocab_file`."""
+  path = bpe_json(vocab_file)
+  if path:
+    kind = _model_type(fileio.abspath(path), _mtime(path))
+    return {BPE: "bpe", "Unigram": "sentencepiece"}.get(kind, "json")
+  return "sentencepiece" if sentencepiece_json(vocab_file) else "wordpiece"
+
+
+def _mtime(path: str) -> float:
+  return os.path.getmtime(path) if os.path.isfile(path) else 0.0
+
+
+def _read_json_file(path: str) -> dict:
+  if not fileio.exists(path):
+    raise FileNotFoundError(f"tokenizer file not found: {path}")
+  try:
+    data = json.loads(fileio.read_text(path))
+  except (UnicodeDecodeError, ValueError) as e:
+    raise ValueError(f"tokenizer file {path}: not a JSON tokenizer ({e})") from None
+  if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+    raise ValueError(f"tokenizer file {path}: no \"model\" object; expected a Hugging Face tokenizer.json")
+  return data
+
+
+def _template_specials(processor) -> List[str]:
+  """The special tokens of a post-processor's single-sequence template, in order (Template, Bert, Roberta and
+  Sequence processors)."""
+  if not isinstance(processor, dict):
+    return []
+  kind = processor.get("type")
+  if kind == "Sequence":
+    return [t for p in processor.get("processors", ()) for t in _template_specials(p)]
+  if kind in ("BertProcessing", "RobertaProcessing"):
+    return [processor["cls"][0], processor["sep"][0]]
+  if kind == "TemplateProcessing":
+    out = []
+    for item in processor.get("single", ()):
+      if "SpecialToken" in item:
+        sid = item["SpecialToken"]["id"]
+        tokens = (processor.get("special_tokens", {}).get(sid) or {}).get("tokens") or [sid]
+        out.extend(tokens)
+    return out
+  return []
+
+
+def json_special_tokens(data: dict, ids: Dict[str, int], path: str) -> Dict[str, str]:
+  """BERT's role -> the tokenizer's own token for it ({"[CLS]": "<s>", ...}). [CLS] and [SEP] come from the
+  post-processor's single template (first and last special token), else from the added tokens by name;
+  ValueError naming the file when either is missing."""
+  out: Dict[str, str] = {}
+  template = [t for t in _template_specials(data.get("post_processor")) if t in ids]
+  if template:
+    out[CLS] = template[0]
+    if len(template) > 1:
+      out[SEP] = template[-1]
+  added = [a.get("content") for a in data.get("added_tokens") or () if a.get("content") in ids]
+  for role, names in _EQUIVALENTS.items():
+    if role in out:
+      continue
+    hit = next((n for n in names if n in added), None) or next((n for n in names if n in ids), None)
+    if hit is not None:
+      out[role] = hit
+  if UNK not in out and data["model"].get("unk_token") in ids:
+    out[UNK] = data["model"]["unk_token"]
+  missing = [r for r in (CLS, SEP) if r not in out]
+  if missing:
+    raise ValueError(f"tokenizer file {path}: its special tokens lack {' and '.join(missing)} or an equivalent "
+                     f"({', '.join(n for r in missing for n in _EQUIVALENTS[r])}) in its post_processor or "
+                     "added_tokens; a BERT-style encoder needs both")
+  return out
+
+
+class JsonVocab(collections.OrderedDict):
+  """token -> id of a tokenizer.json (model vocab and added tokens), plus BERT's special-token names as aliases
+  of the tokenizer's own (`specials`: role -> token). `continuation` is the word-continuation table of the
+  pieces (`json_continuation_table`), which `masking.continuation_table` returns for whole-word and span
+  masking; `path` is the tokenizer.json."""
+  specials: Dict[str, str]
+  special_token_ids: Tuple[int, ...]     # every special token's id: the roles' and the other added specials'
+  continuation: np.ndarray
+  path: str
+
+
+def _byte_decoder() -> Dict[str, int]:
+  """GPT-2's byte-level alphabet inverted: the printable character that stands for each byte -> the byte."""
+  bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+  cs = bs[:]
+  n = 0
+  for b in range(256):
+    if b not in bs:
+      bs.append(b)
+      cs.append(256 + n)
+      n += 1
+  return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def _uses_byte_level(data: dict) -> bool:
+  def walk(node):
+    if isinstance(node, dict):
+      return node.get("type") == "ByteLevel" or any(walk(v) for v in node.values())
+    if isinstance(node, list):
+      return any(walk(v) for v in node)
+    return False
+  return walk(data.get("pre_tokenizer")) or walk(data.get("decoder"))
+
+
+def _starts_cjk(raw: bytes) -> bool:
+  """Whether UTF-8 bytes `raw` begin with (the lead bytes of) a CJK ideograph. A piece may hold only the first
+  one or two bytes of a 3-byte character; the code point range those fix decides (lead byte 0xE5-0xE9:
+  U+5000-U+9FFF, all ideographs)."""
+  if not raw or raw[0] < 0xE0:
+    return False
+  n = 3 if raw[0] < 0xF0 else 4
+  head = raw[:n]
+  cp = head[0] & (0x0F if n == 3 else 0x07)
+  for b in head[1:]:
+    cp = (cp << 6) | (b & 0x3F)
+  cp <<= 6 * (n - len(head))                     # the lowest code point the bytes seen allow
+  return is_chinese_char(cp)
+
+
+def json_continuation_table(data: dict, ids: Dict[str, int], special: Iterable[int]) -> np.ndarray:
+  """bool [vocab_size]: True for a piece that continues the word before it. A piece starts a word when it
+  begins with a leading-space marker ("Ġ", "▁") or with a CJK ideograph (with byte-level BPE: the UTF-8 lead
+  bytes of one), or is a special token; every other piece (the rest of a word, punctuation glued to it, the
+  later bytes of a character) continues. A WordPiece model (or one with a continuing_subword_prefix) marks
+  the other way round: its "##" pieces continue."""
+  size = max(ids.values()) + 1
+  table = np.zeros(size, dtype=bool)
+  prefix = data["model"].get("continuing_subword_prefix")
+  if data["model"].get("type") == "WordPiece" or prefix:   # "##" marks the continuation, not the start
+    prefix = prefix or "##"
+    for tok, i in ids.items():
+      table[i] = tok.startswith(prefix) and len(tok) > len(prefix)
+    return table
+  byte_level = _uses_byte_level(data)
+  decoder = _byte_decoder() if byte_level else {}
+  special = set(special)
+  for tok, i in ids.items():
+    if i in special or not tok or tok.startswith(WORD_START_MARKERS):
+      continue
+    if byte_level:
+      raw = bytes(decoder[c] for c in tok[:4] if c in decoder)
+      starts = _starts_cjk(raw) or (raw[:1] in (b" ", b"\n", b"\t"))
+    else:
+      starts = is_chinese_char(ord(tok[0]))
+    table[i] = not starts
+  return table
+
+
+def load_json_vocab(path: str, required: Sequence[str] = SPECIAL_TOKENS, vocab_file: Optional[str] = None) -> JsonVocab:
+  """The JsonVocab of a tokenizer.json; ValueError naming the file when it is not one, lacks [CLS]/[SEP] or
+  an equivalent, lacks another role of `required` (a byte-level BPE without an unknown token gets [UNK] =
+  [PAD]'s id: every text has a byte-level cover, so no piece is ever unknown), or (`vocab_file`: the
+  vocab.txt it sits beside) has more pieces than that file has lines."""
+  data = _read_json_file(path)
+  try:
+    from tokenizers import Tokenizer   # lazy: the `tokenizers` library is needed only for tokenizer.json
+    ids = Tokenizer.from_str(json.dumps(data)).get_vocab(with_added_tokens=True)
+  except Exception as e:  # noqa: BLE001 - the tokenizers library's own parse errors
+    raise ValueError(f"tokenizer file {path}: not readable by the tokenizers library ({e})") from None
+  specials = json_special_tokens(data, ids, path)
+  if UNK in required and UNK not in specials and PAD in specials and _uses_byte_level(data):
+    specials[UNK] = specials[PAD]
+  missing = [r for r in required if r not in specials]
+  if missing:
+    raise ValueError(f"tokenizer file {path} lacks the special token(s) {missing} or their equivalents "
+                     f"({', '.join(n for r in missing for n in _EQUIVALENTS[r])})")
+  vocab = JsonVocab(sorted(ids.items(), key=lambda kv: kv[1]))
+  for role, token in specials.items():
+    vocab.setdefault(role, ids[token])
+  vocab.specials = specials
+  vocab.path = path
+  vocab.special_token_ids = tuple(sorted({ids[t] for t in specials.values()} | {
+      int(a["id"]) for a in data.get("added_tokens") or () if a.get("special") and a.get("content") in ids}))
+  vocab.continuation = json_continuation_table(data, ids, vocab.special_token_ids)
+  if vocab_file and not is_tokenizer_json(vocab_file):
+    lines = sum(1 for _ in fileio.open_file(vocab_file))
+    if lines < max(ids.values()) + 1:
+      raise ValueError(f"vocab file {vocab_file} has {lines} lines but {path} beside it has "
+                       f"{max(ids.values()) + 1} token ids; write it again with tokenization.write_json_vocab_txt")
+  return vocab
+
+
+def readable_tokens(vocab) -> Dict[int, str]:
+  """id -> token as a person reads it: a byte-level BPE piece decoded from its bytes when they are whole UTF-8
+  characters ("åĮĹäº¬" -> "北京", "Ġworld" -> "Ġworld": the marker kept where a space starts the word); other
+  pieces, and every WordPiece token, as they are."""
+  inv = {i: t for t, i in reversed(list(vocab.items()))}
+  path = getattr(vocab, "path", None)
+  if not path or not _uses_byte_level(_read_json_file(path)):
+    return inv
+  decoder = _byte_decoder()
+  special = set(getattr(vocab, "special_token_ids", ()))
+  out = {}
+  for i, tok in inv.items():
+    try:
+      text = bytes(decoder[c] for c in tok).decode("utf-8") if i not in special else tok
+    except (KeyError, UnicodeDecodeError):
+      text = tok
+    out[i] = "\u0120" + text[1:] if text.startswith(" ") else text
+  return out
+
+
+def json_vocab_size(vocab_file: str) -> int:
+  """The id slots of a tokenizer.json named as a vocab: 1 + its largest id."""
+  return max(load_json_vocab(vocab_file, required=()).values()) + 1
+
+
+def json_vocab_text(tokenizer_json: str, size: Optional[int] = None) -> str:
+  """The vocab.txt of a tokenizer.json: its tokens in id order, one a line (a gap, or the rows up to `size`
+  when the embeddings have more rows than the tokenizer has ids, as ModernBERT's 50,368, as "[unused{i}]")."""
+  vocab = load_json_vocab(tokenizer_json, required=())
+  by_id = {i: t for t, i in reversed(list(vocab.items()))}    # the tokenizer's own name wins over the alias
+  n = max(max(by_id) + 1, int(size or 0))
+  bad = [t for t in by_id.values() if not t.strip() or t != t.strip() or "\n" in t or "\r" in t]
+  if bad:
+    raise ValueError(f"tokenizer file {tokenizer_json}: token {bad[0]!r} cannot be one line of a vocab.txt; "
+                     "name the tokenizer.json itself as the vocab file")
+  return "".join(by_id.get(i, f"[unused{i}]") + "\n" for i in range(n))
+
+
+def write_json_vocab_txt(tokenizer_json: str, out_path: str, size: Optional[int] = None) -> str:
+  """Writes `json_vocab_text` to `out_path` atomically (an importer's vocab.txt beside the tokenizer.json);
+  returns `out_path`."""
+  fileio.write_text_atomic(out_path, json_vocab_text(tokenizer_json, size))
+  return out_path
+
+
+class JsonTokenizer:
+  """FullTokenizer's interface over a Hugging Face tokenizer.json, tokenized by the `tokenizers` library (its
+  normaliser, pre-tokenizer and model; the ids of transformers' PreTrainedTokenizerFast on that file). The
+  special tokens are the tokenizer's own (`JsonVocab`); `vocab["[CLS]"]` is its [CLS] or equivalent.
+
+    tok = load_tokenizer("tokenizer.json")     # or a vocab.txt with a BPE tokenizer.json beside it
+    tok.encode("江泽民 met Clinton")            # ids, no specials
+    tok.tokenize_with_offsets(text)            # pieces and [start, end) character spans in `text`
+  """
+
+  reads_special_tokens = True   # encode() keeps a special token written in the text ("[MASK]") as that token
+
+  def __init__(self, tokenizer_json: str, vocab_file: Optional[str] = None, do_lower_case: bool = True,
+               required_tokens: Sequence[str] = SPECIAL_TOKENS, **unused):
+    from tokenizers import Tokenizer   # lazy: the `tokenizers` library is needed only for tokenizer.json
+    del unused   # control_chars, max_input_chars_per_word: WordPiece's, the tokenizer.json decides
+    self.tokenizer_json = tokenizer_json
+    self.vocab_file = vocab_file or tokenizer_json
+    self.do_lower_case = do_lower_case          # for the record: the tokenizer's own normaliser decides
+    self.control_chars = "all"
+    self.vocab = load_json_vocab(tokenizer_json, required_tokens, vocab_file)
+    self.inv_vocab = {i: t for t, i in reversed(list(self.vocab.items()))}
+    self._tk = Tokenizer.from_str(fileio.read_text(tokenizer_json))
+    self._tk.no_padding()
+    self._tk.no_truncation()
+
+  def __len__(self) -> int:
+    return len(self.inv_vocab)
+
+  @property
+  def vocab_size(self) -> int:
+    return max(self.inv_vocab) + 1
+
+  def special_ids(self) -> Dict[str, int]:
+    return {t: self.vocab[t] for t in SPECIAL_TOKENS if t in self.vocab}
+
+  def encode(self, text) -> List[int]:
+    """Token ids of `text` (no specials added)."""
+    return self._tk.encode(convert_to_unicode(text), add_special_tokens=False).ids
+
+  def encode_word(self, word: str, after_space: bool) -> List[int]:
+    """Ids of one word of a pre-split sentence (NER): with the space before it when the sentence has one, so
+    "York" in "New York" is "ĠYork" as in running text."""
+    return self.encode(" " + word if after_space else word)
+
+  def encode_batch(self, texts: Sequence[str]) -> List[List[int]]:
+    return [e.ids for e in self._tk.encode_batch([convert_to_unicode(t) for t in texts], add_special_tokens=False)]
+
+  def tokenize(self, text) -> List[str]:
+    return self.convert_ids_to_tokens(self.encode(text))
+
+  def tokenize_with_offsets(self, text) -> Tuple[List[str], List[Tuple[int, int]]]:
+    """Pieces and their [start, end) spans in `text`. A word-initial piece ("Ġword") is narrowed to its word's
+    characters (the library's offsets cover the space it stands for); the byte pieces of one character each
+    span that whole character."""
+    text = convert_to_unicode(text)
+    enc = self._tk.encode(text, add_special_tokens=False)
+    return self.convert_ids_to_tokens(enc.ids), _trim_spans(text, enc.offsets)
+
+  def convert_tokens_to_ids(self, tokens: Iterable[str]) -> List[int]:
+    vocab = self.vocab
+    unk = vocab.get(UNK)
+    return [vocab.get(t, unk) for t in tokens]
+
+  def convert_ids_to_tokens(self, ids: Iterable[int]) -> List[str]:
+    return convert_by_vocab(self.inv_vocab, (int(i) for i in ids))
+
+
+def _trim_spans(text: str, offsets) -> List[Tuple[int, int]]:
+  spans = []
+  for start, end in offsets:
+    while start < end - 1 and text[start].isspace():
+      start += 1
+    spans.append((start, end))
+  return spans
+
+
+class _JsonBatchTokenizer:
+  """The `tokenizers` library's own batch encoding (Rust, multi-threaded) of a JsonTokenizer."""
+  backend = "tokenizers"
+
+  def __init__(self, tokenizer: JsonTokenizer):
+    self.tokenizer = tokenizer
+
+  def encode_batch(self, texts: Sequence[str]) -> List[List[int]]:
+    return self.tokenizer.encode_batch(texts)
+
+  def encode_batch_with_offsets(self, texts: Sequence[str]):
+    texts = [convert_to_unicode(t) for t in texts]
+    encs = self.tokenizer._tk.encode_batch(texts, add_special_tokens=False)  # pylint: disable=protected-access
+    return [e.ids for e in encs], [_trim_spans(t, e.offsets) for t, e in zip(texts, encs)]
+
+  def encode_arrays(self, texts: Sequence[str]) -> List[np.ndarray]:
+    return [np.asarray(x, np.int32) for x in self.encode_batch(texts)]
+
+
 def load_tokenizer(vocab_file: str, do_lower_case: bool = True, **kwargs) -> FullTokenizer:
-  """The tokenizer of a model's vocab: a SentencePieceTokenizer when a SentencePiece tokenizer.json sits beside
-  `vocab_file` (sentencepiece_json), else the WordPiece FullTokenizer."""
+  """The tokenizer of a model's vocab: a JsonTokenizer for a tokenizer.json named as the vocab or a BPE one
+  beside it (bpe_json), a SentencePieceTokenizer when a SentencePiece tokenizer.json sits beside `vocab_file`
+  (sentencepiece_json), else the WordPiece FullTokenizer."""
+  path = bpe_json(vocab_file)
+  if path:
+    return JsonTokenizer(path, vocab_file=vocab_file, do_lower_case=do_lower_case, **kwargs)
   spm = sentencepiece_json(vocab_file)
   if spm:
     return SentencePieceTokenizer(vocab_file, spm, do_lower_case=do_lower_case, **kwargs)
@@ -908,6 +1293,8 @@ def fast_batch_tokenizer(tokenizer: FullTokenizer, backend: str = "auto"):
   """
   if isinstance(tokenizer, SentencePieceTokenizer):   # its own Rust model, whatever the backend
     return _SentencePieceBatchTokenizer(tokenizer)
+  if isinstance(tokenizer, JsonTokenizer):
+    return _JsonBatchTokenizer(tokenizer)
   if backend in ("auto", "python-cached"):
     return _CachedBatchTokenizer(tokenizer)
   if backend == "python":

@@ -131,7 +131,7 @@ class FillMask:
     if MASK not in self.tokenizer.vocab:
       raise UserError(f"{self.pre.vocab_file} has no {MASK} token")
     self.mask_id = self.tokenizer.vocab[MASK]
-    self.inv_vocab = {i: t for t, i in self.tokenizer.vocab.items()}
+    self.inv_vocab = self.tokenizer.inv_vocab   # a tokenizer.json's own token names, not BERT's aliases
     self.batch_size = int(batch_size)
     self.max_seq_length = cap_seq_length(max_seq_length, self.pre)
     cfg = self.pre.config.replace(dtype=compute_dtype("auto"), scan_layers=False)
@@ -152,11 +152,16 @@ class FillMask:
     pieces = text.split(MASK)
     if len(pieces) < 2:
       raise UserError(f"the text has no {MASK}: {text!r}")
-    ids = []
-    for i, piece in enumerate(pieces):
-      if i:
-        ids.append(self.mask_id)
-      ids.extend(self.tokenizer.encode(piece))
+    if getattr(self.tokenizer, "reads_special_tokens", False):
+      # a tokenizer.json finds [MASK] in the text itself, with its own rules (ModernBERT's absorbs the space
+      # before it), as transformers' pipeline does
+      ids = self.tokenizer.encode(text)
+    else:
+      ids = []
+      for i, piece in enumerate(pieces):
+        if i:
+          ids.append(self.mask_id)
+        ids.extend(self.tokenizer.encode(piece))
     cls, sep = self.tokenizer.vocab["[CLS]"], self.tokenizer.vocab["[SEP]"]
     if len(ids) + 2 > self.max_seq_length:
       raise UserError(f"the text has {len(ids) + 2} tokens, more than max_seq_length={self.max_seq_length}")

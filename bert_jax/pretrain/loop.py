@@ -75,12 +75,12 @@ from bert_jax.models import objectives, pretraining_model
 from bert_jax.pretrained import load_pretrained, params_dir
 from bert_jax.pretrained.load import CHECKPOINT_SUBDIR, merge_params
 from bert_jax.engine import checkpoints, compile_cache, optimizers, periodic, sharding, timing, watchdog
-from bert_jax.pretrain import flops
+from bert_jax.pretrain import batch_warmup, flops
 from bert_jax.engine import train_step as ts
 from bert_jax.engine import workdir as workdir_lib
 from bert_jax.engine.metric_writer import MetricWriter, read_jsonl, truncate_after
 from bert_jax.engine.run_files import PLAN_NAME
-from bert_jax.pretrain.plan import Phase, PretrainPlan, resolve_pretrain
+from bert_jax.pretrain.plan import Phase, PretrainPlan, phase_model, resolve_pretrain
 
 log = logging.getLogger(__name__)
 
@@ -174,9 +174,13 @@ def run_plan(plan: PretrainPlan, signals: Optional[workdir_lib.StopSignals] = No
 
 # ---- data -------------------------------------------------------------------------------------------------
 def open_data(plan: PretrainPlan, phase: Phase, *, start_step: int = 0, evaluation: bool = False):
-  """This host's batches of `phase` (plan.data, as `inspect` opens them)."""
-  return pretrain_dataset.open_dataset(plan.data, phase.max_seq_length, phase.max_predictions_per_seq,
-                                       phase_index=phase.index, evaluation=evaluation, start_step=start_step)
+  """This host's batches of `phase` (plan.data, as `inspect` opens them); training batches with the batch-size
+  warmup's rows weighted out (pretrain/batch_warmup.py)."""
+  batches = pretrain_dataset.open_dataset(plan.data, phase.max_seq_length, phase.max_predictions_per_seq,
+                                          phase_index=phase.index, evaluation=evaluation, start_step=start_step)
+  if evaluation or not plan.batch_warmup.enabled:
+    return batches
+  return batch_warmup.WarmupBatches(batches, plan.batch_warmup, plan.batch_size, phase.start + start_step)
 
 
 def to_global(batch: Dict[str, np.ndarray], batch_sharding) -> Dict[str, jax.Array]:
@@ -400,9 +404,15 @@ def _run_phases(plan, ckpt, model, mesh, tx, train_step, abstract, shardings, ba
     if run.signals.start(step, barrier=guard.barrier):   # every host agrees on a notice during start-up
       log.warning("stopped at step %d before training: a preemption notice arrived during start-up", step)
       raise _stopped_during_start_up(run.signals, ckpt.latest_step(), step)
+    steps = {(): (run.train_step, run.eval_step)}     # per phase model changes (data.phases' 4th entry)
     for phase in plan.phases:
       if phase.end <= step:
         continue
+      if phase.model not in steps:
+        changed = pretraining_model(phase_model(plan.model, phase), plan.objectives)
+        steps[phase.model] = (ts.make_train_step(plan, changed, tx, mesh, shardings),
+                              ts.make_eval_step(plan, changed, mesh, shardings))
+      run.train_step, run.eval_step = steps[phase.model]
       data, first = opened if opened is not None else (open_data(plan, phase, start_step=step - phase.start), None)
       opened = None
       log.info("%s: starting at step %d (batch %d of this phase)", phase, step, step - phase.start)

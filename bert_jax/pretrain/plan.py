@@ -34,15 +34,18 @@ import json
 import logging
 from typing import Any, Dict, Optional, Tuple
 
+import flax.linen as nn
 import jax
 
 from bert_jax.errors import UserError
 from bert_jax import fileio
-from bert_jax.input_pipeline import checks
+from bert_jax.input_pipeline import checks, tokenization
 from bert_jax.input_pipeline.data_plan import Phase, PretrainData, phase_fields, resolve_data_plan
-from bert_jax.models import BertConfig, objectives
+from bert_jax.models import BertConfig, dummy_inputs, objectives
+from bert_jax.models.pretraining import pretraining_model
 from bert_jax.models.objectives import OBJECTIVES, Objective
 from bert_jax.models.config import SIZES
+from bert_jax.pretrain.batch_warmup import BatchWarmup, resolve_batch_warmup
 from bert_jax.pretrained import params_dir
 from bert_jax.pretrained.load import CHECKPOINT_SUBDIR, check_vocab_matches, read_config
 from bert_jax.engine import optimizers, sharding
@@ -93,6 +96,7 @@ class PretrainPlan:
   compilation_cache_dir: str
   guard: GuardSettings               # dead/stuck-host detection (engine/watchdog.py)
   config: Dict[str, Any]             # the run config as asked (config.json)
+  batch_warmup: BatchWarmup = BatchWarmup()   # batch-size warmup (pretrain/batch_warmup.py); off by default
 
   def phase_at(self, step: int) -> Optional[Phase]:
     return next((p for p in self.phases if p.start <= step < p.end), None)
@@ -102,7 +106,8 @@ class PretrainPlan:
     # each objective's settings under its config subtree's name, as config.json has them
     out.update({o.name: dataclasses.asdict(o.settings) for o in self.objectives if o.settings is not None})
     out.update(model=self.model.to_dict(), data=dataclasses.asdict(self.data), guard=dataclasses.asdict(self.guard),
-               optimizer=dataclasses.asdict(self.optimizer), phases=[dataclasses.asdict(p) for p in self.phases])
+               optimizer=dataclasses.asdict(self.optimizer), phases=[dataclasses.asdict(p) for p in self.phases],
+               batch_warmup=dataclasses.asdict(self.batch_warmup))
     return json.loads(json.dumps(out, default=list))
 
   def describe(self) -> str:
@@ -128,6 +133,7 @@ class PretrainPlan:
         ("batch", f"{self.batch_size} = {self.batch_shards} data shard(s) x {self.batch_size // self.batch_shards}"
                   f"{f', {self.grad_accum_steps} micro-batches' if self.grad_accum_steps > 1 else ''}; "
                   f"{self.process_count} process(es)"),
+        *([("batch warmup", self.batch_warmup.describe(self.batch_size))] if self.batch_warmup.enabled else []),
         ("mesh", " x ".join(f"{a}={s}" for a, s in zip(self.mesh_axes, self.mesh_shape))),
         ("optimizer", f"{o.name} lr {o.learning_rate:g} ({o.schedule}), warmup {self.warmup_steps} of "
                       f"{self.num_train_steps} steps, weight decay {o.weight_decay:g}"),
@@ -224,6 +230,42 @@ def _check_positions(config, phases, max_positions: int) -> None:
                       "--config.model.max_position_embeddings (random init only)")
 
 
+def phase_model(model: BertConfig, phase: Phase) -> BertConfig:
+  """The model config `phase` trains: the plan's with the phase's changes (data.phases' 4th entry)."""
+  return model.replace(**dict(phase.model)) if phase.model else model
+
+
+def _check_phase_models(model: BertConfig, phases, objectives) -> None:
+  """A phase's model changes name model config fields, make a valid config, and keep every parameter's shape
+  (the phases train one set of parameters)."""
+  fields = {f.name for f in dataclasses.fields(BertConfig)}
+  base = None
+  for p in phases:
+    if not p.model:
+      continue
+    where = f"config.data.phases[{p.index}]"
+    unknown = [k for k, _ in p.model if k not in fields]
+    if unknown:
+      raise UserError(f"{where} changes model.{unknown[0]}, which is not a model config field; expected fields such "
+                      "as the rotary θ (e.g. global_rope_theta on a modernbert encoder)")
+    try:
+      changed = phase_model(model, p)
+    except (TypeError, ValueError) as e:
+      raise UserError(f"{where}: {e}") from e
+    base = base if base is not None else _param_shapes(model, objectives)
+    if _param_shapes(changed, objectives) != base:
+      raise UserError(f"{where} changes {', '.join(f'model.{k}' for k, _ in p.model)}, which changes the "
+                      "parameters' shapes; a phase may change only fields that keep them (rotary θ, window, dropout)")
+
+
+def _param_shapes(model: BertConfig, objectives) -> Dict[str, Any]:
+  """The pre-training model's parameter shapes (traced only: no arrays are made)."""
+  module = pretraining_model(model, objectives)
+  shapes = jax.eval_shape(lambda rng: module.init({"params": rng}, *dummy_inputs(model), deterministic=True)["params"],
+                          jax.random.key(0))
+  return jax.tree.map(lambda a: tuple(a.shape), nn.unbox(shapes))
+
+
 def _warn_warmup(config) -> None:
   if int(config.warmup_steps) < int(config.num_train_steps):
     return
@@ -243,6 +285,8 @@ def _warn_other_vocab(given: str, workdir_vocab: str) -> None:
   that is missing or has other tokens is not used, and a warning says so (it was dropped without a word)."""
   if not given:
     return
+  if tokenization.is_tokenizer_json(given):   # copied as tokenizer.json beside the work dir's vocab.txt
+    workdir_vocab = fileio.join(fileio.dirname(workdir_vocab), tokenization.TOKENIZER_JSON)
   try:
     why = None if fileio.read_bytes(given) == fileio.read_bytes(workdir_vocab) else "has other tokens"
   except OSError as e:
@@ -397,6 +441,7 @@ def resolve_pretrain(config, workdir: Optional[str], *, num_devices: Optional[in
   _check_positions(config, data_plan.phases, model.max_position_embeddings)
   # data.packing=documents: block-diagonal attention and per-document positions (0: one example per row)
   model = v.packed_model(model, data_plan.data.max_examples_per_row, "config.data.packing=documents")
+  _check_phase_models(model, data_plan.phases, resolved)
   return PretrainPlan(
       workdir=workdir, resume=resume, vocab_file=vocab_file, do_lower_case=bool(config.data.do_lower_case),
       model=model, targets=targets, objectives=resolved, init_checkpoint=init_dir, phases=data_plan.phases, data=data_plan.data,
@@ -411,4 +456,4 @@ def resolve_pretrain(config, workdir: Optional[str], *, num_devices: Optional[in
       progress_bar=bool(config.progress_bar),
       compilation_cache_dir=str(config.get("compilation_cache_dir", "auto")),
       guard=resolve_guard(config, process_count),
-      config=config_to_dict(config))
+      config=config_to_dict(config), batch_warmup=resolve_batch_warmup(config, resolved))

@@ -26,7 +26,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import traverse_util
 
+from bert_jax import fileio
 from bert_jax.errors import UserError
+from bert_jax.input_pipeline import tokenization
 from bert_jax.models import BertConfig, BertModel, dummy_inputs
 from bert_jax.pretrained import params_dir, zoo
 
@@ -190,14 +192,38 @@ def check_vocab_matches(checkpoint_vocab_size: int, checkpoint: str, vocab_file:
   """The one vocab check of pre-training's and fine-tuning's `init_checkpoint`: `vocab_file`'s line count
   must equal the checkpoint's embedding rows, else UserError naming both sizes and both files (a larger
   vocab ends in NaN at step 1 or an index error, a smaller one trains silently on mismatched ids).
-  Returns the vocab size."""
+  A BPE model (a tokenizer.json in the checkpoint) given a WordPiece vocab, or the other way round, is refused
+  first: the same number of ids would not make them the same tokens. Returns the vocab size."""
+  check_tokenizer_kind(checkpoint, vocab_file)
   vocab_size = params_dir.count_vocab_lines(vocab_file)
+  if tokenization.is_tokenizer_json(vocab_file) and vocab_size <= int(checkpoint_vocab_size):
+    # A tokenizer.json with fewer ids than embedding rows: ModernBERT's 50,280 ids in 50,368 rows (padded to a
+    # multiple of 64); the extra rows are never looked up.
+    return int(checkpoint_vocab_size)
   if int(vocab_size) != int(checkpoint_vocab_size):
     raise VocabMismatchError(
         f"vocab size mismatch: vocab_file {vocab_file} has {vocab_size} tokens but init_checkpoint {checkpoint} "
         f"was trained with vocab_size={checkpoint_vocab_size}; use the checkpoint's own vocab.txt (or a vocab "
         f"of {checkpoint_vocab_size} lines)")
   return vocab_size
+
+
+_KIND_WORDS = {"bpe": "a BPE tokenizer.json", "wordpiece": "a WordPiece vocab.txt",
+               "sentencepiece": "a SentencePiece tokenizer.json", "json": "a tokenizer.json"}
+
+
+def check_tokenizer_kind(checkpoint: str, vocab_file: str) -> None:
+  """UserError when `vocab_file` tokenizes with another kind of tokenizer than `checkpoint`'s own vocab (a
+  BPE tokenizer.json against a WordPiece vocab.txt, either way round)."""
+  own = params_dir.vocab_path(checkpoint) if fileio.isdir(checkpoint) else None
+  if not own or fileio.abspath(own) == fileio.abspath(vocab_file):
+    return
+  want, have = tokenization.tokenizer_kind(own), tokenization.tokenizer_kind(vocab_file)
+  if "bpe" in (want, have) and want != have:
+    raise VocabMismatchError(
+        f"tokenizer mismatch: vocab_file {vocab_file} is {_KIND_WORDS[have]} but init_checkpoint {checkpoint} was "
+        f"trained with {_KIND_WORDS[want]} ({own}); leave vocab_file empty to use the checkpoint's own, or pass "
+        f"{'its tokenizer.json' if want == 'bpe' else 'its vocab.txt'}")
 
 
 def merge_params(fresh, loaded, groups: Optional[Sequence[str]] = None):

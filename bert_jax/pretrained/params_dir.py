@@ -60,9 +60,21 @@ def copy_vocab(vocab_file: str, directory: str) -> str:
   dst = fileio.join(directory, VOCAB_NAME)
   if fileio.abspath(vocab_file) == fileio.abspath(dst):
     return dst
-  spm = tokenization.sentencepiece_json(vocab_file)
+  if tokenization.is_tokenizer_json(vocab_file):
+    # A tokenizer.json named as the vocab: DIR/tokenizer.json + DIR/vocab.txt (its tokens in id order), which
+    # load_tokenizer reads back as that tokenizer.
+    out = fileio.join(directory, tokenization.TOKENIZER_JSON)
+    data = fileio.read_bytes(vocab_file)
+    if not (fileio.exists(out) and fileio.read_bytes(out) == data):
+      fileio.write_bytes_atomic(out, data)
+    text = tokenization.json_vocab_text(vocab_file)
+    if not fileio.exists(dst) or fileio.read_text(dst) != text:
+      fileio.write_text_atomic(dst, text)
+    return dst
+  spm = tokenization.sentencepiece_json(vocab_file) or tokenization.bpe_json(vocab_file)
   stale = fileio.join(directory, tokenization.TOKENIZER_JSON)
-  if not spm and not fileio.is_remote(directory) and tokenization.sentencepiece_json(dst):
+  if not spm and not fileio.is_remote(directory) and (tokenization.sentencepiece_json(dst) or
+                                                       tokenization.bpe_json(dst)):
     # A SentencePiece tokenizer.json left by an earlier import into the same directory would tokenize this
     # WordPiece vocab (load_tokenizer prefers it): removed before the new vocab lands.
     fileio.remove(stale)
@@ -77,7 +89,10 @@ def copy_vocab(vocab_file: str, directory: str) -> str:
 
 
 def count_vocab_lines(vocab_file: str) -> int:
-  """The vocab size of a WordPiece vocab file (one token per line; local or gs://)."""
+  """The vocab size of a WordPiece vocab file (one token per line; local or gs://), or of a tokenizer.json
+  named as the vocab (1 + its largest id)."""
+  if tokenization.is_tokenizer_json(vocab_file):
+    return tokenization.json_vocab_size(vocab_file)
   with fileio.open_file(vocab_file) as f:
     return sum(1 for _ in f)
 
@@ -163,8 +178,13 @@ def is_params_dir(directory: str) -> bool:
 
 
 def vocab_path(directory: str) -> Optional[str]:
-  path = fileio.join(directory, VOCAB_NAME)
-  return path if fileio.exists(path) else None
+  """DIR/vocab.txt, else DIR/tokenizer.json (an imported ModernBERT's byte-level BPE, which no vocab.txt stands
+  for: named as the vocab, it tokenizes through tokenization.JsonTokenizer), else None."""
+  for name in (VOCAB_NAME, tokenization.TOKENIZER_JSON):
+    path = fileio.join(directory, name)
+    if fileio.exists(path):
+      return path
+  return None
 
 
 def load_params_dir(directory: str) -> Tuple[BertConfig, dict, Optional[str]]:

@@ -252,7 +252,7 @@ def convert_examples_to_features(examples: Sequence[NerExample], tokenizer, max_
       cur_words.clear()
 
     for w_i, word in enumerate(ex.words):
-      ids = tokenizer.encode(word) or [unk]  # a word of dropped characters still gets a slot
+      ids = _encode_word(tokenizer, ex.words, w_i) or [unk]  # a word of dropped characters still gets a slot
       ids = ids[:budget]
       if ex.labels is not None:
         lab = label_map[ex.labels[w_i]]
@@ -270,6 +270,20 @@ def convert_examples_to_features(examples: Sequence[NerExample], tokenizer, max_
   out["word_ids"] = common.to_padded_arrays(word_rows, max_seq_length, pad=-1)
   out["example_index"] = np.asarray(ex_rows, dtype=np.int32).reshape(-1)
   return out
+
+
+def _encode_word(tokenizer, words: Sequence[str], w_i: int) -> List[int]:
+  """Ids of word `w_i`. WordPiece tokenizes each word alone; a tokenizer.json's BPE sees the space that the
+  sentence's text has before it (none between CJK characters, as `entity_text` joins them), so "York" in "New
+  York" is "ĠYork", as in running text."""
+  if not hasattr(tokenizer, "encode_word"):
+    return tokenizer.encode(words[w_i])
+  after_space = w_i > 0 and not (_is_cjk_char(words[w_i]) or _is_cjk_char(words[w_i - 1]))
+  return tokenizer.encode_word(words[w_i], after_space)
+
+
+def _is_cjk_char(word: str) -> bool:
+  return len(word) == 1 and tokenization.is_chinese_char(ord(word))
 
 
 def predictions_to_tags(examples: Sequence[NerExample], features: Dict[str, np.ndarray], pred_ids,

@@ -73,6 +73,8 @@ class Objective:
   state_settings: ClassVar[Tuple[str, ...]] = ()            # settings fields that shape the checkpoint
   masked_positions: ClassVar[bool] = False                  # reads masked_lm_positions / ids / weights
   pair_labels: ClassVar[bool] = False                       # reads next_sentence_labels (sentence pairs)
+  row_weighted: ClassVar[bool] = False                      # its loss counts only rows with masked_lm_weights
+                                                            # > 0 (batch-size warmup zeroes a row's weights)
   pair_mode: ClassVar[str] = ""                             # the pair kind it forces ("": data.pair_mode's)
   trains_pooler: ClassVar[bool] = False                     # reads the pooled [CLS] vector (trains the pooler)
   causal: ClassVar[bool] = False                            # the encoder sees earlier tokens only

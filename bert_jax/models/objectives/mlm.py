@@ -26,6 +26,7 @@ def lm_head_flops(config, positions: int) -> float:
 class MaskedLM(Objective):
   title = "MLM"
   masked_positions = True
+  row_weighted = True
   curves = (("mlm_loss", "mlm_accuracy", "MLM"),)
   param_groups = ("mlm",)
   conversion = {
