@@ -48,7 +48,8 @@ def get_config(arg=None):
   config.model.num_attention_heads = -1            # -1 = from size (H / 64)
   config.model.intermediate_size = -1              # -1 = from size (4 H)
   config.model.vocab_size = -1                     # -1: take the number of lines of data.vocab_file
-  config.model.encoder = "transformer"             # a registered family (models/encoders/): transformer | lstm
+  config.model.encoder = "transformer"             # a registered family (models/encoders/): transformer | lstm |
+                                                   # modernbert
   config.model.layer_norm_type = "post"            # post (BERT) | pre
   config.model.hidden_dropout_prob = 0.1
   config.model.attention_probs_dropout_prob = 0.1
@@ -64,6 +65,12 @@ def get_config(arg=None):
                                                    # dense E -> H); 0 = BERT (tables [V, H], no projection)
   config.model.share_layers = False                # ALBERT: one layer's parameters for every layer (with
                                                    # scan_layers: one compiled layer)
+  # ModernBERT (encoder="modernbert"; Hugging Face ModernBertConfig's names, unread by the other families)
+  config.model.local_attention = 128               # sliding window in tokens in all (+-64), even, <= max positions
+  config.model.global_attn_every_n_layers = 3      # layer i is global when i % n == 0, the others sliding
+  config.model.global_rope_theta = 160000.0        # rotary theta of the global layers (10,000 for a 1,024 phase)
+  config.model.local_rope_theta = 10000.0          # rotary theta of the sliding-window layers
+  config.model.local_attention_impl = "auto"       # sliding layers: auto | blocked (linear in T) | dense (T x T)
   config.targets = ("mlm", "nsp")                  # registered objectives (models/objectives/): mlm, nsp,
                                                    # sop, lm (lm alone), electra (alone)
   # ELECTRA (targets=("electra",), models/electra.py): a generator MLM fills the masked positions with

@@ -127,7 +127,7 @@ def test_an_unregistered_family_is_one_error_line_listing_the_registered_ones(me
     ts.build_model_config(_model_fields("mixer").model, 96)
   message = str(e.value)
   assert "\n" not in message and "config.model" in message and "encoder='mixer'" in message
-  assert "('transformer', 'lstm', 'meanpool')" in message
+  assert "('transformer', 'lstm', 'modernbert', 'meanpool')" in message
 
 
 def test_the_family_rules_and_the_layer_options_it_lacks_are_refused_naming_the_field(meanpool):
@@ -156,13 +156,13 @@ def test_register_refuses_a_taken_name_and_a_family_without_a_module(meanpool):
   with pytest.raises(TypeError, match="no name or no module"):
     encoders.register(type("Nameless", (encoders.EncoderFamily,), {"module": MeanPoolEncoder}))
   assert encoders.register(MeanPoolFamily) is MeanPoolFamily     # registering the same class again is harmless
-  assert encoders.names() == ("transformer", "lstm", "meanpool")
+  assert encoders.names() == ("transformer", "lstm", "modernbert", "meanpool")
 
 
 def test_without_its_line_the_family_is_not_registered():
   assert "meanpool" not in encoders.names()
   with pytest.raises(ValueError, match=r"BertConfig.encoder='meanpool'; expected one of the registered encoder "
-                                       r"families \('transformer', 'lstm'\)"):
+                                       r"families \('transformer', 'lstm', 'modernbert'\)"):
     BertConfig(encoder="meanpool")
 
 

@@ -14,7 +14,7 @@ import sys
 
 from bert_jax import cli
 from bert_jax.convert import hf_albert, rank
-from bert_jax.convert import hf_electra
+from bert_jax.convert import hf_electra, hf_modernbert
 from bert_jax.convert.google_tf import import_tf_checkpoint
 from bert_jax.convert.hf import import_hf, resolve_model_folder, write_hf
 from bert_jax.convert.mapping import ConversionError
@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
   t.add_argument("--do_lower_case", type=_bool, default=None,
                  help="tokenizer casing (default: from the folder name 'uncased'/'cased', else the vocab)")
 
-  h = sub.add_parser("import-hf", help="Hugging Face BERT or ALBERT folder -> DIR")
+  h = sub.add_parser("import-hf", help="Hugging Face BERT, ALBERT, ELECTRA or ModernBERT folder -> DIR")
   h.add_argument("--input", required=True, help="folder with config.json, model.safetensors, vocab.txt")
   h.add_argument("--output", required=True, help="output directory")
   h.add_argument("--vocab", default=None, help="vocab.txt (default: in the folder, or from tokenizer.json)")
@@ -190,7 +190,8 @@ def main(argv=None) -> int:
       print(f"wrote {args.output}")
     elif args.command == "import-hf":
       ignore = [x for x in args.ignore.split(",") if x]
-      importer = hf_albert.import_hf_albert if hf_albert.is_albert_folder(args.input) else import_hf
+      importer = (hf_modernbert.import_hf_modernbert if hf_modernbert.is_modernbert_folder(args.input) else
+                  hf_albert.import_hf_albert if hf_albert.is_albert_folder(args.input) else import_hf)
       _, _, report = importer(args.input, args.output, vocab_file=args.vocab, do_lower_case=args.do_lower_case,
                               ignore=ignore)
       print(report.summary())
@@ -207,7 +208,8 @@ def main(argv=None) -> int:
         print(n)
     elif args.command == "export-hf":
       ckpt = load_pretrained(args.input)
-      writer = hf_albert.write_albert if hf_albert.is_albert(ckpt.config) else write_hf
+      writer = (hf_modernbert.write_modernbert if hf_modernbert.is_modernbert(ckpt.config) else
+                hf_albert.write_albert if hf_albert.is_albert(ckpt.config) else write_hf)
       report = writer(ckpt, args.output, heads=args.heads, source=args.input)
       print(f"wrote {report.loaded} tensors to {args.output}")
       for n in report.notes:

@@ -13,6 +13,7 @@ from bert_jax.models.electra import ElectraForPreTraining, ElectraSettings
 from bert_jax.models import encoders
 from bert_jax.models.encoders.transformer import TransformerEncoder, TransformerLayer
 from bert_jax.models.encoders.lstm import LstmEncoder
+from bert_jax.models.encoders.modernbert import ModernBertEncoder
 from bert_jax.models.heads import (BertForQuestionAnswering, BertForSequenceClassification,
                                    BertForTokenClassification)
 from bert_jax.models.params import count_params, dummy_inputs, scan_params, unscan_params
@@ -21,7 +22,7 @@ from bert_jax.models.pretraining import BertForPreTraining, pretraining_model
 
 __all__ = [
     "axes", "heads", "losses", "objectives", "BertConfig", "SIZES", "BertModel", "BertForPreTraining", "BertEmbeddings",
-    "TransformerEncoder", "TransformerLayer", "LstmEncoder", "encoders", "OBJECTIVES", "validate_targets",
+    "TransformerEncoder", "TransformerLayer", "LstmEncoder", "ModernBertEncoder", "encoders", "OBJECTIVES", "validate_targets",
     "BertForSequenceClassification", "BertForTokenClassification", "BertForQuestionAnswering",
     "ElectraForPreTraining", "ElectraSettings", "pretraining_model",
     "count_params", "dummy_inputs", "scan_params", "unscan_params",

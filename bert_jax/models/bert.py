@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from bert_jax.models import axes
 from bert_jax.models.config import BertConfig
 from bert_jax.models.embeddings import BertEmbeddings
-from bert_jax.models.encoders import make_encoder
+from bert_jax.models.encoders import family, make_encoder
 from bert_jax.models.layers import dense
 
 
@@ -19,6 +19,9 @@ class BertModel(nn.Module):
   __call__(input_ids, input_mask, segment_ids [B, T]) -> {
       "sequence_output": [B, T, H], "pooled_output": [B, H] (dense + tanh on [CLS]),
       "word_embeddings": [V, H] (the embedding table, for tied decoders)}
+
+  The encoder family (config.encoder) may bring its own embeddings and pooling (EncoderFamily.embeddings /
+  pool: ModernBERT's have no position table and pool through its prediction head); BERT's otherwise.
   """
 
   config: BertConfig
@@ -29,12 +32,16 @@ class BertModel(nn.Module):
     cfg = self.config
     if segment_ids is None:
       segment_ids = jnp.zeros_like(input_ids)
-    embeddings = BertEmbeddings(cfg, deterministic=deterministic, name="embeddings")
+    fam = family(cfg.encoder)
+    embeddings = (fam.embeddings or BertEmbeddings)(cfg, deterministic=deterministic, name="embeddings")
     if embeddings_only:   # ELECTRA's generator reads the shared embeddings [B, T, E] and runs its own encoder
       return {"embedding_output": embeddings(input_ids, segment_ids, project=False),
               "word_embeddings": embeddings.embedding_table()}
     x = embeddings(input_ids, segment_ids)
     x = make_encoder(cfg, deterministic)(x, input_mask, causal=causal)
+    pooled = fam.pool(cfg, x, input_mask, deterministic)
+    if pooled is not None:
+      return {"sequence_output": x, **pooled, "word_embeddings": embeddings.embedding_table()}
     first = x[:, 0]
     pooled = jnp.tanh(dense(cfg, cfg.hidden_size, (axes.EMBED, axes.MLP), "pooler", bias_axis=axes.MLP)(first))
     return {"sequence_output": x, "pooled_output": pooled, "word_embeddings": embeddings.embedding_table()}

@@ -30,11 +30,16 @@ REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "minimal")
 # How a run computes, not what it computes: a run's config sets these over a loaded checkpoint's architecture
 # (training.train_step.model_config), and a resumed run may change them.
 RUNTIME_FIELDS = ("dtype", "param_dtype", "attention_impl", "scan_layers", "remat_policy", "hidden_dropout_prob",
-                  "attention_probs_dropout_prob")
+                  "attention_probs_dropout_prob", "local_attention_impl")
 # The architecture fields a run config may set over the size table (random init only).
 ARCHITECTURE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "encoder",
                        "layer_norm_type", "max_position_embeddings", "hidden_act", "type_vocab_size",
-                       "initializer_range", "layer_norm_eps", "embedding_size", "share_layers")
+                       "initializer_range", "layer_norm_eps", "embedding_size", "share_layers",
+                       # ModernBERT's (models/encoders/modernbert.py)
+                       "position_embedding_type", "norm_eps", "norm_bias", "attention_bias", "mlp_bias",
+                       "decoder_bias", "classifier_bias", "classifier_activation", "classifier_pooling",
+                       "local_attention", "global_attn_every_n_layers", "layer_types", "global_rope_theta",
+                       "local_rope_theta")
 
 # Keys of Google's bert_config.json (also a subset of Hugging Face's config.json).
 _GOOGLE_KEYS = (
@@ -45,8 +50,11 @@ _GOOGLE_KEYS = (
 
 
 _INT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-               "max_position_embeddings", "type_vocab_size", "embedding_size")
-_FLOAT_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "layer_norm_eps")
+               "max_position_embeddings", "type_vocab_size", "embedding_size", "global_attn_every_n_layers",
+               "local_attention")
+_FLOAT_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "layer_norm_eps",
+                 "norm_eps", "global_rope_theta", "local_rope_theta")
+_BOOL_FIELDS = ("norm_bias", "attention_bias", "mlp_bias", "decoder_bias", "classifier_bias")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +83,34 @@ class BertConfig:
   embedding_size: int = 0                  # E of factorised embeddings (ALBERT): tables [V, E] + a dense E -> H
                                            # (also when E = H, as ALBERT); 0 = BERT: [V, H], no projection
   share_layers: bool = False               # one layer's parameters for every layer (ALBERT cross-layer sharing)
+  # ModernBERT (encoder="modernbert", models/encoders/modernbert.py): Hugging Face ModernBertConfig's names and
+  # defaults; only that family reads them, so BERT, ALBERT, ELECTRA and the lstm are unchanged by them.
+  position_embedding_type: str = ""        # "" = the family's own: absolute (BERT's learned table) | rotary
+  norm_eps: float = 1e-5                   # the LayerNorms' eps (BERT's layer_norm_eps is not read)
+  norm_bias: bool = False                  # LayerNorms with a bias
+  attention_bias: bool = False             # Wqkv and Wo with biases
+  mlp_bias: bool = False                   # the GeGLU's Wi and Wo with biases
+  decoder_bias: bool = True                # the tied MLM decoder's bias [V]
+  classifier_bias: bool = False            # the prediction head's dense bias (MLM and task heads)
+  classifier_activation: str = "gelu"      # the prediction head's activation
+  classifier_pooling: str = "cls"          # sentence vector of pooled_output: cls | mean, then the head
+  local_attention: int = 128               # sliding window in tokens in all (128: +-64), an even number
+  global_attn_every_n_layers: int = 3      # layer i is global when i % n == 0 (unless layer_types says)
+  layer_types: tuple = ()                  # per layer full_attention | sliding_attention; () = from n above
+  global_rope_theta: float = 160000.0      # rotary theta of the global (full_attention) layers
+  local_rope_theta: float = 10000.0        # rotary theta of the sliding-window layers
+  local_attention_impl: str = "auto"       # sliding layers: auto | blocked (linear in T) | dense (masked T x T)
 
   def __post_init__(self):
+    # A JSON list (config.json's layer_types) becomes a tuple: the config is hashed (cached parameter counts).
+    if isinstance(self.layer_types, list):
+      object.__setattr__(self, "layer_types", tuple(self.layer_types))
+    if not isinstance(self.layer_types, tuple):
+      raise ValueError(f"BertConfig.layer_types={self.layer_types!r}; expected a list of 'full_attention' / "
+                       "'sliding_attention', one per layer")
+    for name in _BOOL_FIELDS:
+      if not isinstance(getattr(self, name), bool):
+        raise ValueError(f"BertConfig.{name}={getattr(self, name)!r}; expected true or false")
     # Types first: a JSON config's "vocab_size": "30522" or a null reached the model as a TypeError traceback.
     for name in _INT_FIELDS:
       value = getattr(self, name)
@@ -148,6 +182,16 @@ class BertConfig:
     fields = {k: v for k, v in d.items() if k in names}
     if "layer_norm_eps" not in d and "layer_norm_epsilon" in d:
       fields["layer_norm_eps"] = d["layer_norm_epsilon"]
+    # ModernBertConfig's newer spellings: hidden_activation, and rope_parameters {layer type: {rope_theta}}
+    # (older configs: global_rope_theta / local_rope_theta, read above as our own fields).
+    if "hidden_act" not in d and "hidden_activation" in d:
+      fields["hidden_act"] = d["hidden_activation"]
+    rope = d.get("rope_parameters")
+    if isinstance(rope, dict):
+      for layer_type, name in (("full_attention", "global_rope_theta"), ("sliding_attention", "local_rope_theta")):
+        theta = (rope.get(layer_type) or {}).get("rope_theta") if isinstance(rope.get(layer_type), dict) else None
+        if theta is not None:
+          fields[name] = theta
     return cls(**fields)
 
   def to_dict(self) -> dict:

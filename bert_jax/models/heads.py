@@ -42,6 +42,13 @@ def pool(enc: dict, input_mask, pooling: str = "cls"):
   raise ValueError(f"pooling={pooling!r}; expected one of {POOLINGS}")
 
 
+def token_features(enc: dict):
+  """The per-token vectors a token-level head reads [B, T, H]: the encoder family's token_output where it has
+  one (ModernBERT's prediction head on every token, as transformers' ModernBertForTokenClassification), else
+  sequence_output."""
+  return enc.get("token_output", enc["sequence_output"])
+
+
 class BertForSequenceClassification(nn.Module):
   """Pooled sentence vector -> dropout -> dense. logits [B, num_labels] float32; num_labels=1 means regression
   (and multi-label classification reads the logits as independent sigmoids)."""
@@ -101,7 +108,7 @@ class BertForTokenClassification(nn.Module):
   def __call__(self, input_ids, input_mask, segment_ids=None, deterministic: bool = True):
     enc = BertModel(self.config, name="bert")(input_ids, input_mask, segment_ids, deterministic=deterministic)
     rate = self.config.hidden_dropout_prob if self.dropout_rate is None else self.dropout_rate
-    h = nn.Dropout(rate)(enc["sequence_output"], deterministic=deterministic)
+    h = nn.Dropout(rate)(token_features(enc), deterministic=deterministic)
     logits = dense(self.config, self.num_labels, (axes.EMBED, None), "classifier")(h)
     return {"logits": logits.astype(jnp.float32)}
 
@@ -129,7 +136,7 @@ class BertForTokenClassificationCRF(nn.Module):
     k = len(self.label_list)
     enc = BertModel(self.config, name="bert")(input_ids, input_mask, segment_ids, deterministic=deterministic)
     rate = self.config.hidden_dropout_prob if self.dropout_rate is None else self.dropout_rate
-    h = nn.Dropout(rate)(enc["sequence_output"], deterministic=deterministic)
+    h = nn.Dropout(rate)(token_features(enc), deterministic=deterministic)
     logits = dense(self.config, k, (axes.EMBED, None), "classifier")(h).astype(jnp.float32)
     pen_start, pen_trans, pen_end = crf.constraint_penalties(crf.transition_constraints(self.label_list,
                                                                                         self.scheme))
@@ -167,6 +174,6 @@ class BertForQuestionAnswering(nn.Module):
   @nn.compact
   def __call__(self, input_ids, input_mask, segment_ids=None, deterministic: bool = True):
     enc = BertModel(self.config, name="bert")(input_ids, input_mask, segment_ids, deterministic=deterministic)
-    logits = dense(self.config, 2, (axes.EMBED, None), "qa_outputs")(enc["sequence_output"])
+    logits = dense(self.config, 2, (axes.EMBED, None), "qa_outputs")(token_features(enc))
     logits = logits.astype(jnp.float32)
     return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}

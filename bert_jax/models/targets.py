@@ -11,9 +11,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.models import axes
+from bert_jax.models import axes, encoders
 from bert_jax.models.config import BertConfig
-from bert_jax.models.layers import activation, constrain, dense, layer_norm, zeros_init
+from bert_jax.models.layers import activation, constrain, dense, layer_norm, ones_init, zeros_init
 
 
 def gather_positions(sequence: jax.Array, positions: jax.Array) -> jax.Array:
@@ -34,6 +34,9 @@ class LanguageModelHead(nn.Module):
   def __call__(self, hidden: jax.Array, table: jax.Array) -> jax.Array:
     cfg = self.config
     width = table.shape[-1]
+    own = encoders.family(cfg.encoder).lm_head(cfg)
+    if own is not None:
+      return self._family_head(hidden, table, own)
     h = dense(cfg, width, (axes.EMBED, axes.MLP) if width == cfg.hidden_size else (axes.EMBED, None),
               "transform", bias_axis=axes.MLP if width == cfg.hidden_size else None)(hidden)
     h = activation(cfg.hidden_act)(h)
@@ -46,6 +49,27 @@ class LanguageModelHead(nn.Module):
     logits = jnp.einsum("bph,vh->bpv", h.astype(cfg.compute_dtype), table.astype(cfg.compute_dtype),
                         preferred_element_type=jnp.float32)
     return logits + bias.astype(jnp.float32)
+
+  def _family_head(self, hidden: jax.Array, table: jax.Array, own: dict) -> jax.Array:
+    """The head as the encoder family states it (EncoderFamily.lm_head; ModernBERT's: biases optional, its own
+    activation and eps); the same parameter names as BERT's head, less the biases switched off."""
+    cfg = self.config
+    width = table.shape[-1]
+    h = nn.Dense(width, use_bias=own["dense_bias"], dtype=cfg.compute_dtype, param_dtype=cfg.parameter_dtype,
+                 kernel_init=nn.with_logical_partitioning(nn.initializers.truncated_normal(cfg.initializer_range),
+                                                          (axes.EMBED, axes.MLP)),
+                 bias_init=zeros_init((axes.MLP,)), name="transform")(hidden)
+    h = activation(own["act"])(h)
+    h = nn.LayerNorm(epsilon=own["norm_eps"], use_bias=own["norm_bias"], dtype=cfg.compute_dtype,
+                     param_dtype=cfg.parameter_dtype, scale_init=ones_init((axes.EMBED,)),
+                     bias_init=zeros_init((axes.EMBED,)), name="LayerNorm")(h)
+    h = constrain(h, (axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED))
+    logits = jnp.einsum("bph,vh->bpv", h.astype(cfg.compute_dtype), table.astype(cfg.compute_dtype),
+                        preferred_element_type=jnp.float32)
+    if own["decoder_bias"]:
+      bias = self.param("output_bias", zeros_init((axes.VOCAB,)), (cfg.vocab_size,), cfg.parameter_dtype)
+      logits = logits + bias.astype(jnp.float32)
+    return logits
 
 
 def sentence_pair_head(config: BertConfig, name: str) -> nn.Dense:

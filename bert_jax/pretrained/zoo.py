@@ -37,7 +37,7 @@ class ZooEntry:
   hf_repo: Optional[str] = None  # a Hugging Face copy of the same weights, where one exists
   max_positions: int = 512
   note: str = ""
-  kind: str = "bert"            # bert | electra-discriminator | electra-generator | albert (KINDS)
+  kind: str = "bert"            # bert | electra-discriminator | electra-generator | albert | modernbert
   embedding_size: int = 0       # ELECTRA's / ALBERT's embedding width E (0: = hidden)
   intermediate_size: int = 0    # FFN width (0: 4 x hidden)
 
@@ -58,6 +58,11 @@ class ZooEntry:
       heads = (H * H + H) + (H + 1)                                     # dense + dense_prediction
     elif self.kind == "electra-generator":
       heads = (H * E + E) + 2 * E + V                                   # dense H -> E, LayerNorm, lm-head bias
+    elif self.kind == "modernbert":   # ModernBertForMaskedLM: no position/type tables, bias-free, GeGLU
+      embeddings = V * H + H                                          # token embeddings + norm
+      layer = 4 * H * H + 3 * H * I + 2 * H                           # Wqkv, Wo, Wi (2I), Wo, two norms
+      # head dense + norm, decoder bias; the final norm (H) and layer 0's absent attn_norm (-H) cancel
+      heads = (H * H + H) + V
     elif self.kind == "albert":   # AlbertForPreTraining: always the E -> H projection, one shared layer
       embeddings += 0 if E != H else E * H + H
       L = 1
@@ -101,6 +106,13 @@ def _electra(repo, L, H, E, V, language, corpus, note=""):
     note = (note + "; " if note else "") + f"factorised embeddings E={E} (model.embedding_size)"
   return ZooEntry(repo, L, H, H // 64, V, language, corpus, False, "hf", f"{HF}/{repo}", note=note, kind=kind,
                   embedding_size=E)
+
+
+def _modernbert(repo, L, H, A, I, V, language, corpus, note=""):
+  """A ModernBERT folder on the Hub (ModernBertForMaskedLM; import-hf reads model_type "modernbert"): encoder
+  modernbert, 8,192 positions, a byte-level BPE tokenizer.json (copied by import-hf; no vocab.txt)."""
+  return ZooEntry(repo, L, H, A, V, language, corpus, True, "hf", f"{HF}/{repo}", max_positions=8192, note=note,
+                  kind="modernbert", intermediate_size=I)
 
 
 def _albert(name, repo, L, H, A, V, language, corpus, cased=False, note="", E=128):
@@ -229,6 +241,23 @@ def _build() -> Dict[str, ZooEntry]:
               note="WordPiece vocab.txt (BertTokenizer); character-level"),
       _albert("voidful/albert_chinese_base", "voidful/albert_chinese_base", 12, 768, 12, 21128, "Chinese", zh,
               note="WordPiece vocab.txt (BertTokenizer); character-level"),
+  ]
+  # ModernBERT (Warner et al. 2024): rotary, GeGLU, global attention every third layer and a 128-token window in
+  # the others, 8,192 tokens of context; a byte-level BPE tokenizer.json (50,280 tokens in a table of 50,368)
+  # with BERT's special tokens. import-hf copies tokenizer.json as it is; text is tokenized with it where the
+  # package reads tokenizer.json (no WordPiece vocab.txt stands for it).
+  mb = "2T tokens of English web text, code and science (ModernBERT)"
+  bpe = "needs tokenizer.json (byte-level BPE, [CLS]/[SEP]/[MASK]); context 8,192 (global theta 160,000)"
+  e += [
+      _modernbert("answerdotai/ModernBERT-base", 22, 768, 12, 1152, 50368, "English", mb, note=bpe),
+      _modernbert("answerdotai/ModernBERT-large", 28, 1024, 16, 2624, 50368, "English", mb, note=bpe),
+      # Ant Group's Chinese ModernBERT (arXiv 2510.12285): a 32k Chinese BPE vocab, whole-word masking. Its card
+      # says RMSNorm: import-hf converts it only if its config.json is transformers' ModernBertConfig (LayerNorm);
+      # otherwise the import stops at the config with the reason.
+      _modernbert("feynmanzhao/chinese-modernbert-large-wwm", 28, 1024, 16, 2624, 32000, "Chinese",
+                  "1.2T Chinese tokens (CCI3-HQ, CCI4, Cosmopedia-Chinese)",
+                  note="needs tokenizer.json (32k Chinese BPE); context 8,192; shapes from its card, read from "
+                       "config.json at import"),
   ]
   return {x.name: x for x in e}
 

@@ -68,6 +68,27 @@ class EncoderFamily:
   module: Optional[Type] = None  # flax Module class: module(config, deterministic=..., name=...)
   scans: bool = False            # identical layers nn.scan can fold into one (BertConfig.scan_layers)
   shares: bool = False           # ALBERT's cross-layer sharing applies (BertConfig.share_layers)
+  # flax Module(config, deterministic=, name="embeddings") with BertEmbeddings' interface (__call__(input_ids,
+  # segment_ids, project=True) -> [B, T, H]; embedding_table() -> [V, E]); None: BERT's embeddings (word +
+  # learned position + token type). ModernBERT's has no position table and no token types.
+  embeddings: Optional[Type] = None
+  positions: str = "absolute"    # how the family encodes positions (BertConfig.position_embedding_type's value)
+
+  @classmethod
+  def pool(cls, config: Any, sequence_output: jax.Array, input_mask: jax.Array, deterministic: bool
+           ) -> Optional[Dict[str, jax.Array]]:
+    """The sentence-level outputs BertModel adds to sequence_output [B, T, H], built inside BertModel (its
+    modules are BertModel's children): {"pooled_output": [B, H], ...}. None: BERT's pooler (dense + tanh on
+    [CLS], params bert/pooler). A family may add "token_output" [B, T, H], the per-token features its task
+    heads read instead of sequence_output (ModernBERT's prediction head)."""
+    return None
+
+  @classmethod
+  def lm_head(cls, config: Any) -> Optional[Dict[str, Any]]:
+    """How the MLM head (models/targets.LanguageModelHead) is built for this family: None = BERT's (dense with
+    bias, hidden_act, LayerNorm(layer_norm_eps) with bias, output_bias); else a dict with dense_bias, act,
+    norm_eps, norm_bias and decoder_bias."""
+    return None
 
   @classmethod
   def check_config(cls, config: Any) -> None:
@@ -142,6 +163,11 @@ def check_config(config: Any) -> None:
       raise ValueError(f"BertConfig.{option}=True needs {able or 'a family that can ' + what} (got encoder="
                        f"{config.encoder!r}, which cannot {what}); set {option}=False")
   fam.check_config(config)
+  if config.position_embedding_type not in ("", fam.positions):
+    able = " or ".join(f"encoder={n!r}" for n, f in FAMILIES.items() if f.positions == config.position_embedding_type)
+    raise ValueError(f"BertConfig.position_embedding_type={config.position_embedding_type!r}; encoder="
+                     f"{config.encoder!r} has {fam.positions} positions (expected {fam.positions!r} or unset"
+                     + (f"; {able} has {config.position_embedding_type} ones)" if able else ")"))
 
 
 def checkpoint_names(config: Any) -> Tuple[LayerParam, ...]:
