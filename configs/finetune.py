@@ -93,6 +93,10 @@ def get_config(arg=None):
   config.multilabel_threshold = 0.5                # predict a label when its sigmoid probability >= this
   # Sentence vector of sentence-level heads (classification, GLUE, multilabel, c3/multiple_choice).
   config.pooling = "cls"                           # cls (BERT pooler) | first | mean | max | last (mask-aware)
+  # Packing: several short examples share one max_seq_length row, each attending only to itself (docs/finetuning.md,
+  # "Packing"); classification, GLUE, regression, multilabel and NER (not SQuAD, multiple choice or crf=true).
+  config.packing = False                           # pack examples best-fit into rows (train, eval and predict)
+  config.max_examples_per_row = 8                  # packing: at most this many examples in one row
 
   # Model: used as is for random init; with init_checkpoint the architecture comes from the checkpoint and
   # only the runtime fields (dropout, dtype, attention_impl, scan_layers, remat_policy) apply.

@@ -116,6 +116,10 @@ def get_config(arg=None):
   config.data.pair_mode = "nsp"                    # nsp | sop: how sentence pairs are labelled
   config.data.pack_sequences = False               # raw text: full-length rows across documents, no pairs,
                                                    # no padding (RoBERTa FULL-SENTENCES; needs targets=("mlm",))
+  config.data.packing = "pairs"                    # pairs (BERT's) | stream (= pack_sequences) | documents: raw
+                                                   # text, whole documents packed best-fit into rows, each its
+                                                   # own attention block and positions (MLM-only targets)
+  config.data.max_examples_per_row = 8             # documents: at most this many documents (pieces) per row
   config.data.shuffle_buffer = 10_000              # examples in the shuffle buffer; 0 = no shuffling at all
                                                    # (file order, e.g. to inspect batches)
   config.data.allow_invalid_utf8 = False           # raw text with > 1% of lines not UTF-8 (a GBK file): refused

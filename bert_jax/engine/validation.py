@@ -8,6 +8,7 @@ checks they share with the data plan are `bert_jax.input_pipeline.checks`. Each 
   checkpoint_dir                    an init_checkpoint (path or converted zoo name) load_pretrained reads
   has_checkpoint                    a work dir that a run resumes
   check_workdir                     a work dir that can be (or is) a directory, with a checkpoints/ folder
+  packed_model                      the model config of packed rows (max_examples_per_row), or why it cannot be
 """
 
 from __future__ import annotations
@@ -124,3 +125,20 @@ def check_optimizer_fields(config, auto_learning_rate: bool = False) -> None:
   check_range(config, "optimizer.eps", lo=0, lo_open=True)
   check_range(config, "optimizer.clip_norm", lo=0)
   check_range(config, "optimizer.power", lo=0, lo_open=True)
+
+
+# attention_impl values that know a row only as one length (models/attention.py, PACKED_PATHS)
+_UNPACKABLE_ATTENTION = ("cudnn", "cudnn_dropout")
+
+
+def packed_model(model, cap: int, field: str):
+  """`model` (a BertConfig) taking packed rows of at most `cap` examples; UserError naming `field` (the packing
+  switch) when its attention path or encoder family would let the examples of a row attend to each other."""
+  if model.attention_impl in _UNPACKABLE_ATTENTION:
+    raise UserError(f"{field} with config.model.attention_impl={model.attention_impl}: cuDNN takes one length "
+                    "per row and would let packed examples attend to each other; use auto, xla, einsum or "
+                    "pallas_flash, or turn packing off")
+  try:
+    return model.replace(max_examples_per_row=int(cap))
+  except ValueError as e:   # the encoder family cannot keep examples apart (EncoderFamily.packs)
+    raise UserError(f"{field}: {e}") from e

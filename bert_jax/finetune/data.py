@@ -10,6 +10,13 @@
 Batches are always full (static shapes, one compile): the last partial batch is padded with copies of row 0
 whose `example_weight` is 0, so a small training set loses nothing (Google's run_classifier drops the
 remainder instead) and evaluation scores every example exactly once.
+
+Packing (config.packing; the plan sets `max_examples_per_row` on FinetuneData and the model): load_split packs
+the featurised rows best-fit into `SplitData.rows` (input_pipeline/example_packing.py), keeping the unpacked
+`features` for the task's predictions. Batches are then of packed rows; a sentence-level task's labels and
+`example_weight` are per slot [R, K], a tagging task's per token [R, T] with one weight per row. The outputs
+of a packed split go back to one entry per feature row (`SplitData.unpack`) before task.predict reads them, so
+metrics and prediction files are those of the unpacked run.
 """
 
 from __future__ import annotations
@@ -22,8 +29,9 @@ import numpy as np
 
 from bert_jax.errors import UserError
 from bert_jax.finetune.tasks import get_task, task_class  # noqa: F401  (get_task: part of this module's API)
-from bert_jax.finetune.tasks.common import TRUNCATIONS, ExampleSet, TaskDataError
+from bert_jax.finetune.tasks.common import IGNORE_INDEX, TRUNCATIONS, ExampleSet, TaskDataError
 from bert_jax.finetune.tasks.registry import canonical_name
+from bert_jax.input_pipeline import example_packing
 
 _log = logging.getLogger(__name__)
 
@@ -101,11 +109,39 @@ def check_tfds_name(task, config):
 class SplitData:
   split: str
   examples: ExampleSet
-  features: Dict[str, np.ndarray]
+  features: Dict[str, np.ndarray]                           # one feature row per (windowed) example
+  packed: Optional[example_packing.PackedLayout] = None     # packing: where each feature row lies in `rows`
+  packed_rows: Optional[Dict[str, np.ndarray]] = None       # packing: the device keys of the packed rows
+  token_level: bool = False                                 # packing: outputs per token (tagging)
+
+  @property
+  def rows(self) -> Dict[str, np.ndarray]:
+    """What batches are drawn from: the packed rows, or the features themselves."""
+    return self.packed_rows if self.packed_rows is not None else self.features
 
   @property
   def num_rows(self) -> int:
-    return int(self.features["input_ids"].shape[0])
+    return int(self.rows["input_ids"].shape[0])
+
+  def unpack(self, outputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """Head outputs of `rows` -> one entry per feature row, in order (unchanged when not packed)."""
+    if self.packed is None:
+      return outputs
+    return example_packing.unpack_outputs(outputs, self.packed, self.token_level)
+
+
+def pack_split(task, feats: Dict[str, np.ndarray], seq_len: int, max_examples: int, seed: int = 0):
+  """(layout, packed rows of task.device_keys that `feats` holds): best-fit packing of the feature rows; a
+  tagging task's token labels pad with the ignore index and weigh per row."""
+  layout = example_packing.best_fit(example_packing.lengths_of(feats["input_mask"]), seq_len, max_examples, seed)
+  keys = [k for k in task.device_keys if k in feats]
+  token_keys = tuple(task.model_input_keys) + (tuple(task.label_keys) if task.token_level else ())
+  rows = example_packing.pack_features({k: feats[k] for k in keys}, layout, token_keys,
+                                       pad_values={k: IGNORE_INDEX for k in task.label_keys} if task.token_level
+                                       else None)
+  if task.token_level:
+    rows["example_weight"] = (rows["example_weight"].sum(axis=-1) > 0).astype(np.float32)
+  return layout, rows
 
 
 def read_split_or_reason(task, source, split: str) -> Tuple[Optional[ExampleSet], str]:
@@ -151,12 +187,18 @@ def load_split(task, source, split: str, tokenizer, is_training: bool = False,
   feats = task.featurize(es, tokenizer, int(source.max_seq_length), is_training=is_training)
   if is_training:
     task.check_training_features(es, feats)
-  return SplitData(split, es, feats)
+  cap = int(getattr(source, "max_examples_per_row", 0) or 0)
+  if not cap:
+    return SplitData(split, es, feats)
+  layout, rows = pack_split(task, feats, int(source.max_seq_length), cap)
+  _log.info("packing %s: %s", split, layout.describe())
+  return SplitData(split, es, feats, layout, rows, task.token_level)
 
 
 def iterate_batches(features: Dict[str, np.ndarray], keys: Sequence[str], batch_size: int,
                     rng: Optional[np.random.Generator] = None) -> Iterator[Dict[str, np.ndarray]]:
-  """Full batches of `keys` (+ example_weight); shuffled when `rng` is given; the last one padded."""
+  """Full batches of `keys` (+ example_weight); shuffled when `rng` is given; the last one padded. Packed rows
+  carry their own example_weight ([R, K] or [R]); a padding row's is zeroed."""
   n = int(features["input_ids"].shape[0])
   order = rng.permutation(n) if rng is not None else np.arange(n)
   for start in range(0, n, batch_size):
@@ -167,8 +209,23 @@ def iterate_batches(features: Dict[str, np.ndarray], keys: Sequence[str], batch_
     batch = {k: features[k][idx] for k in keys}
     w = np.zeros(batch_size, np.float32)
     w[:real] = 1.0
+    if "example_weight" in features:
+      own = features["example_weight"][idx]
+      w = own * w.reshape((batch_size,) + (1,) * (own.ndim - 1))
     batch["example_weight"] = w
     yield batch
+
+
+def examples_in(batch: Dict[str, np.ndarray]) -> int:
+  """Examples (feature rows) a batch holds: each real row's highest example id (1 unpacked, k on a packed row
+  of k examples)."""
+  return int(batch["input_mask"][:real_rows(batch)].max(axis=-1).sum())
+
+
+def real_rows(batch: Dict[str, np.ndarray]) -> int:
+  """Rows of a batch from iterate_batches that are not padding (they come first)."""
+  w = batch["example_weight"]
+  return int((w.reshape(w.shape[0], -1).sum(axis=-1) > 0).sum())
 
 
 def num_batches(n: int, batch_size: int) -> int:

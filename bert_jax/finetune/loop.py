@@ -102,7 +102,8 @@ def _finetune(plan: FinetunePlan) -> dict:
   model = fm.build_model(task, plan.model, plan.classifier_dropout)
   mesh = sharding.make_mesh(plan.mesh_shape, plan.mesh_axes)
   params, p_shard, init_report = init_params(plan, model, mesh)
-  resolved = resolved_values(plan, train, schedule, mesh=sharding.describe(mesh),
+  packed = {d.split: d.packed.summary() for d in [train] * bool(train) + eval_data + test_data if d.packed}
+  resolved = resolved_values(plan, train, schedule, mesh=sharding.describe(mesh), packing=packed,
                              skipped={d.split: d.examples.skipped.to_dict()
                                       for d in [train] * bool(train) + eval_data + test_data
                                       if d.examples.skipped.total})
@@ -136,14 +137,18 @@ def resolved_values(plan: FinetunePlan, train: Optional[ft.SplitData], schedule:
   """config.json's "resolved": the plan, the task kind, the training data's size and the step schedule, plus
   `extra` (the mesh; skipped examples; a multi-run's replicas)."""
   return dict(plan.to_dict(), kind=plan.task.kind, learning_rate=plan.optimizer.learning_rate,
-              train_examples=len(train.examples) if train else 0, train_features=train.num_rows if train else 0,
-              **extra, **schedule)
+              train_examples=len(train.examples) if train else 0,
+              train_features=int(train.features["input_ids"].shape[0]) if train else 0,
+              train_rows=train.num_rows if train else 0, **extra, **schedule)
 
 
 def train_summary(resolved: dict) -> dict:
   """eval_results.json's "train": what was trained on, for how long, at which learning rate."""
-  return {k: resolved[k] for k in ("train_examples", "train_features", "steps_per_epoch", "total_steps",
-                                   "learning_rate", "batch_size")}
+  keys = ("train_examples", "train_features", "steps_per_epoch", "total_steps", "learning_rate", "batch_size")
+  out = {k: resolved[k] for k in keys}
+  if resolved.get("packing"):   # rows per step, and each split's padding share before and after packing
+    out.update(train_rows=resolved["train_rows"], packing=resolved["packing"])
+  return out
 
 
 def clear_previous_outputs(workdir: str) -> List[str]:
@@ -267,12 +272,13 @@ def train_loop(plan: FinetunePlan, model, mesh, params, train: ft.SplitData, sch
   guard = ts.NonFiniteGuard(plan.nan_policy, plan.max_consecutive_nonfinite, what=plan.task.name)
   bar = tqdm(total=total, desc=f"fine-tune {plan.task.name}", disable=jax.process_index() != 0, mininterval=2.0,
              dynamic_ncols=True)
-  step, sums, clock, stop = 0, None, TrainClock(), False
+  step, sums, clock, stop, examples = 0, None, TrainClock(), False, 0
   try:
     while step < total and signals.signum is None and not stop:
-      for batch in ft.iterate_batches(train.features, keys, plan.batch_size, rng):
+      for batch in ft.iterate_batches(train.rows, keys, plan.batch_size, rng):
         state, m = train_step(state, fm.to_global_batch(batch, mesh, plan.logical_axis_rules))
         sums, step = ts.merge_metrics(sums, m), step + 1
+        examples += ft.examples_in(batch)
         clock.step(m)
         bar.update(1)
         if signals.reached(step):
@@ -296,9 +302,10 @@ def train_loop(plan: FinetunePlan, model, mesh, params, train: ft.SplitData, sch
                       f"{total}; fine-tuning does not resume: rerun to start over (best_checkpoint/ holds the "
                       "best evaluation so far)")
   jax.block_until_ready(state.params)
-  timing.update(clock.summary(step), train_examples_seen=step * plan.batch_size)
-  if timing["steps_per_second"]:
-    timing["examples_per_second"] = round(timing["steps_per_second"] * plan.batch_size, 2)
+  # examples, not rows: a packed row holds several (an unpacked run counts batch_size per step, as before)
+  timing.update(clock.summary(step), train_examples_seen=examples)
+  if timing["steps_per_second"] and step:
+    timing["examples_per_second"] = round(timing["steps_per_second"] * examples / step, 2)
   return state.params
 
 
@@ -346,7 +353,7 @@ def run_model(predict_step, params, features, keys, batch_size: int, mesh, rules
   outs: Dict[str, list] = {}
   sums: Dict[str, float] = {}
   for batch in ft.iterate_batches(features, keys, batch_size):
-    real = int(batch["example_weight"].sum())
+    real = ft.real_rows(batch)
     got = fm.to_host(predict_step(params, fm.to_global_batch(batch, mesh, rules)))
     for k, v in got["outputs"].items():
       outs.setdefault(k, []).append(np.asarray(v)[:real])
@@ -360,8 +367,8 @@ def run_model(predict_step, params, features, keys, batch_size: int, mesh, rules
 def evaluate_split(task, data: ft.SplitData, predict_step, params, batch_size, mesh, rules):
   """(metrics, predictions) of one split with the official scorer (+ "loss" when labelled); metrics {}
   when the split has no labels."""
-  outputs, sums = run_model(predict_step, params, data.features, task.eval_keys, batch_size, mesh, rules)
-  preds = task.predict(data.examples, data.features, outputs)
+  outputs, sums = run_model(predict_step, params, data.rows, task.eval_keys, batch_size, mesh, rules)
+  preds = task.predict(data.examples, data.features, data.unpack(outputs))
   metrics = dict(task.evaluate(data.examples, preds, data.split))
   if metrics and sums.get("task_weight_sum", 0.0) > 0:
     metrics["loss"] = sums["task_loss_sum"] / sums["task_weight_sum"]
@@ -442,7 +449,9 @@ def save_best(directory: str, bert_cfg, params, vocab_file: str, info: dict):
   tmp, old = directory + ".tmp", directory + ".old"
   for d in (tmp, old):
     fileio.rmtree(d)
-  params_dir.save_params_dir(tmp, bert_cfg.replace(scan_layers=False, dtype="float32", remat_policy="none"),
+  # packing is how this run batched, not the model: a saved model takes one example per row unless told
+  params_dir.save_params_dir(tmp, bert_cfg.replace(scan_layers=False, dtype="float32", remat_policy="none",
+                                                   max_examples_per_row=0),
                              params, vocab_file, info={"do_lower_case": info["do_lower_case"],
                                                        "source": "finetune", "format": "bert_jax"})
   fileio.write_json_atomic(fileio.join(tmp, INFO_NAME), info)

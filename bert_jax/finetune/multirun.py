@@ -243,8 +243,8 @@ def evaluate_stacked(task, data: ft.SplitData, predict, params, k: int, batch_si
   """[(metrics, predictions)] of every replica on one split (loop.evaluate_split, K at once)."""
   outs: List[Dict[str, list]] = [{} for _ in range(k)]
   sums: List[Dict[str, float]] = [{} for _ in range(k)]
-  for batch in ft.iterate_batches(data.features, task.eval_keys, batch_size):
-    real = int(batch["example_weight"].sum())
+  for batch in ft.iterate_batches(data.rows, task.eval_keys, batch_size):
+    real = ft.real_rows(batch)
     got = jax.device_get(predict(params, batch))
     for i in range(k):
       for name, v in got["outputs"].items():
@@ -254,7 +254,7 @@ def evaluate_stacked(task, data: ft.SplitData, predict, params, k: int, batch_si
   results = []
   for i in range(k):
     outputs = {name: np.concatenate(v, axis=0) for name, v in outs[i].items()}
-    preds = task.predict(data.examples, data.features, outputs)
+    preds = task.predict(data.examples, data.features, data.unpack(outputs))
     metrics = dict(task.evaluate(data.examples, preds, data.split))
     if metrics and sums[i].get("task_weight_sum", 0.0) > 0:
       metrics["loss"] = sums[i]["task_loss_sum"] / sums[i]["task_weight_sum"]
@@ -322,7 +322,7 @@ def _run(plans: Sequence[FinetunePlan]) -> List[dict]:
   step, sums, clock = 0, None, TrainClock()
   try:
     while step < total and active.any():
-      for batches in zip(*[ft.iterate_batches(train.features, keys, first.batch_size, r) for r in np_rngs]):
+      for batches in zip(*[ft.iterate_batches(train.rows, keys, first.batch_size, r) for r in np_rngs]):
         batch = {name: np.stack([b[name] for b in batches]) for name in batches[0]}
         params, opt_state, m = train_step(params, opt_state, rngs, jnp.int32(step), batch, lrs, jnp.asarray(active))
         sums, step = ts.merge_metrics(sums, m), step + 1

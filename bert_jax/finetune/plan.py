@@ -66,6 +66,7 @@ class FinetuneData:
   max_seq_length: int
   eval_splits: Tuple[str, ...]       # "" in the config: the task's
   test_splits: Tuple[str, ...]
+  max_examples_per_row: int = 0      # config.packing: pack feature rows best-fit, at most this many per row (0: off)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,6 +156,8 @@ class FinetunePlan:
         ("stability", f"layerwise_lr_decay {self.layerwise_lr_decay:g}, reinit_top_layers "
                       f"{self.reinit_top_layers}, bias_correction {o.bias_correction}, evals_per_epoch "
                       f"{self.evals_per_epoch}, early_stopping_patience {self.early_stopping_patience}"),
+        ("packing", f"on: at most {self.data.max_examples_per_row} examples per row (block-diagonal attention)"
+                    if self.data.max_examples_per_row else "off: one example per row"),
         ("do", ", ".join(k for k, on in (("train", self.do_train), ("eval", self.do_eval),
                                           ("predict", self.do_predict)) if on)),
     ]
@@ -325,6 +328,21 @@ def _check_length(config, model: BertConfig, init: Optional[Pretrained]) -> None
                     "embeddings have no row for the later tokens")
 
 
+def resolve_packing(config, task: Optional[Task], model: BertConfig, field: str = "config.packing") -> int:
+  """The cap of examples per row when packing is on (0: off); UserError for a cap below 1, a task, encoder
+  family or attention path that cannot keep the examples of a row apart. `task` None: no task rule (predict)."""
+  if not bool(config.get("packing", False)):
+    return 0
+  cap = config.get("max_examples_per_row", 8)
+  if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+    raise UserError(f"config.max_examples_per_row={cap!r}; expected an integer >= 1 (examples in one packed row)")
+  why = task.packing_refusal() if task is not None else ""
+  if why:
+    raise UserError(f"{field}=true is not supported here: {why}; set packing=false")
+  v.packed_model(model, int(cap), f"{field}=true")
+  return int(cap)
+
+
 def _finetune_info(config, task: Task, do_lower_case: bool) -> Dict[str, Any]:
   info = {"task": task.name, "kind": task.kind, "head": task.head, "label_list": task.label_list,
           "num_labels": task.num_labels, "max_seq_length": int(config.max_seq_length),
@@ -378,6 +396,9 @@ def resolve_finetune(config, workdir: str, *, num_devices: Optional[int] = None,
   except ValueError as e:   # a config that contradicts the task (labels, TFDS name, delimiter)
     raise UserError(f"config.task={config.task!r}: {e}") from e
   task.check_max_seq_length(int(config.max_seq_length))    # e.g. SQuAD: room for the question and the context
+  cap = resolve_packing(config, task, model)
+  data = dataclasses.replace(data, max_examples_per_row=cap)
+  model = model.replace(max_examples_per_row=cap)     # 0 also undoes a loaded config's (never saved: to_dict)
   log.debug("task %s: %s", task.name, task)   # the plan table names it; --verbose
   eval_batch = int(config.eval_batch_size)
   return FinetunePlan(

@@ -16,7 +16,9 @@
     predict(workdir, texts, text_pairs=None)                  # the same with a cached Predictor
 
 The task, label list, casing and max_seq_length come from best_checkpoint/finetune_info.json, so the inputs
-are processed exactly as in training. Inputs are run in fixed-size padded batches (one compile).
+are processed exactly as in training. Inputs are run in fixed-size batches (one compile): packed, several
+inputs per row (`packing=True`, the default, for the kinds that pack: finetune/data.py), else padded; the
+answers are the same either way, in input order.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from bert_jax.finetune import model as fm
 from bert_jax.finetune.tasks import Task, task_class
 from bert_jax.finetune.tasks.common import PredictInputError
 from bert_jax.finetune.tasks.ner import entity_text, split_words  # noqa: F401  (this module's API)
-from bert_jax.input_pipeline import tokenization
+from bert_jax.input_pipeline import example_packing, tokenization
 from bert_jax.pretrained import Pretrained, load_pretrained
 from bert_jax.engine.train_step import compute_dtype
 
@@ -67,10 +69,26 @@ def missing_pairs_warning(task: Task, info: dict) -> Optional[str]:
           "(command line: --pairs, with text<TAB>text_pair lines)")
 
 
+def predict_cap(task: Task, cfg, packing: bool, max_examples_per_row: int) -> int:
+  """Examples per packed row for a Predictor (0: padded rows): packing asked for, and a task and encoder family
+  that keep packed examples apart; a task that cannot (SQuAD, multiple choice, a CRF) runs padded, as it
+  trained. UserError for a cap below 1."""
+  if not packing or task.packing_refusal():
+    return 0
+  if int(max_examples_per_row) < 1:
+    raise PredictInputError(f"max_examples_per_row={max_examples_per_row}; expected >= 1 (or packing=false)")
+  try:
+    cfg.replace(max_examples_per_row=int(max_examples_per_row))
+  except ValueError:    # an encoder family that cannot keep the examples of a row apart (lstm)
+    return 0
+  return int(max_examples_per_row)
+
+
 class Predictor:
   """A fine-tuned model with its tokenizer and task; see the module docstring."""
 
-  def __init__(self, checkpoint: Pretrained, batch_size: int = 32):
+  def __init__(self, checkpoint: Pretrained, batch_size: int = 32, packing: bool = True,
+               max_examples_per_row: int = 16):
     info = checkpoint.finetune_info
     if not info or "task" not in info:
       raise PredictInputError(f"{checkpoint.directory}: no finetune_info.json; this is not a fine-tuned "
@@ -81,7 +99,8 @@ class Predictor:
     self.tokenizer = tokenization.load_tokenizer(checkpoint.require_vocab(),
                                                   do_lower_case=bool(info["do_lower_case"]))
     cfg = checkpoint.config.replace(dtype=compute_dtype("auto"), scan_layers=False)
-    self.model = fm.build_model(self.task, cfg)
+    self.cap = predict_cap(self.task, cfg, packing, max_examples_per_row)
+    self.model = fm.build_model(self.task, cfg.replace(max_examples_per_row=self.cap))
     self.params = jax.device_put(checkpoint.params)
     self.batch_size = batch_size
     self._warned_pairs = False
@@ -90,18 +109,24 @@ class Predictor:
     self._forward = jax.jit(lambda p, batch: fm.row_outputs(fm.apply_model(model, p, batch)))
 
   @classmethod
-  def from_workdir(cls, workdir: str, batch_size: int = 32) -> "Predictor":
+  def from_workdir(cls, workdir: str, batch_size: int = 32, packing: bool = True) -> "Predictor":
     """`workdir` is a fine-tuning work directory or its best_checkpoint/ directory."""
-    return cls(load_pretrained(workdir), batch_size)
+    return cls(load_pretrained(workdir), batch_size, packing)
 
   def _outputs(self, features) -> Dict[str, np.ndarray]:
+    layout = None
+    if self.cap:
+      layout, features = ft.pack_split(self.task, features, self.max_seq_length, self.cap)
     outs: Dict[str, list] = {}
     for batch in ft.iterate_batches(features, self._keys, self.batch_size):
-      real = int(batch["example_weight"].sum())
+      real = ft.real_rows(batch)
       out = self._forward(self.params, {k: jnp.asarray(batch[k]) for k in self._keys})
       for k, v in out.items():
         outs.setdefault(k, []).append(np.asarray(v)[:real])
-    return {k: np.concatenate(v, 0) for k, v in outs.items()}
+    outs = {k: np.concatenate(v, 0) for k, v in outs.items()}
+    if layout is not None:
+      outs = example_packing.unpack_outputs(outs, layout, self.task.token_level)
+    return outs
 
   def predict(self, texts: Sequence[Union[str, Sequence[str]]],
               text_pairs: Optional[Sequence[str]] = None) -> List[dict]:

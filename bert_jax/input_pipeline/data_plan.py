@@ -12,7 +12,8 @@ shows the batches of the same `data` the training loop opens. Each data rule is 
   - `data.phases`: fractions positive and summing to 1; each phase (or data.max_seq_length) >= 5 tokens
     ([CLS] A [SEP] B [SEP]) and, with a target that reads masked positions (MLM, ELECTRA), 1 <= predictions <=
     length (the position embeddings are the model's business: pretrain.plan checks the lengths against them);
-  - packed rows (data.pack_sequences) only with targets that read no sentence pairs (no NSP / SOP);
+  - packed rows (data.packing=stream or documents; data.pack_sequences=true is stream) only with targets that
+    read no sentence pairs (no NSP / SOP), and documents with at most data.max_examples_per_row >= 1 per row;
   - the masking strategy: data.masking_strategy (token | whole_word | span) with data.do_whole_word_mask, the
     name of Google's flag, as an alias of whole_word (true with span is an error: spans are whole words
     already) and data.chinese_whole_word_mask (jieba word boundaries) turning token into whole_word; the
@@ -78,6 +79,8 @@ class PretrainData:
   shuffle_buffer: int
   seed: int
   allow_invalid_utf8: bool = False  # raw text: read on past > 1% of lines that are not UTF-8 (skip, count)
+  packing: str = "pairs"            # pairs | stream (= pack_sequences) | documents (input_pipeline/packing.py)
+  max_examples_per_row: int = 0     # documents: at most this many documents (pieces) per row; else 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -288,12 +291,15 @@ def resolve_data_plan(config, vocab_file: str, process_count: int) -> DataPlan:
   _check_fields(config)
   phases = resolve_phases(config)
   d, targets = config.data, tuple(config.targets)
-  pack = bool(d.get("pack_sequences", False))
+  mode, cap = resolve_packing(d)
+  pack = mode != "pairs"
   known = [OBJECTIVES[t] for t in targets if t in OBJECTIVES]
   if pack and any(o.pair_labels for o in known):
     rest = [o.name for o in known if not o.pair_labels] or [n for n, c in OBJECTIVES.items() if c.masked_positions][:1]
     spelled = "(" + ", ".join(f'"{t}"' for t in rest) + ",)"
-    raise UserError(f"config.data.pack_sequences=true makes rows without sentence pairs: set "
+    field = "data.pack_sequences=true" if mode == "stream" and d.get("pack_sequences", False) else \
+        f"data.packing={mode}"
+    raise UserError(f"config.{field} makes rows without sentence pairs: set "
                     f"--config.targets='{spelled}' (got targets={targets})")
   # an objective may force its pair kind on the data (SOP's swapped segments); else data.pair_mode's
   pair_mode = next((o.pair_mode for o in known if o.pair_mode), d.pair_mode)
@@ -309,5 +315,27 @@ def resolve_data_plan(config, vocab_file: str, process_count: int) -> DataPlan:
       masking_strategy=strategy, span_geo_p=float(d.get("span_geo_p", 0.2)),
       span_max_length=int(d.get("span_max_length", 10)), chinese_whole_word_mask=bool(d.chinese_whole_word_mask),
       masked_lm_prob=float(d.masked_lm_prob), short_seq_prob=float(d.short_seq_prob), pair_mode=pair_mode,
-      pack_sequences=pack, shuffle_buffer=int(d.shuffle_buffer), seed=int(config.seed),
-      allow_invalid_utf8=utf8_rule(config).allow))
+      pack_sequences=mode == "stream", shuffle_buffer=int(d.shuffle_buffer), seed=int(config.seed),
+      allow_invalid_utf8=utf8_rule(config).allow, packing=mode, max_examples_per_row=cap))
+
+
+PACKINGS = ("pairs", "stream", "documents")
+
+
+def resolve_packing(d) -> Tuple[str, int]:
+  """(data.packing's mode, the cap of documents per row for `documents`, else 0) of a config's `data`; the
+  older data.pack_sequences=true means stream. UserError for an unknown mode, a conflict or a cap below 1."""
+  mode = str(d.get("packing", "pairs"))
+  if mode not in PACKINGS:
+    raise UserError(f"config.data.packing={mode!r}; expected one of {', '.join(PACKINGS)}")
+  if bool(d.get("pack_sequences", False)):
+    if mode == "documents":
+      raise UserError("config.data.pack_sequences=true (the stream) contradicts config.data.packing=documents; "
+                      "set only data.packing")
+    mode = "stream"
+  if mode != "documents":
+    return mode, 0
+  cap = d.get("max_examples_per_row", 8)
+  if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+    raise UserError(f"config.data.max_examples_per_row={cap!r}; expected an integer >= 1 (documents per row)")
+  return mode, int(cap)

@@ -1,4 +1,8 @@
-"""Sequence packing for masked-LM-only pre-training (RoBERTa's FULL-SENTENCES inputs, Liu et al. 2019).
+"""Sequence packing for masked-LM-only pre-training: one stream across documents (RoBERTa's FULL-SENTENCES
+inputs, Liu et al. 2019; `data.packing=stream`, alias data.pack_sequences=true), or whole documents packed
+best-fit into rows, each its own attention block (`data.packing=documents`, below `pack_whole_documents`).
+
+The stream:
 
 Every row is exactly `max_seq_length` real tokens, `[CLS] t_1 ... t_{T-2} [SEP]`, with no padding: the
 documents of an epoch are laid end to end in one token stream (sentences contiguous, in their order, a
@@ -27,6 +31,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from bert_jax.input_pipeline import example_packing
 from bert_jax.input_pipeline import instances as instances_lib
 
 # Stands for the [SEP] between two documents inside the stream (the real id is filled in by `assemble`).
@@ -130,4 +135,83 @@ def assemble(corpus, rows: PackedRows, max_seq_length: int, cls_id: int, sep_id:
     cont[:, 1:-1] = rows.continuation[idx]
     cont[:, 1] = False            # a row's first token starts a word for masking purposes
     out["continuation"] = cont
+  return out
+
+
+# ---- data.packing=documents ------------------------------------------------------------------------------------
+# Each document is its own example, `[CLS] its tokens [SEP]` (a document longer than a row is cut into row-sized
+# pieces, each an example), and the examples are packed best-fit into rows (example_packing.best_fit, at most
+# `max_examples` per row). A row's input_mask numbers its examples (models/layers.py's packed-row convention),
+# so with BertConfig.max_examples_per_row set (the pre-training plan does) no token attends outside its
+# document and positions restart at each [CLS]. Rows are nearly full, like the stream's, but no example sees
+# another document (NeoBERT's and ModernBERT's pre-training inputs). MLM-only, as the stream.
+@dataclasses.dataclass
+class DocumentRows:
+  """An epoch's packed document rows: input_ids, input_mask (example ids) int32 [N, T], continuation bool
+  [N, T] or None."""
+  input_ids: np.ndarray
+  input_mask: np.ndarray
+  continuation: Optional[np.ndarray] = None
+  layout: Optional[example_packing.PackedLayout] = None
+
+  def __len__(self):
+    return int(self.input_ids.shape[0])
+
+  def take(self, idx) -> "DocumentRows":
+    return dataclasses.replace(self, input_ids=self.input_ids[idx], input_mask=self.input_mask[idx],
+                               continuation=None if self.continuation is None else self.continuation[idx])
+
+
+def pack_whole_documents(corpus: instances_lib.TokenizedCorpus, max_seq_length: int, max_examples: int,
+                         cls_id: int, sep_id: int, document_order: Optional[Sequence[int]] = None,
+                         rng: Optional[random.Random] = None, seed: int = 0) -> DocumentRows:
+  """Whole documents (pieces of at most max_seq_length - 2 tokens) as `[CLS] piece [SEP]` examples, packed
+  best-fit into rows of max_seq_length; rows shuffled with `rng` (training), else in packing order."""
+  if max_seq_length < 3:
+    raise ValueError(f"max_seq_length must be >= 3 to hold [CLS] token [SEP], got {max_seq_length}")
+  order = np.asarray(document_order if document_order is not None else np.arange(corpus.num_documents), np.int64)
+  so, do = corpus.sentence_offsets, corpus.document_offsets
+  body = max_seq_length - 2
+  starts, lengths = [], []
+  for d in order:
+    a, b = int(so[do[d]]), int(so[do[d + 1]])
+    for s in range(a, b, body):
+      starts.append(s)
+      lengths.append(min(body, b - s))
+  if not starts:
+    raise ValueError("no documents with tokens to pack")
+  starts, lengths = np.asarray(starts, np.int64), np.asarray(lengths, np.int64)
+  pack_seed = rng.getrandbits(63) if rng is not None else seed
+  layout = example_packing.best_fit(lengths + 2, max_seq_length, max_examples, seed=pack_seed)
+  ids = np.zeros((layout.num_rows, max_seq_length), np.int32)
+  mask = np.zeros_like(ids)
+  cont = np.zeros(ids.shape, bool) if corpus.continuation is not None else None
+  for i in range(len(starts)):
+    r, o, n = layout.row[i], layout.offset[i], lengths[i]
+    ids[r, o] = cls_id
+    ids[r, o + 1:o + 1 + n] = corpus.tokens[starts[i]:starts[i] + n]
+    ids[r, o + 1 + n] = sep_id
+    mask[r, o:o + n + 2] = layout.slot[i] + 1
+    if cont is not None:
+      cont[r, o + 1:o + 1 + n] = corpus.continuation[starts[i]:starts[i] + n]
+      cont[r, o + 1] = False          # a piece's first token starts a word for masking purposes
+  rows = DocumentRows(ids, mask, cont, layout)
+  if rng is not None:
+    rows = rows.take(np.random.default_rng(rng.getrandbits(63)).permutation(len(rows)))
+  return rows
+
+
+def assemble_documents(corpus, rows: DocumentRows, max_seq_length: int, cls_id: int, sep_id: int,
+                       pad_id: int = 0) -> Dict[str, np.ndarray]:
+  """Packed document rows with the keys and shapes of `instances.assemble` (segment_ids and
+  next_sentence_labels all 0, lengths = real tokens). The ids were written by pack_whole_documents; the other
+  arguments keep assemble's signature."""
+  del corpus, cls_id, sep_id, pad_id
+  if rows.input_ids.shape[1] != max_seq_length:
+    raise ValueError(f"rows were packed for max_seq_length {rows.input_ids.shape[1]}, asked for {max_seq_length}")
+  n = len(rows)
+  out = {"input_ids": rows.input_ids, "input_mask": rows.input_mask, "segment_ids": np.zeros_like(rows.input_ids),
+         "next_sentence_labels": np.zeros(n, np.int32), "lengths": (rows.input_mask > 0).sum(1).astype(np.int32)}
+  if rows.continuation is not None:
+    out["continuation"] = rows.continuation
   return out

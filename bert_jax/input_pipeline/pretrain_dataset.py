@@ -469,8 +469,10 @@ def make_pretraining_dataset(
     input_format = "text" if all(f.endswith(_TEXT_SUFFIXES) for f in files) else "tfrecord"
   if input_format not in ("tfrecord", "text"):
     raise ValueError(f"input_format must be 'auto', 'tfrecord' or 'text', got {input_format!r}")
-  if d.pack_sequences and input_format != "text":   # packing.py works on raw text only
-    raise UserError("data.pack_sequences packs raw text (.txt) input; TFRecords hold fixed pairs already")
+  packing_mode = "stream" if d.pack_sequences else d.packing     # the plan resolved the two (data_plan)
+  if packing_mode != "pairs" and input_format != "text":   # packing.py works on raw text only
+    field = "data.pack_sequences" if packing_mode == "stream" else f"data.packing={packing_mode}"
+    raise UserError(f"{field} packs raw text (.txt) input; TFRecords hold fixed pairs already")
   if not files:
     raise UserError(f"data.input_files={d.input_files!r} matches no file")
   if input_format == "tfrecord":
@@ -507,7 +509,9 @@ def make_pretraining_dataset(
                                           num_epochs, start_step * batch_size,
                                           d.chinese_whole_word_mask and mode == "dynamic", d.pack_sequences,
                                           d.google_exact, shuffle=is_training and d.shuffle_buffer != 0,
-                                          allow_invalid_utf8=d.allow_invalid_utf8)
+                                          allow_invalid_utf8=d.allow_invalid_utf8,
+                                          pack_documents=getattr(d, "max_examples_per_row", 0)
+                                          if packing_mode == "documents" else 0)
   else:
     stream = _RecordStream(files, is_training, d.seed, process_index, process_count, d.shuffle_buffer,
                            cycle_length)
@@ -534,8 +538,10 @@ def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_
                         is_training, process_index, process_count, num_epochs, skip_records,
                         chinese_wwm: bool = False, pack_sequences: bool = False,
                         google_exact: bool = False, shuffle: Optional[bool] = None,
-                        allow_invalid_utf8: bool = False):
-  """Raw text -> unmasked instances, fresh pairs each epoch (masked later like records).
+                        allow_invalid_utf8: bool = False, pack_documents: int = 0):
+  """Raw text -> unmasked instances, fresh pairs each epoch (masked later like records); `pack_sequences`: the
+  cross-document stream instead; `pack_documents` > 0: whole documents packed best-fit, at most that many per
+  row (packing.pack_whole_documents).
 
   With `chinese_wwm` the rows also carry jieba word-continuation flags (as the stored feature of
   records), which the dynamic masker uses for whole-word masking. `shuffle` (default: is_training) shuffles
@@ -571,6 +577,9 @@ def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_
     order = list(range(corpus.num_documents))
     if shuffle:
       rng.shuffle(order)
+    if pack_documents:   # MLM-only rows of whole documents, each its own attention block (packing.py)
+      return packing.pack_whole_documents(corpus, max_seq_length, pack_documents, special["cls"], special["sep"],
+                                          order, rng if shuffle else None, seed=_mix(seed, epoch, 0x646f6373))
     if pack_sequences:   # MLM-only full-length rows across documents (packing.py, RoBERTa FULL-SENTENCES)
       return packing.pack_documents(corpus, max_seq_length, order, rng if shuffle else None)
     return instances_lib.create_pairs(corpus, max_seq_length, short_seq_prob, pair_mode, 1, rng,
@@ -598,7 +607,8 @@ def _text_pairs_dataset(files, vocab_file, do_lower_case, max_seq_length, short_
     pairs = cache[epoch]
     s0 = (first_offset if epoch == first_epoch else 0) + index * chunk
     part = pairs.take(np.arange(min(s0, len(pairs)), min(s0 + chunk, len(pairs))))
-    assemble = packing.assemble if pack_sequences else instances_lib.assemble
+    assemble = (packing.assemble_documents if pack_documents else
+                packing.assemble if pack_sequences else instances_lib.assemble)
     rows = assemble(corpus, part, t, special["cls"], special["sep"], special["pad"])
     cont = rows["continuation"] if chinese_wwm else np.zeros_like(rows["input_ids"])
     return (rows["input_ids"], rows["input_mask"], rows["segment_ids"], rows["next_sentence_labels"],

@@ -23,6 +23,13 @@ or platform rules are not met falls back the same way, with one log line naming 
 fused kernel that raises while being traced (e.g. no cuDNN). Errors XLA raises later, when compiling,
 cannot be caught here.
 
+Packed rows (`BertConfig.max_examples_per_row > 0`: `input_mask` numbers each row's examples, 0 = padding,
+see layers.example_mask): `einsum` and `xla` take the block-diagonal mask, `pallas_flash` takes the example ids
+as its SegmentIds (the kernel's own convention), both exact. The cuDNN paths know a row only as one length, so
+they would let examples attend to each other: `auto` routes packed rows to `einsum` / `xla` (`PACKED_PATHS`),
+the fine-tuning and prediction plans refuse a named cuDNN path with packing, and a named one that still
+reaches here falls back the same way with a warning. It never runs on packed rows.
+
 `cudnn_dropout` differs from `einsum` in where the dropout bits come from: cuDNN's Philox generator,
 seeded by a static per-layer seed (`layer_seed`) and advanced by XLA on every execution of the kernel, not
 the run's JAX dropout key. Same keep rate and scaling (1 / (1 - rate)), but the masks are not reproducible
@@ -55,6 +62,8 @@ UNVERIFIED_ON_DEVICE = frozenset({"cudnn", "cudnn_dropout", "pallas_flash"})
 _CAN_DROP = ("einsum", "cudnn_dropout")
 _CUDNN_DTYPES = ("bfloat16", "float16")
 _PALLAS_BLOCK = 128    # the TPU flash kernel's block size; sequence lengths must be multiples of it
+# Paths that keep the examples of a packed row apart (the block-diagonal mask, or segment ids).
+PACKED_PATHS = ("einsum", "xla", "dpa_auto", "pallas_flash")
 
 
 class Choice(NamedTuple):
@@ -83,14 +92,25 @@ def _unsupported(path: str, platform: str, dtype: str, head_dim: int, seq_len: i
 
 def resolve_attention(platform: str, dropout_rate: float, deterministic: bool, dtype: str, head_dim: int,
                       seq_len: int, impl: str = "auto", remat: bool = False, scan: bool = False,
-                      unverified=UNVERIFIED_ON_DEVICE) -> Choice:
+                      unverified=UNVERIFIED_ON_DEVICE, packed: bool = False) -> Choice:
   """The attention path for one call, from static facts only (a pure function: testable on any host).
 
   platform: jax.default_backend() ("cpu" | "gpu" | "tpu"); dropout_rate: attention_probs_dropout_prob;
   deterministic: True at evaluation; dtype: compute dtype name; remat: layers are rematerialised; scan:
   layers run under nn.scan;
-  unverified: paths `auto` must not pick (tests inject an empty set to check the intended rules).
+  unverified: paths `auto` must not pick (tests inject an empty set to check the intended rules);
+  packed: rows hold several examples (only PACKED_PATHS may run; dpa_auto is given the mask, so it qualifies).
   """
+  choice = _resolve(platform, dropout_rate, deterministic, dtype, head_dim, seq_len, impl, remat, scan, unverified)
+  if packed and choice.path not in PACKED_PATHS:
+    dropout = (not deterministic) and dropout_rate > 0.0
+    return Choice("einsum" if dropout else "xla", f"{choice.path} takes one length per row and cannot keep the "
+                                                  "examples of a packed row apart")
+  return choice
+
+
+def _resolve(platform, dropout_rate, deterministic, dtype, head_dim, seq_len, impl, remat, scan,
+             unverified) -> Choice:
   if impl not in IMPLS:
     raise ValueError(f"attention_impl={impl!r}; expected one of {IMPLS}")
   dropout = (not deterministic) and dropout_rate > 0.0
@@ -191,8 +211,9 @@ def cudnn_dropout_attention(q: Array, k: Array, v: Array, input_mask: Array, dro
 
 
 def pallas_flash_attention(q: Array, k: Array, v: Array, input_mask: Array, causal: bool = False) -> Array:
-  """Pallas TPU flash attention (jax.experimental.pallas.ops.tpu); padding as segment ids (1 real, 0 pad),
-  so real queries see exactly the real keys. Length must be a multiple of 128 (the kernel's block). On a
+  """Pallas TPU flash attention (jax.experimental.pallas.ops.tpu); input_mask's example ids as segment ids (1
+  real, 0 pad on unpacked rows; 1..K on packed ones), so real queries see exactly the real keys of their own
+  example. Length must be a multiple of 128 (the kernel's block). On a
   CPU it runs only inside `jax.experimental.pallas.tpu.force_tpu_interpret_mode()` (the numerics tests)."""
   from jax.experimental.pallas.ops.tpu import flash_attention as tpu_fa  # lazy: Pallas, only this TPU path
   t = q.shape[1]
@@ -200,7 +221,7 @@ def pallas_flash_attention(q: Array, k: Array, v: Array, input_mask: Array, caus
   sizes = tpu_fa.BlockSizes(block_q=block, block_k_major=block, block_k=block, block_b=1,
                             block_q_major_dkv=block, block_k_major_dkv=block, block_k_dkv=block,
                             block_q_dkv=block, block_k_major_dq=block, block_k_dq=block, block_q_dq=block)
-  segments = (input_mask > 0).astype(jnp.int32)
+  segments = input_mask.astype(jnp.int32)
   to_bnth = lambda x: jnp.swapaxes(x, 1, 2)   # [B, T, N, H] <-> [B, N, T, H]
 
   out = tpu_fa.flash_attention(to_bnth(q), to_bnth(k), to_bnth(v),
@@ -211,15 +232,17 @@ def pallas_flash_attention(q: Array, k: Array, v: Array, input_mask: Array, caus
 
 def attend(q: Array, k: Array, v: Array, mask: Array, input_mask: Array, *, impl: str, platform: str,
            dropout_rate: float, deterministic: bool, causal: bool = False, remat: bool = False,
-           scan: bool = False,
+           scan: bool = False, packed: bool = False,
            dropout_fn=None, seed: int = 0) -> Array:
   """Attention by the path `resolve_attention` picks. mask: boolean [B, 1, 1|T, T] (padding or causal)
   for the einsum/XLA paths; input_mask [B, T] for the fused ones; dropout_fn(probs) for the einsum path;
-  seed: static cuDNN dropout seed. Returns [B, T, N, H]."""
+  seed: static cuDNN dropout seed; packed: rows hold several examples (mask is then block-diagonal).
+  Returns [B, T, N, H]."""
   choice = resolve_attention(platform, dropout_rate, deterministic, jnp.dtype(q.dtype).name, q.shape[-1],
-                             q.shape[1], impl, remat=remat, scan=scan)
+                             q.shape[1], impl, remat=remat, scan=scan, packed=packed)
   _log_choice(choice, impl, resolve_attention(platform, dropout_rate, not deterministic, jnp.dtype(q.dtype).name,
-                                              q.shape[-1], q.shape[1], impl, remat=remat, scan=scan), deterministic)
+                                              q.shape[-1], q.shape[1], impl, remat=remat, scan=scan, packed=packed),
+              deterministic)
   dropout = (not deterministic) and dropout_rate > 0.0
   fused = {
       "cudnn_dropout": lambda: cudnn_dropout_attention(q, k, v, input_mask, dropout_rate if dropout else 0.0,

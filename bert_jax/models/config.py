@@ -51,7 +51,7 @@ _GOOGLE_KEYS = (
 
 _INT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                "max_position_embeddings", "type_vocab_size", "embedding_size", "global_attn_every_n_layers",
-               "local_attention")
+               "local_attention", "max_examples_per_row")
 _FLOAT_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "layer_norm_eps",
                  "norm_eps", "global_rope_theta", "local_rope_theta")
 _BOOL_FIELDS = ("norm_bias", "attention_bias", "mlp_bias", "decoder_bias", "classifier_bias")
@@ -100,6 +100,8 @@ class BertConfig:
   global_rope_theta: float = 160000.0      # rotary theta of the global (full_attention) layers
   local_rope_theta: float = 10000.0        # rotary theta of the sliding-window layers
   local_attention_impl: str = "auto"       # sliding layers: auto | blocked (linear in T) | dense (masked T x T)
+  max_examples_per_row: int = 0            # packed rows (input_mask numbers each row's examples, layers.py): up
+                                           # to K examples per row, pooled outputs [B, K, H]; 0 = one per row
 
   def __post_init__(self):
     # A JSON list (config.json's layer_types) becomes a tuple: the config is hashed (cached parameter counts).
@@ -116,9 +118,9 @@ class BertConfig:
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"BertConfig.{name}={value!r}; expected an integer")
-      if value < (0 if name in ("num_hidden_layers", "embedding_size") else 1):
-        raise ValueError(f"BertConfig.{name}={value}; expected "
-                         f"{'>= 0' if name in ('num_hidden_layers', 'embedding_size') else '>= 1'}")
+      may_be_zero = name in ("num_hidden_layers", "embedding_size", "max_examples_per_row")
+      if value < (0 if may_be_zero else 1):
+        raise ValueError(f"BertConfig.{name}={value}; expected {'>= 0' if may_be_zero else '>= 1'}")
     for name in _FLOAT_FIELDS:
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -154,6 +156,12 @@ class BertConfig:
   def factorised_embeddings(self) -> bool:
     """Whether the embeddings are projected from E to H (ALBERT; set by embedding_size > 0)."""
     return self.embedding_size > 0
+
+  @property
+  def packed(self) -> bool:
+    """Rows may hold several examples (max_examples_per_row > 0): block-diagonal attention, positions that
+    restart per example, one pooled vector per example."""
+    return self.max_examples_per_row > 0
 
   @property
   def compute_dtype(self):
@@ -195,7 +203,11 @@ class BertConfig:
     return cls(**fields)
 
   def to_dict(self) -> dict:
-    return dataclasses.asdict(self)
+    """The fields, without max_examples_per_row: how a run batches its rows, never part of a saved model
+    (a packed run's checkpoint loads as one example per row; each run sets its own)."""
+    d = dataclasses.asdict(self)
+    del d["max_examples_per_row"]
+    return d
 
   def replace(self, **changes: Any) -> "BertConfig":
     return dataclasses.replace(self, **changes)

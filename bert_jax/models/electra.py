@@ -279,7 +279,7 @@ class ElectraForPreTraining(nn.Module):
 
     def denominators(batch):
       return {"gen_mlm": jnp.sum(batch["masked_lm_weights"].astype(jnp.float32)) + 1e-5,
-              "disc": jnp.sum(batch["input_mask"].astype(jnp.float32)) + 1e-5}
+              "disc": jnp.sum((batch["input_mask"] > 0).astype(jnp.float32)) + 1e-5}
 
     def forward(params, batch, rng, denoms):
       deterministic = rng is None
@@ -303,7 +303,7 @@ def electra_sums(outputs, batch) -> dict:
   """Metric sums of one (micro-)batch: the generator's MLM and the discriminator's per-token binary task."""
   sums = masked_lm_sums(outputs["generator_logits"], batch["masked_lm_ids"], batch["masked_lm_weights"],
                         prefix="gen_mlm")
-  w = batch["input_mask"].astype(jnp.float32)
+  w = (batch["input_mask"] > 0).astype(jnp.float32)   # > 0: a packed row numbers its examples 1, 2, ...
   logits = outputs["disc_logits"]
   y = outputs["disc_labels"].astype(jnp.float32)
   # Binary cross-entropy from logits, stable for large |logits|: softplus(l) - y l.

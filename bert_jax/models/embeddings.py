@@ -1,5 +1,7 @@
 """BERT's input embeddings: word + learned position + segment (token type), LayerNorm, dropout; with
-factorised embeddings (ALBERT, `embedding_size` E < H) the tables are [*, E] and a dense E -> H follows."""
+factorised embeddings (ALBERT, `embedding_size` E < H) the tables are [*, E] and a dense E -> H follows.
+On packed rows (config.packed) positions restart at each example (layers.example_positions), so every example
+reads the position rows it would read alone."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import jax.numpy as jnp
 
 from bert_jax.models import axes
 from bert_jax.models.config import BertConfig
-from bert_jax.models.layers import constrain, dense, kernel_init, layer_norm
+from bert_jax.models.layers import constrain, dense, example_positions, kernel_init, layer_norm
 
 
 class BertEmbeddings(nn.Module):
@@ -36,15 +38,21 @@ class BertEmbeddings(nn.Module):
     self.projection = (dense(cfg, cfg.hidden_size, (None, axes.EMBED), "projection")
                        if cfg.factorised_embeddings else None)
 
-  def __call__(self, input_ids: jax.Array, segment_ids: jax.Array, project: bool = True) -> jax.Array:
+  def __call__(self, input_ids: jax.Array, segment_ids: jax.Array, project: bool = True,
+               input_mask=None) -> jax.Array:
     """project=False: the [B, T, E] sum before the E -> H projection (ELECTRA's generator reads it, as
-    google-research/electra's generator has its own E -> Hg projection)."""
+    google-research/electra's generator has its own E -> Hg projection). input_mask [B, T]: the example ids
+    packed rows restart positions by (config.packed; unpacked rows number positions 0..T-1 as BERT)."""
     length = input_ids.shape[-1]
     if length > self.config.max_position_embeddings:
       raise ValueError(f"sequence length {length} exceeds max_position_embeddings="
                        f"{self.config.max_position_embeddings}")
     x = self.word_embeddings(input_ids)
-    x = x + self.position_embeddings(jnp.arange(length)[None, :])
+    if self.config.packed and input_mask is not None:
+      positions = example_positions(input_mask)
+    else:
+      positions = jnp.arange(length)[None, :]
+    x = x + self.position_embeddings(positions)
     x = x + self.token_type_embeddings(segment_ids)
     x = self.layer_norm(x)
     x = self.dropout(x, deterministic=self.deterministic)

@@ -2,7 +2,8 @@
 
 Sentence-level heads take `pooling` (POOLINGS): "cls" = BERT's pooler (dense + tanh on [CLS], the default),
 "first" = the raw [CLS] vector, "mean" / "max" = over the real tokens (input_mask), "last" = the last real
-token ([SEP]). Heads whose inputs go beyond (input_ids, input_mask, segment_ids) list them in
+token ([SEP]). On packed rows (config.max_examples_per_row = K > 0) every pooling reads each example's own
+tokens and the sentence-level heads answer per example: logits [B, K, labels]. Heads whose inputs go beyond (input_ids, input_mask, segment_ids) list them in
 `extra_input_keys`; the caller passes them by keyword.
 """
 
@@ -17,17 +18,19 @@ import jax.numpy as jnp
 from bert_jax.models import axes, crf
 from bert_jax.models.bert import BertModel
 from bert_jax.models.config import BertConfig
-from bert_jax.models.layers import dense, zeros_init
+from bert_jax.models.layers import dense, example_slots, example_starts, zeros_init
 
 POOLINGS = ("cls", "first", "mean", "max", "last")
 
 
-def pool(enc: dict, input_mask, pooling: str = "cls"):
+def pool(enc: dict, input_mask, pooling: str = "cls", max_examples: int = 0):
   """The sentence vector [B, H] of BertModel's outputs (sequence_output [B, T, H], pooled_output [B, H]),
-  mask-aware over input_mask [B, T]."""
+  mask-aware over input_mask [B, T]; on packed rows (max_examples = K > 0) one per example, [B, K, H]."""
   if pooling == "cls":
     return enc["pooled_output"]
   x = enc["sequence_output"]
+  if max_examples:
+    return _pool_examples(x, input_mask, pooling, max_examples)
   if pooling == "first":
     return x[:, 0]
   m = input_mask.astype(bool)[..., None]                           # [B, T, 1]
@@ -42,6 +45,24 @@ def pool(enc: dict, input_mask, pooling: str = "cls"):
   raise ValueError(f"pooling={pooling!r}; expected one of {POOLINGS}")
 
 
+def _pool_examples(x, input_mask, pooling: str, max_examples: int):
+  """pool() on packed rows: x [B, T, H] -> [B, K, H], each example over its own tokens (layers.example_slots)."""
+  starts, _ = example_starts(input_mask, max_examples)
+  if pooling == "first":
+    return jnp.take_along_axis(x, starts[..., None], axis=1)
+  slots = example_slots(input_mask, max_examples)                            # [B, T, K]
+  counts = jnp.sum(slots, axis=1)                                            # [B, K]
+  if pooling == "mean":
+    xs = jnp.einsum("btk,bth->bkh", slots.astype(jnp.float32), x.astype(jnp.float32))
+    return (xs / jnp.maximum(counts, 1)[..., None]).astype(x.dtype)
+  if pooling == "max":
+    return jnp.max(jnp.where(slots[..., None], x[:, :, None], jnp.asarray(-1e4, x.dtype)), axis=1)
+  if pooling == "last":
+    last = starts + jnp.maximum(counts.astype(jnp.int32) - 1, 0)
+    return jnp.take_along_axis(x, last[..., None], axis=1)
+  raise ValueError(f"pooling={pooling!r}; expected one of {POOLINGS}")
+
+
 def token_features(enc: dict):
   """The per-token vectors a token-level head reads [B, T, H]: the encoder family's token_output where it has
   one (ModernBERT's prediction head on every token, as transformers' ModernBertForTokenClassification), else
@@ -51,7 +72,8 @@ def token_features(enc: dict):
 
 class BertForSequenceClassification(nn.Module):
   """Pooled sentence vector -> dropout -> dense. logits [B, num_labels] float32; num_labels=1 means regression
-  (and multi-label classification reads the logits as independent sigmoids)."""
+  (and multi-label classification reads the logits as independent sigmoids). Packed rows: logits
+  [B, K, num_labels], one per example slot (empty slots answer too; their weight is 0)."""
 
   config: BertConfig
   num_labels: int
@@ -62,7 +84,7 @@ class BertForSequenceClassification(nn.Module):
   def __call__(self, input_ids, input_mask, segment_ids=None, deterministic: bool = True):
     enc = BertModel(self.config, name="bert")(input_ids, input_mask, segment_ids, deterministic=deterministic)
     rate = self.config.hidden_dropout_prob if self.dropout_rate is None else self.dropout_rate
-    vec = pool(enc, input_mask, self.pooling)
+    vec = pool(enc, input_mask, self.pooling, self.config.max_examples_per_row)
     pooled = nn.Dropout(rate)(vec, deterministic=deterministic)
     logits = dense(self.config, self.num_labels, (axes.MLP, None), "classifier")(pooled)
     return {"logits": logits.astype(jnp.float32), "pooled_output": vec}

@@ -91,16 +91,31 @@ def example_positions(input_mask: Array) -> Array:
   return index - jax.lax.cummax(start, axis=1)
 
 
+def example_starts(input_mask: Array, max_examples: int) -> tuple:
+  """[B, T] example ids -> (int32 [B, K] the position of each example's first token ([CLS]), bool [B, K] whether
+  the row holds example k+1); K = max_examples. An absent example's start is 0 (read, then weighted 0)."""
+  slot = example_slots(input_mask, max_examples)                                  # [B, T, K]
+  return jnp.argmax(slot, axis=1).astype(jnp.int32), jnp.any(slot, axis=1)
+
+
+def example_slots(input_mask: Array, max_examples: int) -> Array:
+  """[B, T] example ids -> bool [B, T, K]: token t belongs to example k+1 (pooling over each example's tokens)."""
+  return input_mask.astype(jnp.int32)[:, :, None] == jnp.arange(1, max_examples + 1, dtype=jnp.int32)
+
+
+def self_attention_mask(input_mask: Array, packed: bool, causal: bool = False) -> Array:
+  """The boolean mask a bidirectional (or causal) encoder layer attends under: BERT's padding mask
+  [B, 1, 1, T] on unpacked rows, the block-diagonal example_mask [B, 1, T, T] on packed ones."""
+  mask = example_mask(input_mask) if packed else padding_mask(input_mask)
+  if causal:
+    length = input_mask.shape[-1]
+    mask = mask & jnp.tril(jnp.ones((length, length), dtype=bool))[None, None]
+  return mask
+
+
 def padding_mask(input_mask: Array) -> Array:
   """[B, T] 0/1 -> boolean [B, 1, 1, T]: every query may attend to every real key."""
   return (input_mask > 0)[:, None, None, :]
-
-
-def causal_mask(input_mask: Array) -> Array:
-  """[B, T] -> boolean [B, 1, T, T]: key <= query and key is real."""
-  length = input_mask.shape[-1]
-  causal = jnp.tril(jnp.ones((length, length), dtype=bool))
-  return causal[None, None] & padding_mask(input_mask)
 
 
 class DenseGeneral(nn.Module):
@@ -158,7 +173,7 @@ class SelfAttention(nn.Module):
     ctx = attention.attend(
         q, k, v, mask, input_mask, impl=cfg.attention_impl, platform=jax.default_backend(),
         dropout_rate=rate, deterministic=self.deterministic, causal=causal,
-        remat=cfg.remat_policy != "none", scan=cfg.scan_layers,
+        remat=cfg.remat_policy != "none", scan=cfg.scan_layers, packed=cfg.packed,
         dropout_fn=lambda probs: nn.Dropout(rate)(probs, deterministic=False),
         seed=attention.layer_seed(self.scope.path))
     ctx = constrain(ctx, qkv_names)

@@ -9,8 +9,14 @@ The command line is `python -m bert_jax.predict {fill-mask, features, classify}`
 `model` is anything `bert_jax.pretrained.load_pretrained` accepts: a zoo name, a converted directory, a
 pre-training work dir or a fine-tuning work dir. Fill-mask needs the masked-LM head (params["mlm"]: a
 pre-training work dir, or a Google / Hugging Face checkpoint that has `cls.predictions`); encoders saved
-without it (e.g. sentence-transformers' MiniLM) raise a UserError saying so. Inputs run in fixed-size padded
-batches (one compile), with a progress bar when there is more than one batch.
+without it (e.g. sentence-transformers' MiniLM) raise a UserError saying so. Inputs run in fixed-size batches
+(one compile), with a progress bar when there is more than one batch.
+
+Packing (the default, `packing=True`; the command line's --packing=false turns it off): texts are packed
+best-fit into rows (input_pipeline/example_packing.py), at most `max_examples_per_row` per row, each attending
+only to itself with its own positions (models/layers.py), so a batch of rows carries several texts where the
+padded path carried one and padding. The outputs come back per text, in input order, and equal the padded
+path's to float32 rounding (tests/test_predict_packing.py).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from tqdm.auto import tqdm
 
 from bert_jax.errors import UserError
 from bert_jax.finetune.predict import Predictor
-from bert_jax.input_pipeline import tokenization
+from bert_jax.input_pipeline import example_packing, tokenization
 from bert_jax.models import BertForPreTraining, BertModel
 from bert_jax.models.objectives import OBJECTIVES
 from bert_jax.models.objectives.electra import Electra
@@ -36,6 +42,9 @@ from bert_jax.pretrained import Pretrained, is_workdir, load_pretrained, params_
 from bert_jax.engine.train_step import compute_dtype
 
 MASK = "[MASK]"
+# Examples per packed row when predicting: raw texts are often short, and a larger cap costs only the [B, T, K]
+# one-hot the poolings read. 16 x 8 tokens fills a 128-token row.
+PREDICT_MAX_EXAMPLES = 16
 
 
 def load_model(model: str) -> Pretrained:
@@ -97,7 +106,8 @@ def cap_seq_length(max_seq_length: int, pre) -> int:
 class FillMask:
   """Top-k tokens at each [MASK] of a text, from the checkpoint's masked-LM head."""
 
-  def __init__(self, model: str, batch_size: int = 16, max_seq_length: int = 128):
+  def __init__(self, model: str, batch_size: int = 16, max_seq_length: int = 128, packing: bool = True,
+               max_examples_per_row: int = PREDICT_MAX_EXAMPLES):
     self.pre = load_model(model)
     mlm, generator = MaskedLM.param_groups[0], Electra.param_groups[0]
     if mlm not in self.pre.params and generator in self.pre.params:
@@ -125,6 +135,8 @@ class FillMask:
     self.batch_size = int(batch_size)
     self.max_seq_length = cap_seq_length(max_seq_length, self.pre)
     cfg = self.pre.config.replace(dtype=compute_dtype("auto"), scan_layers=False)
+    self.cap = packing_cap(cfg, packing, max_examples_per_row)
+    cfg = cfg.replace(max_examples_per_row=self.cap)
     model_ = BertForPreTraining(cfg, targets=(MaskedLM(),))
     self.params = jax.device_put({"bert": self.pre.params["bert"], mlm: self.pre.params[mlm]})
 
@@ -154,38 +166,45 @@ class FillMask:
     if top_k < 1:
       raise UserError(f"--top_k={top_k}; expected >= 1")
     rows = [self.encode(t) for t in texts]
-    n_masks = max(sum(1 for x in r if x == self.mask_id) for r in rows)
-    out: List[dict] = []
-    bar = _progress(-(-len(rows) // self.batch_size), "fill-mask")
-    for start in range(0, len(rows), self.batch_size):
-      chunk = rows[start:start + self.batch_size]
-      real = len(chunk)
-      chunk = chunk + [chunk[0]] * (self.batch_size - real)
-      ids = _pad_rows(chunk, self.max_seq_length)
-      positions = np.zeros((self.batch_size, n_masks), np.int32)
-      for i, r in enumerate(chunk):
-        p = [j for j, x in enumerate(r) if x == self.mask_id]
-        positions[i, :len(p)] = p
-      mask = (np.arange(ids.shape[1])[None, :] < np.array([len(r) for r in chunk])[:, None]).astype(np.int32)
-      probs, idx = self._forward(self.params, ids, mask, positions, min(top_k, self.pre.config.vocab_size))
-      probs, idx = np.asarray(probs), np.asarray(idx)
-      for i in range(real):
-        r = chunk[i]
-        masks = []
-        for m, pos in enumerate(j for j, x in enumerate(r) if x == self.mask_id):
-          masks.append({"position": int(pos), "candidates": [
-              {"token": self.inv_vocab.get(int(t), "[UNK]"), "id": int(t), "score": round(float(s), 6)}
-              for t, s in zip(idx[i, m], probs[i, m])]})
-        out.append({"text": texts[start + i], "masks": masks})
+    # packed (cap > 0): several texts per row; padded: a cap of 1 is one text per row, as before
+    layout = example_packing.best_fit([len(r) for r in rows], self.max_seq_length, self.cap or 1)
+    ids, mask = packed_rows(rows, layout)
+    where = [[int(layout.offset[i]) + j for j, x in enumerate(r) if x == self.mask_id] for i, r in enumerate(rows)]
+    per_row = [[] for _ in range(layout.num_rows)]            # each row's mask positions, example by example
+    for i, positions in enumerate(where):
+      per_row[layout.row[i]].extend(positions)
+    width = max(len(p) for p in per_row)
+    positions = np.zeros((layout.num_rows, width), np.int32)
+    for r, p in enumerate(per_row):
+      positions[r, :len(p)] = p
+    k = min(top_k, self.pre.config.vocab_size)
+    probs = np.zeros((layout.num_rows, width, k), np.float32)
+    idx = np.zeros((layout.num_rows, width, k), np.int32)
+    bar = _progress(-(-layout.num_rows // self.batch_size), "fill-mask")
+    for start in range(0, layout.num_rows, self.batch_size):
+      real = min(self.batch_size, layout.num_rows - start)
+      take = np.arange(start, start + self.batch_size) % layout.num_rows   # the last batch repeats rows
+      p, t = self._forward(self.params, ids[take], mask[take], positions[take], k)
+      probs[start:start + real], idx[start:start + real] = np.asarray(p)[:real], np.asarray(t)[:real]
       bar.update(1)
     bar.close()
+    out: List[dict] = []
+    for i, text in enumerate(texts):
+      r, first = layout.row[i], per_row[layout.row[i]].index(where[i][0])
+      masks = []
+      for m, pos in enumerate(where[i]):
+        masks.append({"position": int(pos - layout.offset[i]), "candidates": [
+            {"token": self.inv_vocab.get(int(t), "[UNK]"), "id": int(t), "score": round(float(s), 6)}
+            for t, s in zip(idx[r, first + m], probs[r, first + m])]})
+      out.append({"text": text, "masks": masks})
     return out
 
 
 class FeatureExtractor:
   """Sentence vectors [N, H] (float32) from the encoder, pooled by `pooling` (models.heads.POOLINGS)."""
 
-  def __init__(self, model: str, pooling: str = "mean", batch_size: int = 32, max_seq_length: int = 128):
+  def __init__(self, model: str, pooling: str = "mean", batch_size: int = 32, max_seq_length: int = 128,
+               packing: bool = True, max_examples_per_row: int = PREDICT_MAX_EXAMPLES):
     if pooling not in POOLINGS:
       raise UserError(f"--pooling={pooling!r}; expected one of {', '.join(POOLINGS)}")
     if int(max_seq_length) < 2:   # 1 was a numpy broadcast ValueError traceback while padding
@@ -202,12 +221,15 @@ class FeatureExtractor:
     self.max_seq_length = cap_seq_length(max_seq_length, self.pre)
     self.truncated = 0
     cfg = self.pre.config.replace(dtype=compute_dtype("auto"), scan_layers=False)
+    self.cap = packing_cap(cfg, packing, max_examples_per_row)
+    cfg = cfg.replace(max_examples_per_row=self.cap)
     model_ = BertModel(cfg)
     self.params = jax.device_put(self.pre.params["bert"])
+    self.layout = None      # the last encode's packing (padding shares before / after)
 
     def forward(params, ids, mask):
       enc = model_.apply({"params": params}, ids, mask, jnp.zeros_like(ids), deterministic=True)
-      return pool(enc, mask, pooling).astype(jnp.float32)
+      return pool(enc, mask, pooling, cfg.max_examples_per_row).astype(jnp.float32)
 
     self._forward = jax.jit(forward)
 
@@ -222,6 +244,8 @@ class FeatureExtractor:
       rows.append([cls] + ids + [sep])
     length = max(len(r) for r in rows) if rows else 2
     length = min(self.max_seq_length, -(-length // 8) * 8)   # one compile per multiple of 8 tokens
+    if self.cap and rows:
+      return self._encode_packed(rows, length)
     out = np.zeros((len(rows), self.pre.config.hidden_size), np.float32)
     bar = _progress(-(-len(rows) // self.batch_size), "features")
     for start in range(0, len(rows), self.batch_size):
@@ -235,6 +259,47 @@ class FeatureExtractor:
       bar.update(1)
     bar.close()
     return out
+
+
+  def _encode_packed(self, rows: List[List[int]], length: int) -> np.ndarray:
+    """encode() on packed rows of `length` tokens: [N, H] in the order of `rows`."""
+    layout = example_packing.best_fit([len(r) for r in rows], length, self.cap)
+    self.layout = layout
+    ids, mask = packed_rows(rows, layout)
+    out = np.zeros((layout.num_rows, self.cap, self.pre.config.hidden_size), np.float32)
+    bar = _progress(-(-layout.num_rows // self.batch_size), "features")
+    for start in range(0, layout.num_rows, self.batch_size):
+      real = min(self.batch_size, layout.num_rows - start)
+      take = np.arange(start, start + self.batch_size) % layout.num_rows   # the last batch repeats rows
+      out[start:start + real] = np.asarray(self._forward(self.params, ids[take], mask[take]))[:real]
+      bar.update(1)
+    bar.close()
+    return example_packing.unpack_outputs({"v": out}, layout, token_level=False)["v"]
+
+
+def packing_cap(cfg, packing: bool, max_examples_per_row: int) -> int:
+  """The cap of examples per row a predictor packs with (0: padded rows); UserError for a cap below 1 or an
+  encoder family that cannot keep packed examples apart."""
+  if not packing:
+    return 0
+  if int(max_examples_per_row) < 1:
+    raise UserError(f"--max_examples_per_row={max_examples_per_row}; expected >= 1 (or --packing=false)")
+  try:
+    cfg.replace(max_examples_per_row=int(max_examples_per_row))
+  except ValueError as e:    # e.g. the lstm family (EncoderFamily.packs)
+    raise UserError(f"--packing=true: {e}") from None
+  return int(max_examples_per_row)
+
+
+def packed_rows(rows: Sequence[Sequence[int]], layout) -> tuple:
+  """(input_ids, input_mask) [R, T] int32 of token-id rows packed by `layout` (input_mask numbers examples)."""
+  ids = np.zeros((layout.num_rows, layout.seq_len), np.int32)
+  mask = np.zeros_like(ids)
+  for i, r in enumerate(rows):
+    row, start = layout.row[i], layout.offset[i]
+    ids[row, start:start + len(r)] = r
+    mask[row, start:start + len(r)] = layout.slot[i] + 1
+  return ids, mask
 
 
 def read_lines(path: str) -> List[str]:
@@ -257,17 +322,19 @@ def read_lines(path: str) -> List[str]:
 
 
 def classify(model: str, texts: Sequence[str], text_pairs: Optional[Sequence[str]] = None,
-             batch_size: int = 32) -> List[Dict]:
-  """Predictions of a fine-tuning work dir (any task; multiple-choice tasks take JSON question lines)."""
+             batch_size: int = 32, packing: bool = True) -> List[Dict]:
+  """Predictions of a fine-tuning work dir (any task; multiple-choice tasks take JSON question lines); packed
+  (the kinds that pack) unless packing=False."""
   pre = load_model(model)
   if not pre.finetune_info:
     raise UserError(f"--model={model!r} ({pre.directory}) is not a fine-tuned checkpoint (no finetune_info.json); "
                     "classify needs a fine-tuning work dir")
-  p = Predictor(pre, batch_size=batch_size)
+  p = Predictor(pre, batch_size=batch_size, packing=packing, max_examples_per_row=PREDICT_MAX_EXAMPLES)
   out: List[Dict] = []
-  bar = _progress(-(-len(texts) // batch_size), "classify")
-  for start in range(0, len(texts), batch_size):
-    chunk = list(texts[start:start + batch_size])
+  step = batch_size * max(1, p.cap)     # packed: enough texts per call to fill batch_size rows
+  bar = _progress(-(-len(texts) // step), "classify")
+  for start in range(0, len(texts), step):
+    chunk = list(texts[start:start + step])
     if p.task.takes_choices:
       questions = []
       for i, line in enumerate(chunk):
@@ -278,7 +345,7 @@ def classify(model: str, texts: Sequence[str], text_pairs: Optional[Sequence[str
                           f'{{"context", "question", "choices"}} ({e.msg})') from None
       out.extend(p.predict_choices(questions))
     else:
-      pairs = None if text_pairs is None else list(text_pairs[start:start + batch_size])
+      pairs = None if text_pairs is None else list(text_pairs[start:start + step])
       out.extend(p.predict(chunk, pairs))
     bar.update(1)
   bar.close()

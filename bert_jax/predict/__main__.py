@@ -6,8 +6,9 @@ r"""Command line: python -m bert_jax.predict {fill-mask, features, classify} [--
   python -m bert_jax.predict classify --model=runs/chnsenticorp --input=reviews.txt [--output=preds.jsonl]
       # one JSON row per input line: {"line": 1, "text": "...", "label": "pos", "probabilities": {...}}
 
---model takes a zoo name, a converted directory, a pre-training or a fine-tuning work dir. Input files have one
-text per line (classify --pairs: `text<TAB>text_pair`; multiple-choice models: one JSON question per line).
+--model takes a zoo name, a converted directory, a pre-training or a fine-tuning work dir. Texts are packed
+several to a row, each attending only to itself (--packing=false: one padded row per text; the same outputs,
+in the same order). Input files have one text per line (classify --pairs: `text<TAB>text_pair`; multiple-choice models: one JSON question per line).
 Mistakes in the flags or inputs print one `error: ...` line and exit with status 2.
 """
 
@@ -26,6 +27,20 @@ from bert_jax import predict as lib
 from bert_jax.errors import UserError
 
 
+def _bool(value: str) -> bool:
+  v = str(value).strip().lower()
+  if v in ("true", "1", "yes"):
+    return True
+  if v in ("false", "0", "no"):
+    return False
+  raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
+def _add_packing(parser) -> None:
+  parser.add_argument("--packing", type=_bool, default=True, metavar="{true,false}",
+                      help="pack several texts per row (default true; false: one padded row per text)")
+
+
 def build_parser() -> argparse.ArgumentParser:
   # cli.ArgumentParser: a bad flag or command is one `error:` line (it was argparse's usage block), and --help
   # lists --verbose and --strict
@@ -40,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
   f.add_argument("--output", default="", help="write JSON lines here instead of a table on stdout")
   f.add_argument("--batch_size", type=int, default=16)
   f.add_argument("--max_seq_length", type=int, default=128)
+  _add_packing(f)
   e = sub.add_parser("features", help="sentence vectors of a text file -> .npy or .jsonl")
   e.add_argument("--model", required=True)
   e.add_argument("--input", required=True, help="one text per line (row i of the output = line i)")
@@ -47,12 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
   e.add_argument("--pooling", default="mean", help="cls | first | mean | max | last")
   e.add_argument("--batch_size", type=int, default=32)
   e.add_argument("--max_seq_length", type=int, default=128)
+  _add_packing(e)
   c = sub.add_parser("classify", help="predictions of a fine-tuned work dir on a text file")
   c.add_argument("--model", required=True, help="fine-tuning work dir (or its best_checkpoint/)")
   c.add_argument("--input", required=True, help="one text per line")
   c.add_argument("--pairs", action="store_true", help="lines are text<TAB>text_pair (pair tasks, SQuAD)")
   c.add_argument("--output", default="", help="JSON lines here (default: stdout)")
   c.add_argument("--batch_size", type=int, default=32)
+  _add_packing(c)
   return p
 
 
@@ -99,7 +117,7 @@ def run(args) -> int:
     texts = list(args.text) + (lib.read_lines(args.input) if args.input else [])
     if not texts:
       raise UserError("give --text='...[MASK]...' or --input=FILE")
-    rows = lib.FillMask(args.model, args.batch_size, args.max_seq_length).predict(texts, args.top_k)
+    rows = lib.FillMask(args.model, args.batch_size, args.max_seq_length, args.packing).predict(texts, args.top_k)
     if args.output:
       fileio.write_bytes_atomic(args.output, _jsonl(rows))
       print(f"wrote {len(rows)} rows to {args.output}")
@@ -117,7 +135,7 @@ def run(args) -> int:
     texts = lib.read_lines(args.input)
     if not texts:
       raise UserError(f"--input={args.input} is empty")
-    fx = lib.FeatureExtractor(args.model, args.pooling, args.batch_size, args.max_seq_length)
+    fx = lib.FeatureExtractor(args.model, args.pooling, args.batch_size, args.max_seq_length, args.packing)
     vecs = fx.encode(texts)
     if ext == ".npy":
       buf = io.BytesIO()
@@ -127,6 +145,8 @@ def run(args) -> int:
       fileio.write_bytes_atomic(args.output, _jsonl({"text": t, "embedding": [round(float(x), 6) for x in v]}
                                         for t, v in zip(texts, vecs)))
     note = f"; {fx.truncated} text(s) truncated to {fx.max_seq_length} tokens" if fx.truncated else ""
+    if fx.layout is not None:   # the padding share before and after packing
+      print(f"packed {fx.layout.describe()}", file=sys.stderr)
     print(f"wrote {vecs.shape[0]} x {vecs.shape[1]} {args.pooling}-pooled features to {args.output}{note}")
     return 0
   lines = lib.read_lines(args.input)
@@ -138,8 +158,8 @@ def run(args) -> int:
     if bad:
       raise UserError(f"--pairs: line(s) {bad[:5]} of {args.input} have no tab (expected text<TAB>text_pair)")
     lines, pairs = zip(*(l.split("\t", 1) for l in lines))
-  rows = with_inputs(lib.classify(args.model, list(lines), None if pairs is None else list(pairs), args.batch_size),
-                     lines, pairs)
+  rows = with_inputs(lib.classify(args.model, list(lines), None if pairs is None else list(pairs), args.batch_size,
+                                  args.packing), lines, pairs)
   if args.output:
     fileio.write_bytes_atomic(args.output, _jsonl(rows))
     print(f"wrote {len(rows)} predictions to {args.output}")

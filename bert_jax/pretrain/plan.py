@@ -118,7 +118,8 @@ class PretrainPlan:
         ("targets", ", ".join(o.describe() for o in self.objectives)),
         ("vocab", f"{self.vocab_file} ({'lower-cased' if self.do_lower_case else 'cased'})"),
         ("data", f"{self.data.input_files}; masking {self.data.masking}, pairs {self.data.pair_mode}"
-                 f"{', packed' if self.data.pack_sequences else ''}"
+                 f"{', packed (' + self.data.packing + ')' if self.data.packing != 'pairs' else ''}"
+                 f"{f', at most {self.data.max_examples_per_row} per row' if self.data.max_examples_per_row else ''}"
                  f"{', eval ' + self.data.eval_input_files if self.data.eval_input_files else ''}"),
     ]
     rows += [("", str(p)) for p in self.phases]
@@ -394,6 +395,8 @@ def resolve_pretrain(config, workdir: Optional[str], *, num_devices: Optional[in
                                                process_count)
   data_plan = resolve_data_plan(config, vocab_file, process_count)
   _check_positions(config, data_plan.phases, model.max_position_embeddings)
+  # data.packing=documents: block-diagonal attention and per-document positions (0: one example per row)
+  model = v.packed_model(model, data_plan.data.max_examples_per_row, "config.data.packing=documents")
   return PretrainPlan(
       workdir=workdir, resume=resume, vocab_file=vocab_file, do_lower_case=bool(config.data.do_lower_case),
       model=model, targets=targets, objectives=resolved, init_checkpoint=init_dir, phases=data_plan.phases, data=data_plan.data,

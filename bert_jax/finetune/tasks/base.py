@@ -78,6 +78,8 @@ class Task:
   uses_truncation = False          # featurize keeps the tokens `truncation` says (sentence-level text tasks)
   truncation = "head"              # head (Google's) | tail | head_tail (common.keep_tokens); set by make_task
   truncation_head_fraction = 0.25  # head_tail: the share of the kept tokens taken from the start
+  packs = False          # config.packing may put several of its feature rows in one row (finetune/data.py)
+  token_level = False    # packed: labels and outputs per token ([R, T, ...]), not per example ([R, K, ...])
 
   def __init__(self, on_error: str = "raise"):
     self.on_error = on_error
@@ -116,6 +118,13 @@ class Task:
   def check_max_seq_length(self, max_seq_length: int) -> None:
     """Raises UserError when `max_seq_length` cannot hold this task's inputs (the plan calls it); most kinds
     fit any length the model takes."""
+
+  def packing_refusal(self) -> str:
+    """Why config.packing cannot serve this task ("" = it can); the plan turns it into the error: line."""
+    if self.packs:
+      return ""
+    return (f"task {self.name!r} ({self.head} head) reads whole rows (SQuAD windows and multiple choice are "
+            "not packed)")
 
   def head_options(self) -> dict:
     """What finetune_info.json must record to rebuild this task's head (Predictor)."""

@@ -347,6 +347,7 @@ class SequenceTask(Task):
   """One label (or score) per sentence or pair, from the pooled sentence vector."""
   head = "sequence_classification"
   uses_pooling = True
+  packs = True     # one label per example: packed logits [R, K, labels]
   uses_truncation = True
 
   def featurize(self, example_set, tokenizer, max_seq_length, is_training=False):

@@ -157,6 +157,7 @@ class MultilabelTask(Task):
   head = "sequence_classification"
   main_metric = "micro_f1"
   uses_pooling = True
+  packs = True     # packed: label_ids [R, K, labels], logits [R, K, labels]
   uses_truncation = True
 
   def __init__(self, label_list: Optional[Sequence[str]] = None, text_a="text_a", text_b=None, label="label",
@@ -211,8 +212,9 @@ class MultilabelTask(Task):
                                                pooling=self.pooling)
 
   def loss_weights(self, batch):
-    # label_ids [B, K] multi-hot; an unlabelled row is all -1, so its first column tells.
-    return batch["example_weight"].astype(jnp.float32) * (batch["label_ids"][:, 0] >= 0)
+    # label_ids [B, K] multi-hot (packed rows: [B, slots, K]); an unlabelled row is all -1, so its first column
+    # tells.
+    return batch["example_weight"].astype(jnp.float32) * (batch["label_ids"][..., 0] >= 0)
 
   def loss_sums(self, outputs, batch):
     # Mean binary cross-entropy over the labels of an example; "correct" = exact match at probability 0.5.

@@ -321,6 +321,8 @@ class NerTask(Task):
   head = "token_classification"
   main_metric = "f1"
   tfds_name = "conll2003"
+  packs = True          # per-token labels and logits lie in the packed row beside the tokens
+  token_level = True
 
   def __init__(self, label_list: Optional[Sequence[str]] = None, mode: str = "conlleval", scheme: str = "BIO",
                on_error: str = "raise", crf: bool = False):
@@ -343,6 +345,11 @@ class NerTask(Task):
 
   def head_options(self):
     return {"crf": self.crf}
+
+  def packing_refusal(self) -> str:
+    if self.crf:
+      return "task 'ner' with crf=true: the CRF's Viterbi path would run across the examples of a packed row"
+    return ""
 
   def prepare(self, data_dir=None, use_tfds=False, tfds_data_dir=None, download=False, **_):
     if self.label_list is not None:

@@ -68,6 +68,9 @@ class EncoderFamily:
   module: Optional[Type] = None  # flax Module class: module(config, deterministic=..., name=...)
   scans: bool = False            # identical layers nn.scan can fold into one (BertConfig.scan_layers)
   shares: bool = False           # ALBERT's cross-layer sharing applies (BertConfig.share_layers)
+  packs: bool = False            # keeps each example of a packed row to itself (BertConfig.max_examples_per_row:
+                                 # layers.example_mask / example_positions); a family that does not say so is
+                                 # refused packed rows rather than trusted to not mix them
   # flax Module(config, deterministic=, name="embeddings") with BertEmbeddings' interface (__call__(input_ids,
   # segment_ids, project=True) -> [B, T, H]; embedding_table() -> [V, E]); None: BERT's embeddings (word +
   # learned position + token type). ModernBERT's has no position table and no token types.
@@ -162,6 +165,10 @@ def check_config(config: Any) -> None:
       able = " or ".join(f"encoder={n!r}" for n, f in FAMILIES.items() if getattr(f, flag))
       raise ValueError(f"BertConfig.{option}=True needs {able or 'a family that can ' + what} (got encoder="
                        f"{config.encoder!r}, which cannot {what}); set {option}=False")
+  if getattr(config, "max_examples_per_row", 0) and not fam.packs:
+    able = " or ".join(f"encoder={n!r}" for n, f in FAMILIES.items() if f.packs)
+    raise ValueError(f"BertConfig.max_examples_per_row={config.max_examples_per_row} (packed rows) needs {able} "
+                     f"(encoder={config.encoder!r} would run across the examples of a row); turn packing off")
   fam.check_config(config)
   if config.position_embedding_type not in ("", fam.positions):
     able = " or ".join(f"encoder={n!r}" for n, f in FAMILIES.items() if f.positions == config.position_embedding_type)

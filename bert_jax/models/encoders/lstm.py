@@ -30,7 +30,7 @@ class LstmEncoder(nn.Module):
     if causal:
       raise ValueError("the bidirectional lstm encoder sees future tokens; it cannot serve a causal LM "
                        "target (use encoder='transformer')")
-    lengths = jnp.sum(input_mask, axis=-1).astype(jnp.int32)
+    lengths = jnp.sum(input_mask > 0, axis=-1).astype(jnp.int32)   # unpacked rows only (LstmFamily.packs)
     units = cfg.hidden_size // 2
     for i in range(cfg.num_hidden_layers):
       # parent=None: the cell is adopted by its nn.RNN wrapper (params forward_i/cell, backward_i/cell).
@@ -42,7 +42,7 @@ class LstmEncoder(nn.Module):
       h = nn.Dropout(cfg.hidden_dropout_prob)(h, deterministic=self.deterministic)
       x = h if i == 0 else x + h   # residual between layers keeps deep stacks trainable
     x = layer_norm(cfg, "LayerNorm")(x)
-    return x * input_mask[..., None].astype(x.dtype)
+    return x * (input_mask > 0)[..., None].astype(x.dtype)
 
 
 @encoders.register
@@ -51,6 +51,8 @@ class LstmFamily(encoders.EncoderFamily):
 
   name = "lstm"
   module = LstmEncoder
+  # packs stays False: nn.RNN's seq_lengths cut right padding only, so a packed row's second example would
+  # start from the first one's state (and the backward pass the other way round); packed rows are refused.
 
   @classmethod
   def check_config(cls, config: BertConfig) -> None:

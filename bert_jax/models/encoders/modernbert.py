@@ -37,7 +37,7 @@ import jax.numpy as jnp
 from bert_jax.models import attention, axes, encoders, local_attention, rotary
 from bert_jax.models.config import BertConfig
 from bert_jax.models.layers import (ACTIVATIONS, activation, constrain, example_mask, example_positions,
-                                    kernel_init, maybe_remat, ones_init, zeros_init)
+                                    example_slots, example_starts, kernel_init, maybe_remat, ones_init, zeros_init)
 
 LAYER_TYPES = ("full_attention", "sliding_attention")
 POOLINGS = ("cls", "mean")
@@ -79,8 +79,11 @@ class ModernBertEmbeddings(nn.Module):
     self.norm = norm(cfg, "norm")
     self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
 
-  def __call__(self, input_ids: jax.Array, segment_ids: jax.Array = None, project: bool = True) -> jax.Array:
-    del segment_ids, project   # no token types; no factorised projection (check_config refuses embedding_size)
+  def __call__(self, input_ids: jax.Array, segment_ids: jax.Array = None, project: bool = True,
+               input_mask: jax.Array = None) -> jax.Array:
+    # no token types; no factorised projection (check_config refuses embedding_size); packed rows' positions are
+    # the encoder's rotary ones (example_positions), so input_mask is not read here
+    del segment_ids, project, input_mask
     length = input_ids.shape[-1]
     if length > self.config.max_position_embeddings:
       raise ValueError(f"sequence length {length} exceeds max_position_embeddings="
@@ -121,7 +124,7 @@ class ModernBertAttention(nn.Module):
       ctx = attention.attend(
           q, k, v, example_mask(input_mask), input_mask, impl=cfg.attention_impl, platform=jax.default_backend(),
           dropout_rate=rate, deterministic=self.deterministic, remat=cfg.remat_policy != "none",
-          scan=cfg.scan_layers, dropout_fn=drop_probs, seed=attention.layer_seed(self.scope.path))
+          scan=cfg.scan_layers, packed=cfg.packed, dropout_fn=drop_probs, seed=attention.layer_seed(self.scope.path))
     ctx = constrain(ctx, names).reshape(b, t, h)
     out = linear(cfg, h, (axes.MLP, axes.EMBED), cfg.attention_bias, "Wo")(ctx)
     return nn.Dropout(rate)(out, deterministic=self.deterministic)
@@ -193,7 +196,15 @@ class PredictionHead(nn.Module):
 
 
 def pooled_features(config: BertConfig, x: jax.Array, input_mask: jax.Array) -> jax.Array:
-  """[B, T, H] -> [B, H]: the [CLS] vector, or the mean over the real tokens (classifier_pooling)."""
+  """[B, T, H] -> [B, H]: the [CLS] vector, or the mean over the real tokens (classifier_pooling). Packed rows
+  (config.max_examples_per_row = K): [B, K, H], each example's own [CLS] or mean."""
+  if config.packed:
+    starts, _ = example_starts(input_mask, config.max_examples_per_row)
+    if config.classifier_pooling == "cls":
+      return jnp.take_along_axis(x, starts[..., None], axis=1)
+    slots = example_slots(input_mask, config.max_examples_per_row).astype(jnp.float32)     # [B, T, K]
+    total = jnp.einsum("btk,bth->bkh", slots, x.astype(jnp.float32))
+    return (total / jnp.maximum(jnp.sum(slots, axis=1), 1)[..., None]).astype(x.dtype)
   if config.classifier_pooling == "cls":
     return x[:, 0]
   m = (input_mask > 0)[..., None]
@@ -216,6 +227,7 @@ class ModernBertFamily(encoders.EncoderFamily):
 
   name = "modernbert"
   module = ModernBertEncoder
+  packs = True   # example_mask in every layer (sliding ones too), rotary example_positions, per-example pooling
   embeddings = ModernBertEmbeddings
   positions = "rotary"
 

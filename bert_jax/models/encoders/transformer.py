@@ -21,8 +21,8 @@ import jax
 from bert_jax.models import axes, encoders
 from bert_jax.models.config import BertConfig
 from bert_jax.models.encoders import albert
-from bert_jax.models.layers import (FeedForward, ScanCell, SelfAttention, causal_mask, constrain, layer_norm,
-                                    maybe_remat, padding_mask)
+from bert_jax.models.layers import (FeedForward, ScanCell, SelfAttention, constrain, layer_norm, maybe_remat,
+                                    self_attention_mask)
 
 _ACT = (axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED)
 
@@ -38,7 +38,7 @@ class TransformerLayer(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array, input_mask: jax.Array):
     cfg = self.config
-    mask = causal_mask(input_mask) if self.causal else padding_mask(input_mask)
+    mask = self_attention_mask(input_mask, packed=cfg.packed, causal=self.causal)
     attention = SelfAttention(cfg, deterministic=self.deterministic, name="attention")
     ffn = FeedForward(cfg, name="ffn")
     drop = nn.Dropout(cfg.hidden_dropout_prob)
@@ -114,6 +114,7 @@ class TransformerFamily(encoders.EncoderFamily):
   module = TransformerEncoder
   scans = True
   shares = True
+  packs = True   # layers.self_attention_mask: block-diagonal on packed rows (the embeddings restart positions)
 
   @classmethod
   def checkpoint_names(cls, config: BertConfig) -> Tuple[encoders.LayerParam, ...]:

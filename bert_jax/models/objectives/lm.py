@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from bert_jax.models.losses import causal_lm_sums
+from bert_jax.models.losses import masked_lm_sums
 from bert_jax.models.objectives.base import Objective, register
 from bert_jax.models.objectives.mlm import lm_head_flops
 from bert_jax.models.targets import LanguageModelHead
+
+
+def next_token_weights(input_mask):
+  """[B, T] example ids -> float32 [B, T-1]: 1 where token t+1 is real and of token t's example (on a packed row
+  the first token of an example is not predicted from the one before it; on unpacked rows: input_mask[:, 1:])."""
+  ids = input_mask.astype(jnp.int32)
+  return ((ids[:, 1:] > 0) & (ids[:, 1:] == ids[:, :-1])).astype(jnp.float32)
 
 
 @register("lm")
@@ -28,10 +35,12 @@ class CausalLM(Objective):
     return {"lm_logits": LanguageModelHead(config, name="lm")(encoded["sequence_output"], table)}
 
   def denominator(self, batch):
-    return jnp.sum(batch["input_mask"][:, 1:].astype(jnp.float32)) + 1e-5
+    return jnp.sum(next_token_weights(batch["input_mask"])) + 1e-5
 
   def sums(self, outputs, batch):
-    return causal_lm_sums(outputs["lm_logits"], batch["input_ids"], batch["input_mask"])
+    # = losses.causal_lm_sums on unpacked rows; the weights keep a packed row's examples apart
+    return masked_lm_sums(outputs["lm_logits"][:, :-1], batch["input_ids"][:, 1:],
+                          next_token_weights(batch["input_mask"]), prefix="lm")
 
   def flops(self, config, seq_len, num_predictions):
     return lm_head_flops(config, seq_len)
