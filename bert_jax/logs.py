@@ -38,6 +38,7 @@ _SAID: Set[Tuple[str, str]] = set()   # (logger name, message) already logged in
 LIBRARY_LEVELS = {"absl": logging.ERROR, "orbax": logging.ERROR, "jax": logging.WARNING,
                   "jaxlib": logging.WARNING, "tensorflow": logging.ERROR}
 _VERBOSE = False
+_HELD_STDERR = None   # inside native_stderr_quiet: the console's file descriptor, while fd 2 is a held file
 
 # A line of a native absl/glog logger: `I0000 00:00:1796432864.216918    6163 port.cc:153] ...` (severity, date,
 # time, thread, C++ file:line), and the header absl prints before its first such line. Python's absl lines have
@@ -83,6 +84,19 @@ def verbose() -> bool:
   return _VERBOSE
 
 
+def console_stderr() -> None:
+  """fd 2 back to the console now, if a `native_stderr_quiet` block holds it: for a process about to end with
+  `os._exit` (the multi-host guard's last line, on a thread of its own, while the main thread imports
+  TensorFlow), whose held file the exit would lose with that line."""
+  held = _HELD_STDERR
+  if held is not None:
+    try:
+      sys.stderr.flush()
+      os.dup2(held, 2)
+    except (OSError, ValueError):
+      pass
+
+
 def is_native_log_line(line: str) -> bool:
   """A line TensorFlow's (or XLA's) C++ absl logger wrote before it was configured; see the module docstring."""
   return line.rstrip("\n") == _NATIVE_HEADER or bool(_NATIVE_LINE.match(line))
@@ -104,15 +118,18 @@ def native_stderr_quiet() -> Iterator[None]:
   except (OSError, ValueError, AttributeError):   # no real stderr (an embedding host): nothing to hold back
     yield
     return
+  global _HELD_STDERR
   raised = False
   with tempfile.TemporaryFile(mode="w+b") as held:
     os.dup2(held.fileno(), 2)
+    _HELD_STDERR = saved
     try:
       yield
     except BaseException:
       raised = True
       raise
     finally:
+      _HELD_STDERR = None
       try:
         sys.stderr.flush()
       except (OSError, ValueError):

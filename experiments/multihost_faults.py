@@ -96,8 +96,9 @@ def run_case(case: str, d: str, base: str, args, env) -> dict:
   if case in fault:
     cluster = Cluster([f"--fault={fault[case]}", *flags(d, workdir, args)], logs, env=env,
                       script=FAULT_INJECTION).start()
-  else:
-    cluster = Cluster(flags(d, workdir, args), logs, env=env).start()
+  else:   # preempt_joining: --verbose shows JAX's `Connecting to JAX distributed service` line, its moment
+    extra = ["--verbose"] if case == "preempt_joining" else []
+    cluster = Cluster(flags(d, workdir, args, *extra), logs, env=env).start()
   t_fault = None
   try:
     if case in ("stall_data", "killed_mid_save"):

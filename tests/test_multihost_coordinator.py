@@ -151,6 +151,27 @@ def test_a_lost_coordinator_exits_75_even_when_its_report_hangs(monkeypatch):
   assert e.value.args[0] == RETRYABLE_EXIT_CODE and 0.4 < time.monotonic() - start < 5
 
 
+HELD = r'''
+from bert_jax import logs
+from bert_jax.engine import watchdog
+g = watchdog.HostGuard(watchdog.GuardSettings(10.0, False, 10.0, 300.0, 0.0, 0.0, 0.0), "", process_index=1,
+                       process_count=2, client=None)
+with logs.native_stderr_quiet():       # what TensorFlow's import does on the main thread during start-up
+  g.fire("host 0 of 2 (the coordinator) stopped responding during step 6 (...)", dump_stacks=False,
+         store_gone=True)
+'''
+
+
+def test_the_line_reaches_the_console_while_tensorflows_start_up_output_is_held():
+  # fd 2 was a temporary file inside the block and os._exit dropped it: exit 75 and no line at all.
+  proc = subprocess.run([sys.executable, "-c", HELD], cwd=REPO, capture_output=True, text=True, timeout=120,
+                        env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  assert proc.returncode == RETRYABLE_EXIT_CODE
+  assert proc.stderr.strip().splitlines()[-1].startswith(
+      "error: host 0 of 2 (the coordinator) stopped responding during step 6 (...); newest complete checkpoint: "), \
+      proc.stderr[-2000:]
+
+
 # ---- two jax.distributed processes, host 0 SIGKILLed -------------------------------------------------------
 HOST = r'''
 import os, sys, time

@@ -73,7 +73,7 @@ from typing import Dict, Optional
 import jax
 
 from bert_jax.errors import RETRYABLE_EXIT_CODE, UserError
-from bert_jax import fileio
+from bert_jax import fileio, logs
 from bert_jax.engine import coordinator
 from bert_jax.input_pipeline import checks
 
@@ -158,6 +158,7 @@ def _coordinator_lost_in_start_up(count: int, why: str) -> None:
   """Host 0 died after this host joined and before its host guard started (the plan, the model's set-up):
   the line and exit RETRYABLE_EXIT_CODE, in place of JAX's abort. Nothing was trained or written yet."""
   try:
+    logs.console_stderr()
     sys.stdout.flush()
     sys.stderr.write(f"error: host 0 of {count} (the coordinator) stopped responding during start-up, before "
                      f"training (its coordination service is gone: {why}); restart all hosts to resume\n")
@@ -474,6 +475,8 @@ class HostGuard:
     `store_gone`: host 0's key-value store is gone with it, so nothing is published (that would only wait)."""
     if not self._fired.acquire(blocking=False):
       return
+    if self._stream is None:
+      logs.console_stderr()       # not into TensorFlow's held start-up output, which os._exit would drop
     err = self._err()
     line = (f"{message}; newest complete checkpoint: {_newest_checkpoint(self.checkpoint_dir)}; restart all "
             "hosts to resume")
@@ -541,6 +544,8 @@ class HostGuard:
     internal error: exit 1 after its traceback. Single-process runs: returns (the caller re-raises)."""
     if not self.multi_host:
       return
+    if self._stream is None:
+      logs.console_stderr()
     traceback.print_exception(error, file=self._err())
     # Out of device memory is a JAX runtime error too, but a restart repeats it: not retryable (exit 2), so a
     # supervisor stops instead of restarting into the same OOM MAX_RESTARTS times.
