@@ -84,7 +84,7 @@ def pretrain_config(files, **overrides):
     ({"data.vocab_file": "NO_MASK"}, r"lacks the special token\(s\) \['\[MASK\]'\]"),
     ({"init_checkpoint": "bert-base-uncasd"}, r"config.init_checkpoint='bert-base-uncasd'.* did you mean"),
     ({"targets": ("mlm", "nsp", "sop")}, r"config.targets=.*pick one"),
-    ({"optimizer.name": "sgd"}, r"optimizer.name='sgd'; expected adamw or lamb"),
+    ({"optimizer.name": "sgd"}, r"optimizer.name='sgd'; expected adamw, lamb or stable_adamw"),
     ({"optimizer.learning_rate": 0.0}, r"config.optimizer.learning_rate=0.0; expected > 0"),
     ({"mesh.shape": (3, 1, 1)}, r"config.mesh.shape=\(3, 1, 1\).* does not divide the 8 devices"),
     # model sizes: 0 layers was accepted; the others named "config.model: BertConfig.<field>"

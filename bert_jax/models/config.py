@@ -107,6 +107,11 @@ class BertConfig:
     # A JSON list (config.json's layer_types) becomes a tuple: the config is hashed (cached parameter counts).
     if isinstance(self.layer_types, list):
       object.__setattr__(self, "layer_types", tuple(self.layer_types))
+    # One spelling of "the family's own positions": Hugging Face's BERT config.json says "absolute", our own
+    # configs leave it "", and the two must compare equal (an imported config against a converted one).
+    family = encoders.FAMILIES.get(self.encoder)
+    if family is not None and self.position_embedding_type == family.positions:
+      object.__setattr__(self, "position_embedding_type", "")
     if not isinstance(self.layer_types, tuple):
       raise ValueError(f"BertConfig.layer_types={self.layer_types!r}; expected a list of 'full_attention' / "
                        "'sliding_attention', one per layer")

@@ -22,6 +22,7 @@ path's to float32 rounding (tests/test_predict_packing.py).
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from typing import Dict, List, Optional, Sequence
 
@@ -31,6 +32,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from bert_jax.errors import UserError
+from bert_jax.logs import log_once
 from bert_jax.finetune.predict import Predictor
 from bert_jax.input_pipeline import example_packing, tokenization
 from bert_jax.models import BertForPreTraining, BertModel
@@ -40,6 +42,8 @@ from bert_jax.models.objectives.mlm import MaskedLM
 from bert_jax.models.heads import POOLINGS, pool
 from bert_jax.pretrained import Pretrained, is_workdir, load_pretrained, params_dir
 from bert_jax.engine.train_step import compute_dtype
+
+log = logging.getLogger(__name__)
 
 MASK = "[MASK]"
 # Examples per packed row when predicting: raw texts are often short, and a larger cap costs only the [B, T, K]
@@ -310,16 +314,18 @@ class FeatureExtractor:
 
 
 def packing_cap(cfg, packing: bool, max_examples_per_row: int) -> int:
-  """The cap of examples per row a predictor packs with (0: padded rows); UserError for a cap below 1 or an
-  encoder family that cannot keep packed examples apart."""
+  """The cap of examples per row a predictor packs with (0: padded rows: packing off, or an encoder family
+  that cannot keep packed examples apart); UserError for a cap below 1."""
   if not packing:
     return 0
   if int(max_examples_per_row) < 1:
     raise UserError(f"--max_examples_per_row={max_examples_per_row}; expected >= 1 (or --packing=false)")
   try:
     cfg.replace(max_examples_per_row=int(max_examples_per_row))
-  except ValueError as e:    # e.g. the lstm family (EncoderFamily.packs)
-    raise UserError(f"--packing=true: {e}") from None
+  except ValueError:    # a family that cannot keep a row's examples apart (the lstm): padded rows, as
+    # finetune.predict.Predictor does; packing is the default, so this is a note, not an error
+    log_once(log, f"packing: encoder={cfg.encoder!r} cannot keep packed texts apart; one padded row per text")
+    return 0
   return int(max_examples_per_row)
 
 
