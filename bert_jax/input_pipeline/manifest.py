@@ -297,6 +297,18 @@ def _manifests_of(directory: str) -> List[str]:
   return [path_for(directory)] + sorted(fileio.glob(fileio.join(directory, f"*.{FILENAME}")))
 
 
+def _loaded_manifests(directory: str):
+  """(path, contents) of each readable manifest in `directory` (every prefix's, and an earlier version's
+  manifest.json); one that cannot be read is skipped: its files are then counted by reading them."""
+  for path in _manifests_of(directory):
+    try:
+      data = load(path)
+    except UserError:
+      data = None
+    if data:
+      yield path, data
+
+
 def record_sets(files: Sequence[str]) -> Dict[str, Dict]:
   """{manifest path: its flags} of the manifests that list any of `files` (record files; those no manifest
   lists are left out): a glob over a folder holding two record sets (wiki_128, wiki_512) names both."""
@@ -307,16 +319,11 @@ def record_sets(files: Sequence[str]) -> Dict[str, Dict]:
     d = fileio.dirname(f)
     if d not in by_dir:
       by_dir[d] = {}
-      for path in _manifests_of(d):
-        try:
-          data = load(path)
-        except UserError:
-          data = None
-        if data:
-          flags[path] = data.get("flags", {})
-          for entry in data.get("shards", []):
-            for name in entry["files"]:
-              by_dir[d].setdefault(name, path)
+      for path, data in _loaded_manifests(d):
+        flags[path] = data.get("flags", {})
+        for entry in data.get("shards", []):
+          for name in entry["files"]:
+            by_dir[d].setdefault(name, path)
     path = by_dir[d].get(fileio.basename(f))
     if path is not None:
       out[path] = flags[path]
@@ -333,12 +340,8 @@ def record_counts(files: Sequence[str]) -> Optional[List[int]]:
     d = fileio.dirname(f)
     if d not in by_dir:
       by_dir[d] = {}
-      for path in _manifests_of(d):
-        try:
-          data = load(path)
-        except UserError:
-          data = None
-        if data and data.get("complete"):
+      for _, data in _loaded_manifests(d):
+        if data.get("complete"):
           for entry in data["shards"]:
             for name, n in zip(entry["files"], entry["records"]):
               by_dir[d][name] = int(n)
