@@ -43,8 +43,17 @@ from typing import Dict, List, Optional
 if __package__ in (None, ""):
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import flax.linen as nn  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
 from bert_jax import cli  # noqa: E402
 from bert_jax import fileio  # noqa: E402
+from bert_jax.finetune.tasks import registry  # noqa: E402
+from bert_jax.finetune.tasks.ner import NerTask  # noqa: E402
+from bert_jax.finetune.tasks.squad import SquadTask  # noqa: E402
+from bert_jax.models import BertConfig, axes  # noqa: E402
+from bert_jax.models.bert import BertModel  # noqa: E402
+from bert_jax.models.layers import dense  # noqa: E402
 from experiments import budget_recipe, runs  # noqa: E402
 from experiments.budget_recipe import Results  # noqa: E402
 
@@ -55,15 +64,28 @@ ARMS = {
     "arch": ("modernbert encoder, preset=budget (architecture only)", "budget", (("model.encoder", "modernbert"),)),
     "modernbert": ("modernbert encoder, preset=modernbert", "modernbert", ()),
 }
+# preset=modernbert's step fractions were set for ~2T tokens (warmup num_train_steps // 600, decay the last 2.5%):
+# at a budget of ~2,000 steps that is a 3-step warmup and a 50-step decay. Fitted to the budget as preset=budget
+# does: a 5% warmup, and a 1-sqrt decay over the last 20% of the steps (Hagele et al. 2024: a 20% cool-down of a
+# warmup-stable-decay run matches a cosine schedule on short runs). The batch warmup (2.5%) stays a fraction.
+BUDGET_FIT = {"modernbert": lambda steps: (("warmup_steps", max(1, steps // 20)),
+                                           ("optimizer.decay_fraction", 0.2))}
 TASKS = (("sentiment", "classification", "sentiment"), ("ner", "ner", "ner"), ("qa", "squad_v1", "qa"))
 SEQ, BATCH = 64, 32
 TIMING_TOKENS = 8192
+CURVE_POINTS = 4
+# the study scale's fine-tuning: task subsets sized so 3 arms x 3 tasks x 5 seeds (+ the head ablation) reach
+# early stopping within about an hour of a 2-core machine under a load average of ~10-15 (a vmapped 5-seed
+# step of tiny took ~3 s there); sentiment's test split is the whole one (1,736 reviews)
+EPOCHS_STUDY = 6
+DATA_STUDY = dict(train=1000, dev=400, test=1736, ner_train=1000, qa=dict(train=800, dev=300, test=800))
 
 
 def settings(scale: str) -> dict:
   common = dict(seq=SEQ, eval_batch=64)
   if scale == "quick":
-    return dict(common, sizes=("tiny",), budget=6, seeds=2, epochs=1, patience=1, evals=1, max_ft_steps=4,
+    return dict(common, sizes=("tiny",), head_ablation=("modernbert",), budget=6, seeds=2, epochs=1, patience=1,
+                evals=1, max_ft_steps=4,
                 timing=(128,), timing_steps=1, eval_batches=2,
                 data=dict(train=120, dev=40, test=40, ner_train=80, qa=dict(train=120, dev=40, test=40)),
                 corpus_bytes=100_000)
@@ -72,7 +94,13 @@ def settings(scale: str) -> dict:
                 timing=(128, 512, 2048), timing_steps=2, eval_batches=8,
                 data=dict(train=800, dev=200, test=200, ner_train=600, qa=dict(train=600, dev=150, test=150)),
                 corpus_bytes=1_000_000)
-  return dict(common, sizes=("tiny", "mini"), budget=2400, seeds=5, epochs=10, patience=3, evals=2, max_ft_steps=-1,
+  if scale == "study":     # what ~100 minutes of a shared 2-core machine allow: tiny, out of the unigram plateau
+    return dict(common, sizes=("tiny",), head_ablation=("modernbert",), budget=2400, seeds=5, epochs=EPOCHS_STUDY,
+                patience=2, evals=2,
+                max_ft_steps=-1, timing=(128, 512, 2048), timing_steps=5, eval_batches=32,
+                data=DATA_STUDY, corpus_bytes=0)
+  return dict(common, sizes=("tiny", "mini"), head_ablation=("arch", "modernbert"), budget=2400, seeds=5, epochs=10,
+              patience=3, evals=2, max_ft_steps=-1,
               timing=(128, 512, 2048), timing_steps=5, eval_batches=32, data=None, corpus_bytes=0)
 
 
@@ -103,12 +131,14 @@ def make_config(arm: str, size: str, steps: int, inputs: str, vocab: str):
   c.batch_size = BATCH
   c.num_train_steps = int(steps)       # the presets' warmups (and batch warmup) follow it
   c.log_every_steps = max(1, min(25, int(steps) // 4))
-  c.checkpoint_every_steps = int(steps)
-  c.keep_checkpoints = 1
+  # checkpoints at a quarter, half, three quarters and the end: the held-out curve shows when the run leaves
+  # the unigram plateau
+  c.checkpoint_every_steps = max(1, int(steps) // CURVE_POINTS)
+  c.keep_checkpoints = CURVE_POINTS + 1
   c.eval_every_steps = 0
   c.progress_bar = False
   c.seed = 0
-  for field, value in overrides:
+  for field, value in tuple(overrides) + tuple(BUDGET_FIT.get(arm, lambda n: ())(int(steps))):
     if not _set(c, field, value):
       raise runs.UserError(f"configs/pretrain.py has no field {field} (arm {arm})")
   return c
@@ -124,6 +154,56 @@ def flops_per_step(config, vocab_size: int) -> float:
   return BATCH * flops.flops_per_sequence(model_of(config, vocab_size), SEQ, int(config.data.max_predictions_per_seq),
                                           tuple(config.targets))
 
+
+# ------------------------------------------------- token heads on the encoder output (the head ablation)
+# The modernbert family's token heads (NER, QA) read its prediction head (dense, GELU, norm: params
+# bert/pooler) on every token, as transformers' ModernBertForTokenClassification / ForQuestionAnswering do.
+# Fine-tuned from this project's pre-training checkpoints that head starts from random init (the pre-trained
+# MLM head is mlm/*, a different name), where BERT's token heads read the encoder's output directly. These
+# two task kinds, registered here only, read sequence_output on any family: the ablation asks whether the
+# extra random layer helps or hurts the modern arms.
+
+class TokenClassificationOnEncoderOutput(nn.Module):
+  """heads.BertForTokenClassification reading sequence_output [B, T, H]: logits [B, T, num_labels] float32."""
+  config: BertConfig
+  num_labels: int
+  dropout_rate: Optional[float] = None
+
+  @nn.compact
+  def __call__(self, input_ids, input_mask, segment_ids=None, deterministic: bool = True):
+    enc = BertModel(self.config, name="bert")(input_ids, input_mask, segment_ids, deterministic=deterministic)
+    rate = self.config.hidden_dropout_prob if self.dropout_rate is None else self.dropout_rate
+    h = nn.Dropout(rate)(enc["sequence_output"], deterministic=deterministic)
+    return {"logits": dense(self.config, self.num_labels, (axes.EMBED, None), "classifier")(h).astype(jnp.float32)}
+
+
+class QuestionAnsweringOnEncoderOutput(nn.Module):
+  """heads.BertForQuestionAnswering reading sequence_output: start/end logits [B, T] float32."""
+  config: BertConfig
+
+  @nn.compact
+  def __call__(self, input_ids, input_mask, segment_ids=None, deterministic: bool = True):
+    enc = BertModel(self.config, name="bert")(input_ids, input_mask, segment_ids, deterministic=deterministic)
+    logits = dense(self.config, 2, (axes.EMBED, None), "qa_outputs")(enc["sequence_output"]).astype(jnp.float32)
+    return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
+
+
+class NerOnEncoderOutput(NerTask):
+  def build_head(self, bert_cfg, dropout_rate=None):
+    if self.crf:
+      raise runs.UserError("task ner_encoder_output has no CRF head; use task=ner with crf")
+    return TokenClassificationOnEncoderOutput(bert_cfg, self.num_labels, dropout_rate=dropout_rate)
+
+
+class SquadOnEncoderOutput(SquadTask):
+  def build_head(self, bert_cfg, dropout_rate=None):
+    return QuestionAnsweringOnEncoderOutput(bert_cfg)
+
+
+registry.TASKS.update(ner_encoder_output=NerOnEncoderOutput, squad_v1_encoder_output=SquadOnEncoderOutput)
+# (key, task kind) of the ablation's rows: the token tasks only (sentiment reads the pooled vector either way)
+ENCODER_OUTPUT_TASKS = {"ner": "ner_encoder_output", "qa": "squad_v1_encoder_output"}
+ABLATION_SUFFIX = "_encoder_output"
 
 # ------------------------------------------------------------------------------------------------ running
 
@@ -145,7 +225,9 @@ def pretrain(name: str, arm: str, size: str, steps: int, workdir: str, inputs: s
   final = curve[max(curve)]["packed"]
   entry = {"dir": run_dir, "arm": arm, "size": size, "steps": int(steps), "seconds": round(time.time() - t0, 1),
            "seconds_per_step": budget_recipe.train_seconds_per_step(run_dir), "load_average": os.getloadavg()[0],
-           "heldout": final, "train_last": {k: v for k, v in last.items() if k in ("mlm_loss", "mlm_accuracy")}}
+           "heldout": final,
+           "curve": {str(k): round(v["packed"]["mlm_accuracy"], 4) for k, v in sorted(curve.items())},
+           "train_last": {k: v for k, v in last.items() if k in ("mlm_loss", "mlm_accuracy")}}
   runs_[name] = entry
   res.save()
   print(f"    {entry['seconds']:.0f} s, held-out MLM accuracy {final['mlm_accuracy']:.4f}", flush=True)
@@ -159,24 +241,29 @@ def _qa_examples(path: str) -> int:
 
 
 def finetune(name: str, init_dir: str, size: str, data_dir: str, s: dict, workdir: str, res: Results,
-             redo: bool) -> None:
-  """Every task, `seeds` seeds as one sweep point, early stopping on dev; median over seeds."""
+             redo: bool, encoder_output: bool = False) -> None:
+  """Every task, `seeds` seeds as one sweep point, early stopping on dev; median over seeds. encoder_output:
+  the token tasks only, with heads reading sequence_output (rows NAME_encoder_output/TASK)."""
   from bert_jax.finetune import sweep
   down = res.data.setdefault("downstream", {})
   model = runs.ModelSpec(size=size)
-  for key, task, sub in TASKS:
+  tasks = [(k, ENCODER_OUTPUT_TASKS[k], sub) for k, _, sub in TASKS if k in ENCODER_OUTPUT_TASKS] \
+      if encoder_output else TASKS
+  name = name + (ABLATION_SUFFIX if encoder_output else "")
+  for key, task, sub in tasks:
     row = f"{name}/{key}"
     if row in down and not redo and down[row].get("test") is not None:
       continue
     path = os.path.join(data_dir, sub)
-    rows = _qa_examples(path) if task == "squad_v1" else runs.count_rows(path, task)
+    is_qa = task.startswith("squad")
+    rows = _qa_examples(path) if is_qa else runs.count_rows(path, "ner" if task.startswith("ner") else task)
     steps_per_epoch = -(-rows // BATCH)
-    spec = runs.FinetuneSpec(task=task, max_seq_length=128 if task == "squad_v1" else SEQ, batch_size=BATCH,
+    spec = runs.FinetuneSpec(task=task, max_seq_length=128 if is_qa else SEQ, batch_size=BATCH,
                              epochs=float(s["epochs"]), max_train_steps=s["max_ft_steps"],
                              evals=max(1, s["evals"] * s["epochs"]), seed=0)
     config = runs.finetune_config(path, model, spec, init_checkpoint=init_dir, steps_per_epoch=steps_per_epoch)
     config.early_stopping_patience = int(s["patience"])
-    if task == "squad_v1":
+    if is_qa:
       config.doc_stride = 64
       config.test_splits = "test"           # the QA set has a test split; the SQuAD task scores dev by default
     out = os.path.join(workdir, "finetune", name, key)
@@ -214,42 +301,55 @@ def _score(down: dict, run: str, task: str) -> Optional[dict]:
               tests=[x / 100 for x in d.get("tests", [])])
 
 
-def step_times(arm: str, size: str, vocab_size: int, inputs: str, vocab: str, s: dict) -> Dict[str, float]:
-  """{length: median seconds per train step} at TIMING_TOKENS tokens a step, the arm's model and optimizer."""
+def step_time(arm: str, size: str, length: int, vocab_size: int, inputs: str, vocab: str, s: dict) -> dict:
+  """{"wall", "cpu"}: median seconds per train step (wall clock, and this process's CPU time over both cores)
+  at TIMING_TOKENS tokens a step of `length`-token rows, the arm's model and optimizer, after a compiling step."""
   import jax
   from bert_jax.bench.__main__ import synthetic_batch
   from bert_jax.engine import optimizers, sharding
   from bert_jax.engine import train_step as ts
   from bert_jax.models.pretraining import pretraining_model
   config = make_config(arm, size, 1000, inputs, vocab)
-  out = {}
-  for length in s["timing"]:
-    cfg = model_of(config, vocab_size).replace(max_position_embeddings=max(512, length))
-    batch_size = max(1, TIMING_TOKENS // length)
-    opt = optimizers.OptimizerSettings.from_config(config.optimizer)
-    run_cfg = ts.StepSettings(seed=0, grad_accum_steps=1, nan_policy="stop",
-                              logical_axis_rules=sharding.normalize_rules(None), num_train_steps=1000,
-                              warmup_steps=10, optimizer=opt)
-    model = pretraining_model(cfg, tuple(config.targets))
-    mesh = sharding.make_mesh((1, 1, 1))
-    tx, _ = optimizers.optimizer_from_run_config(run_cfg)
-    state, shardings = ts.create_train_state(run_cfg, model, mesh, tx)
-    step = ts.make_train_step(run_cfg, model, tx, mesh, shardings)
-    preds = max(1, math.ceil(float(config.data.masked_lm_prob) * (length - 2) - 1e-9))
-    batch = jax.device_put(synthetic_batch(cfg, batch_size, length, preds),
-                           sharding.batch_sharding(mesh, sharding.normalize_rules(None)))
-    state, metrics = step(state, batch)            # compile + one step
+  cfg = model_of(config, vocab_size).replace(max_position_embeddings=max(512, length))
+  batch_size = max(1, TIMING_TOKENS // length)
+  opt = optimizers.OptimizerSettings.from_config(config.optimizer)
+  run_cfg = ts.StepSettings(seed=0, grad_accum_steps=1, nan_policy="stop",
+                            logical_axis_rules=sharding.normalize_rules(None), num_train_steps=1000,
+                            warmup_steps=10, optimizer=opt)
+  model = pretraining_model(cfg, tuple(config.targets))
+  mesh = sharding.make_mesh((1, 1, 1))
+  tx, _ = optimizers.optimizer_from_run_config(run_cfg)
+  state, shardings = ts.create_train_state(run_cfg, model, mesh, tx)
+  step = ts.make_train_step(run_cfg, model, tx, mesh, shardings)
+  preds = max(1, math.ceil(float(config.data.masked_lm_prob) * (length - 2) - 1e-9))
+  batch = jax.device_put(synthetic_batch(cfg, batch_size, length, preds),
+                         sharding.batch_sharding(mesh, sharding.normalize_rules(None)))
+  state, metrics = step(state, batch)            # compile + one step
+  jax.block_until_ready(metrics)
+  wall, cpu = [], []
+  for _ in range(s["timing_steps"]):
+    t0, c0 = time.perf_counter(), time.process_time()
+    state, metrics = step(state, batch)
     jax.block_until_ready(metrics)
-    times = []
-    for _ in range(s["timing_steps"]):
-      t0 = time.perf_counter()
-      state, metrics = step(state, batch)
-      jax.block_until_ready(metrics)
-      times.append(time.perf_counter() - t0)
-    out[str(length)] = statistics.median(times)
-    print(f"  step time {arm}/{size} at {length} tokens x {batch_size}: {out[str(length)]:.3f} s", flush=True)
-    del state, batch, step
+    wall.append(time.perf_counter() - t0)
+    cpu.append(time.process_time() - c0)
+  out = {"wall": statistics.median(wall), "cpu": statistics.median(cpu), "load_average": os.getloadavg()[0]}
+  print(f"  step time {arm}/{size} at {length} tokens x {batch_size}: {out['wall']:.3f} s wall, "
+        f"{out['cpu']:.3f} s CPU (load {out['load_average']:.1f})", flush=True)
   return out
+
+
+def step_times(sizes, vocab_size: int, inputs: str, vocab: str, s: dict, times: dict, save) -> None:
+  """times["SIZE/ARM"][LENGTH] = step_time(...), in one process: per length, the arms back to back, so a change
+  of the machine's load falls on every arm alike; wall seconds in times, CPU seconds under "cpu"."""
+  for size in sizes:
+    for length in s["timing"]:
+      for arm in ARMS:
+        t = step_time(arm, size, length, vocab_size, inputs, vocab, s)
+        times.setdefault(f"{size}/{arm}", {})[str(length)] = t["wall"]
+        times.setdefault("cpu", {}).setdefault(f"{size}/{arm}", {})[str(length)] = t["cpu"]
+        times.setdefault("load_average", {}).setdefault(f"{size}/{arm}", {})[str(length)] = t["load_average"]
+        save()
 
 
 STAGES = ("pretrain", "downstream", "timing")
@@ -260,6 +360,7 @@ def run(args) -> dict:
   scale = "quick" if args.quick else args.scale
   s = settings(scale)
   stages = runs.choices_list("--stages", args.stages, STAGES)
+  arms = runs.choices_list("--arms", args.arms, tuple(ARMS))
   workdir = runs.make_workdir("--workdir", args.workdir)
   args.output = args.output or os.path.join(workdir if scale != "full" else os.path.dirname(
       os.path.abspath(__file__)), "modern_encoder.md")
@@ -267,6 +368,8 @@ def run(args) -> dict:
   res.data.update(scale=scale, settings=dict(s), machine=runs.machine())
 
   full, data_dir, corpus_dir = runs.bundled_data(workdir, s["data"], s["corpus_bytes"])
+  if s["data"] and not s["corpus_bytes"]:      # task subsets, but pre-training on the whole corpora
+    corpus_dir = os.path.join(full, "corpora")
   vocab = os.path.join(full, "vocab.txt")
   vocab_size = sum(1 for _ in open(vocab, encoding="utf-8"))
   inputs = ",".join(os.path.join(corpus_dir, f"{c}.txt") for c in ("news", "reviews"))
@@ -278,7 +381,7 @@ def run(args) -> dict:
   rows = res.data.setdefault("rows", {})
   for size in s["sizes"]:
     f_bert = flops_per_step(make_config(BERT_ARM, size, s["budget"], inputs, vocab), vocab_size)
-    for arm in ARMS:
+    for arm in arms:
       f_arm = flops_per_step(make_config(arm, size, s["budget"], inputs, vocab), vocab_size)
       steps = max(1, round(s["budget"] * f_bert / f_arm))
       name = f"{size}_{arm}"
@@ -292,13 +395,16 @@ def run(args) -> dict:
       entry = res.data.get("pretrain", {}).get(row["run"])
       if entry is not None:
         finetune(row["run"], entry["dir"], row["size"], data_dir, s, workdir, res, args.redo)
+    for key, row in rows.items():         # the head ablation, after every arm's main rows
+      entry = res.data.get("pretrain", {}).get(row["run"])
+      if entry is not None and row["arm"] in s.get("head_ablation", ()):
+        finetune(row["run"], entry["dir"], row["size"], data_dir, s, workdir, res, args.redo, encoder_output=True)
   if "timing" in stages:
-    times = res.data.setdefault("step_times", {})
-    for size in s["sizes"]:
-      for arm in ARMS:
-        if f"{size}/{arm}" not in times or args.redo:
-          times[f"{size}/{arm}"] = step_times(arm, size, vocab_size, inputs, vocab, s)
-          res.save()
+    todo = [size for size in s["sizes"] if args.redo or any(
+        f"{size}/{arm}" not in res.data.get("step_times", {}) for arm in ARMS)]
+    if todo:
+      res.data["step_times"] = {}
+      step_times(todo, vocab_size, inputs, vocab, s, res.data["step_times"], res.save)
   write_markdown(res.data, args.output)
   return res.data
 
@@ -336,16 +442,44 @@ def write_markdown(data: dict, output: str) -> None:
     lines.append(f"| {row['size']} | {ARMS[row['arm']][0]} | {row['steps']} | {row['flops'] / 1e9:,.0f} | "
                  f"{'–' if not sps else f'{sps:.3f}'} | {'–' if held is None else f'{held:.4f}'} | "
                  + " | ".join(fmt(_score(down, row["run"], t)) for t, _, _ in TASKS) + " |")
-  times = data.get("step_times", {})
+  ablation = [(key, row) for key, row in data.get("rows", {}).items()
+              if any(k.startswith(row["run"] + ABLATION_SUFFIX + "/") for k in down)]
+  if ablation:
+    lines += ["", "Token heads of the modern arms (same checkpoints; median ± half the spread over the same seeds): "
+              "the prediction head (dense, GELU, norm; random init) on every token, as transformers' ModernBERT, "
+              "against the encoder's output read directly, as BERT's heads do:", "",
+              "| size | arm | token heads read | NER F1 | QA F1 |", "|---|---|---|---|---|"]
+    for key, row in ablation:
+      for label, run_name in (("prediction head (default)", row["run"]),
+                              ("encoder output", row["run"] + ABLATION_SUFFIX)):
+        lines.append(f"| {row['size']} | {ARMS[row['arm']][0]} | {label} | "
+                     + " | ".join(fmt(_score(down, run_name, t)) for t in ENCODER_OUTPUT_TASKS) + " |")
+  curves = [(row, (pre.get(row["run"]) or {}).get("curve")) for row in data.get("rows", {}).values()]
+  if any(c for _, c in curves):
+    lines += ["", "Held-out MLM accuracy during pre-training (at each checkpoint, step: accuracy):", ""]
+    for row, c in curves:
+      if c:
+        lines.append(f"- {row['size']}, {ARMS[row['arm']][0]}: "
+                     + ", ".join(f"{int(k):,}: {v:.4f}" for k, v in sorted(c.items(), key=lambda kv: int(kv[0]))))
+  all_times = data.get("step_times", {})
+  times = {k: v for k, v in all_times.items() if "/" in k}
   if times:
     lengths = sorted({int(k) for v in times.values() for k in v})
-    lines += ["", f"Step time (seconds per train step, {TIMING_TOKENS:,} tokens a step, each arm's optimizer):", "",
+    cpu, loads = all_times.get("cpu", {}), all_times.get("load_average", {})
+    load_values = [x for v in loads.values() for x in v.values()]
+    lines += ["", f"Step time: median seconds per train step of {TIMING_TOKENS:,} tokens (each arm's model and "
+              "optimizer), measured in one process, per length the arms back to back; wall clock / CPU time of "
+              "the process (both cores)"
+              + (f"; load average {min(load_values):.1f}-{max(load_values):.1f} during the timings" if load_values
+                 else "") + ":", "",
               "| size | arm | " + " | ".join(f"{n:,} tokens" for n in lengths) + " |",
               "|---|---|" + "---|" * len(lengths)]
     for key, t in times.items():
       size, arm = key.split("/")
+      c = cpu.get(key, {})
       lines.append(f"| {size} | {ARMS[arm][0]} | " + " | ".join(
-          f"{t[str(n)]:.3f}" if str(n) in t else "–" for n in lengths) + " |")
+          (f"{t[str(n)]:.3f} / {c[str(n)]:.3f}" if str(n) in c else f"{t[str(n)]:.3f}") if str(n) in t else "–"
+          for n in lengths) + " |")
   lines += ["", "## Verdict", ""] + verdict(data)
   text = "\n".join(lines) + "\n"
   by_hand = runs.hand_written_section(output, BY_HAND_HEADING)
@@ -386,10 +520,14 @@ def parse_args(argv=None):
   p.add_argument("--output", default="", help="the markdown report (default: experiments/modern_encoder.md at "
                  "full scale, WORKDIR/modern_encoder.md otherwise)")
   p.add_argument("--results", default="", help="results JSON (default: next to --output)")
-  p.add_argument("--scale", default="full", choices=("full", "reduced"),
-                 help="full: the protocol; reduced: tiny, 60 BERT steps, 3 seeds, 40 fine-tuning steps (a check)")
+  p.add_argument("--scale", default="full", choices=("full", "study", "reduced"),
+                 help="full: the protocol; study: tiny only, 2,400 BERT steps, 5 seeds, "
+                 "fine-tuning to early stopping on task subsets (~100 min); reduced: tiny, 60 BERT steps, 3 seeds, "
+                 "40 fine-tuning steps (a check)")
   p.add_argument("--quick", action="store_true", help="a smoke run of a few steps on a data subset")
   p.add_argument("--stages", default=",".join(STAGES), help="comma-separated: pretrain, downstream, timing")
+  p.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms to pre-train and fine-tune "
+                 "(several processes can share the work, each with its own --workdir and --results)")
   p.add_argument("--redo", action="store_true", help="rerun what the results JSON already holds")
   return p.parse_args(argv)
 
