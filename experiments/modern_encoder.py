@@ -3,6 +3,10 @@ r"""BERT against the modern encoder family (ModernBERT) at equal CPU compute, on
   nice -n 5 python -m experiments.modern_encoder --workdir=/tmp/modern --output=experiments/modern_encoder.md
       # full: tiny and mini, 2,400 BERT steps of 32 x 64 tokens, every arm at equal FLOPs, 5 fine-tuning seeds
       # per task to convergence (early stopping on dev), step times at 128 / 512 / 2,048 tokens (hours)
+  nice -n 5 python -m experiments.modern_encoder --scale=study --workdir=/tmp/modern_s
+      # tiny only, the same 2,400-step budget, 5 seeds to early stopping on task subsets (DATA_STUDY below):
+      # what ~100 minutes of a shared 2-core machine allow; the work splits over processes with --arms, each with
+      # its own --workdir and --results, joined by --merge (experiments/modern_encoder.md says how it ran)
   python -m experiments.modern_encoder --scale=reduced --workdir=/tmp/modern_r --output=/tmp/modern_r/m.md
       # tiny, 60 BERT steps, 3 seeds, 40 fine-tuning steps on a data subset: a pipeline check, not the comparison
   python -m experiments.modern_encoder --quick --workdir=/tmp/modern_q      # smoke (tests/test_experiments_cli.py)
@@ -14,18 +18,23 @@ Protocol (every number of the generated page comes from one run of this script; 
     same preset=budget with model.encoder=modernbert (only the architecture changes: rotary, GeGLU, bias-free
     pre-norm layers, local + global attention); `modernbert` = preset=modernbert on the modernbert encoder (30%
     masking, StableAdamW lr 8e-4, warmup-stable-decay with 1-sqrt decay, batch warmup; one length, 64, since
-    the 1,024 -> 8,192 context extension has nothing to extend at this length).
+    the 1,024 -> 8,192 context extension has nothing to extend at this length). Its warmup and decay are
+    fitted to the budget (BUDGET_FIT: 5% warmup, 1-sqrt decay over the last 20%), not the preset's 2T-token
+    fractions.
   - equal compute: a budget is B steps of `bert`; every other arm runs round(B x F_bert / F_arm) steps, F the
     training FLOPs per sequence (bert_jax.pretrain.flops, each family's own count). Schedules follow each arm's
     steps (the presets' warmups are fractions of num_train_steps).
-  - held-out MLM: the final checkpoint of every arm scored on the SAME held-out batches (dev reviews + dev news
-    sentences, 15% masking whatever the arm trained with; experiments/budget_recipe.py's batches).
+  - held-out MLM: the checkpoints at each quarter of every run (the curve; the last one is the score) on the
+    SAME held-out batches (dev reviews + dev news sentences, 15% masking whatever the arm trained with;
+    experiments/budget_recipe.py's batches).
   - downstream: review sentiment (accuracy), People's Daily NER (entity F1) and the People's Daily QA set
     (squad_v1, F1), each fine-tuned from every arm with `seeds` seeds trained as one vmapped sweep point, up
     to `epochs` epochs with early stopping on dev (patience `patience` evaluations, `evals` per epoch); test
-    median over the seeds and the spread (max - min).
+    median over the seeds and the spread (max - min). Head ablation (`head_ablation` arms): NER and QA again
+    with token heads reading the encoder output (as BERT's) instead of the family's prediction head.
   - step time: the real train step (each arm's optimizer) at 128, 512 and 2,048 tokens, 8,192 tokens a step
-    (batch 64, 16, 4), median of `timing_steps` steps after a warm-up step; shared-CPU timings.
+    (batch 64, 16, 4), median of `timing_steps` steps after a warm-up step, per length the arms back to back
+    in one process; wall clock and the process's CPU time (the steadier number on a shared machine).
 """
 
 from __future__ import annotations
@@ -366,6 +375,8 @@ def run(args) -> dict:
       os.path.abspath(__file__)), "modern_encoder.md")
   res = Results(args.results or os.path.splitext(args.output)[0] + ".json")
   res.data.update(scale=scale, settings=dict(s), machine=runs.machine())
+  for path in [p for p in args.merge.split(",") if p.strip()]:
+    merge_results(res.data, path)
 
   full, data_dir, corpus_dir = runs.bundled_data(workdir, s["data"], s["corpus_bytes"])
   if s["data"] and not s["corpus_bytes"]:      # task subsets, but pre-training on the whole corpora
@@ -391,11 +402,12 @@ def run(args) -> dict:
         pretrain(name, arm, size, steps, workdir, inputs, vocab, batches, res, args.redo)
   res.save()
   if "downstream" in stages:
-    for key, row in rows.items():
+    mine = [row for row in rows.values() if row["arm"] in arms]
+    for row in mine:
       entry = res.data.get("pretrain", {}).get(row["run"])
       if entry is not None:
         finetune(row["run"], entry["dir"], row["size"], data_dir, s, workdir, res, args.redo)
-    for key, row in rows.items():         # the head ablation, after every arm's main rows
+    for row in mine:                      # the head ablation, after every arm's main rows
       entry = res.data.get("pretrain", {}).get(row["run"])
       if entry is not None and row["arm"] in s.get("head_ablation", ()):
         finetune(row["run"], entry["dir"], row["size"], data_dir, s, workdir, res, args.redo, encoder_output=True)
@@ -407,6 +419,22 @@ def run(args) -> dict:
       step_times(todo, vocab_size, inputs, vocab, s, res.data["step_times"], res.save)
   write_markdown(res.data, args.output)
   return res.data
+
+
+MERGED = ("pretrain", "rows", "downstream")
+
+
+def merge_results(data: dict, path: str) -> None:
+  """Adds another process's results (a run with its own --arms / --stages, --workdir and --results) to `data`:
+  its pre-training runs, rows and downstream rows, and its step times when it has them."""
+  if not os.path.isfile(path):
+    raise runs.UserError(f"--merge={path}: no such results file")
+  with open(path, encoding="utf-8") as f:
+    other = json.load(f)
+  for key in MERGED:
+    data.setdefault(key, {}).update(other.get(key, {}))
+  if other.get("step_times"):
+    data["step_times"] = other["step_times"]
 
 
 # ---------------------------------------------------------------------------------------------- reporting
@@ -528,6 +556,8 @@ def parse_args(argv=None):
   p.add_argument("--stages", default=",".join(STAGES), help="comma-separated: pretrain, downstream, timing")
   p.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms to pre-train and fine-tune "
                  "(several processes can share the work, each with its own --workdir and --results)")
+  p.add_argument("--merge", default="", help="comma-separated results files of other processes of this study "
+                 "(see --arms) whose runs, rows and step times join this one's report")
   p.add_argument("--redo", action="store_true", help="rerun what the results JSON already holds")
   return p.parse_args(argv)
 
