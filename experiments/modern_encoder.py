@@ -250,7 +250,7 @@ def _qa_examples(path: str) -> int:
 
 
 def finetune(name: str, init_dir: str, size: str, data_dir: str, s: dict, workdir: str, res: Results,
-             redo: bool, encoder_output: bool = False) -> None:
+             redo: bool, encoder_output: bool = False, only=None) -> None:
   """Every task, `seeds` seeds as one sweep point, early stopping on dev; median over seeds. encoder_output:
   the token tasks only, with heads reading sequence_output (rows NAME_encoder_output/TASK)."""
   from bert_jax.finetune import sweep
@@ -258,6 +258,7 @@ def finetune(name: str, init_dir: str, size: str, data_dir: str, s: dict, workdi
   model = runs.ModelSpec(size=size)
   tasks = [(k, ENCODER_OUTPUT_TASKS[k], sub) for k, _, sub in TASKS if k in ENCODER_OUTPUT_TASKS] \
       if encoder_output else TASKS
+  tasks = [t for t in tasks if only is None or t[0] in only]
   name = name + (ABLATION_SUFFIX if encoder_output else "")
   for key, task, sub in tasks:
     row = f"{name}/{key}"
@@ -362,6 +363,8 @@ def step_times(sizes, vocab_size: int, inputs: str, vocab: str, s: dict, times: 
 
 
 STAGES = ("pretrain", "downstream", "timing")
+# --tasks: the tasks, and the head ablation's rows as TASK_encoder_output
+TASK_CHOICES = tuple(k for k, _, _ in TASKS) + tuple(k + ABLATION_SUFFIX for k in ENCODER_OUTPUT_TASKS)
 
 
 def run(args) -> dict:
@@ -370,6 +373,7 @@ def run(args) -> dict:
   s = settings(scale)
   stages = runs.choices_list("--stages", args.stages, STAGES)
   arms = runs.choices_list("--arms", args.arms, tuple(ARMS))
+  tasks = runs.choices_list("--tasks", args.tasks, TASK_CHOICES)
   workdir = runs.make_workdir("--workdir", args.workdir)
   args.output = args.output or os.path.join(workdir if scale != "full" else os.path.dirname(
       os.path.abspath(__file__)), "modern_encoder.md")
@@ -406,11 +410,12 @@ def run(args) -> dict:
     for row in mine:
       entry = res.data.get("pretrain", {}).get(row["run"])
       if entry is not None:
-        finetune(row["run"], entry["dir"], row["size"], data_dir, s, workdir, res, args.redo)
+        finetune(row["run"], entry["dir"], row["size"], data_dir, s, workdir, res, args.redo, only=tasks)
     for row in mine:                      # the head ablation, after every arm's main rows
       entry = res.data.get("pretrain", {}).get(row["run"])
       if entry is not None and row["arm"] in s.get("head_ablation", ()):
-        finetune(row["run"], entry["dir"], row["size"], data_dir, s, workdir, res, args.redo, encoder_output=True)
+        finetune(row["run"], entry["dir"], row["size"], data_dir, s, workdir, res, args.redo, encoder_output=True,
+                 only=[t[:-len(ABLATION_SUFFIX)] for t in tasks if t.endswith(ABLATION_SUFFIX)])
   if "timing" in stages:
     todo = [size for size in s["sizes"] if args.redo or any(
         f"{size}/{arm}" not in res.data.get("step_times", {}) for arm in ARMS)]
@@ -558,6 +563,8 @@ def parse_args(argv=None):
                  "(several processes can share the work, each with its own --workdir and --results)")
   p.add_argument("--merge", default="", help="comma-separated results files of other processes of this study "
                  "(see --arms) whose runs, rows and step times join this one's report")
+  p.add_argument("--tasks", default=",".join(TASK_CHOICES), help="comma-separated downstream tasks to run "
+                 f"({', '.join(TASK_CHOICES)}; TASK{ABLATION_SUFFIX}: the head ablation's rows)")
   p.add_argument("--redo", action="store_true", help="rerun what the results JSON already holds")
   return p.parse_args(argv)
 

@@ -6,7 +6,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
+from bert_jax.errors import UserError
 from bert_jax.finetune.tasks import registry
 from bert_jax.models import BertConfig, BertModel, heads
 from experiments import modern_encoder as me
@@ -68,3 +70,18 @@ def test_the_report_shows_the_head_ablation_the_curve_and_cpu_times(tmp_path):
   assert f"| tiny | {label} | encoder output | 50.0 ± 1.0 | 33.0 ± 2.0 |" in text
   assert f"- tiny, {label}: 25: 0.0500, 100: 0.1000" in text
   assert "| tiny | BERT, preset=budget | 0.500 / 0.900 |" in text and "load average 7.5-7.5" in text
+
+
+def test_merge_joins_another_processes_runs_and_a_missing_file_is_one_error(tmp_path):
+  other = tmp_path / "other.json"
+  other.write_text('{"pretrain": {"tiny_arch": {"dir": "d"}}, "rows": {"tiny/arch": {"run": "tiny_arch"}}, '
+                   '"downstream": {"tiny_arch/ner": {"test": 0.5}}, "step_times": {"tiny/arch": {"128": 1.0}}}',
+                   encoding="utf-8")
+  data = {"pretrain": {"tiny_bert": {"dir": "b"}}, "downstream": {"tiny_bert/ner": {"test": 0.4}}}
+  me.merge_results(data, str(other))
+  assert set(data["pretrain"]) == {"tiny_bert", "tiny_arch"} and data["rows"] == {"tiny/arch": {"run": "tiny_arch"}}
+  assert set(data["downstream"]) == {"tiny_bert/ner", "tiny_arch/ner"} and data["step_times"]["tiny/arch"]
+  with pytest.raises(UserError, match="--merge=.*no such results file"):
+    me.merge_results(data, str(tmp_path / "missing.json"))
+  with pytest.raises(UserError, match="--tasks='ner,pos'"):
+    me.main([f"--workdir={tmp_path / 'w'}", "--tasks=ner,pos"])
