@@ -286,11 +286,28 @@ def finetune(name: str, init_dir: str, size: str, data_dir: str, s: dict, workdi
     tests = [run["test"] for run in point["runs"] if run.get("test") is not None]
     down[row] = {"dev": r["result"]["dev"], "test": r["result"]["test"], "tests": tests,
                  "spread": (max(tests) - min(tests)) if tests else None, "seeds": len(tests),
-                 "seconds": round(time.time() - t0, 1)}
+                 "seconds": round(time.time() - t0, 1), **(early_stopping_of(out) or {})}
     res.save()
     shown = _score(down, name, key) or {}
     print(f"  {row}: test median {_pct(shown.get('test'))} (spread {_pct(shown.get('spread'))}, {len(tests)} seeds, "
           f"{down[row]['seconds']:.0f} s)", flush=True)
+
+
+def early_stopping_of(sweep_dir: str) -> Optional[dict]:
+  """{"train_steps": [per seed], "best_steps": [per seed], "planned_steps": N} from a sweep's runs'
+  eval_results.json (None when it has none): whether early stopping ended each seed before the planned steps."""
+  rows = []
+  run_root = os.path.join(sweep_dir, "runs")
+  for name in sorted(os.listdir(run_root)) if os.path.isdir(run_root) else []:
+    path = os.path.join(run_root, name, "eval_results.json")
+    if os.path.isfile(path):
+      with open(path, encoding="utf-8") as f:
+        rows.append(json.load(f))
+  if not rows:
+    return None
+  return {"train_steps": [int(r["timing"]["train_steps"]) for r in rows],
+          "best_steps": [int((r.get("best") or {}).get("step") or 0) for r in rows],
+          "planned_steps": int(rows[0]["train"]["total_steps"])}
 
 
 def _pct(x) -> str:
@@ -438,6 +455,10 @@ def merge_results(data: dict, path: str) -> None:
     other = json.load(f)
   for key in MERGED:
     data.setdefault(key, {}).update(other.get(key, {}))
+  for row, entry in other.get("downstream", {}).items():      # rows run before the script recorded early stopping
+    if "train_steps" not in entry:
+      found = early_stopping_of(os.path.join(os.path.dirname(os.path.abspath(path)), "finetune", *row.split("/")))
+      data["downstream"][row] = dict(entry, **(found or {}))
   if other.get("step_times"):
     data["step_times"] = other["step_times"]
 
@@ -487,6 +508,16 @@ def write_markdown(data: dict, output: str) -> None:
                               ("encoder output", row["run"] + ABLATION_SUFFIX)):
         lines.append(f"| {row['size']} | {ARMS[row['arm']][0]} | {label} | "
                      + " | ".join(fmt(_score(down, run_name, t)) for t in ENCODER_OUTPUT_TASKS) + " |")
+  stops = [(row, d) for row, d in down.items() if d.get("train_steps")]
+  if stops:
+    lines += ["", "Early stopping: a seed stops after `patience` dev evaluations without a better score and is "
+              "tested at its best dev step; the seeds train as one vmapped program, which runs until its last seed "
+              "stops or the planned steps end:", "",
+              "| row | best dev step per seed | steps run | planned | ended by |", "|---|---|---|---|---|"]
+    for row, d in stops:
+      ran = max(d["train_steps"])
+      lines.append(f"| {row} | {', '.join(map(str, d['best_steps']))} | {ran} | {d['planned_steps']} | "
+                   f"{'early stopping' if ran < d['planned_steps'] else 'the planned steps'} |")
   curves = [(row, (pre.get(row["run"]) or {}).get("curve")) for row in data.get("rows", {}).values()]
   if any(c for _, c in curves):
     lines += ["", "Held-out MLM accuracy during pre-training (at each checkpoint, step: accuracy):", ""]

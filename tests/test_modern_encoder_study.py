@@ -56,7 +56,8 @@ def test_encoder_output_token_heads_read_sequence_output_where_the_default_reads
 def test_the_report_shows_the_head_ablation_the_curve_and_cpu_times(tmp_path):
   rows = {f"tiny/{a}": {"arm": a, "size": "tiny", "run": f"tiny_{a}", "steps": 100, "flops": 1e12,
                         "flops_per_step": 1e10} for a in ("bert", "modernbert")}
-  down = {"tiny_modernbert/ner": {"test": 0.40, "spread": 0.04}, "tiny_modernbert/qa": {"test": 30.0, "spread": 2.0},
+  down = {"tiny_modernbert/ner": {"test": 0.40, "spread": 0.04, "train_steps": [96, 96], "best_steps": [32, 64],
+                                 "planned_steps": 192}, "tiny_modernbert/qa": {"test": 30.0, "spread": 2.0},
           "tiny_modernbert_encoder_output/ner": {"test": 0.50, "spread": 0.02},
           "tiny_modernbert_encoder_output/qa": {"test": 33.0, "spread": 4.0}}
   pre = {"tiny_modernbert": {"heldout": {"mlm_accuracy": 0.1}, "curve": {"25": 0.05, "100": 0.1}}}
@@ -69,6 +70,7 @@ def test_the_report_shows_the_head_ablation_the_curve_and_cpu_times(tmp_path):
   assert f"| tiny | {label} | prediction head (default) | 40.0 ± 2.0 | 30.0 ± 1.0 |" in text
   assert f"| tiny | {label} | encoder output | 50.0 ± 1.0 | 33.0 ± 2.0 |" in text
   assert f"- tiny, {label}: 25: 0.0500, 100: 0.1000" in text
+  assert "| tiny_modernbert/ner | 32, 64 | 96 | 192 | early stopping |" in text
   assert "| tiny | BERT, preset=budget | 0.500 / 0.900 |" in text and "load average 7.5-7.5" in text
 
 
