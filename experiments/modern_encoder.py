@@ -104,8 +104,8 @@ def settings(scale: str) -> dict:
                 data=dict(train=800, dev=200, test=200, ner_train=600, qa=dict(train=600, dev=150, test=150)),
                 corpus_bytes=1_000_000)
   if scale == "study":     # what ~100 minutes of a shared 2-core machine allow: tiny, out of the unigram plateau
-    return dict(common, sizes=("tiny",), head_ablation=("modernbert",), budget=2400, seeds=5, epochs=EPOCHS_STUDY,
-                patience=2, evals=2,
+    return dict(common, sizes=("tiny",), head_ablation=("arch", "modernbert"), budget=2400, seeds=5,
+                epochs=EPOCHS_STUDY, patience=2, evals=2,
                 max_ft_steps=-1, timing=(128, 512, 2048), timing_steps=5, eval_batches=32,
                 data=DATA_STUDY, corpus_bytes=0)
   return dict(common, sizes=("tiny", "mini"), head_ablation=("arch", "modernbert"), budget=2400, seeds=5, epochs=10,
