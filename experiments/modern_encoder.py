@@ -483,11 +483,16 @@ def write_markdown(data: dict, output: str) -> None:
       "Full protocol: `nice -n 5 python -m experiments.modern_encoder --workdir=/tmp/modern "
       "--output=experiments/modern_encoder.md`.", "",
       *([f"**A {data.get('scale')} run: a check that the pipeline runs end to end, not the comparison the "
-         "protocol makes.**", ""] if data.get("scale") != "full" else []),
+         "protocol makes.**", ""] if data.get("scale") in ("quick", "reduced") else []),
+      *([f"**A study run: tiny only, pre-trained at the full budget, fine-tuned on task subsets** (training "
+         f"{d['train']} reviews, {d['ner_train']} NER sentences, {d['qa']['train']} questions; dev {d['dev']} / "
+         f"{d['dev']} / {d['qa']['dev']}; test {d['test']} / {d['test']} / {d['qa']['test']}), each seed until early "
+         "stopping or the epochs end; mini not run.", ""] if data.get("scale") == "study" and (d := s.get("data"))
+        else []),
       f"Machine: {data.get('machine', {}).get('cpu', '?')}; shared-CPU timings (load averages in the JSON).", "",
       f"Held-out MLM accuracy: {data.get('heldout_sequences', '?')} packed held-out sequences, 15% masked, the same "
       "for every arm. Downstream: test split, median over seeds ± half the spread (max - min), percent.", "",
-      "| size | arm | steps | train GFLOPs | s/step | held-out MLM acc. | sentiment acc. | NER F1 | QA F1 |",
+      "| size | arm | steps | train GFLOPs | s/step (wall) | held-out MLM acc. | sentiment acc. | NER F1 | QA F1 |",
       "|---|---|---|---|---|---|---|---|---|",
   ]
   for key, row in data.get("rows", {}).items():
@@ -569,7 +574,7 @@ def verdict(data: dict) -> List[str]:
     for task, _, _ in TASKS:
       x, y = _score(down, row["run"], task), _score(down, ref["run"], task)
       if not x or not y:
-        parts.append(f"{task}: not run")
+        parts.append(f"{task}: no score for both")
         continue
       delta, spread = x["test"] - y["test"], max(x.get("spread") or 0, y.get("spread") or 0)
       parts.append(f"{task} {100 * delta:+.1f} ({'beyond' if abs(delta) > spread else 'within'} the spread "
