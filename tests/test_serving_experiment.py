@@ -36,3 +36,12 @@ def test_each_retrieval_run_renders_its_own_table_of_metric_rows():
   assert "| pretrain_mini, contrastive fine-tuning | 0.100 | 0.712 |" in tables[1]
   rows = [l for l in text.splitlines() if l.startswith("| ") and not l.startswith("| model")]
   assert len(rows) == 4   # BM25 twice, one model row each: best / dev_curve / load_average are no rows
+
+
+def test_overlap_counts_test_queries_and_passage_sentences_found_in_the_pretraining_text(tmp_path):
+  (tmp_path / "corpora").mkdir()
+  (tmp_path / "corpora" / "news.txt").write_text("甲乙丙丁。\n戊己庚辛。\n\n壬癸子丑。\n", encoding="utf-8")
+  test = [("甲乙丙丁。", "寅卯辰巳。戊己庚辛。"), ("午未申酉。", "壬癸子丑！")]
+  got = serving.overlap(str(tmp_path / "retrieval"), test, [p for _, p in test])
+  assert got == {"queries_in_news": 1, "queries": 2, "passage_sentences_in_news": 1, "passage_sentences": 3,
+                 "news_sentences": 3}
