@@ -57,7 +57,7 @@ from bert_jax.pretrain import loop as pretrain_loop  # noqa: E402
 from bert_jax.pretrain.plan import resolve_pretrain  # noqa: E402
 from experiments import budget_recipe, runs  # noqa: E402
 
-STAGES = ("speed", "accuracy", "pretrain", "predict")
+STAGES = ("speed", "accuracy", "control", "pretrain", "predict")
 PACKINGS = ("documents", "stream", "pairs")     # configs/pretrain.py data.packing
 TOKEN_BATCHES = 100                              # training batches counted per arm for its non-pad tokens
 SAME_TOKENS = 0.05                               # an equal-token run within 5% of the equal-step one is that run
@@ -141,24 +141,27 @@ def stage_accuracy(args) -> dict:
       rows = runs.count_rows(folder, TASKS[task])
       spec = runs.FinetuneSpec(task=TASKS[task], max_seq_length=length, batch_size=32, epochs=args.epochs, evals=4)
       cell = {"task": task, "max_seq_length": length, "train_examples": rows, "arms": {}}
-      for packing in (False, True):
-        arm = "packed" if packing else "padded"
+      for arm in args.arms:
+        packing = arm == "packed"
+        batch_rows = args.packed_rows if packing else 32
+        label = arm if batch_rows == 32 else f"{arm}, {batch_rows} rows"
         c = runs.finetune_config(folder, runs.ModelSpec(size="tiny"), spec,
                                  vocab_file=os.path.join(data_dir, "vocab.txt"), steps_per_epoch=-(-rows // 32))
         c.packing, c.max_examples_per_row, c.save_best_checkpoint = packing, 8, False
+        c.batch_size = batch_rows
         # about 4 evaluations per run, whatever its steps (a packed epoch has fewer)
         c.eval_every_steps, c.evals_per_epoch = 0, max(1, int(round(4 / args.epochs)))
-        out = os.path.join(args.workdir, "accuracy", f"{task}_{length}_{arm}")
+        out = os.path.join(args.workdir, args.stage, f"{task}_{length}_{arm}_{batch_rows}")
         if os.path.isdir(out):
           fileio.rmtree(out)
         t0 = time.time()
         result = sweep.run_sweep(c, {"optimizer.learning_rate": [args.learning_rate]}, seeds=args.seeds,
                                  workdir=out, select="median")
-        cell["arms"][arm] = {"seconds": round(time.time() - t0, 1), "runs": _sweep_runs(out, result),
-                             "load_average_1m": round(os.getloadavg()[0], 2)}
-        print(f"accuracy {task} {length} {arm}: {cell['arms'][arm]}", flush=True)
+        cell["arms"][label] = {"seconds": round(time.time() - t0, 1), "runs": _sweep_runs(out, result),
+                               "load_average_1m": round(os.getloadavg()[0], 2)}
+        print(f"{args.stage} {task} {length} {label}: {cell['arms'][label]}", flush=True)
       cells.append(cell)
-      fileio.write_json_atomic(os.path.join(args.workdir, "accuracy.partial.json"), {"cells": cells})
+      fileio.write_json_atomic(os.path.join(args.workdir, f"{args.stage}.partial.json"), {"cells": cells})
   return {"cells": cells, "epochs": args.epochs, "seeds": args.seeds, "learning_rate": args.learning_rate,
           "train_examples": train, "dev_examples": dev, "test_examples": test, "machine": runs.machine()}
 
@@ -362,10 +365,10 @@ def _median(values):
   return int(m) if float(m).is_integer() else m
 
 
-def _accuracy_report(a: dict) -> list:
+def _accuracy_report(a: dict, title: str = "## Fine-tuning accuracy, packed against padded") -> list:
   if "cells" not in a:      # an older run's file (sentiment at 128 only)
     return []
-  lines = ["## Fine-tuning accuracy, packed against padded", "", f"`{a['command']}`", "",
+  lines = [title, "", f"`{a['command']}`", "",
            f"BERT-tiny from random init, {a['seeds']} seeds per arm (each arm one sweep, its seeds trained together "
            f"as one vmapped program), learning rate {a['learning_rate']:g}, batch 32 rows, {a['epochs']:g} "
            "epoch(s) for both arms: equal examples seen, so the packed arm takes about 1/(examples per row) as "
@@ -380,8 +383,7 @@ def _accuracy_report(a: dict) -> list:
     n = str(c["max_seq_length"])
     split = (f"{c['train_examples']} / {a['dev_examples'].get(n) or 'all'} / "
              f"{a['test_examples'].get(n) or 'all'}")
-    for arm in ("padded", "packed"):
-      r = c["arms"][arm]
+    for arm, r in c["arms"].items():
       rows = r["runs"]
       lines.append(f"| {c['task']} | {n} | {split} | {arm} | {_median([x['train_steps'] for x in rows])} | "
                    f"{_spread([x['dev'] for x in rows])} | {_spread([x['test'] for x in rows])} | "
@@ -464,6 +466,9 @@ def report(args) -> str:
     lines.append("")
   if os.path.exists(path("accuracy")):
     lines += _accuracy_report(json.load(open(path("accuracy"), encoding="utf-8")))
+  if os.path.exists(path("control")):
+    lines += _accuracy_report(json.load(open(path("control"), encoding="utf-8")),
+                              "## Control: packed rows at about 32 examples per step")
   if os.path.exists(path("pretrain")):
     lines += _pretrain_report(json.load(open(path("pretrain"), encoding="utf-8")))
   if os.path.exists(path("predict")):
@@ -498,6 +503,9 @@ def main(argv=None):
   p.add_argument("--speed_steps", type=int, default=40)
   p.add_argument("--seeds", type=int, default=5)
   p.add_argument("--epochs", type=float, default=1.0)
+  p.add_argument("--arms", default="padded,packed", help="accuracy / control: the arms, padded and/or packed")
+  p.add_argument("--packed_rows", type=int, default=32, help="accuracy / control: rows per batch of the packed arm "
+                 "(control: fewer rows, about as many examples per step as the padded arm's 32)")
   p.add_argument("--learning_rate", type=float, default=1e-3)
   p.add_argument("--train_examples", default="0", help="accuracy: the first N training examples, one count or one "
                  "per --lengths entry (0: all)")
@@ -516,6 +524,7 @@ def main(argv=None):
   stages = runs.choices_list("--stages", args.stages, STAGES + ("report",))
   args.tasks = runs.choices_list("--tasks", args.tasks, tuple(TASKS))
   args.lengths = runs.number_list("--lengths", args.lengths, int, lo=8)
+  args.arms = runs.choices_list("--arms", args.arms, ("padded", "packed"))
   for flag in ("train_examples", "dev_examples", "test_examples"):
     setattr(args, flag, runs.number_list(f"--{flag}", getattr(args, flag), int, lo=0))
     _per_length(getattr(args, flag), args.lengths, f"--{flag}")     # one count, or one per length, before any run
@@ -528,7 +537,7 @@ def main(argv=None):
                           ("--predict_texts", args.predict_texts, 0), ("--pretrain_steps", args.pretrain_steps, 2),
                           ("--pretrain_seq", args.pretrain_seq, 8), ("--ft_epochs", args.ft_epochs, 1e-9),
                           ("--ft_patience", args.ft_patience, 0), ("--ft_train_examples", args.ft_train_examples, 0),
-                          ("--ft_dev_examples", args.ft_dev_examples, 0)):
+                          ("--ft_dev_examples", args.ft_dev_examples, 0), ("--packed_rows", args.packed_rows, 1)):
     if value < lo:
       raise UserError(f"{flag}={value}; expected >= {lo:g}")
   args.workdir = runs.make_workdir("--workdir", args.workdir)
@@ -536,8 +545,9 @@ def main(argv=None):
   for stage in stages:
     if stage == "report":
       continue
-    result = {"speed": stage_speed, "accuracy": stage_accuracy, "pretrain": stage_pretrain,
-              "predict": stage_predict}[stage](args)
+    args.stage = stage
+    result = {"speed": stage_speed, "accuracy": stage_accuracy, "control": stage_accuracy,
+              "pretrain": stage_pretrain, "predict": stage_predict}[stage](args)
     result["command"] = ("python -m experiments.packing --data_dir=/tmp/packing/data --workdir=/tmp/packing "
                          + args.command_tail).rstrip()
     fileio.write_json_atomic(os.path.join(args.workdir, f"{stage}.json"), result)
