@@ -365,31 +365,39 @@ def _median(values):
   return int(m) if float(m).is_integer() else m
 
 
-def _accuracy_report(a: dict, title: str = "## Fine-tuning accuracy, packed against padded") -> list:
+CONTROL_INTRO = ("The accuracy table's sentiment setting at 128 tokens (same subset, epochs, learning rate and seeds) "
+                 "with the packed arm at --packed_rows rows per batch instead of 32, so that it takes about as many "
+                 "examples per step, and as many steps, as the padded arm of the accuracy table. The other "
+                 "settings are as described there.")
+
+
+def _accuracy_report(a: dict, title: str = "## Fine-tuning accuracy, packed against padded", intro: str = "") -> list:
   if "cells" not in a:      # an older run's file (sentiment at 128 only)
     return []
-  lines = [title, "", f"`{a['command']}`", "",
+  lines = [title, "", f"`{a['command']}`", ""]
+  lines += [intro, ""] if intro else [
            f"BERT-tiny from random init, {a['seeds']} seeds per arm (each arm one sweep, its seeds trained together "
            f"as one vmapped program), learning rate {a['learning_rate']:g}, batch 32 rows, {a['epochs']:g} "
            "epoch(s) for both arms: equal examples seen, so the packed arm takes about 1/(examples per row) as "
            "many steps. Dev selects the best of the run's evaluations (about 4), test is scored once with those "
            "weights. Accuracy for sentiment, entity F1 for NER (softmax tagger); median (min-max) over seeds. "
            "Training, dev and test sets are the first N examples of each split (N per length below; the 512 "
-           "cells use a smaller training subset because the padded arm runs at ~38 examples/s there).", "",
-           "| task | max_seq_length | train / dev / test examples | arm | steps | dev | test | best step (median) "
+           "cells use a smaller training subset because the padded arm runs at ~38 examples/s there).", ""]
+  lines += ["| task | max_seq_length | train / dev / test examples | arm | steps | dev | test | best step (median) "
            "| the arm's wall time (load) |",
            "|---|---|---|---|---|---|---|---|---|"]
   for c in a["cells"]:
     n = str(c["max_seq_length"])
     split = (f"{c['train_examples']} / {a['dev_examples'].get(n) or 'all'} / "
              f"{a['test_examples'].get(n) or 'all'}")
-    for arm, r in c["arms"].items():
+    for arm, r in sorted(c["arms"].items(), key=lambda kv: (kv[0] != "padded", kv[0])):   # padded first
       rows = r["runs"]
       lines.append(f"| {c['task']} | {n} | {split} | {arm} | {_median([x['train_steps'] for x in rows])} | "
                    f"{_spread([x['dev'] for x in rows])} | {_spread([x['test'] for x in rows])} | "
                    f"{_median([x['best_step'] for x in rows])} | {runs.fmt_seconds(r['seconds'])} "
                    f"({r['load_average_1m']}) |")
-  lines += ["", f"Load average at the end of the run: {a['machine'].get('load_average_1m')}.", ""]
+  lines += [""] + ([a["stopped"], ""] if a.get("stopped") else [])
+  lines += [f"Load average at the end of the run: {a['machine'].get('load_average_1m')}.", ""]
   return lines
 
 
@@ -468,7 +476,7 @@ def report(args) -> str:
     lines += _accuracy_report(json.load(open(path("accuracy"), encoding="utf-8")))
   if os.path.exists(path("control")):
     lines += _accuracy_report(json.load(open(path("control"), encoding="utf-8")),
-                              "## Control: packed rows at about 32 examples per step")
+                              "## Control: packed rows at about 32 examples per step", CONTROL_INTRO)
   if os.path.exists(path("pretrain")):
     lines += _pretrain_report(json.load(open(path("pretrain"), encoding="utf-8")))
   if os.path.exists(path("predict")):
