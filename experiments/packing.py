@@ -143,7 +143,7 @@ def stage_accuracy(args) -> dict:
       cell = {"task": task, "max_seq_length": length, "train_examples": rows, "arms": {}}
       for arm in args.arms:
         packing = arm == "packed"
-        batch_rows = args.packed_rows if packing else 32
+        batch_rows = args.packed_rows if packing else args.padded_rows
         label = arm if batch_rows == 32 else f"{arm}, {batch_rows} rows"
         c = runs.finetune_config(folder, runs.ModelSpec(size="tiny"), spec,
                                  vocab_file=os.path.join(data_dir, "vocab.txt"), steps_per_epoch=-(-rows // 32))
@@ -366,9 +366,10 @@ def _median(values):
 
 
 CONTROL_INTRO = ("The accuracy table's sentiment setting at 128 tokens (same subset, epochs, learning rate and seeds) "
-                 "with the packed arm at --packed_rows rows per batch instead of 32, so that it takes about as many "
-                 "examples per step, and as many steps, as the padded arm of the accuracy table. The other "
-                 "settings are as described there.")
+                 "with the batch sizes swapped in examples: the packed arm at --packed_rows rows per batch (about "
+                 "the padded arm's 32 examples per step, and as many steps), the padded arm at --padded_rows rows "
+                 "(about the packed arm's examples per step, and as many steps). The other settings are as "
+                 "described there.")
 
 
 def _accuracy_report(a: dict, title: str = "## Fine-tuning accuracy, packed against padded", intro: str = "") -> list:
@@ -390,7 +391,7 @@ def _accuracy_report(a: dict, title: str = "## Fine-tuning accuracy, packed agai
     n = str(c["max_seq_length"])
     split = (f"{c['train_examples']} / {a['dev_examples'].get(n) or 'all'} / "
              f"{a['test_examples'].get(n) or 'all'}")
-    for arm, r in sorted(c["arms"].items(), key=lambda kv: (kv[0] != "padded", kv[0])):   # padded first
+    for arm, r in sorted(c["arms"].items(), key=lambda kv: (not kv[0].startswith("padded"), kv[0])):   # padded first
       rows = r["runs"]
       lines.append(f"| {c['task']} | {n} | {split} | {arm} | {_median([x['train_steps'] for x in rows])} | "
                    f"{_spread([x['dev'] for x in rows])} | {_spread([x['test'] for x in rows])} | "
@@ -514,6 +515,8 @@ def main(argv=None):
   p.add_argument("--arms", default="padded,packed", help="accuracy / control: the arms, padded and/or packed")
   p.add_argument("--packed_rows", type=int, default=32, help="accuracy / control: rows per batch of the packed arm "
                  "(control: fewer rows, about as many examples per step as the padded arm's 32)")
+  p.add_argument("--padded_rows", type=int, default=32, help="accuracy / control: rows per batch of the padded arm "
+                 "(control: more rows, about as many examples per step as the packed arm's 32)")
   p.add_argument("--learning_rate", type=float, default=1e-3)
   p.add_argument("--train_examples", default="0", help="accuracy: the first N training examples, one count or one "
                  "per --lengths entry (0: all)")
@@ -545,7 +548,8 @@ def main(argv=None):
                           ("--predict_texts", args.predict_texts, 0), ("--pretrain_steps", args.pretrain_steps, 2),
                           ("--pretrain_seq", args.pretrain_seq, 8), ("--ft_epochs", args.ft_epochs, 1e-9),
                           ("--ft_patience", args.ft_patience, 0), ("--ft_train_examples", args.ft_train_examples, 0),
-                          ("--ft_dev_examples", args.ft_dev_examples, 0), ("--packed_rows", args.packed_rows, 1)):
+                          ("--ft_dev_examples", args.ft_dev_examples, 0), ("--packed_rows", args.packed_rows, 1),
+                          ("--padded_rows", args.padded_rows, 1)):
     if value < lo:
       raise UserError(f"{flag}={value}; expected >= {lo:g}")
   args.workdir = runs.make_workdir("--workdir", args.workdir)
