@@ -477,7 +477,7 @@ def report(args) -> str:
     lines += _accuracy_report(json.load(open(path("accuracy"), encoding="utf-8")))
   if os.path.exists(path("control")):
     lines += _accuracy_report(json.load(open(path("control"), encoding="utf-8")),
-                              "## Control: packed rows at about 32 examples per step", CONTROL_INTRO)
+                              "## Control: the two arms with their examples per step swapped", CONTROL_INTRO)
   if os.path.exists(path("pretrain")):
     lines += _pretrain_report(json.load(open(path("pretrain"), encoding="utf-8")))
   if os.path.exists(path("predict")):
