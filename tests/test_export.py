@@ -33,6 +33,8 @@ HEADS = {
     "multilabel": ("multilabel", {"label_list": ["a", "b", "c"]}, {"label_list": ["a", "b", "c"]}),
     "ner": ("ner", {"label_list": NER_LABELS}, {"label_list": NER_LABELS}),
     "squad": ("squad_v1", {"max_query_length": 16}, {"max_query_length": 16}),
+    "ner_crf": ("ner", {"label_list": NER_LABELS, "crf": True}, {"label_list": NER_LABELS, "crf": True}),
+    "multiple_choice": ("multiple_choice", {}, {}),
 }
 
 
@@ -41,18 +43,24 @@ def english_vocab():
   return None if spec is None else os.path.join(os.path.dirname(spec.origin), "model", "vocab.txt")
 
 
-def finetuned(root, kind, vocab=None, max_seq_length=48, **info_extra):
-  """A fine-tuning work dir of `kind` with a random tiny model (2 layers, H=64) over `vocab` (default: the
-  small test vocab), and a params dir of its encoder alone."""
+def finetuned(root, kind, vocab=None, max_seq_length=48, config=None, **info_extra):
+  """A fine-tuning work dir of `kind` with a random tiny model (2 layers, H=64; `config` overrides its fields,
+  e.g. encoder="modernbert") over `vocab` (default: the small test vocab), and a params dir of its encoder
+  alone. A CRF's transition scores are random too (they start at 0), so its Viterbi path is not the arg-max."""
   os.makedirs(root, exist_ok=True)
   vocab = vocab or testing.write_vocab(str(root))
   cfg = tiny_config(params_dir.count_vocab_lines(vocab))
+  if config:
+    cfg = cfg.replace(**config)
   name, info, kwargs = HEADS[kind]
   task = get_task(name, **kwargs)
   model = fm.build_model(task, cfg)
   params = jax.jit(lambda r: model.init(r, np.zeros((1, 8), np.int32), np.ones((1, 8), np.int32))["params"])(
       jax.random.key(3))
   params = jax.tree.map(np.asarray, flax.linen.unbox(params))
+  if "crf" in params:
+    rng = np.random.default_rng(0)
+    params["crf"] = {k: rng.normal(0, 1.0, v.shape).astype(np.float32) for k, v in params["crf"].items()}
   best = os.path.join(str(root), "ft", "best_checkpoint")
   params_dir.save_params_dir(best, cfg, params, vocab)
   fileio.write_json_atomic(os.path.join(best, params_dir.FINETUNE_INFO_NAME),
