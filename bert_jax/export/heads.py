@@ -99,7 +99,11 @@ class ServingHead:
   def apply_fn(self):
     """(params, *inputs in the order of self.inputs) -> {output: array}: the exported function (float32
     outputs; the CRF's tag_ids int32)."""
-    cfg = self.pre.config.replace(dtype="float32", scan_layers=False)
+    # Sliding-window layers (modernbert) as the masked T x T attention: the blocked path sizes its blocks from
+    # the length and picks itself by comparing the length with the window, which a length-polymorphic export
+    # (jax.export, jax2tf) cannot decide ("t <= 129 is inconclusive"). Same numbers on every real token
+    # (local_attention.py; the export's parity check runs predict's blocked path against it).
+    cfg = self.pre.config.replace(dtype="float32", scan_layers=False, local_attention_impl="dense")
     kind, pooling, normalize = self.kind, self.pooling, self.normalize
     if kind == "features":
       model = BertModel(cfg)
