@@ -125,8 +125,9 @@ def assert_like_predict(got, want, feats):
       np.testing.assert_allclose(g, w, atol=1e-4)
 
 
-# ~5-9 s each: the fast tier keeps one of the new kinds (the ONNX Viterbi has its own fast test below)
-@pytest.mark.parametrize("kind", ["classification", "ner", "squad", "features", "multiple_choice",
+# ~5-9 s each; the CRF and multiple choice run in the slow tier (the ONNX Viterbi has its own fast test below)
+@pytest.mark.parametrize("kind", ["classification", "ner", "squad", "features",
+                                  pytest.param("multiple_choice", marks=pytest.mark.slow),
                                   pytest.param("ner_crf", marks=pytest.mark.slow),
                                   pytest.param("regression", marks=pytest.mark.slow),
                                   pytest.param("multilabel", marks=pytest.mark.slow)])
