@@ -1,6 +1,7 @@
 """Packed rows compute exactly what one example per row computes: per-example logits, losses and gradients
-(float32, <= 1e-5) for every packing encoder config, and no token attends across examples on any attention path
-this CPU can run (einsum, XLA, Pallas flash in interpret mode)."""
+(float32, <= 1e-5) for every packing encoder config (the lstm's recurrence included), no token attends across
+examples on any attention path this CPU can run (einsum, XLA, Pallas flash in interpret mode), and in no family
+does one example's tokens move another's outputs."""
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +12,7 @@ from jax.experimental.pallas import tpu as pltpu
 from bert_jax.input_pipeline import example_packing as ep
 from bert_jax.models import BertConfig, BertModel, attention, encoders, heads
 from bert_jax.models.electra import ElectraDiscriminator
+from bert_jax.models.encoders.lstm import LstmEncoder
 from bert_jax.models.layers import example_mask
 
 T, K, N, LABELS = 32, 4, 7, 3
@@ -22,12 +24,13 @@ ENCODERS = {
     "bert_post_ln": dict(TINY),
     "bert_pre_ln": dict(TINY, layer_norm_type="pre"),
     "albert": dict(TINY, share_layers=True, embedding_size=16),
+    "lstm": dict(TINY, encoder="lstm"),
 }
 # A family's own fields for a tiny config (modernbert: a 16-token sliding window, so with T = 32 one global and
 # one sliding layer both see packed rows).
 FAMILY_FIELDS = {"modernbert": dict(local_attention=16, global_attn_every_n_layers=2)}
 for _name in encoders.names():
-  if _name not in ("transformer", "lstm") and encoders.family(_name).packs:
+  if _name not in ENCODERS and _name != "transformer" and encoders.family(_name).packs:
     ENCODERS[_name] = dict(TINY, encoder=_name, **FAMILY_FIELDS.get(_name, {}))
 
 
@@ -183,9 +186,48 @@ def test_auto_and_named_cudnn_paths_never_run_on_packed_rows():
       "pallas_flash"
 
 
-def test_the_lstm_family_is_refused_packed_rows_naming_the_families_that_pack():
-  with pytest.raises(ValueError, match="max_examples_per_row=4 .*needs encoder=.transformer.*encoder=.lstm."):
-    BertConfig(**dict(TINY, encoder="lstm", max_examples_per_row=4))
+class UnstatedFamily(encoders.EncoderFamily):
+  """A family that does not state `packs` (the lstm's module, whose restarts it does not vouch for)."""
+  name = "unstated"
+  module = LstmEncoder
+
+
+@pytest.fixture
+def unstated_family(monkeypatch):
+  monkeypatch.setattr(encoders, "FAMILIES", dict(encoders.FAMILIES))   # the registration ends with the test
+  encoders.register(UnstatedFamily)
+
+
+def test_a_family_that_does_not_state_it_packs_is_refused_packed_rows_naming_those_that_do(unstated_family):
+  with pytest.raises(ValueError, match="max_examples_per_row=4 .*needs encoder=.transformer. or encoder=.lstm.*"
+                                       "encoder=.unstated. would run across the examples of a row"):
+    BertConfig(**dict(TINY, encoder="unstated", max_examples_per_row=4))
+
+
+@pytest.mark.parametrize("name", list(ENCODERS))
+def test_no_token_of_a_packed_row_moves_another_examples_outputs_in_any_family(name):
+  """A row of three examples: changing the middle one leaves the first (what a forward recurrence or a left
+  context would carry) and the last (a backward one) bit for bit; the same row read as one example (input_mask
+  0/1) moves both, so the check can fail."""
+  cfg = BertConfig(**ENCODERS[name])
+  ids_of = np.zeros((1, T), np.int32)
+  ids_of[0, :7], ids_of[0, 7:15], ids_of[0, 15:26] = 1, 2, 3
+  rng = np.random.default_rng(5)
+  ids = jnp.asarray(rng.integers(5, 60, (1, T)), jnp.int32)
+  other = ids.at[0, 7:15].set(jnp.asarray(rng.integers(5, 60, 8), jnp.int32))
+  seg = jnp.zeros_like(ids)
+  model = heads.BertForTokenClassification(cfg, LABELS)
+  params = model.init(jax.random.key(0), ids, jnp.asarray(ids_of > 0, jnp.int32), seg)
+
+  def outside(c, x, mask):
+    logits = np.asarray(heads.BertForTokenClassification(c, LABELS).apply(params, x, jnp.asarray(mask), seg)["logits"])
+    return np.concatenate([logits[0, :7], logits[0, 15:26]])
+
+  packed_cfg = cfg.replace(max_examples_per_row=3)
+  np.testing.assert_array_equal(outside(packed_cfg, other, ids_of), outside(packed_cfg, ids, ids_of))
+  one = (ids_of > 0).astype(np.int32)
+  moved = np.abs(outside(cfg, other, one) - outside(cfg, ids, one))
+  assert moved[:7].max() > 1e-6 and moved[7:].max() > 1e-6
 
 
 @pytest.mark.parametrize("family", encoders.names())
