@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from jax.experimental.pallas import tpu as pltpu
 
+from bert_jax.finetune.tasks import get_task
 from bert_jax.input_pipeline import example_packing as ep
-from bert_jax.models import BertConfig, BertModel, attention, encoders, heads
+from bert_jax.models import BertConfig, BertModel, attention, crf, encoders, heads
 from bert_jax.models.electra import ElectraDiscriminator
 from bert_jax.models.encoders.lstm import LstmEncoder
 from bert_jax.models.layers import example_mask
@@ -26,6 +27,8 @@ ENCODERS = {
     "albert": dict(TINY, share_layers=True, embedding_size=16),
     "lstm": dict(TINY, encoder="lstm"),
 }
+# The lstm's backward pass (a scan per layer and direction) compiles in ~10 s: its gradients run in the full tier.
+SLOW_GRADIENTS = ("lstm",)
 # A family's own fields for a tiny config (modernbert: a 16-token sliding window, so with T = 32 one global and
 # one sliding layer both see packed rows).
 FAMILY_FIELDS = {"modernbert": dict(local_attention=16, global_attn_every_n_layers=2)}
@@ -58,7 +61,8 @@ def _ce(logits, labels):
   return -jnp.take_along_axis(jax.nn.log_softmax(logits), labels[..., None], axis=-1)[..., 0]
 
 
-@pytest.mark.parametrize("name", list(ENCODERS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_GRADIENTS else n
+                                  for n in ENCODERS])
 def test_packed_rows_give_the_same_per_example_logits_losses_and_gradients(name):
   cfg = BertConfig(**ENCODERS[name])
   feats = examples()
@@ -80,6 +84,70 @@ def test_packed_rows_give_the_same_per_example_logits_losses_and_gradients(name)
   (l2, logits2), g2 = jax.jit(jax.value_and_grad(loss_packed, has_aux=True))(params)
   assert logits2.shape == (layout.num_rows, K, LABELS)
   np.testing.assert_allclose(ep.unpack_outputs({"l": logits2}, layout, False)["l"], logits1, atol=1e-5)
+  np.testing.assert_allclose(l2, l1, rtol=1e-5)
+  for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(g1), jax.tree_util.tree_leaves(g2)):
+    np.testing.assert_allclose(b, a, atol=1e-5, err_msg=jax.tree_util.keystr(path))
+
+
+NER_TAGS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
+
+
+def ner_examples(seed=0, n=N):
+  """examples() as NER windows: words' first sub-tokens in word_mask (later sub-tokens, [CLS], [SEP] are holes),
+  valid BIO tags there (-100 elsewhere), and some windows flagged as continuing / continued sentences."""
+  feats = examples(seed, n)
+  rng = np.random.default_rng(seed + 100)
+  word_mask = np.zeros((n, T), np.int32)
+  labels = np.full((n, T), -100, np.int32)
+  for i, length in enumerate(feats["input_mask"].sum(-1)):
+    prev = 0
+    for p in range(1, length - 1):
+      if rng.random() < 0.3:            # a later sub-token of the word before
+        continue
+      word_mask[i, p] = 1
+      tag = int(rng.choice([0, 1, 3] + ([prev + 1] if prev in (1, 3) else [prev] if prev in (2, 4) else [])))
+      labels[i, p] = prev = tag
+  feats.update(word_mask=word_mask, label_ids=labels, window_continues=rng.integers(0, 2, n).astype(np.int32),
+               window_continued=rng.integers(0, 2, n).astype(np.int32))
+  return feats
+
+
+@pytest.mark.parametrize("name", ["bert_post_ln", pytest.param("lstm", marks=pytest.mark.slow)])  # lstm: ~10 s
+def test_packed_rows_give_the_crf_head_the_same_per_example_loss_gradients_and_viterbi_tags(name):
+  """Each example of a packed row is its own CRF chain: its log-likelihood (start / end at its own words, no
+  transition to a neighbour, its own partition), the gradients of the NER loss and the decoded tags equal the
+  unpacked run's."""
+  cfg = BertConfig(**ENCODERS[name])
+  feats = ner_examples(seed=6)
+  layout = ep.best_fit(ep.lengths_of(feats["input_mask"]), T, K, seed=6)
+  rows = ep.pack_features(feats, layout, ("input_ids", "input_mask", "segment_ids", "word_mask", "label_ids"),
+                          pad_values={"label_ids": -100})
+  assert layout.num_rows < N and rows["window_continues"].shape == (layout.num_rows, K)
+  task = get_task("ner", label_list=list(NER_TAGS), crf=True)
+  keys = ("input_ids", "input_mask", "segment_ids", "word_mask", "window_continues", "window_continued")
+  plain, pack = (heads.BertForTokenClassificationCRF(c, NER_TAGS) for c in (cfg, cfg.replace(max_examples_per_row=K)))
+  params = plain.init(jax.random.key(3), *(feats[k] for k in keys[:3]))["params"]
+
+  def loss(model, batch, p):
+    """(the task's loss: summed sentence NLL over the labelled words, (per-example log-likelihoods, tags))"""
+    out = model.apply({"params": p}, *(batch[k] for k in keys[:3]), **{k: batch[k] for k in keys[3:]})
+    args = (out["logits"], batch["label_ids"], batch["label_ids"] != -100)
+    crf_args = (out["crf_transitions"], out["crf_start"], out["crf_end"])
+    ll = (crf.packed_log_likelihood(*args, batch["input_mask"], *crf_args) if out["crf_start"].ndim == 3
+          else crf.crf_log_likelihood(*args, *crf_args))
+    sums = task.loss_sums(out, batch)
+    return sums["task_loss_sum"] / sums["task_weight_sum"], (ll, out["crf_tags"])
+
+  batch1 = dict(feats, example_weight=np.ones(N, np.float32))
+  batch2 = dict(rows, example_weight=(rows["example_weight"].sum(-1) > 0).astype(np.float32))   # data.pack_split's
+  # jitted: one compile each is faster than the op-by-op backward pass of eager mode
+  (l1, (ll1, tags1)), g1 = jax.jit(jax.value_and_grad(lambda p: loss(plain, batch1, p), has_aux=True))(params)
+  (l2, (ll2, tags2)), g2 = jax.jit(jax.value_and_grad(lambda p: loss(pack, batch2, p), has_aux=True))(params)
+  assert ll2.shape == (layout.num_rows, K) and float(jnp.min(ll1)) > -1e3   # valid gold paths: no NEG penalty
+  np.testing.assert_allclose(ep.unpack_outputs({"ll": ll2}, layout, False)["ll"], ll1, rtol=1e-5, atol=1e-5)
+  got_tags = ep.unpack_outputs({"t": tags2}, layout, True)["t"]
+  np.testing.assert_array_equal(got_tags * feats["word_mask"], np.asarray(tags1) * feats["word_mask"])
+  assert len(np.unique(np.asarray(tags1)[feats["word_mask"] > 0])) > 1   # a path, not one tag everywhere
   np.testing.assert_allclose(l2, l1, rtol=1e-5)
   for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(g1), jax.tree_util.tree_leaves(g2)):
     np.testing.assert_allclose(b, a, atol=1e-5, err_msg=jax.tree_util.keystr(path))
