@@ -20,7 +20,7 @@ models/layers.py) keep each example its own chain: start / end are per example [
 scores fall on each example's own first / last masked-in position, no transition links two examples, and each
 example has its own log-partition and Viterbi path. The E examples of a row are laid out as E rows of the
 unpacked functions, each keeping only its example's positions ([B * E, T]), so the numbers are the unpacked
-ones (tests/test_crf.py).
+ones (tests/test_packing_equality.py).
 
 Constraints are applied by adding `NEG` to the scores of forbidden transitions (not -inf, so no NaN appears
 in the gradients); a forbidden path then has probability ~e^-10000 = 0.
