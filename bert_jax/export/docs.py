@@ -81,6 +81,18 @@ def _serve(fmt: str, head, name: str) -> str:
             "The graph uses TF-Text's ops (tokenizer) and XlaCallModule (the model): the serving binary must "
             "carry both (not tried here: no docker on the machine that wrote this). In Python: "
             "`import tensorflow_text` then `tf.saved_model.load(\"savedmodel\")`.")
+  if fmt == "onnx" and head.crf:   # the word_mask input: each word's first piece
+    return ("```python\n"
+            "import numpy as np, onnxruntime as ort\n"
+            "from bert_jax.input_pipeline.tokenization import FullTokenizer   # or any BERT WordPiece tokenizer\n"
+            "tok = FullTokenizer(\"vocab.txt\", do_lower_case=...)          # signature.json: tokenizer\n"
+            "pieces = [tok.encode(w) or [tok.vocab['[UNK]']] for w in \"John lives in Paris\".split()]\n"
+            "ids = np.array([[tok.vocab['[CLS]']] + sum(pieces, []) + [tok.vocab['[SEP]']]], np.int64)\n"
+            "word_mask = np.array([[0] + sum([[1] + [0] * (len(p) - 1) for p in pieces], []) + [0]], np.int64)\n"
+            "sess = ort.InferenceSession(\"model.onnx\")\n"
+            "tag_ids, emissions = sess.run(None, {\"input_ids\": ids, \"input_mask\": np.ones_like(ids), "
+            "\"segment_ids\": np.zeros_like(ids), \"word_mask\": word_mask, \"window_continues\": np.zeros(1, np.int64), "
+            "\"window_continued\": np.zeros(1, np.int64)})\n```" + _more_inputs(head))
   if fmt == "onnx":
     return ("```python\n"
             "import numpy as np, onnxruntime as ort\n"
