@@ -91,8 +91,9 @@ def _serve(fmt: str, head, name: str) -> str:
             "word_mask = np.array([[0] + sum([[1] + [0] * (len(p) - 1) for p in pieces], []) + [0]], np.int64)\n"
             "sess = ort.InferenceSession(\"model.onnx\")\n"
             "tag_ids, emissions = sess.run(None, {\"input_ids\": ids, \"input_mask\": np.ones_like(ids), "
-            "\"segment_ids\": np.zeros_like(ids), \"word_mask\": word_mask, \"window_continues\": np.zeros(1, np.int64), "
-            "\"window_continued\": np.zeros(1, np.int64)})\n```" + _more_inputs(head))
+            "\"segment_ids\": np.zeros_like(ids), \"word_mask\": word_mask, "
+            "\"window_continues\": np.zeros(1, np.int64), \"window_continued\": np.zeros(1, np.int64)})\n```"
+            + _more_inputs(head))
   if fmt == "onnx":
     return ("```python\n"
             "import numpy as np, onnxruntime as ort\n"

@@ -172,7 +172,7 @@ class ServingHead:
         d["scheme"] = self.task.scheme
     if self.kind == "multiple_choice":
       d["pooling"] = self.pooling
-      d["template"] = "[CLS] context [SEP] question choice [SEP] per choice ([CLS] question choice [SEP] without a context)"
+      d["num_choices"] = "any (choice_mask marks the real ones)"
     return d
 
 

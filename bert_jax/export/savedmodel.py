@@ -16,9 +16,11 @@ word's first piece, "" elsewhere), `answer` (multiple choice: the arg-max choice
 Multiple choice takes a context, a question and a [batch, num_choices] string tensor of choices per example
 ("" pads a question with fewer choices: choice_mask 0); each choice row is packed as multiple_choice.pack_choice
 packs it. A CRF tagger gets word_mask from the words' first pieces and window_continued = 1 where the sentence
-has more pieces than fit (predict's first window of it). The length is padded to a multiple of 16 (one XLA compile per bucket, not one per
-length). Truncation is Google's (head; pairs: the longer text loses tokens first); a model fine-tuned with
-tail / head_tail truncation is refused (the ONNX / StableHLO exports take ids).
+has more pieces than fit (predict's first window of it).
+
+The length is padded to a multiple of 16 (one XLA compile per bucket, not one per length). Truncation is
+Google's (head; pairs: the longer text loses tokens first); a model fine-tuned with tail / head_tail
+truncation is refused (the ONNX / StableHLO exports take ids).
 
 TensorFlow and TF-Text are imported here, so this module is imported only by the savedmodel command.
 """

@@ -89,10 +89,16 @@ def tokenizer_info(head: ServingHead) -> dict:
           "strip_accents": "with do_lower_case", "cjk_characters": "each a token",
           "special_tokens": {t: int(tok.vocab[t]) for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
                              if t in tok.vocab},
-          "template": "[CLS] text [SEP]" + (" text_pair [SEP] (segment_ids 1 from text_pair on)" if head.pairs
-                                            else ""),
+          "template": _template(head),
           "max_seq_length": head.max_seq_length, "truncation": head.truncation,
           "source": os.path.basename(pre.require_vocab())}
+
+
+def _template(head: ServingHead) -> str:
+  if head.kind == "multiple_choice":
+    return ("[CLS] context [SEP] question choice [SEP] per choice (segment_ids 1 from the question on; "
+            "[CLS] question choice [SEP] without a context)")
+  return "[CLS] text [SEP]" + (" text_pair [SEP] (segment_ids 1 from text_pair on)" if head.pairs else "")
 
 
 def check_savedmodel(head: ServingHead) -> None:
