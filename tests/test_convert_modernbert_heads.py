@@ -119,6 +119,14 @@ def test_token_classifier_whose_labels_are_no_tags_is_reported_not_imported(tmp_
   assert not os.path.exists(tmp_path / "ours" / "finetune_info.json")
 
 
+def test_question_answering_head_is_reported_not_imported(tmp_path):
+  cfg = _hf_config(num_hidden_layers=1, local_attention=16, max_position_embeddings=128)
+  folder = _save(_randomise(transformers.ModernBertForQuestionAnswering(cfg), seed=9), tmp_path / "hf")
+  _, params, report = hf_modernbert.import_hf_modernbert(folder)
+  assert "classifier" not in params and "bert" in params
+  assert any("ModernBertForQuestionAnswering" in n and "not imported" in n for n in report.notes)
+
+
 def test_export_of_an_imported_classifier_is_the_class_transformers_loads_with_equal_logits(tmp_path):
   hf_model = _sequence_model("single", "mean", seed=11)
   folder = _save(hf_model, tmp_path / "hf")
