@@ -119,6 +119,14 @@ def test_token_classifier_whose_labels_are_no_tags_is_reported_not_imported(tmp_
   assert not os.path.exists(tmp_path / "ours" / "finetune_info.json")
 
 
+def test_ignore_drops_a_head_that_would_be_kept(tmp_path):
+  folder = _save(_sequence_model("single", seed=6), tmp_path / "hf")
+  _, params, report = hf_modernbert.import_hf_modernbert(folder, str(tmp_path / "ours"), ignore=[r"^classifier\."])
+  assert sorted(params) == ["bert", "mlm"]
+  assert any("not imported (--ignore drops it)" in n for n in report.notes)
+  assert not os.path.exists(tmp_path / "ours" / "finetune_info.json")
+
+
 def test_question_answering_head_is_reported_not_imported(tmp_path):
   cfg = _hf_config(num_hidden_layers=1, local_attention=16, max_position_embeddings=128)
   folder = _save(_randomise(transformers.ModernBertForQuestionAnswering(cfg), seed=9), tmp_path / "hf")

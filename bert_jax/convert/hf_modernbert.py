@@ -326,10 +326,14 @@ def import_hf_modernbert(folder: str, output: Optional[str] = None, vocab_file: 
   task = TASK_ARCHITECTURES.get(arch)
   kept, info = None, None
   if task and any(k.startswith(task + ".") for k in state):
-    patterns.append(re.compile(rf"^{task}\."))
     labels = state[task + ".weight"].shape[0] if task + ".weight" in state else "?"
-    info, why = (None, "--ignore drops it") if any(p.search(task + ".weight") for p in patterns[:-1]) else (
-        imported_task(d, arch, labels, config, config_path) if labels != "?" else (None, f"no {task}.weight"))
+    if any(p.search(task + ".weight") for p in patterns):
+      why = "--ignore drops it"
+    elif labels == "?":
+      why = f"no {task}.weight"
+    else:
+      info, why = imported_task(d, arch, labels, config, config_path)
+    patterns.append(re.compile(rf"^{task}\."))
     if info is not None:
       kept = _task_head_params(state, task, config, folder)
       report.notes.append(
