@@ -19,11 +19,13 @@ from bert_jax.convert.__main__ import main as convert_main  # noqa: E402
 from bert_jax.errors import UserError  # noqa: E402
 from bert_jax.finetune import loop as finetune_loop  # noqa: E402
 from bert_jax.models import BertForSequenceClassification, BertForTokenClassification  # noqa: E402
+from bert_jax.models.heads import BertForMultipleChoice, BertForQuestionAnswering  # noqa: E402
 from bert_jax.predict.__main__ import main as predict_main  # noqa: E402
 from bert_jax.pretrained import params_dir  # noqa: E402
 from bert_jax.pretrained.load import load_pretrained  # noqa: E402
 
-from test_convert_modernbert import VOCAB, _batch, _hf_config, _randomise, _save, _torch  # noqa: E402
+from test_convert_modernbert import (VOCAB, _batch, _hf_config, _max_diff, _randomise,  # noqa: E402
+                                     _save, _torch)
 from test_finetune_tasks import make_config  # noqa: E402
 
 TOL = 1e-4
@@ -127,12 +129,41 @@ def test_ignore_drops_a_head_that_would_be_kept(tmp_path):
   assert not os.path.exists(tmp_path / "ours" / "finetune_info.json")
 
 
-def test_question_answering_head_is_reported_not_imported(tmp_path):
-  cfg = _hf_config(num_hidden_layers=1, local_attention=16, max_position_embeddings=128)
-  folder = _save(_randomise(transformers.ModernBertForQuestionAnswering(cfg), seed=9), tmp_path / "hf")
-  _, params, report = hf_modernbert.import_hf_modernbert(folder)
-  assert "classifier" not in params and "bert" in params
-  assert any("ModernBertForQuestionAnswering" in n and "not imported" in n for n in report.notes)
+@pytest.mark.slow   # import, two forward passes of ours and three of transformers' (~10 s on a loaded machine)
+@pytest.mark.parametrize("arch", ["ModernBertForQuestionAnswering", "ModernBertForMultipleChoice"])
+def test_question_answering_and_multiple_choice_heads_match_transformers_and_export_back(tmp_path, arch):
+  cfg = _hf_config(num_hidden_layers=2, local_attention=16, global_attn_every_n_layers=2, max_position_embeddings=128,
+                   classifier_pooling="mean")
+  hf_model = _randomise(getattr(transformers, arch)(cfg), seed=9)
+  folder = _save(hf_model, tmp_path / "hf")
+  ours, back = str(tmp_path / "ours"), str(tmp_path / "back")
+  assert convert_main(["import-hf", "--input", folder, "--output", ours]) == 0
+  ckpt = load_pretrained(ours)
+  qa = arch == "ModernBertForQuestionAnswering"
+  assert (ckpt.finetune_info["task"], ckpt.finetune_info["head"]) == (
+      ("squad_v1", "question_answering") if qa else ("multiple_choice", "multiple_choice"))
+  ids, mask = _batch(length=40, real=(40, 23), seed=15)
+  if qa:
+    out = BertForQuestionAnswering(ckpt.config).apply({"params": ckpt.params}, jnp.asarray(ids), jnp.asarray(mask))
+    with torch.no_grad():
+      want = hf_model(input_ids=_torch(ids), attention_mask=_torch(mask))
+    for key in ("start_logits", "end_logits"):
+      assert _max_diff(out[key], getattr(want, key).numpy(), mask) < TOL
+  else:                                          # 2 questions x 2 choices of 40 / 23 tokens
+    ids, mask = np.stack([ids, ids[::-1]]), np.stack([mask, mask[::-1]])
+    out = BertForMultipleChoice(ckpt.config).apply({"params": ckpt.params}, jnp.asarray(ids), jnp.asarray(mask),
+                                                   choice_mask=jnp.ones(ids.shape[:2]))
+    with torch.no_grad():
+      want = hf_model(input_ids=_torch(ids), attention_mask=_torch(mask)).logits.numpy()
+    assert float(np.max(np.abs(np.asarray(out["logits"]) - want))) < TOL
+  assert convert_main(["export-hf", "--input", ours, "--output", back]) == 0
+  assert json.load(open(os.path.join(back, "config.json")))["architectures"] == [arch]
+  source, reloaded = (getattr(transformers, arch).from_pretrained(f, attn_implementation="eager").eval()
+                      for f in (folder, back))
+  with torch.no_grad():
+    a, b = (m(input_ids=_torch(ids), attention_mask=_torch(mask)) for m in (source, reloaded))
+  for key in (("start_logits", "end_logits") if qa else ("logits",)):
+    assert np.array_equal(getattr(a, key).numpy(), getattr(b, key).numpy())
 
 
 def test_export_of_an_imported_classifier_is_the_class_transformers_loads_with_equal_logits(tmp_path):

@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
                  help="pretraining: BertForPreTraining; mlm: BertForMaskedLM; none: bare BertModel (the Albert* "
                       "classes for an ALBERT model); auto (default): the first of these whose heads the "
                       "checkpoint holds trained (not initialised at conversion); for a fine-tuned modernbert "
-                      "classifier or tagger, ModernBertFor{Sequence,Token}Classification")
+                      "task head, its ModernBertFor* class (sequence / token classification, QA, multiple choice)")
 
   z = sub.add_parser("zoo", help="list the registry of public checkpoints")
   z.add_argument("--name", default=None, help="show one entry with its download and convert commands")
