@@ -98,7 +98,7 @@ def get_config(arg=None):
   config.embedding.scale = 20.0                    # logits = scale x cosine (sentence-transformers: 20 = 1/0.05)
   config.embedding.normalize = True                # L2-normalise the vectors the model serves (predict, export)
   # Packing: several short examples share one max_seq_length row, each attending only to itself (docs/finetuning.md,
-  # "Packing"); classification, GLUE, regression, multilabel and NER (not SQuAD, multiple choice or crf=true).
+  # "Packing"); classification, GLUE, regression, multilabel and NER with either head (not SQuAD or multiple choice).
   config.packing = False                           # pack examples best-fit into rows (train, eval and predict)
   config.max_examples_per_row = 8                  # packing: at most this many examples in one row
 

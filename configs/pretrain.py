@@ -74,7 +74,7 @@ def get_config(arg=None):
   config.model.global_attn_every_n_layers = 3      # layer i is global when i % n == 0, the others sliding
   config.model.global_rope_theta = 160000.0        # rotary theta of the global layers (10,000 for a 1,024 phase)
   config.model.local_rope_theta = 10000.0          # rotary theta of the sliding-window layers
-  config.model.local_attention_impl = "auto"       # sliding layers: auto | blocked (linear in T) | dense (T x T)
+  config.model.local_attention_impl = "auto"       # sliding layers: auto | blocked (linear in T) | dense (T x T) | jax
   config.targets = ("mlm", "nsp")                  # registered objectives (models/objectives/): mlm, nsp,
                                                    # sop, lm (lm alone), electra (alone)
   # ELECTRA (targets=("electra",), models/electra.py): a generator MLM fills the masked positions with

@@ -11,6 +11,15 @@ Each (size, T, path) runs in its own process, so its peak resident memory (ru_ma
 * sliding layer: one sliding-window layer alone (layer 1: window 128), forward + backward, timed the same way:
   the cost the kernel is responsible for, per token.
 The global layers (every third, from layer 0) stay T x T in both arms: that is ModernBERT's design.
+
+At batch 1 a short row fits the CPU caches and a long one does not, so per-token times grow with T for that
+reason too. `--tokens_per_step=N` measures every T at the same tokens a step instead, N / T rows of T tokens
+(N = 8,192: 16 x 512, 8 x 1,024, 4 x 2,048, 2 x 4,096, 1 x 8,192), for the step and the sliding layer alone;
+its rows carry "rows" and "tokens_per_step", and the JSON and the markdown are their own table:
+
+    nice -n 10 python -m experiments.long_context --tokens_per_step=8192 \
+        --out=experiments/long_context_equal_tokens.json        # a quiet machine; the per-token columns compare
+    python -m experiments.long_context --table=experiments/long_context_equal_tokens.json
 """
 
 from __future__ import annotations
@@ -22,6 +31,9 @@ import resource
 import subprocess
 import sys
 import time
+
+from bert_jax import cli
+from bert_jax.errors import UserError
 
 LENGTHS = (512, 1024, 2048, 4096, 8192)
 SIZES = ("tiny", "mini")
@@ -49,7 +61,18 @@ def _time(fn, args, steps: int):
   return min(wall), min(cpu)
 
 
-def run_one(size: str, length: int, impl: str, steps: int) -> dict:
+def batch_rows(lengths, tokens_per_step: int) -> dict:
+  """{T: rows a step} for --tokens_per_step (0: one row each); UserError for a T that does not divide it."""
+  if not tokens_per_step:
+    return {t: 1 for t in lengths}
+  bad = [t for t in lengths if tokens_per_step % t]
+  if tokens_per_step < 1 or bad:
+    raise UserError(f"--tokens_per_step={tokens_per_step}: expected a multiple of every --lengths value "
+                    f"(not of {bad}), so that each T runs N / T whole rows")
+  return {t: tokens_per_step // t for t in lengths}
+
+
+def run_one(size: str, length: int, impl: str, steps: int, rows: int = 1) -> dict:
   import jax
   import jax.numpy as jnp
   import flax.linen as nn
@@ -62,10 +85,11 @@ def run_one(size: str, length: int, impl: str, steps: int) -> dict:
   model = BertForPreTraining(cfg, targets=("mlm",))
   rng = np.random.default_rng(0)
   p = max(1, round(0.15 * length))
-  ids = jnp.asarray(rng.integers(5, VOCAB, (1, length)), jnp.int32)
-  mask = jnp.ones((1, length), jnp.int32)
-  positions = jnp.asarray(np.sort(rng.choice(length, p, replace=False))[None], jnp.int32)
-  labels = jnp.asarray(rng.integers(5, VOCAB, (1, p)), jnp.int32)
+  ids = jnp.asarray(rng.integers(5, VOCAB, (rows, length)), jnp.int32)
+  mask = jnp.ones((rows, length), jnp.int32)
+  positions = jnp.asarray(np.stack([np.sort(rng.choice(length, p, replace=False)) for _ in range(rows)]),
+                          jnp.int32)
+  labels = jnp.asarray(rng.integers(5, VOCAB, (rows, p)), jnp.int32)
   params = nn.unbox(jax.jit(lambda r: model.init(r, ids, mask, None, positions))(jax.random.key(0))["params"])
   tx = optax.adamw(1e-4)
   opt = tx.init(params)
@@ -86,18 +110,19 @@ def run_one(size: str, length: int, impl: str, steps: int) -> dict:
   t_step, c_step = _time(lambda a, b: step(a, b)[2], (params, opt), steps)
 
   layer = ModernBertLayer(cfg, 1)                # a sliding-window layer (index 1 of 3)
-  x = jax.random.normal(jax.random.key(1), (1, length, cfg.hidden_size))
-  pos = jnp.arange(length)[None]
+  x = jax.random.normal(jax.random.key(1), (rows, length, cfg.hidden_size))
+  pos = jnp.broadcast_to(jnp.arange(length)[None], (rows, length))
   lparams = nn.unbox(layer.init(jax.random.key(2), x, mask, pos)["params"])
   layer_grad = jax.jit(jax.grad(lambda lp, x: jnp.sum(layer.apply({"params": lp}, x, mask, pos) ** 2),
                                 argnums=(0, 1)))
   t_layer, c_layer = _time(layer_grad, (lparams, x), steps)
-  return {"size": size, "T": length, "path": impl, "step_s": t_step, "step_us_per_token": 1e6 * t_step / length,
-          "step_cpu_us_per_token": 1e6 * c_step / length, "layer_s": t_layer,
-          "layer_us_per_token": 1e6 * t_layer / length, "layer_cpu_us_per_token": 1e6 * c_layer / length,
-          "xla_temp_mb": temp_bytes / 2 ** 20,
+  tokens = rows * length                         # per-token figures: over every token of the step
+  return {"size": size, "T": length, "path": impl, "rows": rows, "step_s": t_step,
+          "step_us_per_token": 1e6 * t_step / tokens, "step_cpu_us_per_token": 1e6 * c_step / tokens,
+          "layer_s": t_layer, "layer_us_per_token": 1e6 * t_layer / tokens,
+          "layer_cpu_us_per_token": 1e6 * c_layer / tokens, "xla_temp_mb": temp_bytes / 2 ** 20,
           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-          "peak_rss_kb_per_token": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / length}
+          "peak_rss_kb_per_token": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / tokens}
 
 
 def plateau(size: str, lengths, steps: int) -> list:
@@ -125,11 +150,21 @@ def plateau(size: str, lengths, steps: int) -> list:
 
 def table(rows) -> str:
   """Markdown: per (size, T) the blocked and dense rows side by side, and the sliding layer's per-token time
-  relative to T = 1,024 of the same path (the linearity goal: <= 1.5 at 8,192)."""
+  relative to T = 1,024 of the same path (the linearity goal: <= 1.5 at 8,192). A --tokens_per_step file
+  ({"tokens_per_step": N, "rows": [...]}) is its own table, headed by N and with the rows of T a step."""
+  if isinstance(rows, dict):
+    n = int(rows["tokens_per_step"])
+    return (f"At {n:,} tokens a step (N / T rows of T tokens); per-token figures over all {n:,}.\n\n"
+            + _table(rows["rows"], rows_column=True))
+  return _table(rows)
+
+
+def _table(rows, rows_column: bool = False) -> str:
   by = {(r["size"], r["T"], r["path"]): r for r in rows if "error" not in r}
-  out = ["| size | T | step ms/token blocked / dense | step CPU ms/token blocked / dense | sliding layer us/token "
-         "blocked / dense | sliding layer CPU us/token blocked / dense (x T=1,024) | XLA temp MB blocked / dense | "
-         "peak RSS MB blocked / dense |", "|---|---|---|---|---|---|---|---|"]
+  out = ["| size | T |" + (" rows |" if rows_column else "") + " step ms/token blocked / dense | step CPU "
+         "ms/token blocked / dense | sliding layer us/token blocked / dense | sliding layer CPU us/token blocked / "
+         "dense (x T=1,024) | XLA temp MB blocked / dense | peak RSS MB blocked / dense |",
+         "|---|---|" + ("---|" if rows_column else "") + "---|---|---|---|---|---|"]
   for size in dict.fromkeys(r["size"] for r in rows):
     for length in sorted({r["T"] for r in rows if r["size"] == size}):
       b, d = by.get((size, length, "blocked")), by.get((size, length, "dense"))
@@ -139,7 +174,8 @@ def table(rows) -> str:
         base = by.get((size, 1024, x["path"])) if x else None
         rel.append(f"{x['layer_cpu_us_per_token']:.3g} ({x['layer_cpu_us_per_token'] / base['layer_cpu_us_per_token']:.2f}x)"
                    if x and base else (f"{x['layer_cpu_us_per_token']:.3g}" if x else "-"))
-      out.append(f"| {size} | {length:,} | " + " / ".join(f"{x['step_us_per_token'] / 1e3:.3g}" if x else "-"
+      n_rows = next((x.get("rows", 1) for x in (b, d) if x), 1)
+      out.append(f"| {size} | {length:,} | " + (f"{n_rows} | " if rows_column else "") + " / ".join(f"{x['step_us_per_token'] / 1e3:.3g}" if x else "-"
                                                           for x in (b, d))
                  + " | " + " / ".join(f"{x['step_cpu_us_per_token'] / 1e3:.3g}" if x else "-" for x in (b, d))
                  + f" | {cell('layer_us_per_token')} | {' / '.join(rel)} | {cell('xla_temp_mb', '{:,.0f}')} | "
@@ -148,15 +184,17 @@ def table(rows) -> str:
 
 
 def main(argv=None) -> int:
-  ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--sizes", default=",".join(SIZES))
   ap.add_argument("--lengths", default=",".join(map(str, LENGTHS)))
   ap.add_argument("--paths", default=",".join(PATHS))
   ap.add_argument("--steps", type=int, default=3, help="timed steps after the compiling one (the fastest is kept)")
+  ap.add_argument("--tokens_per_step", type=int, default=0,
+                  help="measure each T at N / T rows of T tokens (e.g. 8192); 0 (default): one row of T tokens")
   ap.add_argument("--out", default="", help="JSON file of the rows")
   ap.add_argument("--plateau", default="", help="sliding layer alone at these lengths (e.g. 1024,8192,32768)")
   ap.add_argument("--table", default="", help="print the markdown table of a JSON file of rows, and stop")
-  ap.add_argument("--one", default="", help=argparse.SUPPRESS)   # size,T,path: one measurement, in this process
+  ap.add_argument("--one", default="", help=argparse.SUPPRESS)   # size,T,path[,rows]: one measurement, here
   args = ap.parse_args(argv)
   if args.table:
     with open(args.table, encoding="utf-8") as f:
@@ -169,27 +207,30 @@ def main(argv=None) -> int:
       fileio.write_json_atomic(args.out, rows)
     return 0
   if args.one:
-    size, length, impl = args.one.split(",")
-    print(json.dumps(run_one(size, int(length), impl, args.steps)))
+    size, length, impl, *n = args.one.split(",")
+    print(json.dumps(run_one(size, int(length), impl, args.steps, int(n[0]) if n else 1)))
     return 0
+  per_step = batch_rows([int(x) for x in args.lengths.split(",")], args.tokens_per_step)
   rows = []
   for size in args.sizes.split(","):
-    for length in map(int, args.lengths.split(",")):
+    for length, n in per_step.items():
       for impl in args.paths.split(","):
-        cmd = [sys.executable, "-m", "experiments.long_context", f"--one={size},{length},{impl}",
+        cmd = [sys.executable, "-m", "experiments.long_context", f"--one={size},{length},{impl},{n}",
                f"--steps={args.steps}"]
         done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, JAX_PLATFORMS="cpu"))
         if done.returncode:
-          row = {"size": size, "T": length, "path": impl, "error": done.stderr.strip().splitlines()[-1:]}
+          row = {"size": size, "T": length, "path": impl, "rows": n,
+                 "error": done.stderr.strip().splitlines()[-1:]}
         else:
           row = json.loads(done.stdout.strip().splitlines()[-1])
         rows.append(row)
         print(json.dumps(row), flush=True)
         if args.out:   # after every row: a long sweep that is stopped keeps what it measured
           from bert_jax import fileio
-          fileio.write_json_atomic(args.out, rows)
+          fileio.write_json_atomic(args.out, {"tokens_per_step": args.tokens_per_step, "rows": rows}
+                                   if args.tokens_per_step else rows)
   return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run_plain_main(main)

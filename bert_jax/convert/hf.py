@@ -487,8 +487,9 @@ def write_model(ckpt, output: str, heads: str, source: str, *, heads_table: dict
 
 def fresh_groups(ckpt) -> list:
   """The param groups a converter initialised at random (the conversion report's fresh_groups), unless the
-  checkpoint was fine-tuned since (its finetune_info: training set them)."""
-  if ckpt.finetune_info:
+  checkpoint was fine-tuned since (its finetune_info: training set them; an imported fine-tuned head's
+  finetune_info names its source, "imported_from", and trained nothing)."""
+  if ckpt.finetune_info and not ckpt.finetune_info.get("imported_from"):
     return []
   return list((ckpt.info or {}).get("report", {}).get("fresh_groups", []))
 

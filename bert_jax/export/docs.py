@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 import os
 
-INPUTS_IDS = {n: "int{bits} [batch, length]" for n in ("input_ids", "input_mask", "segment_ids")}
+INPUT_NOTES = {"word_mask": " (1 at each word's first piece: the CRF's chain)",
+               "window_continues": " (1: the row is a later window of its sentence; 0 for a whole sentence)",
+               "window_continued": " (1: a further window of the sentence follows; 0 for a whole sentence)",
+               "choice_mask": " (1 for a real choice, 0 for padding)"}
 
 
 def signature(fmt: str, head, tokenizer: dict, result: dict) -> dict:
@@ -15,9 +18,16 @@ def signature(fmt: str, head, tokenizer: dict, result: dict) -> dict:
     if head.pairs:
       names = ("question", "context") if head.kind == "squad" else ("text", "text_pair")
       inputs["pairs"] = {"text": f"string [batch] ({names[0]})", "text_pair": f"string [batch] ({names[1]})"}
+    if head.kind == "multiple_choice":
+      inputs = {"serving_default": {
+          "context": "string [batch] (\"\" for none)", "question": "string [batch]",
+          "choices": "string [batch, num_choices] (\"\" pads a question with fewer choices)"}}
     extra = {"label": "string [batch] arg-max label"} if head.kind == "classification" else {}
+    if head.kind == "multiple_choice":
+      extra = {"answer": "int32 [batch] index of the arg-max choice"}
     if head.kind == "ner":
-      extra = {"tags": "string [batch, length] arg-max tag at each word's first piece, '' elsewhere",
+      what = "Viterbi" if head.crf else "arg-max"
+      extra = {"tags": f"string [batch, length] {what} tag at each word's first piece, '' elsewhere",
                "word_start": "int32 [batch, length]"}
     outputs = {**head.outputs, **extra, "input_mask": "int32 [batch, length]"}
   elif fmt == "sentence-transformers":
@@ -25,7 +35,7 @@ def signature(fmt: str, head, tokenizer: dict, result: dict) -> dict:
     outputs = {"embedding": head.outputs["embedding"]}
   else:
     bits = 64 if fmt == "onnx" else 32
-    inputs = {k: v.format(bits=bits) for k, v in INPUTS_IDS.items()}
+    inputs = {k: f"int{bits} [{', '.join(dims)}]{INPUT_NOTES.get(k, '')}" for k, dims in head.inputs.items()}
     outputs = head.outputs
   return {"format": fmt, "takes": "raw text" if fmt in ("savedmodel", "sentence-transformers") else "token ids",
           "inputs": inputs, "outputs": outputs, "head": head.describe(), "labels": head.labels,
@@ -50,6 +60,15 @@ def readme(fmt: str, head, sig: dict, output: str) -> str:
 
 
 def _serve(fmt: str, head, name: str) -> str:
+  if fmt == "savedmodel" and head.kind == "multiple_choice":
+    body = '{"inputs": {"context": ["..."], "question": ["..."], "choices": [["...", "..."]]}}'
+    return ("```bash\n"
+            f"mkdir -p serving/{name}/1 && cp -r savedmodel/* serving/{name}/1/\n"
+            f"docker run -p 8501:8501 -v \"$PWD/serving/{name}:/models/{name}\" -e MODEL_NAME={name} "
+            "tensorflow/serving\n"
+            f"curl -d '{body}' localhost:8501/v1/models/{name}:predict\n```\n\n"
+            "The graph uses TF-Text's ops (tokenizer) and XlaCallModule (the model): the serving binary must "
+            "carry both. In Python: `import tensorflow_text` then `tf.saved_model.load(\"savedmodel\")`.")
   if fmt == "savedmodel":
     pair = ', "text_pair": ["..."]' if head.pairs else ""
     sig = "pairs" if head.pairs else "serving_default"
@@ -62,6 +81,19 @@ def _serve(fmt: str, head, name: str) -> str:
             "The graph uses TF-Text's ops (tokenizer) and XlaCallModule (the model): the serving binary must "
             "carry both (not tried here: no docker on the machine that wrote this). In Python: "
             "`import tensorflow_text` then `tf.saved_model.load(\"savedmodel\")`.")
+  if fmt == "onnx" and head.crf:   # the word_mask input: each word's first piece
+    return ("```python\n"
+            "import numpy as np, onnxruntime as ort\n"
+            "from bert_jax.input_pipeline.tokenization import FullTokenizer   # or any BERT WordPiece tokenizer\n"
+            "tok = FullTokenizer(\"vocab.txt\", do_lower_case=...)          # signature.json: tokenizer\n"
+            "pieces = [tok.encode(w) or [tok.vocab['[UNK]']] for w in \"John lives in Paris\".split()]\n"
+            "ids = np.array([[tok.vocab['[CLS]']] + sum(pieces, []) + [tok.vocab['[SEP]']]], np.int64)\n"
+            "word_mask = np.array([[0] + sum([[1] + [0] * (len(p) - 1) for p in pieces], []) + [0]], np.int64)\n"
+            "sess = ort.InferenceSession(\"model.onnx\")\n"
+            "tag_ids, emissions = sess.run(None, {\"input_ids\": ids, \"input_mask\": np.ones_like(ids), "
+            "\"segment_ids\": np.zeros_like(ids), \"word_mask\": word_mask, "
+            "\"window_continues\": np.zeros(1, np.int64), \"window_continued\": np.zeros(1, np.int64)})\n```"
+            + _more_inputs(head))
   if fmt == "onnx":
     return ("```python\n"
             "import numpy as np, onnxruntime as ort\n"
@@ -70,12 +102,27 @@ def _serve(fmt: str, head, name: str) -> str:
             "ids = np.array([[tok.vocab['[CLS]']] + tok.encode(\"some text\") + [tok.vocab['[SEP]']]], np.int64)\n"
             "sess = ort.InferenceSession(\"model.onnx\")\n"
             "out = sess.run(None, {\"input_ids\": ids, \"input_mask\": np.ones_like(ids), "
-            "\"segment_ids\": np.zeros_like(ids)})\n```")
+            "\"segment_ids\": np.zeros_like(ids)})\n```" + _more_inputs(head))
   if fmt == "stablehlo":
+    args = ", ".join(head.inputs)
     return ("```python\n"
             "import jax, numpy as np\n"
             "exp = jax.export.deserialize(bytearray(open(\"model.stablehlo\", \"rb\").read()))\n"
-            "out = exp.call(input_ids, input_mask, segment_ids)   # int32 [batch, length]; see signature.json\n```")
+            f"out = exp.call({args})   # int32; shapes in signature.json\n```" + _more_inputs(head))
   return ("```python\n"
           "from sentence_transformers import SentenceTransformer\n"
           f"vectors = SentenceTransformer(\"{name}\").encode([\"some text\"])\n```")
+
+
+def _more_inputs(head) -> str:
+  """The id formats' note on inputs beyond the three [batch, length] ids (a CRF tagger, multiple choice)."""
+  if head.kind == "multiple_choice":
+    return ("\n\nMultiple choice: every id input is [batch, choices, length], one row per choice "
+            "(`[CLS] context [SEP] question choice [SEP]`, segment 1 from the question on), and `choice_mask` "
+            "[batch, choices] is 1 for the real choices; `probabilities` is the softmax over them.")
+  if head.crf:
+    return ("\n\nCRF tagger: also `word_mask` [batch, length], 1 at each word's first piece (the Viterbi chain "
+            "runs over these), and `window_continues` / `window_continued` [batch], 0 for a whole sentence (1 "
+            "for the later / earlier windows of a sentence split as predict splits it). `tag_ids` is the "
+            "decoded tag per word (index into signature.json's labels) at its first piece, 0 elsewhere.")
+  return ""

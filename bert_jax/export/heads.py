@@ -2,8 +2,9 @@
 tokenizer, and predict's answer on the same texts (the parity reference). No TensorFlow.
 
     head = resolve_head(load_model("runs/ft_sst2"), task_head="auto")
-    head.kind                 # features | classification | regression | multilabel | ner | squad
-    head.apply(params, input_ids, input_mask, segment_ids)   # {"probabilities": [B, C]} (float32)
+    head.kind                 # features | classification | regression | multilabel | ner | squad | multiple_choice
+    head.inputs               # {"input_ids": ("batch", "length"), ...}: the exported function's inputs, in order
+    head.apply_fn()(params, *(feats[k] for k in head.inputs))   # {"probabilities": [B, C]} (float32)
     feats = head.featurize(texts, pairs)                    # what predict feeds the model (numpy int32)
     ref = head.reference(texts, pairs)                      # predict's outputs on the same rows
 
@@ -13,14 +14,19 @@ Outputs per kind (what `predict` returns, before it is made readable):
   regression      score [B]
   multilabel      probabilities [B, K] (independent sigmoids)
   ner             tag_probabilities [B, T, C] (softmax per token; a word's tag is read at its first piece)
+  ner with a CRF  tag_ids [B, T] int32 (the Viterbi path over each word's first piece, 0 elsewhere) and
+                  emissions [B, T, C]; it takes word_mask [B, T] and window_continues / window_continued [B]
+                  besides the ids (the chain runs over the words; a window inside a sentence lifts the scheme's
+                  start / end constraints), as predict feeds the CRF head
   squad           start_logits, end_logits [B, T]
-A CRF tagger and multiple choice are refused: their answers are not a function of one row of token ids.
+  multiple_choice probabilities [B, C] (softmax over the choices; padded choices 0); every id input is
+                  [B, C, T] (one row per choice) and choice_mask [B, C] says which choices are real
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -34,7 +40,7 @@ from bert_jax.models.heads import POOLINGS, pool
 from bert_jax.predict import FeatureExtractor, make_tokenizer, sentence_max_length, sentence_pipeline
 from bert_jax.pretrained import Pretrained
 
-KINDS = ("features", "classification", "regression", "multilabel", "ner", "squad")
+KINDS = ("features", "classification", "regression", "multilabel", "ner", "squad", "multiple_choice")
 TASK_HEADS = ("auto", "task", "features")
 OUTPUTS = {
     "features": {"embedding": "[batch, hidden] float32 sentence vector"},
@@ -44,7 +50,16 @@ OUTPUTS = {
     "ner": {"tag_probabilities": "[batch, length, num_labels] float32 softmax per token over `labels`; a word's "
                                  "tag is read at its first word piece"},
     "squad": {"start_logits": "[batch, length] float32", "end_logits": "[batch, length] float32"},
+    "multiple_choice": {"probabilities": "[batch, num_choices] float32 softmax over each question's choices "
+                                         "(0 for the padded ones: choice_mask 0)"},
 }
+CRF_OUTPUTS = {"tag_ids": "[batch, length] int32 Viterbi tag id over `labels` at each word's first piece "
+                          "(word_mask 1), 0 elsewhere: predict's tags",
+               "emissions": "[batch, length, num_labels] float32 the CRF's emission scores"}
+ID_INPUTS = {"input_ids": ("batch", "length"), "input_mask": ("batch", "length"), "segment_ids": ("batch", "length")}
+# The CRF head's extra inputs, as ner.NerTask.featurize writes them (see the module docstring).
+CRF_INPUTS = {"word_mask": ("batch", "length"), "window_continues": ("batch",), "window_continued": ("batch",)}
+CHOICE_INPUTS = {**{k: ("batch", "choices", "length") for k in ID_INPUTS}, "choice_mask": ("batch", "choices")}
 
 
 def _l2(v):
@@ -64,18 +79,31 @@ class ServingHead:
   truncation: str = "head"
   max_query_length: int = 64       # squad
   task: object = None
+  crf: bool = False                # ner: a CRF tagger (Viterbi tag ids out)
 
   @property
   def outputs(self) -> Dict[str, str]:
-    return OUTPUTS[self.kind]
+    return CRF_OUTPUTS if self.crf else OUTPUTS[self.kind]
+
+  @property
+  def inputs(self) -> Dict[str, Tuple[str, ...]]:
+    """The exported function's inputs in order, each with its named dimensions (all integer)."""
+    if self.kind == "multiple_choice":
+      return CHOICE_INPUTS
+    return {**ID_INPUTS, **CRF_INPUTS} if self.crf else ID_INPUTS
 
   @property
   def params(self) -> dict:
     return {"bert": self.pre.params["bert"]} if self.kind == "features" else self.pre.params
 
   def apply_fn(self):
-    """(params, input_ids, input_mask, segment_ids) -> {output: float32 array}: the exported function."""
-    cfg = self.pre.config.replace(dtype="float32", scan_layers=False)
+    """(params, *inputs in the order of self.inputs) -> {output: array}: the exported function (float32
+    outputs; the CRF's tag_ids int32)."""
+    # Sliding-window layers (modernbert) as the masked T x T attention: the blocked path sizes its blocks from
+    # the length and picks itself by comparing the length with the window, which a length-polymorphic export
+    # (jax.export, jax2tf) cannot decide ("t <= 129 is inconclusive"). Same numbers on every real token
+    # (local_attention.py; the export's parity check runs predict's blocked path against it).
+    cfg = self.pre.config.replace(dtype="float32", scan_layers=False, local_attention_impl="dense")
     kind, pooling, normalize = self.kind, self.pooling, self.normalize
     if kind == "features":
       model = BertModel(cfg)
@@ -87,28 +115,34 @@ class ServingHead:
       return features
     model = fm.build_model(self.task, cfg)
 
-    def task_head(params, input_ids, input_mask, segment_ids):
-      out = fm.apply_model(model, params, {"input_ids": input_ids, "input_mask": input_mask,
-                                           "segment_ids": segment_ids})
-      return transform(kind, {k: v.astype(jnp.float32) for k, v in out.items()}, jnp)
+    names = tuple(self.inputs)
+
+    def task_head(params, *inputs):
+      out = fm.apply_model(model, params, dict(zip(names, inputs)))
+      return transform(kind, {k: v if jnp.issubdtype(v.dtype, jnp.integer) else v.astype(jnp.float32)
+                              for k, v in out.items()}, jnp)
     return task_head
 
   # ---- inputs as predict builds them ------------------------------------------------------------------
   def tokenizer(self):
     return make_tokenizer(self.pre)
 
-  def featurize(self, texts: Sequence[str], pairs: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
-    """input_ids, input_mask, segment_ids [N, max_seq_length] int32, exactly as predict tokenizes (the first
-    window of a long SQuAD context / NER sentence)."""
+  def featurize(self, texts: Sequence, pairs: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
+    """self.inputs as numpy int32 (input_ids, input_mask, segment_ids [N, max_seq_length], ...), exactly as
+    predict builds them (the first window of a long SQuAD context / NER sentence). Multiple choice takes
+    predict_choices' questions, {"context", "question", "choices": [...]}, as `texts`."""
     tok = self.tokenizer()
     if self.kind == "features":
       cls, sep = tok.vocab["[CLS]"], tok.vocab["[SEP]"]
       rows = [[cls] + tok.encode(t)[:self.max_seq_length - 2] + [sep] for t in texts]
       return common.model_inputs(rows, [[0] * len(r) for r in rows], self.max_seq_length)
-    examples = self.task.text_examples(list(texts), None if pairs is None else list(pairs))
+    if self.kind == "multiple_choice":
+      examples = self.task.choice_examples(list(texts))
+    else:
+      examples = self.task.text_examples(list(texts), None if pairs is None else list(pairs))
     feats = self.task.featurize(examples, tok, self.max_seq_length)
     first = np.unique(np.asarray(feats.get("example_index", np.arange(len(texts)))), return_index=True)[1]
-    return {k: np.asarray(feats[k])[first] for k in ("input_ids", "input_mask", "segment_ids")}
+    return {k: np.asarray(feats[k])[first] for k in self.inputs}
 
   def reference(self, texts: Sequence[str], pairs: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
     """predict's outputs on `texts` (float32 numpy, one row per text): FeatureExtractor.encode for features,
@@ -132,6 +166,13 @@ class ServingHead:
       d["normalize"] = self.normalize
     if self.kind == "squad":
       d["max_query_length"] = self.max_query_length
+    if self.kind == "ner":
+      d["crf"] = self.crf
+      if self.crf:
+        d["scheme"] = self.task.scheme
+    if self.kind == "multiple_choice":
+      d["pooling"] = self.pooling
+      d["num_choices"] = "any (choice_mask marks the real ones)"
     return d
 
 
@@ -146,8 +187,12 @@ def transform(kind: str, out: dict, xp) -> Dict:
     return {"score": out["logits"][:, 0]}
   if kind == "multilabel":
     return {"probabilities": 1.0 / (1.0 + xp.exp(-out["logits"]))}
+  if kind == "ner" and "crf_tags" in out:   # the CRF head: its Viterbi path and the emissions
+    return {"tag_ids": out["crf_tags"].astype(xp.int32), "emissions": out["logits"]}
   if kind == "ner":
     return {"tag_probabilities": softmax(out["logits"])}
+  if kind == "multiple_choice":
+    return {"probabilities": softmax(out["logits"])}
   if kind == "squad":
     return {"start_logits": out["start_logits"], "end_logits": out["end_logits"]}
   raise ValueError(kind)
@@ -180,13 +225,7 @@ def resolve_head(pre: Pretrained, task_head: str = "auto", pooling: Optional[str
     raise UserError("--pooling / --normalize apply to --task_head=features; the task head keeps the pooling it "
                     f"was fine-tuned with ({info.get('pooling', 'cls')})")
   task = task_from_info(info)
-  kind = task.kind
-  if getattr(task, "takes_choices", False):
-    raise UserError(f"the {info['task']} head (multiple choice) cannot be exported: its rows are [choices, length]; "
-                    "export --task_head=features, or serve it with python -m bert_jax.predict classify")
-  if getattr(task, "crf", False):
-    raise UserError(f"the {info['task']} head is a CRF tagger: its Viterbi decode is not exported; export "
-                    "--task_head=features, or fine-tune with a softmax head (crf=False)")
+  kind = "multiple_choice" if getattr(task, "takes_choices", False) else task.kind
   if kind not in KINDS:
     raise UserError(f"the {info['task']} head (kind {kind!r}) has no serving form; kinds that export: "
                     f"{', '.join(KINDS)} (--task_head=features exports the encoder)")
@@ -196,7 +235,8 @@ def resolve_head(pre: Pretrained, task_head: str = "auto", pooling: Optional[str
   return ServingHead(pre, kind, None if task.label_list is None else list(task.label_list),
                      getattr(task, "pooling", "cls"), False, msl, pairs,
                      truncation=getattr(task, "truncation", "head"),
-                     max_query_length=int(getattr(task, "max_query_length", 64)), task=task)
+                     max_query_length=int(getattr(task, "max_query_length", 64)), task=task,
+                     crf=bool(getattr(task, "crf", False)))
 
 
 def _trained_on_pairs(task, info: dict) -> bool:

@@ -3,7 +3,8 @@
     write_onnx(head, "export/model.onnx", batch="polymorphic")
     run = runner("export/model.onnx")         # {input_ids, input_mask, segment_ids} int64 -> outputs
 
-The model takes token ids (int64 [batch, length]); the tokenizer is the vocab.txt and signature.json's
+The model takes token ids (int64 [batch, length]; head.inputs: a CRF tagger also word_mask and its window
+flags, multiple choice [batch, choices, length] and choice_mask); the tokenizer is the vocab.txt and signature.json's
 "tokenizer" entry beside it (the same WordPiece as predict; tokenization.FullTokenizer reproduces it).
 """
 
@@ -33,8 +34,9 @@ def runner(path: str):
   opts.log_severity_level = 3
   sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
   names = [o.name for o in sess.get_outputs()]
+  inputs = [i.name for i in sess.get_inputs()]
 
   def run(feats: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-    out = sess.run(names, {k: np.asarray(feats[k], np.int64) for k in onnx_graph.INPUTS})
+    out = sess.run(names, {k: np.asarray(feats[k], np.int64) for k in inputs})
     return dict(zip(names, out))
   return run

@@ -6,13 +6,21 @@ tokenization.FullTokenizer), the model as jax2tf's StableHLO call with a polymor
     m.signatures["serving_default"](text=tf.constant(["这本书很好"]))            # {"probabilities", "label"}
     m.signatures["pairs"](text=tf.constant(["q"]), text_pair=tf.constant(["c"]))  # pair tasks and SQuAD
     m.signatures["tokenize"](text=...)        # input_ids, input_mask, segment_ids: what the model saw
+    m.signatures["serving_default"](context=tf.constant(["..."]), question=tf.constant(["..."]),
+                                    choices=tf.constant([["A", "B", ""]]))   # multiple choice: "" pads
 
 Signatures: serving_default (single texts), pairs (text, text_pair: sentence pairs, SQuAD's question and
 context), tokenize / tokenize_pairs (the ids). Outputs are heads.OUTPUTS plus, for the readers' sake,
-`label` (classification: the arg-max label) and `tags` (NER: the arg-max tag per token, "" at [CLS]/[SEP]/
-padding) and `input_mask`. The length is padded to a multiple of 16 (one XLA compile per bucket, not one per
-length). Truncation is Google's (head; pairs: the longer text loses tokens first); a model fine-tuned with
-tail / head_tail truncation is refused (the ONNX / StableHLO exports take ids).
+`label` (classification: the arg-max label), `tags` (NER: the arg-max tag, or the CRF's Viterbi tag, at each
+word's first piece, "" elsewhere), `answer` (multiple choice: the arg-max choice's index) and `input_mask`.
+Multiple choice takes a context, a question and a [batch, num_choices] string tensor of choices per example
+("" pads a question with fewer choices: choice_mask 0); each choice row is packed as multiple_choice.pack_choice
+packs it. A CRF tagger gets word_mask from the words' first pieces and window_continued = 1 where the sentence
+has more pieces than fit (predict's first window of it).
+
+The length is padded to a multiple of 16 (one XLA compile per bucket, not one per length). Truncation is
+Google's (head; pairs: the longer text loses tokens first); a model fine-tuned with tail / head_tail
+truncation is refused (the ONNX / StableHLO exports take ids).
 
 TensorFlow and TF-Text are imported here, so this module is imported only by the savedmodel command.
 """
@@ -42,9 +50,11 @@ class ServingModule(tf.Module):
     self.labels = tf.constant(head.labels or [""], tf.string)
     params = head.params
     self.params = tf.nest.map_structure(lambda a: tf.Variable(a, trainable=False), params)
-    fn = jax2tf.convert(head.apply_fn(), with_gradient=False,
-                        polymorphic_shapes=[None, "(b, t)", "(b, t)", "(b, t)"],
-                        polymorphic_constraints=[f"t <= {int(head.pre.config.max_position_embeddings)}"])
+    self.inputs, self.crf = tuple(head.inputs), head.crf
+    dims = {"batch": "b", "choices": "c", "length": "t"}
+    shapes = [None] + ["(" + ", ".join(dims[d] for d in shape) + ",)" for shape in head.inputs.values()]
+    fn = jax2tf.convert(head.apply_fn(), with_gradient=False, polymorphic_shapes=shapes,
+                        polymorphic_constraints=[f"t <= {int(head.pre.config.max_position_embeddings)}", "t >= 2"])
     self._model = fn
 
   # ---- tokenizer ---------------------------------------------------------------------------------------
@@ -97,8 +107,11 @@ class ServingModule(tf.Module):
     if a_start is not None:
       a_start = tf.ragged.boolean_mask(a_start, tf.ragged.range(la) < tf.expand_dims(na, 1))
       out["word_start"] = tf.concat([tf.zeros_like(cls), a_start, tf.zeros_like(sep)], 1).to_tensor(0)
-    # The length padded up to a multiple of LENGTH_BUCKET: XlaCallModule compiles the model once per input
-    # shape, and every new length was a new compile (seconds each: p99 3.3 s at batch 1 in serving.md).
+    return self._bucket(out)
+
+  def _bucket(self, out):
+    """[N, width] rows padded to a multiple of LENGTH_BUCKET: XlaCallModule compiles the model once per input
+    shape, and every new length was a new compile (seconds each: p99 3.3 s at batch 1 in serving.md)."""
     width = tf.shape(out["input_ids"])[1]
     target = tf.minimum((width + LENGTH_BUCKET - 1) // LENGTH_BUCKET * LENGTH_BUCKET, max(self.max_len, 1))
     target = tf.maximum(target, width)
@@ -107,16 +120,57 @@ class ServingModule(tf.Module):
   def _tokenize(self, text, text_pair=None):
     if self.kind == "ner":
       ids, starts = self._ner_ids(text)
-      return self._pack(ids, a_start=starts)
+      out = self._pack(ids, a_start=starts)
+      if self.crf:   # the chain over the words' first pieces; predict splits a longer sentence into windows
+        out["word_mask"] = out["word_start"]
+        out["window_continues"] = tf.zeros_like(ids.row_lengths(), tf.int32)
+        out["window_continued"] = tf.cast(ids.row_lengths() > self.max_len - 2, tf.int32)
+      return out
     return self._pack(self._ids(text), None if text_pair is None else self._ids(text_pair))
 
+  def _tokenize_choices(self, context, question, choices):
+    """multiple_choice.pack_choice per (example, choice) in TF: [CLS] context [SEP] question choice [SEP]
+    (segment 1 from the question on), [CLS] question choice [SEP] without a context; the choice is cut last,
+    the question before it, and they take at most half the room while the context needs it. Ids [B, C, T],
+    choice_mask [B, C] (1 where the choice is not ""; a padded choice's rows are zeros, as predict pads)."""
+    bsz, num = tf.shape(choices, out_type=tf.int64)[0], tf.shape(choices, out_type=tf.int64)[1]
+    rows = tf.repeat(tf.range(bsz), num)                                      # the example of each choice row
+    ctx, q = tf.gather(self._ids(context), rows), tf.gather(self._ids(question), rows)
+    ch = self._ids(tf.reshape(choices, [-1]))
+    lc, lq, lch = ctx.row_lengths(), q.row_lengths(), ch.row_lengths()
+    has_ctx = lc > 0
+    room = self.max_len - tf.where(has_ctx, tf.constant(3, tf.int64), 2)
+    b_room = room - tf.minimum(lc, room // 2)
+    nc = tf.minimum(lch, b_room)
+    nq = tf.minimum(lq, b_room - nc)
+    na = tf.minimum(lc, room - nq - nc)
+    cut = lambda x, n: tf.ragged.boolean_mask(x, tf.ragged.range(x.row_lengths()) < tf.expand_dims(n, 1))  # noqa
+    a, q, ch = cut(ctx, na), cut(q, nq), cut(ch, nc)
+    n = tf.shape(lc, out_type=tf.int64)[0]
+    cls, sep = tf.fill([n, 1], self.cls_id), tf.fill([n, 1], self.sep_id)
+    mid_sep = tf.RaggedTensor.from_row_lengths(tf.fill([tf.reduce_sum(tf.cast(has_ctx, tf.int64))], self.sep_id),
+                                               tf.cast(has_ctx, tf.int64))
+    seg_b = tf.expand_dims(tf.cast(has_ctx, tf.int32), 1)                      # segment of question + choice
+    ids = tf.concat([cls, a, mid_sep, q, ch, sep], axis=1)
+    seg = tf.concat([tf.zeros_like(cls), tf.zeros_like(a), tf.zeros_like(mid_sep), tf.ones_like(q) * seg_b,
+                     tf.ones_like(ch) * seg_b, tf.ones_like(sep) * seg_b], axis=1)
+    out = self._bucket({"input_ids": ids.to_tensor(0), "segment_ids": seg.to_tensor(0),
+                        "input_mask": tf.ones_like(ids).to_tensor(0)})
+    real = tf.cast(tf.not_equal(choices, ""), tf.int32)                      # [B, C]
+    shape = tf.stack([bsz, num, -1])
+    out = {k: tf.reshape(v, shape) * real[:, :, None] for k, v in out.items()}   # padded choices: all zeros
+    out["choice_mask"] = real
+    return out
+
   def _serve(self, feats):
-    out = dict(self._model(self.params, feats["input_ids"], feats["input_mask"], feats["segment_ids"]))
+    out = dict(self._model(self.params, *(feats[k] for k in self.inputs)))
     if self.kind == "classification":
       out["label"] = tf.gather(self.labels, tf.argmax(out["probabilities"], -1))
+    if self.kind == "multiple_choice":
+      out["answer"] = tf.argmax(out["probabilities"], -1, output_type=tf.int32)
     if self.kind == "ner":
-      tags = tf.gather(self.labels, tf.argmax(out["tag_probabilities"], -1))
-      out["tags"] = tf.where(tf.equal(feats["word_start"], 1), tags, "")
+      best = out["tag_ids"] if self.crf else tf.argmax(out["tag_probabilities"], -1)
+      out["tags"] = tf.where(tf.equal(feats["word_start"], 1), tf.gather(self.labels, best), "")
       out["word_start"] = feats["word_start"]
     out["input_mask"] = feats["input_mask"]
     return out
@@ -143,6 +197,11 @@ def write_savedmodel(head, output: str, do_lower_case: bool) -> list:
   pair = tf.TensorSpec([None], tf.string, name="text_pair")
   fns = {"serving_default": (lambda text: m._serve(m._tokenize(text)), [text]),
          "tokenize": (lambda text: m._tokenize(text), [text])}
+  if head.kind == "multiple_choice":
+    spec = [tf.TensorSpec([None], tf.string, name="context"), tf.TensorSpec([None], tf.string, name="question"),
+            tf.TensorSpec([None, None], tf.string, name="choices")]
+    fns = {"serving_default": (lambda context, question, choices: m._serve(m._tokenize_choices(
+        context, question, choices)), spec), "tokenize": (m._tokenize_choices, spec)}
   if head.pairs:
     fns.update(pairs=(lambda text, text_pair: m._serve(m._tokenize(text, text_pair)), [text, pair]),
                tokenize_pairs=(lambda text, text_pair: m._tokenize(text, text_pair), [text, pair]))

@@ -22,7 +22,8 @@ from bert_jax.input_pipeline import tokenization
 from bert_jax.predict import load_model
 
 FORMATS = ("savedmodel", "onnx", "stablehlo", "sentence-transformers")
-TOKEN_OUTPUTS = ("tag_probabilities", "start_logits", "end_logits")   # [B, T, ...]: compared on real tokens
+# [B, T, ...]: compared on real tokens
+TOKEN_OUTPUTS = ("tag_probabilities", "start_logits", "end_logits", "tag_ids", "emissions")
 FP32_TOLERANCE = 1e-4
 # predict computes in bfloat16 on a GPU/TPU (compute_dtype("auto")) while every export computes in float32:
 # bf16 keeps 8 significant bits (relative error 2^-8 = 0.4% per rounding), which a 12-layer encoder compounds to
@@ -36,6 +37,12 @@ PARITY_TEXTS = ["这本书很好，我很喜欢。", "The Café de Flore is in P
 PARITY_PAIRS = ["我也觉得不错", "Where is the cafe?", "一般", "hi", "首都在哪里？", "nothing", "tabs", "还可以"]
 SQUAD_QUESTIONS = ["Where is the cafe?", "北京是什么？", "What year is it?", "who?"]
 SQUAD_CONTEXTS = ["The Café de Flore is in Paris.", "北京是中国的首都。", "It's 1998 now!", "Nobody knows who."]
+# Multiple choice: 2 to 4 choices (padded choices in the batch), one without a context.
+CHOICE_QUESTIONS = [
+    {"context": "The Café de Flore is in Paris.", "question": "Where is the cafe?", "choices": ["Paris", "Rome"]},
+    {"context": "北京是中国的首都。", "question": "首都是哪里？", "choices": ["北京", "上海", "广州", "南京"]},
+    {"context": "", "question": "It's 1998 now! What year is it?", "choices": ["1998", "2026", "unknown"]},
+    {"context": "房间太小，服务一般", "question": "评价如何？", "choices": ["好", "不好"]}]
 
 
 def tolerance() -> float:
@@ -45,6 +52,8 @@ def tolerance() -> float:
 def parity_inputs(head: ServingHead):
   if head.kind == "squad":
     return SQUAD_QUESTIONS, SQUAD_CONTEXTS
+  if head.kind == "multiple_choice":
+    return CHOICE_QUESTIONS, None
   if head.kind == "ner":   # NER refuses a text without words
     keep = [i for i, t in enumerate(PARITY_TEXTS) if t.strip()]
     return [PARITY_TEXTS[i] for i in keep], None
@@ -52,7 +61,8 @@ def parity_inputs(head: ServingHead):
 
 
 def compare(name: str, got: Dict[str, np.ndarray], want: Dict[str, np.ndarray], mask=None) -> float:
-  """Max |got - want| over the outputs predict returns; token-level outputs over the real tokens (mask)."""
+  """Max |got - want| over the outputs predict returns; token-level outputs over the real tokens (mask). An
+  integer output (a CRF's tag ids) must equal predict's exactly: one differing id is a UserError."""
   worst = 0.0
   for k, w in want.items():
     if k not in got:
@@ -64,6 +74,9 @@ def compare(name: str, got: Dict[str, np.ndarray], want: Dict[str, np.ndarray], 
       g, w = g[:, :t][m], w[:, :t][m]
     if g.shape != w.shape:
       raise UserError(f"{name}: output {k!r} has shape {g.shape}, predict's {w.shape}")
+    if np.issubdtype(np.asarray(want[k]).dtype, np.integer) and not np.array_equal(g, w):
+      raise UserError(f"{name}: output {k!r} differs from predict's at {int(np.sum(g != w))} of {g.size} "
+                      "positions (ids must be equal)")
     worst = max(worst, float(np.max(np.abs(g - w))) if g.size else 0.0)
   return worst
 
@@ -76,10 +89,16 @@ def tokenizer_info(head: ServingHead) -> dict:
           "strip_accents": "with do_lower_case", "cjk_characters": "each a token",
           "special_tokens": {t: int(tok.vocab[t]) for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
                              if t in tok.vocab},
-          "template": "[CLS] text [SEP]" + (" text_pair [SEP] (segment_ids 1 from text_pair on)" if head.pairs
-                                            else ""),
+          "template": _template(head),
           "max_seq_length": head.max_seq_length, "truncation": head.truncation,
           "source": os.path.basename(pre.require_vocab())}
+
+
+def _template(head: ServingHead) -> str:
+  if head.kind == "multiple_choice":
+    return ("[CLS] context [SEP] question choice [SEP] per choice (segment_ids 1 from the question on; "
+            "[CLS] question choice [SEP] without a context)")
+  return "[CLS] text [SEP]" + (" text_pair [SEP] (segment_ids 1 from text_pair on)" if head.pairs else "")
 
 
 def check_savedmodel(head: ServingHead) -> None:
@@ -169,7 +188,7 @@ def _write(fmt: str, head: ServingHead, tmp: str, batch: str) -> dict:
     with open(os.path.join(tmp, "model.stablehlo"), "wb") as f:
       f.write(blob)
     _copy_vocab(head, tmp)
-    run = stablehlo.runner(blob)
+    run = stablehlo.runner(blob, tuple(head.inputs))
     return {"files": ["model.stablehlo", "vocab.txt"], "run": _ids_runner(head, run, np.int32)}
   if fmt == "onnx":
     from bert_jax.export import onnx_export   # onnx, onnxruntime: the [serve] extra
@@ -205,22 +224,32 @@ def _ids_runner(head: ServingHead, run, dtype):
   return go
 
 
+def savedmodel_args(head: ServingHead, texts: Sequence, pairs: Optional[Sequence[str]]) -> Dict[str, list]:
+  """The SavedModel signature's arguments for `texts` (multiple choice: predict_choices' questions, their
+  choices padded with "" to the most of any)."""
+  if head.kind == "multiple_choice":
+    num = max(len(q["choices"]) for q in texts)
+    return {"context": [str(q.get("context", "")) for q in texts], "question": [str(q.get("question", ""))
+                                                                               for q in texts],
+            "choices": [list(q["choices"]) + [""] * (num - len(q["choices"])) for q in texts]}
+  return {"text": list(texts), **({"text_pair": list(pairs)} if pairs is not None else {})}
+
+
 def _savedmodel_runner(head: ServingHead, path: str):
-  def go(texts: List[str], pairs: Optional[List[str]]):
+  def go(texts: List, pairs: Optional[List[str]]):
     import tensorflow as tf   # the savedmodel format only (its module imported it already)
     m = tf.saved_model.load(path)
-    args = {"text": tf.constant(texts)}
-    if pairs is not None:
-      args["text_pair"] = tf.constant(pairs)
+    args = {k: tf.constant(v) for k, v in savedmodel_args(head, texts, pairs).items()}
     ids = {k: v.numpy() for k, v in m.signatures["tokenize_pairs" if pairs is not None else "tokenize"](**args)
            .items()}
     want = head.featurize(texts, pairs)
-    t = ids["input_ids"].shape[1]
-    same = (np.array_equal(ids["input_ids"], want["input_ids"][:, :t]) and not want["input_ids"][:, t:].any()
-            and np.array_equal(ids["segment_ids"], want["segment_ids"][:, :t]))
+    t = ids["input_ids"].shape[-1]
+    same = (np.array_equal(ids["input_ids"], want["input_ids"][..., :t]) and not want["input_ids"][..., t:].any()
+            and np.array_equal(ids["segment_ids"], want["segment_ids"][..., :t]))
     if not same:
-      bad = int(np.flatnonzero((ids["input_ids"] != want["input_ids"][:, :t]).any(1))[0]) \
-          if ids["input_ids"].shape == want["input_ids"][:, :t].shape else 0
+      differs = (ids["input_ids"] != want["input_ids"][..., :t]).reshape(len(texts), -1)
+      bad = int(np.flatnonzero(differs.any(1))[0]) if ids["input_ids"].shape == want["input_ids"][..., :t].shape \
+          else 0
       raise UserError(f"savedmodel: the in-graph tokenizer's ids differ from predict's on text {texts[bad]!r}; "
                       "export onnx or stablehlo (token ids in)")
     out = m.signatures["pairs" if pairs is not None else "serving_default"](**args)

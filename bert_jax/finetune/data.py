@@ -135,7 +135,8 @@ def pack_split(task, feats: Dict[str, np.ndarray], seq_len: int, max_examples: i
   tagging task's token labels pad with the ignore index and weigh per row."""
   layout = example_packing.best_fit(example_packing.lengths_of(feats["input_mask"]), seq_len, max_examples, seed)
   keys = [k for k in task.device_keys if k in feats]
-  token_keys = tuple(task.model_input_keys) + (tuple(task.label_keys) if task.token_level else ())
+  token_keys = (tuple(task.model_input_keys) + tuple(task.extra_token_keys)
+                + (tuple(task.label_keys) if task.token_level else ()))
   rows = example_packing.pack_features({k: feats[k] for k in keys}, layout, token_keys,
                                        pad_values={k: IGNORE_INDEX for k in task.label_keys} if task.token_level
                                        else None)

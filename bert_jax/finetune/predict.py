@@ -71,15 +71,15 @@ def missing_pairs_warning(task: Task, info: dict) -> Optional[str]:
 
 def predict_cap(task: Task, cfg, packing: bool, max_examples_per_row: int) -> int:
   """Examples per packed row for a Predictor (0: padded rows): packing asked for, and a task and encoder family
-  that keep packed examples apart; a task that cannot (SQuAD, multiple choice, a CRF) runs padded, as it
-  trained. UserError for a cap below 1."""
+  that keep packed examples apart; a task that cannot (SQuAD, multiple choice) runs padded, as it trained.
+  UserError for a cap below 1."""
   if not packing or task.packing_refusal():
     return 0
   if int(max_examples_per_row) < 1:
     raise PredictInputError(f"max_examples_per_row={max_examples_per_row}; expected >= 1 (or packing=false)")
   try:
     cfg.replace(max_examples_per_row=int(max_examples_per_row))
-  except ValueError:    # an encoder family that cannot keep the examples of a row apart (lstm)
+  except ValueError:    # an encoder family that cannot keep the examples of a row apart (EncoderFamily.packs)
     return 0
   return int(max_examples_per_row)
 

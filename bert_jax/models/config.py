@@ -99,7 +99,7 @@ class BertConfig:
   layer_types: tuple = ()                  # per layer full_attention | sliding_attention; () = from n above
   global_rope_theta: float = 160000.0      # rotary theta of the global (full_attention) layers
   local_rope_theta: float = 10000.0        # rotary theta of the sliding-window layers
-  local_attention_impl: str = "auto"       # sliding layers: auto | blocked (linear in T) | dense (masked T x T)
+  local_attention_impl: str = "auto"       # sliding layers: auto | blocked (linear in T) | dense (masked T x T) | jax
   max_examples_per_row: int = 0            # packed rows (input_mask numbers each row's examples, layers.py): up
                                            # to K examples per row, pooled outputs [B, K, H]; 0 = one per row
 

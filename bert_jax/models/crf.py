@@ -5,6 +5,8 @@ tiny and replicated).
     allowed = transition_constraints(["O", "B-PER", "I-PER"], "BIO")   # Constraints of booleans
     ll = crf_log_likelihood(emissions, tags, mask, transitions, start, end)   # [B]
     best = viterbi_decode(emissions, mask, transitions, start, end)          # [B, T] int32, 0 where masked
+    ll = packed_log_likelihood(emissions, tags, mask, example_ids, transitions, start, end)   # [B, E] packed rows
+    best = packed_viterbi_decode(emissions, mask, example_ids, transitions, start, end)       # [B, T]
 
 Shapes: emissions [B, T, K] float32 (the per-position tag scores), tags / mask [B, T], transitions [K, K]
 (score of tag i followed by tag j), start / end [K] or per row [B, K] (score of the first / last tag; per row
@@ -12,6 +14,13 @@ when some rows are windows in the middle of a sentence, which may start inside a
 (sub-tokens after a word's first one, [CLS], [SEP], padding): the chain runs over the masked-in positions
 only, in order, so with first-sub-token masks the CRF links words, consistent with how the softmax head labels
 word pieces. A row with no masked-in position has log-likelihood 0 and decodes to all zeros.
+
+Packed rows (several examples per row; example_ids [B, T] numbers them 1..E, 0 = padding, as input_mask does in
+models/layers.py) keep each example its own chain: start / end are per example [B, E, K], the start and end
+scores fall on each example's own first / last masked-in position, no transition links two examples, and each
+example has its own log-partition and Viterbi path. The E examples of a row are laid out as E rows of the
+unpacked functions, each keeping only its example's positions ([B * E, T]), so the numbers are the unpacked
+ones (tests/test_packing_equality.py).
 
 Constraints are applied by adding `NEG` to the scores of forbidden transitions (not -inf, so no NaN appears
 in the gradients); a forbidden path then has probability ~e^-10000 = 0.
@@ -172,3 +181,31 @@ def viterbi_decode(emissions, mask, transitions, start, end):
   out = jnp.zeros((b, t), jnp.int32)
   out = out.at[jnp.arange(b)[:, None], order].set(path)
   return jnp.where(mask.astype(bool), out, 0)
+
+
+def example_chain_mask(mask, example_ids, num_examples: int):
+  """[B, T] chain mask and example ids -> bool [B * E, T]: row b * E + e keeps the masked-in positions of
+  example e + 1 of row b (E = num_examples)."""
+  b, t = mask.shape
+  slots = jnp.asarray(example_ids).astype(jnp.int32)[:, None, :] == jnp.arange(1, num_examples + 1)[None, :, None]
+  return (slots & jnp.asarray(mask).astype(bool)[:, None, :]).reshape(b * num_examples, t)
+
+
+def packed_log_likelihood(emissions, tags, mask, example_ids, transitions, start, end):
+  """log p(tags | emissions) of each example of packed rows [B, E] float32 (0 for an empty slot); start / end
+  [B, E, K] (module docstring)."""
+  b, e, k = start.shape
+  rows = lambda x: jnp.repeat(jnp.asarray(x), e, axis=0)   # noqa: E731  row b -> rows b * E .. b * E + E - 1
+  ll = crf_log_likelihood(rows(emissions), rows(tags), example_chain_mask(mask, example_ids, e), transitions,
+                          start.reshape(b * e, k), end.reshape(b * e, k))
+  return ll.reshape(b, e)
+
+
+def packed_viterbi_decode(emissions, mask, example_ids, transitions, start, end):
+  """The highest-scoring tag path of each example of packed rows, laid back in the rows: [B, T] int32 (0 off
+  the mask); start / end [B, E, K] (module docstring)."""
+  b, e, k = start.shape
+  t = mask.shape[1]
+  paths = viterbi_decode(jnp.repeat(jnp.asarray(emissions), e, axis=0), example_chain_mask(mask, example_ids, e),
+                         transitions, start.reshape(b * e, k), end.reshape(b * e, k))
+  return jnp.sum(paths.reshape(b, e, t), axis=1)    # each position lies in one example's row (0 in the others)

@@ -143,8 +143,10 @@ class BertForTokenClassificationCRF(nn.Module):
   start / end constraints there, since a sentence split into windows may be cut inside an entity. Outputs:
   "logits" [B, T, K] (emissions), "crf_transitions" [K, K], "crf_start" / "crf_end" [K] (the learned scores
   plus the scheme's constraints: models.crf.NEG where forbidden; the loss reads them) and, when deterministic,
-  "crf_tags" [B, T] int32 (Viterbi path, 0 off the mask); crf_start / crf_end are [B, K]. Params: bert,
-  classifier, crf/{transitions, start, end} (replicated: K x K is tiny)."""
+  "crf_tags" [B, T] int32 (Viterbi path, 0 off the mask); crf_start / crf_end are [B, K]. Packed rows
+  (config.max_examples_per_row = E; input_mask numbers the examples): window_continues / window_continued and
+  crf_start / crf_end are per example ([B, E], [B, E, K]) and each example is its own chain (crf.packed_*).
+  Params: bert, classifier, crf/{transitions, start, end} (replicated: K x K is tiny)."""
 
   config: BertConfig
   label_list: Sequence[str]
@@ -164,14 +166,16 @@ class BertForTokenClassificationCRF(nn.Module):
                                                                                         self.scheme))
     scores = CrfTransitions(k, name="crf")()
     trans = scores["transitions"] + pen_trans
-    b = input_ids.shape[0]
-    lift = lambda flag: (jnp.zeros((b, 1)) if flag is None else flag.astype(jnp.float32)[:, None])  # noqa: E731
-    start = scores["start"][None] + pen_start[None] * (1.0 - lift(window_continues))    # [B, K]
-    end = scores["end"][None] + pen_end[None] * (1.0 - lift(window_continued))          # [B, K]
+    # per row [B] (packed: per example [B, E]) -> [B, 1] ([B, E, 1]), broadcast against the [K] scores
+    slots = (input_ids.shape[0],) + ((self.config.max_examples_per_row,) if self.config.packed else ())
+    lift = lambda flag: (jnp.zeros(slots) if flag is None else flag.astype(jnp.float32))[..., None]  # noqa: E731
+    start = scores["start"] + pen_start * (1.0 - lift(window_continues))    # [B, K] (packed [B, E, K])
+    end = scores["end"] + pen_end * (1.0 - lift(window_continued))          # [B, K] (packed [B, E, K])
     out = {"logits": logits, "crf_transitions": trans, "crf_start": start, "crf_end": end}
     if deterministic:
-      mask = input_mask if word_mask is None else word_mask
-      out["crf_tags"] = crf.viterbi_decode(logits, mask, trans, start, end)
+      mask = (input_mask > 0) if word_mask is None else word_mask
+      out["crf_tags"] = (crf.packed_viterbi_decode(logits, mask, input_mask, trans, start, end) if self.config.packed
+                         else crf.viterbi_decode(logits, mask, trans, start, end))
     return out
 
 

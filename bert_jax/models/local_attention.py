@@ -16,6 +16,13 @@ Two computations of the same numbers:
 * `dense_attention`: the [B, N, T, T] masked reference, the fallback (`resolve_local`: when the window covers
   the whole row there is nothing to save, or when `local_attention_impl=dense` asks for it), said once in the
   log.
+* `jax_attention` (`local_attention_impl=jax`): `jax.nn.dot_product_attention(local_window_size=(half, half))`
+  with implementation=None, the backend's own choice, and the key mask (a row's real keys; packed rows: each
+  query's own example, a [B, 1, T, T] mask). In JAX 0.10.2 implementation=None is XLA's masked T x T
+  computation on every backend (quadratic in T, as `dense`), and its cuDNN path raises on a window that reaches
+  right of the query without a causal mask, so a bidirectional window cannot use it yet; the path is here for
+  the JAX release whose dispatcher picks a fused kernel. It has no attention dropout: a config with
+  attention_probs_dropout_prob > 0 is refused (encoders/modernbert.py).
 
 Shapes: q, k, v `[batch, length, heads, head_dim]` (BTNH, as models/attention.py); the result has q's shape.
 Scores and softmax are float32. Rows of padding queries are not used downstream (they attend to nothing;
@@ -36,12 +43,12 @@ from bert_jax.logs import log_once
 Array = jax.Array
 log = logging.getLogger(__name__)
 
-IMPLS = ("auto", "blocked", "dense")   # BertConfig.local_attention_impl
+IMPLS = ("auto", "blocked", "dense", "jax")   # BertConfig.local_attention_impl
 _NEG = jnp.finfo(jnp.float32).min
 
 
 class LocalChoice(NamedTuple):
-  path: str      # blocked | dense
+  path: str      # blocked | dense | jax
   reason: str
 
 
@@ -51,6 +58,9 @@ def resolve_local(impl: str, seq_len: int, half: int) -> LocalChoice:
     raise ValueError(f"BertConfig.local_attention_impl={impl!r}; expected one of {IMPLS}")
   if impl == "dense":
     return LocalChoice("dense", "local_attention_impl=dense: a masked T x T attention, quadratic in T")
+  if impl == "jax":
+    return LocalChoice("jax", "local_attention_impl=jax: jax.nn.dot_product_attention(local_window_size="
+                              f"({half}, {half})), the backend's choice (XLA's masked T x T in JAX 0.10.2)")
   if impl == "auto" and seq_len <= 2 * half + 1:
     return LocalChoice("dense", f"the window (+-{half}) covers the whole row of {seq_len} tokens: a masked "
                                 "T x T attention costs no more")
@@ -116,10 +126,31 @@ def blocked_attention(q: Array, k: Array, v: Array, input_mask: Array, half: int
   return out[:, :t]
 
 
+def jax_attention(q: Array, k: Array, v: Array, input_mask: Array, half: int, packed: bool = True) -> Array:
+  """jax.nn.dot_product_attention with local_window_size=(half, half) (module docstring); equals dense_attention
+  on every real query. `packed`: input_mask may number several examples a row, so the mask is the [B, 1, T, T]
+  same-example one; unpacked rows (0/1) need only the real keys, [B, 1, 1, T]. No dropout."""
+  ids = input_mask.astype(jnp.int32)
+  if packed:
+    mask = ((ids[:, :, None] == ids[:, None, :]) & (ids[:, None, :] > 0))[:, None]
+  else:
+    mask = (ids > 0)[:, None, None, :]
+  out = jax.nn.dot_product_attention(q, k, v, mask=mask, local_window_size=(half, half), implementation=None)
+  return out.astype(q.dtype)
+
+
 def sliding_window_attention(q: Array, k: Array, v: Array, input_mask: Array, half: int, impl: str = "auto",
-                             dropout_fn=None) -> Array:
-  """Sliding-window attention by the path resolve_local picks; the dense fallback is said once in the log."""
+                             dropout_fn=None, packed: bool = True) -> Array:
+  """Sliding-window attention by the path resolve_local picks; the dense fallback is said once in the log.
+  `packed`: whether input_mask may number several examples a row (the jax path's mask; the others read it
+  either way)."""
   choice = resolve_local(impl, q.shape[1], half)
+  if choice.path == "jax":
+    if dropout_fn is not None:   # the config check refuses it first (encoders/modernbert.py); a direct caller
+      raise ValueError("local_attention_impl=jax has no attention dropout; set attention_probs_dropout_prob=0 "
+                       "or local_attention_impl=blocked")
+    log_once(log, f"sliding-window attention: {choice.reason}")
+    return jax_attention(q, k, v, input_mask, half, packed)
   if choice.path == "dense":
     log_once(log, f"sliding-window attention: dense masked T x T at T={q.shape[1]} ({choice.reason})")
     return dense_attention(q, k, v, input_mask, half, dropout_fn)

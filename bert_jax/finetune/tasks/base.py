@@ -69,6 +69,7 @@ class Task:
   test_splits = ("test",)
   model_input_keys = MODEL_INPUT_KEYS
   extra_input_keys: tuple = ()
+  extra_token_keys: tuple = ()      # those of extra_input_keys laid per token [N, T] (packed beside input_ids)
   label_keys = ("label_ids",)
   eval_loss = True
   tfds_name: Optional[str] = None

@@ -31,7 +31,8 @@ A sentence longer than max_seq_length - 2 sub-tokens is split at word boundaries
 
 NerTask is the task kind: a tag per word's first sub-token (heads.BertForTokenClassification, softmax
 cross-entropy per labelled token) or, with crf=True, a linear-chain CRF over the words with the scheme's
-transition constraints (heads.BertForTokenClassificationCRF, sentence NLL); entity-level F1.
+transition constraints (heads.BertForTokenClassificationCRF, sentence NLL); entity-level F1. Both heads pack
+(config.packing): the CRF runs one chain per example of a packed row (models/crf.py's packed_* functions).
 """
 
 from __future__ import annotations
@@ -344,8 +345,10 @@ class NerTask(Task):
     self.label_list = list(label_list) if label_list is not None else None
     self.mode, self.scheme = mode, scheme
     self.crf = bool(crf)
-    # The CRF runs over the words' first sub-tokens, which the features mark in word_mask.
+    # The CRF runs over the words' first sub-tokens, which the features mark in word_mask (per token: packing
+    # lays it out beside input_ids; the window flags are per example and go to the example's slot).
     self.extra_input_keys = ("word_mask", "window_continues", "window_continued") if self.crf else ()
+    self.extra_token_keys = ("word_mask",) if self.crf else ()
 
   @classmethod
   def from_config(cls, name, config, label_list=None):
@@ -359,11 +362,6 @@ class NerTask(Task):
 
   def head_options(self):
     return {"crf": self.crf}
-
-  def packing_refusal(self) -> str:
-    if self.crf:
-      return "task 'ner' with crf=true: the CRF's Viterbi path would run across the examples of a packed row"
-    return ""
 
   def prepare(self, data_dir=None, use_tfds=False, tfds_data_dir=None, download=False, **_):
     if self.label_list is not None:
@@ -450,13 +448,20 @@ class NerTask(Task):
     if "crf_transitions" in outputs:
       # CRF: the sentence NLL summed, over the same denominator as the softmax head (labelled words), so the
       # loss reads per word. Accuracy from the Viterbi path when decoded (eval), else from the emissions.
+      # Packed rows (crf_start [B, E, K]): each example its own chain, ll [B, E]; the rows' weights [B] cover
+      # their examples (an empty slot's ll is 0).
       labels = batch["label_ids"]
       label_mask = labels != common.IGNORE_INDEX
-      ll = crf_lib.crf_log_likelihood(outputs["logits"], labels, label_mask, outputs["crf_transitions"],
-                                      outputs["crf_start"], outputs["crf_end"])
+      args = (outputs["crf_transitions"], outputs["crf_start"], outputs["crf_end"])
+      if outputs["crf_start"].ndim == 3:
+        ll = crf_lib.packed_log_likelihood(outputs["logits"], labels, label_mask, batch["input_mask"], *args)
+      else:
+        ll = crf_lib.crf_log_likelihood(outputs["logits"], labels, label_mask, *args)
+      row_weight = batch["example_weight"].astype(jnp.float32)
+      row_weight = row_weight.reshape(row_weight.shape + (1,) * (ll.ndim - row_weight.ndim))
       pred = outputs["crf_tags"] if "crf_tags" in outputs else jnp.argmax(outputs["logits"], -1)
       correct = (pred == labels).astype(jnp.float32)
-      return {"task_loss_sum": -jnp.sum(ll * batch["example_weight"].astype(jnp.float32)),
+      return {"task_loss_sum": -jnp.sum(ll * row_weight),
               "task_weight_sum": jnp.sum(w), "task_correct_sum": jnp.sum(correct * w)}
     return softmax_sums(outputs["logits"], batch["label_ids"], w)
 

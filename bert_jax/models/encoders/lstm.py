@@ -18,8 +18,38 @@ from bert_jax.models.config import BertConfig
 from bert_jax.models.layers import layer_norm
 
 
+class SegmentedRNN(nn.Module):
+  """One direction of an LSTM layer over rows that may hold several examples: the carry restarts from zeros at
+  every example's first token (reading left to right) or last token (`reverse`: right to left), so no state
+  passes between examples and padding (a run of its own, after the last example) reaches nothing real.
+  x [B, T, H], example_ids [B, T] (input_mask: 0/1 unpacked, 1..K packed) -> [B, T, units], in the input order.
+  Parameters `cell/...`, as flax's nn.RNN keeps them."""
+
+  cell: nn.RNNCellBase
+  reverse: bool = False
+
+  @nn.compact
+  def __call__(self, x: jax.Array, example_ids: jax.Array) -> jax.Array:
+    ids = example_ids.astype(jnp.int32)
+    if self.reverse:   # the whole row backwards: each example's last token comes first, padding before it
+      x, ids = x[:, ::-1], ids[:, ::-1]
+    restart = ids != jnp.pad(ids, ((0, 0), (1, 0)), constant_values=-1)[:, :-1]   # [B, T]: an example begins
+
+    def step(cell, carry, inputs):
+      x_t, restart_t = inputs
+      carry = jax.tree_util.tree_map(lambda c: jnp.where(restart_t[:, None], jnp.zeros_like(c), c), carry)
+      return cell(carry, x_t)
+
+    carry = self.cell.initialize_carry(jax.random.key(0), x[:, 0].shape)   # zeros (OptimizedLSTMCell)
+    scan = nn.scan(step, variable_broadcast="params", split_rngs={"params": False}, in_axes=1, out_axes=1)
+    _, y = scan(self.cell, carry, (x, restart))
+    return y[:, ::-1] if self.reverse else y
+
+
 class LstmEncoder(nn.Module):
-  """Stacked bidirectional LSTM (ELMo-style): H/2 units per direction, padding-aware. [B,T,H] -> [B,T,H]."""
+  """Stacked bidirectional LSTM (ELMo-style): H/2 units per direction, padding-aware. [B,T,H] -> [B,T,H].
+  input_mask [B, T] 0/1, or on packed rows the example ids 1..K (0 = padding): each example is its own sequence
+  in both directions (SegmentedRNN restarts the carry at its ends)."""
 
   config: BertConfig
   deterministic: bool = True
@@ -30,15 +60,14 @@ class LstmEncoder(nn.Module):
     if causal:
       raise ValueError("the bidirectional lstm encoder sees future tokens; it cannot serve a causal LM "
                        "target (use encoder='transformer')")
-    lengths = jnp.sum(input_mask > 0, axis=-1).astype(jnp.int32)   # unpacked rows only (LstmFamily.packs)
     units = cfg.hidden_size // 2
     for i in range(cfg.num_hidden_layers):
-      # parent=None: the cell is adopted by its nn.RNN wrapper (params forward_i/cell, backward_i/cell).
+      # parent=None: the cell is adopted by its SegmentedRNN (params forward_i/cell, backward_i/cell).
       cell = lambda: nn.OptimizedLSTMCell(  # noqa: E731
           units, dtype=cfg.compute_dtype, param_dtype=cfg.parameter_dtype, parent=None)
-      forward = nn.RNN(cell(), name=f"forward_{i}")
-      backward = nn.RNN(cell(), reverse=True, keep_order=True, name=f"backward_{i}")
-      h = jnp.concatenate([forward(x, seq_lengths=lengths), backward(x, seq_lengths=lengths)], axis=-1)
+      forward = SegmentedRNN(cell(), name=f"forward_{i}")
+      backward = SegmentedRNN(cell(), reverse=True, name=f"backward_{i}")
+      h = jnp.concatenate([forward(x, input_mask), backward(x, input_mask)], axis=-1)
       h = nn.Dropout(cfg.hidden_dropout_prob)(h, deterministic=self.deterministic)
       x = h if i == 0 else x + h   # residual between layers keeps deep stacks trainable
     x = layer_norm(cfg, "LayerNorm")(x)
@@ -51,8 +80,7 @@ class LstmFamily(encoders.EncoderFamily):
 
   name = "lstm"
   module = LstmEncoder
-  # packs stays False: nn.RNN's seq_lengths cut right padding only, so a packed row's second example would
-  # start from the first one's state (and the backward pass the other way round); packed rows are refused.
+  packs = True   # SegmentedRNN restarts both directions at every example's ends; positions restart in the embeddings
 
   @classmethod
   def check_config(cls, config: BertConfig) -> None:

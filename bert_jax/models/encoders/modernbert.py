@@ -119,7 +119,8 @@ class ModernBertAttention(nn.Module):
     drop_probs = lambda probs: nn.Dropout(rate)(probs, deterministic=False)  # noqa: E731
     if self.sliding:
       ctx = local_attention.sliding_window_attention(q, k, v, input_mask, cfg.local_attention // 2,
-                                                     cfg.local_attention_impl, drop_probs if dropout else None)
+                                                     cfg.local_attention_impl, drop_probs if dropout else None,
+                                                     packed=cfg.packed)
     else:
       ctx = attention.attend(
           q, k, v, example_mask(input_mask), input_mask, impl=cfg.attention_impl, platform=jax.default_backend(),
@@ -267,6 +268,10 @@ class ModernBertFamily(encoders.EncoderFamily):
     if config.local_attention_impl not in local_attention.IMPLS:
       raise ValueError(f"BertConfig.local_attention_impl={config.local_attention_impl!r}; expected one of "
                        f"{local_attention.IMPLS}")
+    if config.local_attention_impl == "jax" and config.attention_probs_dropout_prob > 0:
+      raise ValueError(f"BertConfig.local_attention_impl='jax' with attention_probs_dropout_prob="
+                       f"{config.attention_probs_dropout_prob}: jax.nn.dot_product_attention has no attention "
+                       "dropout; set attention_probs_dropout_prob=0 or local_attention_impl=blocked")
 
   @classmethod
   def pool(cls, config: BertConfig, sequence_output: jax.Array, input_mask: jax.Array, deterministic: bool

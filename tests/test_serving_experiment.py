@@ -1,0 +1,47 @@
+"""experiments/serving.py's retrieval part: a --pretrained path that is no directory is one UserError before the
+data or the BM25 pass, and serving.json's retrieval runs (one key per model, `retrieval<TAG>`) each render as
+their own table, with only the metric rows as table rows."""
+
+import pytest
+
+from bert_jax.errors import UserError
+from experiments import serving
+
+METRICS = {"recall@1": 0.1, "recall@10": 0.5, "mrr@10": 0.2, "ndcg@10": 0.3}
+
+
+def test_a_pretrained_path_that_is_not_a_directory_is_a_user_error_before_any_work(tmp_path):
+  with pytest.raises(UserError, match=r"^--pretrained=\S*missing: not a directory \(expected a pre-training work "
+                                      r"dir, a params dir, or 'minilm'\)$"):
+    serving.main([f"--workdir={tmp_path / 'w'}", "--part=retrieval", f"--pretrained={tmp_path / 'missing'}"])
+  assert not (tmp_path / "w").exists()
+
+
+def test_each_retrieval_run_renders_its_own_table_of_metric_rows():
+  old = {"queries": 929, "passages": 1853, "train_pairs": 1600, "train_steps": 50, "batch_size": 32,
+         "max_seq_length": 96, "BM25 (rank_bm25, characters)": METRICS,
+         "all-MiniLM-L6-v2, raw features": dict(METRICS, **{"recall@10": 0.169})}
+  new = dict(old, model="pretrain_mini", train_pairs=7233, train_steps=-1, epochs=2.0, batch_size=64,
+             learning_rate=2e-4, scale=20.0, best={"step": 113, "epoch": 1.0, "value": 0.4},
+             dev_curve=[{"step": 113, "recall@10": 0.6}], load_average=[9.0, 9.0, 9.0])
+  new.pop("all-MiniLM-L6-v2, raw features")
+  new["pretrain_mini, contrastive fine-tuning"] = dict(METRICS, **{"recall@10": 0.712})
+  text = serving.render({"retrieval": old, "retrieval_mini": new})
+  tables = text.split("Retrieval, bundled")[1:]
+  assert len(tables) == 2
+  assert "fine-tuning from all-MiniLM-L6-v2: 1600 train pairs, 50 steps of batch 32" in tables[0]
+  assert "| all-MiniLM-L6-v2, raw features | 0.100 | 0.169 |" in tables[0]
+  assert ("fine-tuning from pretrain_mini: 7233 train pairs, up to 2 epochs of batch 64, max_seq_length 96, "
+          "lr 0.0002, scale 20; best dev checkpoint at step 113 (epoch 1)") in tables[1]
+  assert "| pretrain_mini, contrastive fine-tuning | 0.100 | 0.712 |" in tables[1]
+  rows = [l for l in text.splitlines() if l.startswith("| ") and not l.startswith("| model")]
+  assert len(rows) == 4   # BM25 twice, one model row each: best / dev_curve / load_average are no rows
+
+
+def test_overlap_counts_test_queries_and_passage_sentences_found_in_the_pretraining_text(tmp_path):
+  (tmp_path / "corpora").mkdir()
+  (tmp_path / "corpora" / "news.txt").write_text("甲乙丙丁。\n戊己庚辛。\n\n壬癸子丑。\n", encoding="utf-8")
+  test = [("甲乙丙丁。", "寅卯辰巳。戊己庚辛。"), ("午未申酉。", "壬癸子丑！")]
+  got = serving.overlap(str(tmp_path / "retrieval"), test, [p for _, p in test])
+  assert got == {"queries_in_news": 1, "queries": 2, "passage_sentences_in_news": 1, "passage_sentences": 3,
+                 "news_sentences": 3}
