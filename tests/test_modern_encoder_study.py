@@ -30,6 +30,7 @@ def test_the_modern_recipe_warms_up_and_decays_over_the_budget_not_over_two_tril
   assert bert.checkpoint_every_steps == 500 and bert.keep_checkpoints == me.CURVE_POINTS + 1
 
 
+@pytest.mark.slow   # ~5 s on a quiet CPU: six small compiles
 def test_encoder_output_token_heads_read_sequence_output_where_the_default_reads_the_prediction_head():
   cfg = _tiny_modern()
   ids = jnp.asarray(np.random.RandomState(0).randint(5, 64, (2, 12)), jnp.int32)
