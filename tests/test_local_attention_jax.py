@@ -12,23 +12,11 @@ import pytest
 
 from bert_jax.engine.train_step import build_model_config
 from bert_jax.errors import UserError
-from bert_jax.models import BertConfig, BertModel, dummy_inputs
+from bert_jax.models import BertModel, dummy_inputs
 from bert_jax.models import local_attention as la
+from test_modernbert import _qkv, _tiny   # the same tiny modernbert and random q, k, v as its blocked tests
 
 TOL = 1e-5
-
-
-def _tiny(**kw):
-  fields = dict(vocab_size=64, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=48,
-                encoder="modernbert", local_attention=8, max_position_embeddings=128, hidden_dropout_prob=0.0,
-                attention_probs_dropout_prob=0.0)
-  fields.update(kw)
-  return BertConfig(**fields)
-
-
-def _qkv(b, t, n=2, d=8, seed=0):
-  k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
-  return tuple(jax.random.normal(k, (b, t, n, d), jnp.float32) for k in (k1, k2, k3))
 
 
 _blocked = jax.jit(la.blocked_attention, static_argnums=4)
