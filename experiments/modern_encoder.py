@@ -209,7 +209,15 @@ class SquadOnEncoderOutput(SquadTask):
     return QuestionAnsweringOnEncoderOutput(bert_cfg)
 
 
-registry.TASKS.update(ner_encoder_output=NerOnEncoderOutput, squad_v1_encoder_output=SquadOnEncoderOutput)
+ABLATION_TASKS = {"ner_encoder_output": NerOnEncoderOutput, "squad_v1_encoder_output": SquadOnEncoderOutput}
+
+
+def register_ablation_tasks() -> None:
+  """Adds the ablation's two task kinds to the task registry of this process. Called where the ablation
+  fine-tunes, not at import: importing this module leaves the registry as the project ships it."""
+  registry.TASKS.update(ABLATION_TASKS)
+
+
 # (key, task kind) of the ablation's rows: the token tasks only (sentiment reads the pooled vector either way)
 ENCODER_OUTPUT_TASKS = {"ner": "ner_encoder_output", "qa": "squad_v1_encoder_output"}
 ABLATION_SUFFIX = "_encoder_output"
@@ -260,6 +268,8 @@ def finetune(name: str, init_dir: str, size: str, data_dir: str, s: dict, workdi
       if encoder_output else TASKS
   tasks = [t for t in tasks if only is None or t[0] in only]
   name = name + (ABLATION_SUFFIX if encoder_output else "")
+  if encoder_output:
+    register_ablation_tasks()
   for key, task, sub in tasks:
     row = f"{name}/{key}"
     if row in down and not redo and down[row].get("test") is not None:

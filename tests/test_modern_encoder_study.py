@@ -31,7 +31,9 @@ def test_the_modern_recipe_warms_up_and_decays_over_the_budget_not_over_two_tril
 
 
 @pytest.mark.slow   # ~5 s on a quiet CPU: six small compiles
-def test_encoder_output_token_heads_read_sequence_output_where_the_default_reads_the_prediction_head():
+def test_encoder_output_token_heads_read_sequence_output_where_the_default_reads_the_prediction_head(monkeypatch):
+  for kind, cls in me.ABLATION_TASKS.items():   # the script registers them only where it fine-tunes them
+    monkeypatch.setitem(registry.TASKS, kind, cls)
   cfg = _tiny_modern()
   ids = jnp.asarray(np.random.RandomState(0).randint(5, 64, (2, 12)), jnp.int32)
   mask = jnp.ones_like(ids)
