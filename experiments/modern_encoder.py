@@ -115,18 +115,6 @@ def settings(scale: str) -> dict:
 
 # -------------------------------------------------------------------------------------------------- configs
 
-def _set(c, field: str, value) -> bool:
-  obj, parts = c, field.split(".")
-  for p in parts[:-1]:
-    if p not in obj:
-      return False
-    obj = obj[p]
-  if parts[-1] not in obj:
-    return False
-  obj[parts[-1]] = value
-  return True
-
-
 def make_config(arm: str, size: str, steps: int, inputs: str, vocab: str):
   """configs/pretrain.py:size=SIZE,preset=<the arm's> at 64 tokens x 32, `steps` steps, one length."""
   _, preset, overrides = ARMS[arm]
@@ -148,7 +136,7 @@ def make_config(arm: str, size: str, steps: int, inputs: str, vocab: str):
   c.progress_bar = False
   c.seed = 0
   for field, value in tuple(overrides) + tuple(BUDGET_FIT.get(arm, lambda n: ())(int(steps))):
-    if not _set(c, field, value):
+    if not runs.set_field(c, field, value):
       raise runs.UserError(f"configs/pretrain.py has no field {field} (arm {arm})")
   return c
 

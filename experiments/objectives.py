@@ -81,19 +81,6 @@ def settings(scale: str) -> dict:
 
 # -------------------------------------------------------------------------------------------------- configs
 
-def _set(c, field: str, value) -> bool:
-  """c.<field> = value; False (nothing set) when the config has no such field."""
-  obj, parts = c, field.split(".")
-  for p in parts[:-1]:
-    if p not in obj:
-      return False
-    obj = obj[p]
-  if parts[-1] not in obj:
-    return False
-  obj[parts[-1]] = value
-  return True
-
-
 def make_config(arm: str, size: str, steps: int, inputs: str, vocab: str):
   """configs/pretrain.py:size=SIZE,preset=budget at 64 tokens x 32, `steps` steps, the arm's overrides; None
   when the config lacks one of the arm's fields (span masking / ALBERT not in this checkout)."""
@@ -117,7 +104,7 @@ def make_config(arm: str, size: str, steps: int, inputs: str, vocab: str):
   for field, value in ARMS[arm][1]:
     if value == "H/2":
       value = hidden // 2
-    if not _set(c, field, value):
+    if not runs.set_field(c, field, value):
       return None
   return c
 

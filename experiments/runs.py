@@ -145,6 +145,19 @@ def load_config(name: str, arg: str):
   return importlib.import_module(f"configs.{name}").get_config(arg)
 
 
+def set_field(c, field: str, value) -> bool:
+  """c.<field> = value for a dotted field name; False (nothing set) when the config has no such field."""
+  obj, parts = c, field.split(".")
+  for p in parts[:-1]:
+    if p not in obj:
+      return False
+    obj = obj[p]
+  if parts[-1] not in obj:
+    return False
+  obj[parts[-1]] = value
+  return True
+
+
 def pretrain_config(input_files: str, vocab_file: str, model: ModelSpec, spec: PretrainSpec):
   c = load_config("pretrain", f"size={model.size}")
   c.model.dtype = "float32"                     # CPUs have no fast bf16 matmuls
