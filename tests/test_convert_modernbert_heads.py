@@ -166,6 +166,7 @@ def test_question_answering_and_multiple_choice_heads_match_transformers_and_exp
     assert np.array_equal(getattr(a, key).numpy(), getattr(b, key).numpy())
 
 
+@pytest.mark.slow   # import, export and two transformers loads; the fast tier is at its 3-minute cap
 def test_export_of_an_imported_classifier_is_the_class_transformers_loads_with_equal_logits(tmp_path):
   hf_model = _sequence_model("single", "mean", seed=11)
   folder = _save(hf_model, tmp_path / "hf")
