@@ -14,7 +14,7 @@ from bert_jax.engine.train_step import build_model_config
 from bert_jax.errors import UserError
 from bert_jax.models import BertModel, dummy_inputs
 from bert_jax.models import local_attention as la
-from test_modernbert import _qkv, _tiny   # the same tiny modernbert and random q, k, v as its blocked tests
+from test_modernbert import _padded_and_packed_ids, _qkv, _tiny   # the blocked tests' model, q, k, v and masks
 
 TOL = 1e-5
 
@@ -26,11 +26,7 @@ _jax_path = jax.jit(la.jax_attention, static_argnums=(4, 5))
 @pytest.mark.parametrize("t,half", [(37, 4), (300, 64)])
 def test_jax_path_equals_blocked_on_real_queries_with_padding_and_packed_rows(t, half):
   q, k, v = _qkv(2, t)
-  ids = np.ones((2, t), np.int32)
-  ids[1, t - 5:] = 0                            # right padding
-  ids[0, t // 3:] = 2                           # a packed row: two examples, then padding
-  ids[0, t - 3:] = 0
-  ids = jnp.asarray(ids)
+  ids = _padded_and_packed_ids(t)
   blocked = np.asarray(_blocked(q, k, v, ids, half))
   ours = np.asarray(_jax_path(q, k, v, ids, half, True))
   real = np.asarray(ids) > 0

@@ -23,6 +23,15 @@ def _tiny(**kw):
   return BertConfig(**fields)
 
 
+def _padded_and_packed_ids(t):
+  """input_mask [2, t]: row 1 right-padded, row 0 a packed row of two examples, then padding."""
+  ids = np.ones((2, t), np.int32)
+  ids[1, t - 5:] = 0                            # right padding
+  ids[0, t // 3:] = 2                           # a packed row: two examples, then padding
+  ids[0, t - 3:] = 0
+  return jnp.asarray(ids)
+
+
 def _qkv(b, t, n=2, d=8, seed=0):
   k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
   return tuple(jax.random.normal(k, (b, t, n, d), jnp.float32) for k in (k1, k2, k3))
@@ -31,11 +40,7 @@ def _qkv(b, t, n=2, d=8, seed=0):
 @pytest.mark.parametrize("t,half", [(37, 4), (9, 1)])
 def test_blocked_sliding_window_equals_dense_masked_reference_on_real_queries(t, half):
   q, k, v = _qkv(2, t)
-  ids = np.ones((2, t), np.int32)
-  ids[1, t - 5:] = 0                            # right padding
-  ids[0, t // 3:] = 2                           # a packed row: two examples, then padding
-  ids[0, t - 3:] = 0
-  ids = jnp.asarray(ids)
+  ids = _padded_and_packed_ids(t)
   dense = la.dense_attention(q, k, v, ids, half)
   blocked = la.blocked_attention(q, k, v, ids, half)
   real = np.asarray(ids) > 0
