@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")   # torch: the reference implementation only
 transformers = pytest.importorskip("transformers")
 
-from bert_jax.convert import hf_modernbert  # noqa: E402
+from bert_jax.convert import hf_heads, hf_modernbert  # noqa: E402
 from bert_jax.convert.__main__ import main as convert_main  # noqa: E402
 from bert_jax.convert.mapping import ConversionError  # noqa: E402
 from bert_jax.models import (BertForPreTraining, BertForSequenceClassification,  # noqa: E402
@@ -127,7 +127,7 @@ def test_sequence_classification_logits_match_transformers(tmp_path, pooling):
   assert report.fresh_groups == ["mlm"] and any("classifier.*" in n for n in report.notes)
   ids, mask = _batch(length=40, real=(40, 23), seed=6)
   head = BertForSequenceClassification(config, num_labels=3)
-  ours = head.apply({"params": {"bert": params["bert"], "classifier": hf_modernbert.classifier_params(state)}},
+  ours = head.apply({"params": {"bert": params["bert"], "classifier": hf_heads.classifier_params(state)}},
                     jnp.asarray(ids), jnp.asarray(mask))["logits"]
   with torch.no_grad():
     want = hf_model(input_ids=_torch(ids), attention_mask=_torch(mask)).logits.numpy()
@@ -142,7 +142,7 @@ def test_token_classification_logits_match_transformers(tmp_path):
   config, params, _ = hf_modernbert.import_hf_modernbert(folder)
   ids, mask = _batch(length=40, real=(40, 31), seed=8)
   ours = BertForTokenClassification(config, num_labels=5).apply(
-      {"params": {"bert": params["bert"], "classifier": hf_modernbert.classifier_params(state)}},
+      {"params": {"bert": params["bert"], "classifier": hf_heads.classifier_params(state)}},
       jnp.asarray(ids), jnp.asarray(mask))["logits"]
   with torch.no_grad():
     want = hf_model(input_ids=_torch(ids), attention_mask=_torch(mask)).logits.numpy()

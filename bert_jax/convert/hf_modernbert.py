@@ -15,7 +15,7 @@ Transformers' layout onto ours (models/encoders/modernbert.py; torch Linear weig
   classifier.{weight, bias}  (the task classes)  classifier/{kernel, bias} (qa_outputs/ for QuestionAnswering):
                                                 the fine-tuned head, kept with a finetune_info.json (task,
                                                 labels from id2label) where a task kind here takes it, else
-                                                reported as dropped (KEPT_HEADS, imported_task)
+                                                reported as dropped (TASK_CLASSES; hf_heads.py)
 
 A kept head makes the output a fine-tuned checkpoint: `predict classify --model=DIR` answers as transformers'
 model does, `finetune.py --config.init_checkpoint=DIR --config.load_head=true` continues from it, and
@@ -44,7 +44,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from bert_jax import fileio
-from bert_jax.convert import hf, mapping
+from bert_jax.convert import hf, hf_heads, mapping
 from bert_jax.convert.mapping import ConversionError, Entry
 from bert_jax.input_pipeline import tokenization
 from bert_jax.models.config import BertConfig
@@ -59,30 +59,6 @@ HEADS = {
     "mlm": (("embeddings", "encoder", "mlm"), "ModernBertForMaskedLM", ROOT),
     "none": (("embeddings", "encoder"), "ModernBertModel", ""),
 }
-# architectures whose head.* is the task features head (our pooler), and their fine-tuned task head's keys
-TASK_ARCHITECTURES = {"ModernBertForSequenceClassification": "classifier",
-                      "ModernBertForTokenClassification": "classifier",
-                      "ModernBertForQuestionAnswering": "classifier",   # transformers 5's name (a Linear to 2)
-                      "ModernBertForMultipleChoice": "classifier"}
-# The fine-tuned heads kept on import and written by export: transformers' class -> (the task head a fine-tuning
-# task records, finetune_info.json "head"; our params group of its dense). Both read the same features: HF's
-# head.* is our pooler (pooled_output for a sentence or a choice, token_output on every token) and classifier.*
-# our task dense (qa_outputs for question answering: start and end logits).
-KEPT_HEADS = {"ModernBertForSequenceClassification": ("sequence_classification", "classifier"),
-              "ModernBertForTokenClassification": ("token_classification", "classifier"),
-              "ModernBertForQuestionAnswering": ("question_answering", "qa_outputs"),
-              "ModernBertForMultipleChoice": ("multiple_choice", "classifier")}
-# an imported question-answering head is the squad_v1 task (an answer to every question, as transformers'
-# question-answering pipeline by default), with its default windows and answer limits
-_SQUAD_DEFAULTS = {"doc_stride": 128, "max_query_length": 64, "n_best_size": 20, "max_answer_length": 30,
-                   "null_score_diff_threshold": 0.0, "version_2_with_negative": False}
-# finetune_info.json's max_seq_length of an imported classifier (predict pads or packs rows to it), or the
-# model's max_position_embeddings where smaller: ModernBERT's 8,192 positions would make every row of `predict
-# classify` 8,192 tokens; 512 holds a paragraph
-IMPORTED_MAX_SEQ_LENGTH = 512
-_PROBLEM_TYPES = {"classification": "single_label_classification", "regression": "regression",
-                  "multilabel": "multi_label_classification"}
-_SCHEME_TAG = re.compile(r"^(O|[BIES]-.+)$")   # the NER task's tags (BIO / BIOES)
 _ACT_TO_HF = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_tanh": "gelu_pytorch_tanh",
               "gelu_pytorch_tanh": "gelu_pytorch_tanh", "relu": "relu", "silu": "silu", "swish": "silu",
               "tanh": "tanh"}
@@ -255,140 +231,31 @@ def normalize_state_dict(state: Dict[str, np.ndarray], report: mapping.Conversio
   return out
 
 
-def architecture(d: dict) -> str:
-  archs = d.get("architectures")
-  return archs[0] if isinstance(archs, list) and archs else "ModernBertForMaskedLM"
-
-
-def classifier_params(state: Dict[str, np.ndarray], prefix: str = "classifier") -> Dict[str, np.ndarray]:
-  """A fine-tuned task head's {kernel [H, K], bias [K]} in our layout (transformers' [K, H] transposed)."""
-  return {"kernel": np.ascontiguousarray(state[prefix + ".weight"].T), "bias": state[prefix + ".bias"]}
-
-
-def id2label_list(d: dict, num_outputs: int, source: str) -> List[str]:
-  """config.json's id2label as a list by id (transformers' LABEL_i where it has none)."""
-  raw = d.get("id2label")
-  if not raw:
-    return [f"LABEL_{i}" for i in range(num_outputs)]
-  try:
-    by_id = {int(k): str(v) for k, v in raw.items()}
-  except (AttributeError, TypeError, ValueError):
-    raise ConversionError(f"{source}: id2label={raw!r}; expected an object {{id: label}}") from None
-  if sorted(by_id) != list(range(num_outputs)):
-    raise ConversionError(f"{source}: id2label has ids {sorted(by_id)[:8]} but classifier.weight has {num_outputs} "
-                          f"rows; expected the ids 0..{num_outputs - 1}")
-  labels = [by_id[i] for i in range(num_outputs)]
-  if len(set(labels)) != len(labels):
-    raise ConversionError(f"{source}: id2label gives two ids one label ({labels}); each id needs its own")
-  return labels
-
-
-def imported_task(d: dict, arch: str, num_outputs: int, config: BertConfig, source: str):
-  """(the task fields of finetune_info.json for `arch`'s fine-tuned head, "") where a task kind here takes it,
-  else (None, why not). Sequence classification: problem_type (or, unset, transformers' rule: 1 output is
-  regression) picks classification / regression / multilabel; token classification is the ner task, whose
-  labels must be BIO or BIOES tags; question answering is squad_v1 (_SQUAD_DEFAULTS); multiple choice the
-  multiple_choice task."""
-  if arch not in KEPT_HEADS:
-    return None, f"no task kind here reads {arch}'s head"
-  head = KEPT_HEADS[arch][0]
-  if head in ("question_answering", "multiple_choice"):
-    want = 2 if head == "question_answering" else 1
-    if num_outputs != want:
-      return None, f"{num_outputs} outputs; {arch} has {want}"
-    info = {"head": head, "label_list": None, "num_labels": num_outputs, "pooling": "cls", "architecture": arch,
-            "max_seq_length": min(IMPORTED_MAX_SEQ_LENGTH, config.max_position_embeddings),
-            "imported_from": os.path.abspath(os.path.dirname(source))}
-    if head == "multiple_choice":
-      return dict(info, task="multiple_choice", kind="classification"), ""
-    return dict(info, task="squad_v1", kind="squad", **_SQUAD_DEFAULTS), ""
-  labels = id2label_list(d, num_outputs, source)
-  info = {"head": head, "label_list": labels, "num_labels": num_outputs, "pooling": "cls",
-          "max_seq_length": min(IMPORTED_MAX_SEQ_LENGTH, config.max_position_embeddings), "architecture": arch,
-          "imported_from": os.path.abspath(os.path.dirname(source))}
-  if head == "token_classification":
-    bad = [t for t in labels if not _SCHEME_TAG.match(t)]
-    if bad:
-      return None, (f"its labels {bad[:4]} are not BIO/BIOES tags (O, B-X, I-X, E-X, S-X), which the ner task "
-                    "reads")
-    scheme = "BIOES" if any(t[:2] in ("E-", "S-") for t in labels) else "BIO"
-    return dict(info, task="ner", kind="ner", ner_scheme=scheme, ner_mode="conlleval", crf=False), ""
-  problem = d.get("problem_type") or ("regression" if num_outputs == 1 else "single_label_classification")
-  kind = {v: k for k, v in _PROBLEM_TYPES.items()}.get(problem)
-  if kind is None:
-    return None, f"problem_type={problem!r} is none of {sorted(_PROBLEM_TYPES.values())}"
-  if kind == "regression":
-    if num_outputs != 1:
-      return None, f"problem_type='regression' with {num_outputs} outputs; the regression task reads one score"
-    return dict(info, task="classification", kind="regression", label_list=None, truncation="head",
-                truncation_head_fraction=0.25), ""
-  task = "multilabel" if kind == "multilabel" else "classification"
-  extra = {"multilabel_threshold": 0.5, "multilabel_separator": "|"} if kind == "multilabel" else {}
-  return dict(info, task=task, kind=kind, truncation="head", truncation_head_fraction=0.25, **extra), ""
-
-
 def import_hf_modernbert(folder: str, output: Optional[str] = None, vocab_file: Optional[str] = None,
                          do_lower_case: Optional[bool] = None, ignore: Sequence[str] = (), seed: int = 0):
   """Converts a Hugging Face ModernBERT folder. Returns (config, params, report); writes `output` when given.
   The group a checkpoint lacks (the MLM head of a classifier, the pooler of a ForMaskedLM) is initialised
   from `seed` and reported; a fine-tuned task head is kept (params["classifier"] or ["qa_outputs"], with
-  finetune_info.json in `output`) where a task kind takes it (imported_task), else reported as not imported."""
+  finetune_info.json in `output`) where a task kind takes it (hf_heads.keep_task_head), else reported as not
+  imported."""
   config_path = os.path.join(folder, "config.json")
   if not os.path.exists(config_path):
     raise FileNotFoundError(f"{folder}: no config.json (not a Hugging Face model folder)")
   d = hf.read_config_json(config_path)
   config = hf_config_to_modernbert(d, config_path)
   report = mapping.ConversionReport(source=folder, fmt="hf")
-  arch = architecture(d)
   state = normalize_state_dict(hf.read_hf_state_dict(folder), report)
   patterns = [re.compile(p) for p in ignore]
-  task = TASK_ARCHITECTURES.get(arch)
-  kept, info = None, None
-  if task and any(k.startswith(task + ".") for k in state):
-    labels = state[task + ".weight"].shape[0] if task + ".weight" in state else "?"
-    if any(p.search(task + ".weight") for p in patterns):
-      why = "--ignore drops it"
-    elif labels == "?":
-      why = f"no {task}.weight"
-    else:
-      info, why = imported_task(d, arch, labels, config, config_path)
-    patterns.append(re.compile(rf"^{task}\."))
-    if info is not None:
-      kept = _task_head_params(state, task, config, folder)
-      labelled = ", labels from config.json's id2label" if info["label_list"] else ""
-      report.notes.append(
-          f"{arch}'s task head ({task}.*, {labels} outputs) kept as params['{KEPT_HEADS[arch][1]}'] with "
-          f"finetune_info.json (task={info['task']}, kind={info['kind']}{labelled}, "
-          f"max_seq_length={info['max_seq_length']}): predict classify uses it, and finetune continues from it "
-          "with init_checkpoint=DIR load_head=true")
-    else:
-      report.notes.append(f"{arch}'s task head ({task}.*, {labels} outputs) not imported ({why}): the encoder "
-                          "and its prediction head (head.*, as the pooler: pooled_output / token_output) were, "
-                          "and fine-tuning puts its own classifier on them")
+  kept = hf_heads.keep_task_head(d, state, config, config_path, TASK_CLASSES, patterns, report)
   ignorable = lambda n: bool(hf._HF_BUFFERS.search(n)) or any(p.search(n) for p in patterns)  # noqa: E731
   params = mapping.assign_params(state, "hf", config, report, ignorable=ignorable, seed=seed,
-                                 layout=layout("pooler" if task else "mlm"))
-  if kept is not None:
-    params[KEPT_HEADS[arch][1]] = kept
-    report.loaded += len(kept)
-    report.ignored = [n for n in report.ignored if not n.startswith(task + ".")]
+                                 layout=layout("pooler" if hf_heads.task_architecture_of(d, TASK_CLASSES)
+                                               else "mlm"))
+  hf_heads.add_kept_head(params, kept, report)
   if output:
     _save(folder, output, config, params, vocab_file, do_lower_case, report)
-    if info is not None:
-      casing = params_dir.read_info(output).get("do_lower_case", False)
-      fileio.write_json_atomic(os.path.join(output, params_dir.FINETUNE_INFO_NAME),
-                               dict(info, do_lower_case=bool(casing)))
+    hf_heads.write_finetune_info(output, kept)
   return config, params, report
-
-
-def _task_head_params(state: Dict[str, np.ndarray], prefix: str, config: BertConfig, folder: str):
-  """classifier_params, the shapes checked: weight [K, hidden_size], bias [K]."""
-  w, b = state[prefix + ".weight"], state.get(prefix + ".bias")
-  if w.ndim != 2 or w.shape[1] != config.hidden_size or b is None or b.shape != (w.shape[0],):
-    raise ConversionError(f"{folder}: {prefix}.weight {tuple(w.shape)} / {prefix}.bias "
-                          f"{None if b is None else tuple(b.shape)}; expected [labels, {config.hidden_size}] "
-                          "and [labels]")
-  return {k: np.asarray(v, np.float32) for k, v in classifier_params(state, prefix).items()}
 
 
 def _save(folder: str, output: str, config: BertConfig, params, vocab_file: Optional[str],
@@ -428,75 +295,30 @@ def write_modernbert(ckpt, output: str, heads: str = "auto", source: str = "") -
   """A loaded checkpoint with encoder="modernbert" -> a transformers ModernBERT folder (config.json,
   model.safetensors, vocab.txt, tokenizer_config.json): ModernBertForMaskedLM, or ModernBertModel
   (--heads=none, or auto when the MLM head was initialised at conversion); --heads=auto on a fine-tuned
-  checkpoint with a sequence / token classifier (finetune_info.json) writes ModernBertFor{Sequence,Token}
-  Classification (write_task_model)."""
-  if heads == "auto" and task_architecture(ckpt):
-    return write_task_model(ckpt, output, source)
+  checkpoint with a task head (finetune_info.json) writes ModernBertFor{Sequence,Token}
+  Classification, QuestionAnswering, MultipleChoice (hf_heads.write_task_model)."""
+  if heads == "auto" and hf_heads.task_architecture(ckpt, TASK_CLASSES):
+    return hf_heads.write_task_model(ckpt, output, source, TASK_CLASSES)
   config_dict = functools.partial(modernbert_config_dict, special_ids=_special_ids(ckpt.require_vocab()))
   return hf.write_model(ckpt, output, heads, source, heads_table=HEADS, root=ROOT,
                         config_dict=config_dict, layout=layout("mlm"),
                         hint="pre-train with the mlm target, or use --heads=none (encoder only)")
 
 
-def task_architecture(ckpt) -> Optional[str]:
-  """The transformers class of a fine-tuned checkpoint's task head (finetune_info.json's head, its params group
-  present), or None."""
-  head = (ckpt.finetune_info or {}).get("head")
-  arch = next((a for a, (h, _) in KEPT_HEADS.items() if h == head), None)
-  return arch if arch and isinstance(ckpt.params, dict) and KEPT_HEADS[arch][1] in ckpt.params else None
+def _task_config_dict(config: BertConfig, architecture: str, vocab_file: str) -> dict:
+  return modernbert_config_dict(config, architecture, pad_token_id=hf._pad_id(vocab_file),
+                                special_ids=_special_ids(vocab_file))
 
 
-def write_task_model(ckpt, output: str, source: str = "") -> mapping.ConversionReport:
-  """A fine-tuned modernbert checkpoint (a finetune work dir, its best_checkpoint/, or an imported task head)
-  -> ModernBertFor{SequenceClassification, TokenClassification, QuestionAnswering, MultipleChoice}, with
-  id2label, label2id and problem_type where the task has labels; transformers' logits equal ours (SQuAD v2's
-  null answer is a decision on those logits, not a weight: the folder has none of it). What the class cannot
-  compute is a ConversionError: a CRF (its Viterbi path is not a logit) and a sentence or choice pooled other
-  than by the family's head (pooling=cls: the [CLS] vector or the mean, by classifier_pooling, through
-  head.dense / head.norm)."""
-  input_dir = source or ckpt.directory
-  info, config, params = ckpt.finetune_info, ckpt.config, ckpt.params
-  arch = task_architecture(ckpt)
-  where = f"{input_dir}: finetune_info.json"
-  if info.get("crf"):
-    raise ConversionError(f"{where} says crf=true; {arch} has no CRF, so its tags would differ from this model's "
-                          "Viterbi path: fine-tune without the CRF to export the tagger, or export the encoder "
-                          "with --heads=none")
-  head, group = KEPT_HEADS[arch]
-  if head in ("sequence_classification", "multiple_choice") and info.get("pooling", "cls") != "cls":
-    raise ConversionError(
-        f"{where} says pooling={info.get('pooling')!r}; {arch} reads the sentence through its head (head.dense, "
-        "head.norm) on the [CLS] vector or the token mean (classifier_pooling): fine-tune with pooling=cls (and "
-        "--config.model.classifier_pooling=mean for the mean) to export it, or export the encoder with "
-        "--heads=none")
-  kind = info.get("kind")
-  if head == "sequence_classification" and kind not in _PROBLEM_TYPES:
-    raise ConversionError(f"{where} says kind={kind!r}; {arch} serves {sorted(_PROBLEM_TYPES)}")
-  kernel, bias = np.asarray(params[group]["kernel"]), np.asarray(params[group]["bias"])
-  k = kernel.shape[-1]
-  labels = list((head in ("sequence_classification", "token_classification") and info.get("label_list"))
-                or [f"LABEL_{i}" for i in range(k)])
-  if kernel.shape != (config.hidden_size, k) or len(labels) != k:
-    raise ConversionError(f"{input_dir}: {group}/kernel {kernel.shape} for {len(labels)} labels and hidden "
-                          f"size {config.hidden_size}; expected [{config.hidden_size}, labels]")
-  arrays = mapping.export_arrays(params, "hf", config, groups=("embeddings", "encoder", "pooler"),
-                                 layout=layout("pooler"))
-  arrays["classifier.weight"] = np.ascontiguousarray(kernel.T.astype(np.float32))
-  arrays["classifier.bias"] = bias.astype(np.float32)
-  vocab_file = ckpt.require_vocab()
-  config_json = modernbert_config_dict(config, arch, pad_token_id=hf._pad_id(vocab_file), num_labels=k,
-                                       special_ids=_special_ids(vocab_file))
-  config_json.update(id2label={str(i): l for i, l in enumerate(labels)},
-                     label2id={l: i for i, l in enumerate(labels)})
-  problem = _PROBLEM_TYPES.get(kind) if head == "sequence_classification" else None
-  if problem:
-    config_json["problem_type"] = problem
-  hf.write_folder(output, arrays, config_json, vocab_file, ckpt.do_lower_case, config.max_position_embeddings)
-  report = mapping.ConversionReport(source=input_dir, fmt="hf")
-  report.loaded = len(arrays)
-  report.notes.append(f"--heads=auto: {arch} (the fine-tuned {info.get('task')} head, {k} outputs"
-                      + (f", problem_type={problem}" if problem else "") + ")")
-  extra = sorted(g for g in params if g not in ("bert", group))
-  if extra:
-    report.notes.append(f"not exported (no {arch} equivalent): params{extra}")
-  return report
+# The fine-tuned heads kept on import and written by export (hf_heads). HF's head.* is our pooler in each class
+# (pooled_output for a sentence or a choice, token_output on every token) and classifier.* our task dense
+# (qa_outputs for question answering: transformers 5's ModernBertForQuestionAnswering names it classifier).
+TASK_CLASSES = hf_heads.TaskClasses(
+    classes=hf_heads.class_names("ModernBert", qa_key="classifier"), layout=layout("pooler"),
+    pooler_heads=("sequence_classification", "token_classification", "question_answering", "multiple_choice"),
+    pooling=("through its head (head.dense, head.norm) on the [CLS] vector or the token mean "
+             "(classifier_pooling): fine-tune with pooling=cls (and --config.model.classifier_pooling=mean for "
+             "the mean)"),
+    body=("the encoder and its prediction head (head.*, as the pooler: pooled_output / token_output) were, and "
+          "fine-tuning puts its own classifier on them"),
+    config_dict=_task_config_dict)
