@@ -610,9 +610,10 @@ def test_import_into_a_non_empty_output_warns_naming_the_folder(tmp_path, tiny_v
   assert f"--output={out} is not empty" in err and "model_config.json" in err
 
 
-def test_import_hf_fine_tuned_classifier_folder_imports_the_body_and_reports_the_head(tmp_path, tiny_vocab):
+def test_import_hf_fine_tuned_classifier_folder_imports_the_body_and_keeps_the_head(tmp_path, tiny_vocab):
   """A Hub BertForSequenceClassification (config.json architectures names it, classifier.* keys) imports its
-  encoder and pooler, the head reported; it was an error asking for --ignore. type_vocab_size=3 travels."""
+  encoder and pooler, and its head as params["classifier"] (test_convert_bert_heads.py: finetune_info.json,
+  predict and export of it); it was an error asking for --ignore. type_vocab_size=3 travels."""
   vocab_size = sum(1 for _ in open(tiny_vocab))
   cfg = _tiny_hf_config(vocab_size)
   cfg.type_vocab_size, cfg.num_labels = 3, 5
@@ -622,7 +623,8 @@ def test_import_hf_fine_tuned_classifier_folder_imports_the_body_and_reports_the
   (tmp_path / "hf" / "vocab.txt").write_text(open(tiny_vocab).read())
   config, params, report = hf_convert.import_hf(str(tmp_path / "hf"))
   assert config.type_vocab_size == 3
-  assert "classifier.weight" in report.ignored and "not imported" in report.summary()
+  assert "classifier.weight" not in report.ignored and "kept as params['classifier']" in report.summary()
+  assert params["classifier"]["kernel"].shape == (64, 5)
   assert report.fresh_groups == ["mlm", "nsp"]
   ids, mask, segment_ids, _ = _inputs(vocab_size)
   segment_ids[1, 3:] = 2

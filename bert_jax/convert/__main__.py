@@ -78,8 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
   e.add_argument("--heads", default="auto", choices=("auto", "pretraining", "mlm", "none"),
                  help="pretraining: BertForPreTraining; mlm: BertForMaskedLM; none: bare BertModel (the Albert* "
                       "classes for an ALBERT model); auto (default): the first of these whose heads the "
-                      "checkpoint holds trained (not initialised at conversion); for a fine-tuned modernbert "
-                      "task head, its ModernBertFor* class (sequence / token classification, QA, multiple choice)")
+                      "checkpoint holds trained (not initialised at conversion); for a fine-tuned task head, "
+                      "its BertFor* / AlbertFor* / ModernBertFor* class (sequence / token classification, QA, "
+                      "multiple choice)")
 
   z = sub.add_parser("zoo", help="list the registry of public checkpoints")
   z.add_argument("--name", default=None, help="show one entry with its download and convert commands")

@@ -15,6 +15,11 @@ Export writes config.json, model.safetensors, vocab.txt and tokenizer_config.jso
                        cls.* heads as unexpected, exactly as for Google's bert-base-uncased on the Hub).
   --heads=mlm          BertForMaskedLM layout (no pooler, no NSP head).
   --heads=none         bare BertModel layout (no prefix, no heads): BertModel loads it with no report at all.
+  --heads=auto         (the command's default) of a fine-tuned checkpoint: its task class, BertForSequence
+                       Classification (pooling=cls: the pooler, dropout, classifier; problem_type and id2label from
+                       the task), ...ForTokenClassification (not a CRF), ...ForQuestionAnswering or
+                       ...ForMultipleChoice, with our logits (hf_heads.py); import-hf keeps such a head, with a
+                       finetune_info.json that `predict classify` and `finetune load_head=true` read.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from bert_jax import fileio
-from bert_jax.convert import mapping, st_modules
+from bert_jax.convert import hf_heads, mapping, st_modules
 from bert_jax.input_pipeline import tokenization
 from bert_jax.pretrained import params_dir
 from bert_jax.pretrained.load import load_pretrained
@@ -280,26 +285,14 @@ def prefix_bare_keys_and_untie(state: Dict[str, np.ndarray], report: mapping.Con
   return out
 
 
-# The task heads of transformers' fine-tuned BERT classes (config.json "architectures"), as key patterns.
-_TASK_HEADS = {"BertForSequenceClassification": r"^classifier\.", "BertForTokenClassification": r"^classifier\.",
-               "BertForMultipleChoice": r"^classifier\.", "BertForQuestionAnswering": r"^qa_outputs\."}
-
-
-def task_head_pattern(config_dict: dict):
-  """(architecture, key pattern) of the fine-tuned task head config.json's architectures names, or None."""
-  archs = config_dict.get("architectures")
-  for a in archs if isinstance(archs, list) else []:
-    if a in _TASK_HEADS:
-      return a, _TASK_HEADS[a]
-  return None
-
-
 def import_hf(folder: str, output: Optional[str] = None, vocab_file: Optional[str] = None,
               do_lower_case: Optional[bool] = None, ignore: Sequence[str] = (), seed: int = 0):
   """Converts a Hugging Face BERT folder. Returns (config, params, report); writes `output` when given.
 
   `ignore`: regular expressions of source keys to drop deliberately (e.g. "^classifier\\." of a fine-tuned
-  BertForSequenceClassification); they are listed in the report.
+  BertForSequenceClassification); they are listed in the report. A fine-tuned task head (BertFor{Sequence,
+  Token}Classification, ...ForQuestionAnswering, ...ForMultipleChoice) is kept, with finetune_info.json in
+  `output`, where a task kind takes it (hf_heads.keep_task_head), else reported as not imported.
   """
   given, folder = folder, resolve_model_folder(folder)
   config_path = os.path.join(folder, "config.json")
@@ -310,15 +303,10 @@ def import_hf(folder: str, output: Optional[str] = None, vocab_file: Optional[st
   report = mapping.ConversionReport(source=folder, fmt="hf")
   state = normalize_hf_state_dict(read_hf_state_dict(folder), report)
   patterns = [re.compile(p) for p in ignore]
-  task_head = task_head_pattern(config_dict)
-  if task_head and any(re.search(task_head[1], k) for k in state):
-    # A fine-tuned model's task head has no place in a pre-trained checkpoint (fine-tuning starts its own);
-    # config.json names the architecture, so the body imports and the head is reported, not an error.
-    patterns.append(re.compile(task_head[1]))
-    report.notes.append(f"{task_head[0]}'s task head ({task_head[1][1:-2]}.*) not imported: a fine-tuned head; "
-                        "the encoder (and pooler) were")
+  kept = hf_heads.keep_task_head(config_dict, state, config, config_path, TASK_CLASSES, patterns, report)
   ignorable = lambda n: bool(_HF_BUFFERS.search(n)) or any(p.search(n) for p in patterns)  # noqa: E731
   params = mapping.assign_params(state, "hf", config, report, ignorable=ignorable, seed=seed)
+  hf_heads.add_kept_head(params, kept, report)
 
   tmp_vocab = None
   if vocab_file is None:
@@ -338,6 +326,7 @@ def import_hf(folder: str, output: Optional[str] = None, vocab_file: Optional[st
                                            functools.partial(hf_do_lower_case, folder, vocab_file))
     if output:
       mapping.save_imported(output, config, params, vocab_file, folder, "hf", do_lower_case, report)
+      hf_heads.write_finetune_info(output, kept)
       record_sentence_pipeline(given, folder, output, report)
   finally:
     if tmp_vocab:
@@ -430,7 +419,11 @@ def export_hf(input_dir: str, output: str, heads: str = "pretraining") -> mappin
 
 
 def write_hf(ckpt, output: str, heads: str = "pretraining", source: str = "") -> mapping.ConversionReport:
-  """A loaded checkpoint (`load_pretrained`) -> a Hugging Face BERT folder (export_hf)."""
+  """A loaded checkpoint (`load_pretrained`) -> a Hugging Face BERT folder (export_hf); --heads=auto on a
+  fine-tuned checkpoint (finetune_info.json names its head) writes its BertFor* task class
+  (hf_heads.write_task_model)."""
+  if heads == "auto" and hf_heads.task_architecture(ckpt, TASK_CLASSES):
+    return hf_heads.write_task_model(ckpt, output, source, TASK_CLASSES)
   return write_model(ckpt, output, heads, source, heads_table=HEADS, root="bert.",
                      config_dict=hf_config_dict, layout=mapping.BERT,
                      hint="use --heads=mlm (no NSP head) or --heads=none (encoder only)")
@@ -483,6 +476,20 @@ def write_model(ckpt, output: str, heads: str, source: str, *, heads_table: dict
                sentencepiece_class=sentencepiece_class)
   report.loaded = len(arrays)
   return report
+
+
+def _task_config_dict(config: BertConfig, architecture: str, vocab_file: str) -> dict:
+  return hf_config_dict(config, architecture, pad_token_id=_pad_id(vocab_file))
+
+
+# The fine-tuned heads kept on import and written by export (hf_heads): BertForSequenceClassification and
+# ...ForMultipleChoice read bert.pooler (dense + tanh on [CLS]) through dropout into classifier.*, as our heads with
+# pooling=cls; ...ForTokenClassification and ...ForQuestionAnswering have no pooler and read every token.
+TASK_CLASSES = hf_heads.TaskClasses(
+    classes=hf_heads.class_names("Bert"), layout=mapping.BERT, pooler_heads=hf_heads.SENTENCE_HEADS,
+    pooling="through its pooler (dense + tanh on the [CLS] vector): fine-tune with pooling=cls",
+    body="the encoder (and pooler) were, and fine-tuning puts its own head on them",
+    config_dict=_task_config_dict)
 
 
 def fresh_groups(ckpt) -> list:

@@ -41,7 +41,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from bert_jax.convert import hf, mapping, spm_model
+from bert_jax.convert import hf, hf_heads, mapping, spm_model
 from bert_jax.convert.mapping import ConversionError, Entry, _dense
 from bert_jax.models.config import BertConfig
 from bert_jax.models.encoders import albert
@@ -198,7 +198,8 @@ def _tokenizer_config_lower(folder: str) -> bool:
 def import_hf_albert(folder: str, output: Optional[str] = None, vocab_file: Optional[str] = None,
                      do_lower_case: Optional[bool] = None, ignore: Sequence[str] = (), seed: int = 0):
   """Converts a Hugging Face ALBERT folder. Returns (config, params, report); writes `output` when given.
-  Absent head groups (a bare AlbertModel has no MLM / SOP heads) are initialised from `seed` and reported."""
+  Absent head groups (a bare AlbertModel has no MLM / SOP heads) are initialised from `seed` and reported; a
+  fine-tuned task head (AlbertFor{Sequence,Token}Classification, ...) is kept as hf.import_hf keeps BERT's."""
   config_path = os.path.join(folder, "config.json")
   if not os.path.exists(config_path):
     raise FileNotFoundError(f"{folder}: no config.json (not a Hugging Face model folder)")
@@ -208,8 +209,10 @@ def import_hf_albert(folder: str, output: Optional[str] = None, vocab_file: Opti
   layout = albert_layout(d, report)
   state = normalize_albert_state_dict(hf.read_hf_state_dict(folder), report)
   patterns = [re.compile(p) for p in ignore]
+  kept = hf_heads.keep_task_head(d, state, config, config_path, TASK_CLASSES, patterns, report)
   ignorable = lambda n: bool(hf._HF_BUFFERS.search(n)) or any(p.search(n) for p in patterns)  # noqa: E731
   params = mapping.assign_params(state, "hf", config, report, ignorable=ignorable, seed=seed, layout=layout)
+  hf_heads.add_kept_head(params, kept, report)
 
   tmp_dir = None
   if vocab_file is None:
@@ -243,6 +246,7 @@ def import_hf_albert(folder: str, output: Optional[str] = None, vocab_file: Opti
                                            functools.partial(hf.hf_do_lower_case, folder, vocab_file))
     if output:
       mapping.save_imported(output, config, params, vocab_file, folder, "hf", do_lower_case, report)
+      hf_heads.write_finetune_info(output, kept)
   finally:
     if tmp_dir:
       shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -262,7 +266,22 @@ def write_albert(ckpt, output: str, heads: str = "pretraining", source: str = ""
   """A loaded checkpoint (`load_pretrained`) with factorised embeddings -> a Hugging Face ALBERT folder
   (config.json, model.safetensors, vocab.txt, tokenizer_config.json with BertTokenizer, as the Chinese
   ALBERTs are used; with the SentencePiece tokenizer.json of an English ALBERT beside the vocab, that file
-  and tokenizer_class AlbertTokenizer instead)."""
+  and tokenizer_class AlbertTokenizer instead); --heads=auto on a fine-tuned checkpoint writes its AlbertFor*
+  task class (hf_heads.write_task_model)."""
+  if heads == "auto" and hf_heads.task_architecture(ckpt, TASK_CLASSES):
+    return hf_heads.write_task_model(ckpt, output, source, TASK_CLASSES)
   return hf.write_model(ckpt, output, heads, source, heads_table=HEADS, root="albert.",
                         config_dict=albert_config_dict, layout=ALBERT, sentencepiece_class="AlbertTokenizer",
                         hint="pre-train with targets=('mlm', 'sop') (preset=albert), or use --heads=mlm / none")
+
+
+def _task_config_dict(config: BertConfig, architecture: str, vocab_file: str) -> dict:
+  return albert_config_dict(config, architecture, pad_token_id=hf._pad_id(vocab_file))
+
+
+# The fine-tuned heads kept on import and written by export (hf_heads), laid out as BERT's (hf.TASK_CLASSES):
+# the sentence classes read albert.pooler (dense + tanh on [CLS]), the token and QA classes have no pooler.
+TASK_CLASSES = hf_heads.TaskClasses(
+    classes=hf_heads.class_names("Albert"), layout=ALBERT, pooler_heads=hf_heads.SENTENCE_HEADS,
+    pooling=hf.TASK_CLASSES.pooling, body=hf.TASK_CLASSES.body, config_dict=_task_config_dict,
+    folder_options={"sentencepiece_class": "AlbertTokenizer"})
