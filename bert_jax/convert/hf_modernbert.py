@@ -21,7 +21,7 @@ A kept head makes the output a fine-tuned checkpoint: `predict classify --model=
 model does, `finetune.py --config.init_checkpoint=DIR --config.load_head=true` continues from it, and
 `export-hf` of it (or of a fine-tuning work dir that fine-tuned a modernbert encoder for classification,
 regression, multi-label, NER, SQuAD or multiple choice) writes the matching class back (id2label,
-problem_type). BERT's export-hf writes no task heads; this family's does.
+problem_type), as BERT's and ALBERT's export-hf write theirs (hf_heads.py).
 
 A bare ModernBertModel's keys have no "model." prefix. The decoder weight must equal the token embeddings (tied,
 as every released ModernBERT). Biases exist only where the config switches them on (norm_bias, attention_bias,
