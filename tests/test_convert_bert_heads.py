@@ -175,7 +175,8 @@ def _classify(model_dir, tmp_path):
   return [json.loads(l) for l in out.read_text(encoding="utf-8").splitlines()]
 
 
-@pytest.mark.parametrize("problem", ["single_label_classification", "multi_label_classification", "ner"])
+@pytest.mark.parametrize("problem", ["single_label_classification", "ner",   # ~2.5 s each; multi-label: slow tier
+                                     pytest.param("multi_label_classification", marks=pytest.mark.slow)])
 def test_imported_head_predicts_transformers_outputs_and_exports_back_bit_for_bit(tmp_path, problem):
   vocab = testing.write_vocab(str(tmp_path / "vocab"))
   ner = problem == "ner"
@@ -261,6 +262,7 @@ def test_export_heads_none_of_a_fine_tuned_checkpoint_still_writes_the_encoder(t
   assert json.load(open(tmp_path / "hf" / "config.json"))["architectures"] == ["BertModel"]
 
 
+@pytest.mark.slow   # AlbertForSequenceClassification import, export and two transformers loads (~2 s loaded)
 def test_albert_sequence_classifier_imports_and_exports_back(tmp_path):
   vocab = testing.write_vocab(str(tmp_path / "vocab"))
   cfg = transformers.AlbertConfig(vocab_size=params_dir.count_vocab_lines(vocab), embedding_size=16,
@@ -286,21 +288,30 @@ def test_albert_sequence_classifier_imports_and_exports_back(tmp_path):
   assert np.array_equal(source["logits"], reloaded["logits"])
 
 
-@pytest.mark.slow   # a fine-tuning run of 2 steps on a tiny model per task, exported and loaded (~20 s each)
+@pytest.mark.slow   # a fine-tuning run of 2 steps on a tiny model per task, exported and loaded (~15 s each)
 @pytest.mark.parametrize("task", ["sst2", "ner"])
-def test_a_finetune_work_dir_exports_to_the_bert_class_with_its_logits(tmp_path, task):
+def test_finetune_continues_from_an_imported_head_and_its_work_dir_exports_with_its_logits(tmp_path, task):
   from bert_jax.finetune import loop as finetune_loop
   from test_finetune_tasks import make_config
 
   vocab = testing.write_vocab(str(tmp_path / "vocab"))
+  labels = ["0", "1"] if task == "sst2" else NER_LABELS
+  arch = "BertForSequenceClassification" if task == "sst2" else "BertForTokenClassification"
+  folder, _ = _hf_folder(tmp_path, arch, vocab, seed=6, num_labels=len(labels), id2label=dict(enumerate(labels)))
+  converted, workdir, back = (str(tmp_path / n) for n in ("converted", "ft", "back"))
+  assert convert_main(["import-hf", "--input", folder, "--output", converted, "--do_lower_case", "true"]) == 0
   data = (testing.write_glue(str(tmp_path / "glue"), ["sst2"]) if task == "sst2"
           else testing.write_conll(str(tmp_path / "conll")))
-  workdir, back = str(tmp_path / "ft"), str(tmp_path / "hf")
-  finetune_loop.run(make_config(task, data, vocab, max_train_steps=2), workdir)
+  finetune_loop.run(make_config(task, data, "", init_checkpoint=converted, load_head=True, max_train_steps=2),
+                    workdir)
+  init_report = json.load(open(os.path.join(workdir, "init_report.json")))
+  assert "classifier/kernel" in init_report["loaded"] and "classifier/kernel" not in init_report["initialised"]
   tuned = load_pretrained(workdir)
-  labels = tuned.finetune_info["label_list"]
+  assert tuned.finetune_info["label_list"] == labels
+  assert not np.array_equal(tuned.params["classifier"]["kernel"],
+                            load_pretrained(converted).params["classifier"]["kernel"])
+
   assert convert_main(["export-hf", "--input", workdir, "--output", back]) == 0
-  arch = "BertForSequenceClassification" if task == "sst2" else "BertForTokenClassification"
   cfg = json.load(open(os.path.join(back, "config.json")))
   assert cfg["architectures"] == [arch] and cfg["id2label"] == {str(i): l for i, l in enumerate(labels)}
   model = (heads.BertForSequenceClassification(tuned.config, num_labels=len(labels)) if task == "sst2"
