@@ -1,8 +1,8 @@
-"""Fine-tuned BERT (and ALBERT) heads through `convert export-hf` / `import-hf` against transformers (PyTorch,
-fp32, random weights): a fine-tuned checkpoint of each head kind exports to its BertFor* class with our logits
-within 1e-4; an imported BertForSequenceClassification / ...ForTokenClassification answers `predict classify`
-as transformers does and exports back bit for bit; what the classes cannot compute (a CRF, another pooling) is
-one `error:` line."""
+"""Fine-tuned BERT (and ALBERT, ELECTRA) heads through `convert export-hf` / `import-hf` against transformers
+(PyTorch, fp32, random weights): a fine-tuned checkpoint of each head kind exports to its BertFor* class with our
+logits within 1e-4; an imported BertForSequenceClassification / ...ForTokenClassification answers `predict
+classify` as transformers does and exports back bit for bit; what the classes cannot compute (a CRF, another
+pooling) is one `error:` line."""
 
 import json
 import os
@@ -154,9 +154,10 @@ def test_export_of_a_fine_tuned_head_is_the_bert_class_with_our_logits(tmp_path,
 
 
 def _hf_folder(tmp_path, arch, vocab, seed=3, **kw):
-  vocab_size = params_dir.count_vocab_lines(vocab)
-  cfg = transformers.BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                intermediate_size=64, max_position_embeddings=64, **kw)
+  """A transformers model of class `arch` (tiny, its weights perturbed) saved with our vocab."""
+  config_class = getattr(transformers, arch.split("For")[0] + "Config")
+  cfg = config_class(**dict(dict(vocab_size=params_dir.count_vocab_lines(vocab), hidden_size=32, num_hidden_layers=2,
+                                 num_attention_heads=2, intermediate_size=64, max_position_embeddings=64), **kw))
   torch.manual_seed(seed)
   model = getattr(transformers, arch)(cfg)
   with torch.no_grad():
@@ -265,26 +266,17 @@ def test_export_heads_none_of_a_fine_tuned_checkpoint_still_writes_the_encoder(t
 @pytest.mark.slow   # AlbertForSequenceClassification import, export and two transformers loads (~2 s loaded)
 def test_albert_sequence_classifier_imports_and_exports_back(tmp_path):
   vocab = testing.write_vocab(str(tmp_path / "vocab"))
-  cfg = transformers.AlbertConfig(vocab_size=params_dir.count_vocab_lines(vocab), embedding_size=16,
-                                  hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                                  max_position_embeddings=64, num_labels=3, id2label=dict(enumerate(SEQ_LABELS)))
-  torch.manual_seed(5)
-  hf_model = transformers.AlbertForSequenceClassification(cfg)
-  with torch.no_grad():
-    for p in hf_model.parameters():
-      p.add_(0.1 * torch.randn_like(p))
-  hf_model.save_pretrained(str(tmp_path / "hf"))
-  (tmp_path / "hf" / "vocab.txt").write_text(open(vocab, encoding="utf-8").read(), encoding="utf-8")
+  folder, hf_model = _hf_folder(tmp_path, "AlbertForSequenceClassification", vocab, seed=5, embedding_size=16,
+                                num_labels=3, id2label=dict(enumerate(SEQ_LABELS)))
   ours, back = str(tmp_path / "ours"), str(tmp_path / "back")
-  assert convert_main(["import-hf", "--input", str(tmp_path / "hf"), "--output", ours]) == 0
+  assert convert_main(["import-hf", "--input", folder, "--output", ours]) == 0
   ckpt = load_pretrained(ours)
   assert ckpt.finetune_info["label_list"] == SEQ_LABELS
   batch = _inputs(ckpt.config.vocab_size)
   model = heads.BertForSequenceClassification(ckpt.config, num_labels=3)
-  assert _max_diff(_ours(model, ckpt.params, *batch), _theirs(hf_model.eval(), *batch), batch[1]) < TOL
+  assert _max_diff(_ours(model, ckpt.params, *batch), _theirs(hf_model, *batch), batch[1]) < TOL
   assert convert_main(["export-hf", "--input", ours, "--output", back]) == 0
-  source, reloaded = (_theirs(_load("AlbertForSequenceClassification", f), *batch)
-                      for f in (str(tmp_path / "hf"), back))
+  source, reloaded = (_theirs(_load("AlbertForSequenceClassification", f), *batch) for f in (folder, back))
   assert np.array_equal(source["logits"], reloaded["logits"])
 
 
@@ -318,3 +310,29 @@ def test_finetune_continues_from_an_imported_head_and_its_work_dir_exports_with_
            else heads.BertForTokenClassification(tuned.config, num_labels=len(labels)))
   batch = _inputs(tuned.config.vocab_size)
   assert _max_diff(_ours(model, tuned.params, *batch), _theirs(_load(arch, back), *batch), batch[1]) < TOL
+
+
+@pytest.mark.parametrize("arch", ["ElectraForTokenClassification",
+                                  pytest.param("ElectraForQuestionAnswering", marks=pytest.mark.slow)])
+def test_electra_token_and_question_answering_heads_import_and_export_back(tmp_path, arch):
+  """Their heads read every token as ours do (ElectraForSequenceClassification's dense + GELU head is none of
+  ours: test_convert_electra.py); embedding_size < hidden_size (ELECTRA-Small's projection) travels too."""
+  vocab = testing.write_vocab(str(tmp_path / "vocab"))
+  qa = arch == "ElectraForQuestionAnswering"
+  labels = None if qa else NER_LABELS
+  folder, hf_model = _hf_folder(tmp_path, arch, vocab, seed=7, embedding_size=16,
+                                **({} if qa else dict(num_labels=5, id2label=dict(enumerate(labels)))))
+  ours, back = str(tmp_path / "ours"), str(tmp_path / "back")
+  assert convert_main(["import-hf", "--input", folder, "--output", ours]) == 0
+  ckpt = load_pretrained(ours)
+  assert (ckpt.finetune_info["task"], ckpt.finetune_info["label_list"]) == (("squad_v1", None) if qa
+                                                                            else ("ner", labels))
+  batch = _inputs(ckpt.config.vocab_size)
+  model = (heads.BertForQuestionAnswering(ckpt.config) if qa
+           else heads.BertForTokenClassification(ckpt.config, num_labels=len(labels)))
+  assert _max_diff(_ours(model, ckpt.params, *batch), _theirs(hf_model, *batch), batch[1]) < TOL
+  assert convert_main(["export-hf", "--input", ours, "--output", back]) == 0
+  assert json.load(open(os.path.join(back, "config.json")))["architectures"] == [arch]
+  source, reloaded = (_theirs(_load(arch, f), *batch) for f in (folder, back))
+  for key, value in source.items():
+    assert np.array_equal(value, reloaded[key])

@@ -486,7 +486,8 @@ def _task_config_dict(config: BertConfig, architecture: str, vocab_file: str) ->
 # ...ForMultipleChoice read bert.pooler (dense + tanh on [CLS]) through dropout into classifier.*, as our heads with
 # pooling=cls; ...ForTokenClassification and ...ForQuestionAnswering have no pooler and read every token.
 TASK_CLASSES = hf_heads.TaskClasses(
-    classes=hf_heads.class_names("Bert"), layout=mapping.BERT, pooler_heads=hf_heads.SENTENCE_HEADS,
+    classes=hf_heads.class_names("Bert"), encoder_arrays=hf_heads.layout_arrays(mapping.BERT),
+    pooler_heads=hf_heads.SENTENCE_HEADS,
     pooling="through its pooler (dense + tanh on the [CLS] vector): fine-tune with pooling=cls",
     body="the encoder (and pooler) were, and fine-tuning puts its own head on them",
     config_dict=_task_config_dict)

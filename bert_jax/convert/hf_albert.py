@@ -282,6 +282,7 @@ def _task_config_dict(config: BertConfig, architecture: str, vocab_file: str) ->
 # The fine-tuned heads kept on import and written by export (hf_heads), laid out as BERT's (hf.TASK_CLASSES):
 # the sentence classes read albert.pooler (dense + tanh on [CLS]), the token and QA classes have no pooler.
 TASK_CLASSES = hf_heads.TaskClasses(
-    classes=hf_heads.class_names("Albert"), layout=ALBERT, pooler_heads=hf_heads.SENTENCE_HEADS,
+    classes=hf_heads.class_names("Albert"), encoder_arrays=hf_heads.layout_arrays(ALBERT),
+    pooler_heads=hf_heads.SENTENCE_HEADS,
     pooling=hf.TASK_CLASSES.pooling, body=hf.TASK_CLASSES.body, config_dict=_task_config_dict,
     folder_options={"sentencepiece_class": "AlbertTokenizer"})

@@ -24,6 +24,10 @@ What maps onto what (our params tree: models/electra.py):
 - An ElectraForMaskedLM folder (a released generator) imports as a BERT MLM model: `bert` + `mlm`
   (generator_predictions -> mlm/transform + mlm/LayerNorm, generator_lm_head.bias -> mlm/output_bias; the lm
   head's weight must equal the word embeddings, as transformers ties them).
+- An ElectraFor{TokenClassification, QuestionAnswering} folder imports as the discriminator's encoder with its
+  task head kept (classifier / qa_outputs, a finetune_info.json: hf_heads.py), and export-hf writes it back as
+  that class. The sentence and choice classes pool through a dense + GELU head that none of ours is: their
+  classifier.* is dropped on purpose with --ignore (a fine-tuned ELECTRA work dir exports as BertFor*).
 - A google-research/electra checkpoint holds both models (one without generator/ variables imports as the
   discriminator alone, as an ElectraForPreTraining folder does): it imports as the full ElectraForPreTraining tree
   (bert, generator, discriminator_predictions) for continued ELECTRA pre-training; the generator's width is read
@@ -54,7 +58,7 @@ import numpy as np
 from flax import traverse_util
 
 from bert_jax import lean_imports
-from bert_jax.convert import google_tf, hf, mapping
+from bert_jax.convert import google_tf, hf, hf_heads, mapping
 from bert_jax.convert.mapping import ConversionError, Entry, _dense, _ln
 from bert_jax.models import BertForPreTraining, dummy_inputs
 from bert_jax.models.config import BertConfig
@@ -291,14 +295,18 @@ def _check_generator_head_act(config: BertConfig, source: str) -> None:
 def import_hf_electra(folder: str, output: Optional[str] = None, vocab_file: Optional[str] = None,
                       do_lower_case: Optional[bool] = None, ignore: Sequence[str] = (), seed: int = 0):
   """A Hugging Face ELECTRA folder -> (config, params, report); writes `output` (a params dir) when given.
-  ElectraForPreTraining / ElectraModel: the discriminator; ElectraForMaskedLM: a BERT MLM model (module doc)."""
+  ElectraForPreTraining / ElectraModel: the discriminator; ElectraForMaskedLM: a BERT MLM model (module doc);
+  ElectraFor{TokenClassification, QuestionAnswering}: the discriminator's encoder with its task head kept
+  (TASK_CLASSES)."""
   config_path = os.path.join(folder, "config.json")
   if not os.path.exists(config_path):
     raise FileNotFoundError(f"{folder}: no config.json (not a Hugging Face model folder)")
-  config = electra_config_to_bert(hf.read_config_json(config_path), config_path)
+  d = hf.read_config_json(config_path)
+  config = electra_config_to_bert(d, config_path)
   report = mapping.ConversionReport(source=folder, fmt="hf")
   state = _normalize(hf.read_hf_state_dict(folder), report)
   patterns = [re.compile(p) for p in ignore]
+  kept = hf_heads.keep_task_head(d, state, config, config_path, TASK_CLASSES, patterns, report)
   ignorable = lambda n: bool(_HF_BUFFERS.search(n)) or any(p.search(n) for p in patterns)  # noqa: E731
   is_generator = any(k.startswith("generator_predictions.") for k in state)
   if is_generator:
@@ -321,6 +329,7 @@ def import_hf_electra(folder: str, output: Optional[str] = None, vocab_file: Opt
   flat = _assign(state, "hf", table, shapes, report, ignorable)
   _fresh_pooler(config, flat, report, seed)
   params = traverse_util.unflatten_dict(flat)
+  hf_heads.add_kept_head(params, kept, report)
   if vocab_file and not os.path.exists(vocab_file):
     raise FileNotFoundError(f"vocab not found: {vocab_file}")
   vocab_file = vocab_file or os.path.join(folder, "vocab.txt")
@@ -331,6 +340,7 @@ def import_hf_electra(folder: str, output: Optional[str] = None, vocab_file: Opt
                                          functools.partial(hf.hf_do_lower_case, folder, vocab_file))
   if output:
     mapping.save_imported(output, config, params, vocab_file, folder, "hf_electra", do_lower_case, report)
+    hf_heads.write_finetune_info(output, kept)
   return config, params, report
 
 
@@ -564,8 +574,11 @@ def _check_nothing_dropped(table: List[Entry], flat, source: str, heads: Tuple[s
 
 
 def write_electra(ckpt, output: str, heads: str = "pretraining", source: str = "") -> mapping.ConversionReport:
-  """A loaded checkpoint with an ELECTRA head (`load_pretrained`) -> a Hugging Face ELECTRA folder."""
+  """A loaded checkpoint with an ELECTRA head (`load_pretrained`) -> a Hugging Face ELECTRA folder; --heads=auto
+  on an imported ElectraFor{TokenClassification, QuestionAnswering} writes that class back (TASK_CLASSES)."""
   source = source or ckpt.directory
+  if heads == "auto" and hf_heads.task_architecture(ckpt, TASK_CLASSES):
+    return hf_heads.write_task_model(ckpt, output, source, TASK_CLASSES)
   config, params, vocab_file = ckpt.config, ckpt.params, ckpt.require_vocab()
   report = mapping.ConversionReport(source=source, fmt="hf")
   if heads == "auto":   # the discriminator with its head when there is one, else what the params hold
@@ -626,3 +639,27 @@ def write_electra(ckpt, output: str, heads: str = "pretraining", source: str = "
 def export_electra(input_dir: str, output: str, heads: str = "pretraining") -> mapping.ConversionReport:
   """Our ELECTRA checkpoint (is_electra_dir) -> a Hugging Face ELECTRA folder (write_electra)."""
   return write_electra(load_pretrained(input_dir), output, heads, source=input_dir)
+
+
+def _task_encoder_arrays(params, config: BertConfig, groups: Tuple[str, ...], source: str) -> Dict[str, np.ndarray]:
+  """The discriminator's encoder (no pooler: `groups` never names one here) under ElectraModel's keys."""
+  config, flat = _unshare(config, traverse_util.flatten_dict(dict(params)))
+  table = [e for e in discriminator_table(config) if e.group != "discriminator"]
+  _check_nothing_dropped(table, flat, source, ())
+  return _export(table, flat, _shapes(ElectraDiscriminator(config)))
+
+
+def _task_config_dict(config: BertConfig, architecture: str, vocab_file: str) -> dict:
+  return electra_config_dict(config, architecture, hf._pad_id(vocab_file))
+
+
+# The fine-tuned heads kept on import and written by export (hf_heads) where they are ours: transformers'
+# ElectraFor{TokenClassification, QuestionAnswering} read every token of the encoder through classifier.* /
+# qa_outputs.*, as our heads do. Its sentence and choice classes pool through a dense + GELU head of their own
+# (ElectraClassificationHead, SequenceSummary), which none of ours is: their folders still need
+# --ignore='^classifier\.', and a fine-tuned ELECTRA work dir exports as BertFor* (hf.TASK_CLASSES).
+TASK_CLASSES = hf_heads.TaskClasses(
+    classes={a: v for a, v in hf_heads.class_names("Electra").items() if v[0] not in hf_heads.SENTENCE_HEADS},
+    encoder_arrays=_task_encoder_arrays, pooler_heads=(), pooling="", config_dict=_task_config_dict,
+    body="the encoder was, and fine-tuning puts its own head on it",
+    folder_options={"tokenizer_class": "ElectraTokenizer"})

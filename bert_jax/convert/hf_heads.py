@@ -47,14 +47,15 @@ _SCHEME_TAG = re.compile(r"^(O|[BIES]-.+)$")   # the NER task's tags (BIO / BIOE
 @dataclasses.dataclass(frozen=True)
 class TaskClasses:
   """A family's task classes. `classes`: transformers class -> (finetune_info.json head, our params group, its
-  transformers key); `layout`: the family's name table, whose "pooler" group is what the sentence classes pool
-  with; `pooler_heads`: the heads whose class holds that group (BERT's token and QA classes have no pooler);
-  `pooling`: how the sentence classes pool, and how to fine-tune for it (the refusal of another pooling);
-  `body`: what an import keeps of a head it cannot (the report's note); `config_dict(config, architecture,
-  vocab_file)`: config.json; `folder_options`: hf.write_folder's tokenizer options."""
+  transformers key); `encoder_arrays(params, config, groups, source)`: the encoder's tensors under the classes'
+  keys (layout_arrays: by the family's name table), with the "pooler" group, what the sentence classes pool
+  with, where `groups` names it; `pooler_heads`: the heads whose class holds the pooler (BERT's token and QA
+  classes have none); `pooling`: how the sentence classes pool, and how to fine-tune for it (the refusal of
+  another pooling); `body`: what an import keeps of a head it cannot (the report's note); `config_dict(config,
+  architecture, vocab_file)`: config.json; `folder_options`: hf.write_folder's tokenizer options."""
 
   classes: Dict[str, Tuple[str, str, str]]
-  layout: mapping.Layout
+  encoder_arrays: Callable[..., Dict[str, np.ndarray]]
   pooler_heads: Tuple[str, ...]
   pooling: str
   body: str
@@ -68,6 +69,13 @@ def class_names(family: str, qa_key: str = "qa_outputs") -> Dict[str, Tuple[str,
           f"{family}ForTokenClassification": ("token_classification", "classifier", "classifier"),
           f"{family}ForQuestionAnswering": ("question_answering", "qa_outputs", qa_key),
           f"{family}ForMultipleChoice": ("multiple_choice", "classifier", "classifier")}
+
+
+def layout_arrays(layout: mapping.Layout) -> Callable[..., Dict[str, np.ndarray]]:
+  """TaskClasses.encoder_arrays of a family with a name table (mapping.Layout)."""
+  def arrays(params, config: BertConfig, groups: Tuple[str, ...], source: str) -> Dict[str, np.ndarray]:
+    return mapping.export_arrays(params, "hf", config, groups=groups, layout=layout)
+  return arrays
 
 
 def task_architecture_of(config_dict: dict, classes: TaskClasses) -> Optional[str]:
@@ -257,7 +265,7 @@ def write_task_model(ckpt, output: str, source: str, classes: TaskClasses) -> ma
                           f"size {config.hidden_size}; expected [{config.hidden_size}, labels]")
   pooled = head in classes.pooler_heads
   groups = ("embeddings", "encoder") + (("pooler",) if pooled else ())
-  arrays = mapping.export_arrays(params, "hf", config, groups=groups, layout=classes.layout)
+  arrays = classes.encoder_arrays(params, config, groups, input_dir)
   arrays[key + ".weight"] = np.ascontiguousarray(kernel.T.astype(np.float32))
   arrays[key + ".bias"] = bias.astype(np.float32)
   vocab_file = ckpt.require_vocab()

@@ -314,7 +314,8 @@ def _task_config_dict(config: BertConfig, architecture: str, vocab_file: str) ->
 # (pooled_output for a sentence or a choice, token_output on every token) and classifier.* our task dense
 # (qa_outputs for question answering: transformers 5's ModernBertForQuestionAnswering names it classifier).
 TASK_CLASSES = hf_heads.TaskClasses(
-    classes=hf_heads.class_names("ModernBert", qa_key="classifier"), layout=layout("pooler"),
+    classes=hf_heads.class_names("ModernBert", qa_key="classifier"),
+    encoder_arrays=hf_heads.layout_arrays(layout("pooler")),
     pooler_heads=("sequence_classification", "token_classification", "question_answering", "multiple_choice"),
     pooling=("through its head (head.dense, head.norm) on the [CLS] vector or the token mean "
              "(classifier_pooling): fine-tune with pooling=cls (and --config.model.classifier_pooling=mean for "
