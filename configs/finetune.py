@@ -92,7 +92,8 @@ def get_config(arg=None):
   config.multilabel_separator = "|"                # TSV/CSV: labels joined by this (JSONL: a list of strings)
   config.multilabel_threshold = 0.5                # predict a label when its sigmoid probability >= this
   # Sentence vector of sentence-level heads (classification, GLUE, multilabel, c3/multiple_choice).
-  config.pooling = "mean" if task == "embedding" else "cls"   # cls (BERT pooler) | first | mean | max | last
+  # cls (BERT pooler) | first | mean | max | last; task=embedding also splade (the MLM head's sparse vector)
+  config.pooling = "mean" if task == "embedding" else "cls"
   # Sentence embeddings (task=embedding): MultipleNegativesRankingLoss over in-batch negatives.
   config.embedding = ml_collections.ConfigDict()
   config.embedding.scale = 20.0                    # logits = scale x cosine (sentence-transformers: 20 = 1/0.05)

@@ -55,8 +55,10 @@ def make_task(config, label_list: Optional[Sequence[str]] = None):
   label_list = split_list(config.label_list) or (list(label_list) if label_list else None)
   task = task_class(name).from_config(canonical_name(name), config, label_list)
   pooling = str(config.get("pooling", "cls"))
-  if pooling not in POOLINGS:
-    raise UserError(f"config.pooling={pooling!r}; expected one of {', '.join(POOLINGS)}")
+  if pooling not in POOLINGS + tuple(task.extra_poolings):
+    extra = {"splade": " (splade: task=embedding)"}.get(pooling, "")
+    raise UserError(f"config.pooling={pooling!r}; expected one of "
+                    f"{', '.join(POOLINGS + tuple(task.extra_poolings))}{extra}")
   if pooling != "cls" and not task.uses_pooling:
     raise UserError(f"config.pooling={pooling!r} applies to sentence-level tasks; task {name!r} has a "
                     f"{task.head} head (leave pooling=cls)")

@@ -234,9 +234,10 @@ def init_params(plan: FinetunePlan, model, mesh):
   if plan.init_checkpoint is None:
     _log.info("random init: %s", plan.model)
     return params, p_shard, report
-  groups = ("bert",) + (fm.HEAD_NAMES if plan.load_head else ())
   fresh = params_dir.host_params(params)
-  merged, rep = merge_params(fresh, load_pretrained(plan.init_checkpoint).params, groups)
+  loaded = load_pretrained(plan.init_checkpoint)
+  merged, rep = merge_params(fresh, loaded.params, fm.init_groups(plan))
+  fm.check_init_groups(plan, rep, loaded.info.get("report", {}).get("fresh_groups", []))
   if not any(p.startswith("bert/") for p in rep["loaded"]):
     raise ValueError(f"init_checkpoint {plan.init_checkpoint} holds none of the model's encoder parameters "
                      "(params['bert'])")

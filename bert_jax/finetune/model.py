@@ -35,6 +35,23 @@ DEFAULT_LEARNING_RATES = {"tiny": 3e-4, "mini": 2e-4, "small": 1e-4, "medium": 5
 HEAD_NAMES = ("classifier", "qa_outputs", "crf")
 
 
+def init_groups(plan) -> tuple:
+  """The top-level parameter groups init_checkpoint fills: the encoder, what the task's head reads of the
+  pre-trained model (Task.init_groups: SPLADE's masked-LM head), and with load_head the task heads."""
+  return ("bert",) + tuple(plan.task.init_groups()) + (HEAD_NAMES if plan.load_head else ())
+
+
+def check_init_groups(plan, report: dict, fresh_groups=()):
+  """A group the head reads of the pre-trained model that init_checkpoint lacks (or whose converter
+  initialised it) is an error: SPLADE on a random MLM head would train from noise without a word."""
+  for g in plan.task.init_groups():
+    if g in fresh_groups or not any(p.split("/")[0] == g for p in report["loaded"]):
+      raise ValueError(f"pooling={plan.task.pooling} reads the pre-trained params['{g}'] (the masked-LM head), "
+                       f"but init_checkpoint {plan.init_checkpoint} has " +
+                       ("it only randomly initialised at conversion" if g in fresh_groups else "none") +
+                       "; start from a pre-training work dir or a checkpoint converted with its MLM head")
+
+
 def size_name(cfg: BertConfig) -> str:
   """The size-table name of an architecture, or the nearest one by hidden size and depth."""
   for name, (layers, hidden) in SIZES.items():

@@ -185,10 +185,10 @@ def init_stacked(plans: Sequence[FinetunePlan], model, device) -> Tuple[Any, Lis
   rows = [_row(fresh, i) for i in range(len(plans))]
   reports = [{"init_checkpoint": first.init_checkpoint, "loaded": [], "unused": []} for _ in plans]
   if first.init_checkpoint is not None:
-    loaded = load_pretrained(first.init_checkpoint).params
-    groups = ("bert",) + (fm.HEAD_NAMES if first.load_head else ())
+    pre = load_pretrained(first.init_checkpoint)
     for i, row in enumerate(rows):
-      merged, rep = merge_params(row, loaded, groups)
+      merged, rep = merge_params(row, pre.params, fm.init_groups(first))
+      fm.check_init_groups(first, rep, pre.info.get("report", {}).get("fresh_groups", []))
       if first.reinit_top_layers > 0:
         merged, again = fm.reinit_top_layers(merged, row, first.reinit_top_layers, first.model.num_hidden_layers)
         rep = dict(rep, reinitialised=again)

@@ -2,8 +2,12 @@
 
 Sentence-level heads take `pooling` (POOLINGS): "cls" = BERT's pooler (dense + tanh on [CLS], the default),
 "first" = the raw [CLS] vector, "mean" / "max" = over the real tokens (input_mask), "last" = the last real
-token ([SEP]). On packed rows (config.max_examples_per_row = K > 0) every pooling reads each example's own
-tokens and the sentence-level heads answer per example: logits [B, K, labels]. Heads whose inputs go beyond (input_ids, input_mask, segment_ids) list them in
+token ([SEP]). The sentence-embedding heads (finetune task=embedding, predict features, export) also take
+"splade" (SPARSE_POOLINGS): the masked-LM head (params["mlm"], the pre-training one) at every token, then
+SPLADE's max over the real tokens of log(1 + relu(logits)): a vocabulary-sized vector [B, V]. On packed rows
+(config.max_examples_per_row = K > 0) every pooling reads each example's own tokens and the sentence-level
+heads answer per example: logits [B, K, labels]. Heads whose inputs go beyond (input_ids, input_mask,
+segment_ids) list them in
 `extra_input_keys`; the caller passes them by keyword.
 """
 
@@ -21,6 +25,16 @@ from bert_jax.models.config import BertConfig
 from bert_jax.models.layers import dense, example_slots, example_starts, zeros_init
 
 POOLINGS = ("cls", "first", "mean", "max", "last")
+SPARSE_POOLINGS = ("splade",)        # sentence embeddings only: they read the masked-LM head, not a pooler
+
+
+def splade_pool(token_logits, input_mask):
+  """SPLADE's sentence vector (Formal et al. 2021; sentence-transformers' SpladePooling, max / relu):
+  token_logits [B, T, V] (the MLM head at every token), input_mask [B, T] -> [B, V] float32, the max over the
+  real tokens of log(1 + relu(logits)). Every weight is >= 0; a vocabulary entry the text neither holds nor
+  implies is 0."""
+  w = jnp.log1p(jax.nn.relu(token_logits.astype(jnp.float32)))
+  return jnp.max(jnp.where(input_mask.astype(bool)[..., None], w, 0.0), axis=1)
 
 
 def pool(enc: dict, input_mask, pooling: str = "cls", max_examples: int = 0):

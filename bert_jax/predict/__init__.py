@@ -39,7 +39,7 @@ from bert_jax.models import BertForPreTraining, BertModel
 from bert_jax.models.objectives import OBJECTIVES
 from bert_jax.models.objectives.electra import Electra
 from bert_jax.models.objectives.mlm import MaskedLM
-from bert_jax.models.heads import POOLINGS, pool
+from bert_jax.models.heads import POOLINGS, SPARSE_POOLINGS, pool
 from bert_jax.pretrained import Pretrained, is_workdir, load_pretrained, params_dir
 from bert_jax.engine.train_step import compute_dtype
 
@@ -232,8 +232,8 @@ class FeatureExtractor:
                max_seq_length: Optional[int] = None, packing: bool = True,
                max_examples_per_row: int = PREDICT_MAX_EXAMPLES, normalize: Optional[bool] = None,
                pre: Optional[Pretrained] = None):
-    if pooling is not None and pooling not in POOLINGS:
-      raise UserError(f"--pooling={pooling!r}; expected one of {', '.join(POOLINGS)}")
+    if pooling is not None and pooling not in POOLINGS + SPARSE_POOLINGS:
+      raise UserError(f"--pooling={pooling!r}; expected one of {', '.join(POOLINGS + SPARSE_POOLINGS)}")
     if max_seq_length is not None and int(max_seq_length) < 2:   # 1 was a numpy ValueError traceback
       raise UserError(f"--max_seq_length={max_seq_length}; expected >= 2 (a row holds [CLS] and [SEP])")
     self.pre = pre if pre is not None else load_model(model)
@@ -252,13 +252,16 @@ class FeatureExtractor:
     self.max_seq_length = cap_seq_length(max_seq_length, self.pre)
     self.truncated = 0
     cfg = self.pre.config.replace(dtype=compute_dtype("auto"), scan_layers=False)
+    self.layout = None      # the last encode's packing (padding shares before / after)
+    normalize = self.normalize
+    self.dim = cfg.hidden_size
+    if pooling in SPARSE_POOLINGS:
+      self._sparse_model(cfg, normalize)
+      return
     self.cap = packing_cap(cfg, packing, max_examples_per_row)
     cfg = cfg.replace(max_examples_per_row=self.cap)
     model_ = BertModel(cfg)
     self.params = jax.device_put(self.pre.params["bert"])
-    self.layout = None      # the last encode's packing (padding shares before / after)
-
-    normalize = self.normalize
 
     def forward(params, ids, mask):
       enc = model_.apply({"params": params}, ids, mask, jnp.zeros_like(ids), deterministic=True)
@@ -282,7 +285,7 @@ class FeatureExtractor:
     length = min(self.max_seq_length, -(-length // 8) * 8)   # one compile per multiple of 8 tokens
     if self.cap and rows:
       return self._encode_packed(rows, length)
-    out = np.zeros((len(rows), self.pre.config.hidden_size), np.float32)
+    out = np.zeros((len(rows), self.dim), np.float32)
     bar = _progress(-(-len(rows) // self.batch_size), "features")
     for start in range(0, len(rows), self.batch_size):
       chunk = rows[start:start + self.batch_size]
@@ -297,12 +300,33 @@ class FeatureExtractor:
     return out
 
 
+  def _sparse_model(self, cfg, normalize: bool):
+    """pooling=splade: the encoder and its masked-LM head at every token, SPLADE's max of log(1 + relu) per
+    vocabulary entry ([N, V]); one padded row per text (a packed row's [T, V] logits per example would cost
+    K times the memory)."""
+    from bert_jax.finetune.tasks.embedding import BiEncoder
+    mlm = MaskedLM.param_groups[0]
+    fresh = self.pre.info.get("report", {}).get("fresh_groups", [])
+    if mlm not in self.pre.params or mlm in fresh:
+      raise UserError(f"--pooling=splade reads the masked-LM head (params['{mlm}']), but {self.pre.directory} "
+                      + ("has it only randomly initialised at conversion" if mlm in self.pre.params else "has none")
+                      + "; use a pre-training work dir, an embedding model fine-tuned with pooling=splade, or "
+                      "--pooling=mean")
+    self.cap, self.dim = 0, cfg.vocab_size
+    model_ = BiEncoder(cfg, "splade", normalize)
+    self.params = jax.device_put({"bert": self.pre.params["bert"], mlm: self.pre.params[mlm]})
+
+    def forward(params, ids, mask):
+      return model_.apply({"params": params}, ids, mask, jnp.zeros_like(ids))["embeddings"][:, 0]
+
+    self._forward = jax.jit(forward)
+
   def _encode_packed(self, rows: List[List[int]], length: int) -> np.ndarray:
     """encode() on packed rows of `length` tokens: [N, H] in the order of `rows`."""
     layout = example_packing.best_fit([len(r) for r in rows], length, self.cap)
     self.layout = layout
     ids, mask = packed_rows(rows, layout)
-    out = np.zeros((layout.num_rows, self.cap, self.pre.config.hidden_size), np.float32)
+    out = np.zeros((layout.num_rows, self.cap, self.dim), np.float32)
     bar = _progress(-(-layout.num_rows // self.batch_size), "features")
     for start in range(0, layout.num_rows, self.batch_size):
       real = min(self.batch_size, layout.num_rows - start)

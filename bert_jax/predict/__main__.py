@@ -59,9 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
   e = sub.add_parser("features", help="sentence vectors of a text file -> .npy or .jsonl")
   e.add_argument("--model", required=True)
   e.add_argument("--input", required=True, help="one text per line (row i of the output = line i)")
-  e.add_argument("--output", required=True, help="features.npy ([N, H] float32) or features.jsonl")
-  e.add_argument("--pooling", default=None, help="cls | first | mean | max | last (default: what the model "
-                 "records, e.g. an imported sentence-transformers model's Pooling, else mean)")
+  e.add_argument("--output", required=True, help="features.npy ([N, H] float32; [N, V] for splade) or "
+                 "features.jsonl")
+  e.add_argument("--pooling", default=None, help="cls | first | mean | max | last | splade (the masked-LM head's "
+                 "vocabulary-sized vector) (default: what the model records, e.g. an imported "
+                 "sentence-transformers model's Pooling, else mean)")
   e.add_argument("--normalize", default=None, action=argparse.BooleanOptionalAction,
                  help="L2-normalise the vectors (default: what the model records, else no)")
   e.add_argument("--batch_size", type=int, default=32)

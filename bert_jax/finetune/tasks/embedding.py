@@ -41,7 +41,8 @@ from bert_jax.finetune.tasks import common
 from bert_jax.finetune.tasks.base import Task
 from bert_jax.models import BertConfig
 from bert_jax.models.bert import BertModel
-from bert_jax.models.heads import pool
+from bert_jax.models.heads import SPARSE_POOLINGS, pool, splade_pool
+from bert_jax.models.targets import LanguageModelHead
 
 DEFAULT_SCALE = 20.0
 CORPUS_NAMES = ("{split}_corpus.tsv", "{split}_corpus.txt", "corpus.tsv", "corpus.txt")
@@ -58,7 +59,8 @@ class PairExample:
 
 class BiEncoder(nn.Module):
   """BertModel + pooling (+ L2 normalisation) per text: input_ids [B, S, T] (or [B, T]) -> {"embeddings":
-  [B, S, H] float32}. Parameters: params["bert"] only."""
+  [B, S, H] float32}. Parameters: params["bert"], and params["mlm"] (the masked-LM head) for pooling=splade,
+  whose vectors are [B, S, V]."""
   config: BertConfig
   pooling: str = "mean"
   normalize: bool = True
@@ -73,7 +75,11 @@ class BiEncoder(nn.Module):
     flat = lambda x: None if x is None else x.reshape(b * s, t)  # noqa: E731
     enc = BertModel(self.config, name="bert")(flat(input_ids), flat(input_mask), flat(segment_ids),
                                               deterministic=deterministic)
-    v = pool(enc, flat(input_mask), self.pooling).astype(jnp.float32)
+    if self.pooling in SPARSE_POOLINGS:   # the pre-training MLM head at every token (params["mlm"])
+      logits = LanguageModelHead(self.config, name="mlm")(enc["sequence_output"], enc["word_embeddings"])
+      v = splade_pool(logits, flat(input_mask))
+    else:
+      v = pool(enc, flat(input_mask), self.pooling).astype(jnp.float32)
     if self.normalize:
       v = v / jnp.maximum(jnp.linalg.norm(v, axis=-1, keepdims=True), 1e-12)
     return {"embeddings": v.reshape(b, s, -1)}
@@ -186,7 +192,11 @@ class EmbeddingTask(Task):
   eval_loss = False            # evaluation rows are single texts; the metrics rank them
   uses_pooling = True
   pooling = "mean"
+  extra_poolings = SPARSE_POOLINGS
   test_splits = ("test",)
+
+  def init_groups(self) -> tuple:
+    return ("mlm",) if self.pooling in SPARSE_POOLINGS else ()
 
   def __init__(self, scale: float = DEFAULT_SCALE, normalize: bool = True, on_error: str = "raise"):
     super().__init__(on_error)
