@@ -24,6 +24,9 @@ from bert_jax import fileio
 
 MODULES = "modules.json"
 POOLING_DIR, DENSE_DIR, NORMALIZE_DIR = "1_Pooling", "2_Dense", "3_Normalize"
+SPLADE_DIR = "1_SpladePooling"
+ST_CONFIG = "config_sentence_transformers.json"
+_SPARSE = "sentence_transformers.sparse_encoder.models."   # sentence-transformers 5's names (6 maps them)
 _MODES = {"first": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens", "max": "pooling_mode_max_tokens",
           "last": "pooling_mode_lasttoken"}
 _ALL_MODES = tuple(_MODES.values()) + ("pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens")
@@ -62,7 +65,15 @@ def read_pipeline(folder: str) -> Optional[Dict]:
   for e in sorted(entries, key=lambda e: int(e.get("idx", 0))):
     kind = str(e.get("type", "")).rsplit(".", 1)[-1]
     sub = os.path.join(root, str(e.get("path", "")))
-    if kind == "Transformer":
+    if kind == "SpladePooling":
+      cfg = _read(os.path.join(sub, "config.json"))
+      said = (cfg.get("pooling_strategy", "max"), cfg.get("activation_function", "relu"))
+      if said != ("max", "relu"):
+        raise PipelineError(f"{sub}/config.json: SpladePooling {said[0]} / {said[1]}; supported: max / relu "
+                            "(SPLADE's log(1 + relu) max-pooled)")
+      out["pooling"] = "splade"
+      continue
+    if kind in ("Transformer", "MLMTransformer"):
       cfg = os.path.join(sub, "sentence_bert_config.json")
       if not os.path.isfile(cfg):
         cfg = os.path.join(root, "sentence_bert_config.json")
@@ -86,7 +97,7 @@ def read_pipeline(folder: str) -> Optional[Dict]:
       out["normalize"] = True
     else:
       raise PipelineError(f"{modules_path}: module {e.get('type')!r} is not supported (Transformer, Pooling, "
-                          "Dense(tanh, the pooler), Normalize)")
+                          "Dense(tanh, the pooler), Normalize; MLMTransformer + SpladePooling)")
   return out
 
 
@@ -122,4 +133,25 @@ def write_pipeline(output: str, hidden_size: int, pooling: str, normalize: bool,
                     "type": "sentence_transformers.models.Normalize"})
   fileio.write_json_atomic(os.path.join(output, "sentence_bert_config.json"),
                            {"max_seq_length": int(max_seq_length), "do_lower_case": False})
+  fileio.write_json_atomic(os.path.join(output, MODULES), modules)
+
+
+def write_sparse_pipeline(output: str, vocab_size: int, normalize: bool, max_seq_length: int) -> None:
+  """A SPLADE model as sentence-transformers' SparseEncoder reads it: modules.json (MLMTransformer over the
+  BertForMaskedLM folder already in `output`, SpladePooling max / relu, + Normalize), 1_SpladePooling/config.json,
+  sentence_bert_config.json and config_sentence_transformers.json (model_type SparseEncoder, cosine: the
+  similarity task=embedding trains)."""
+  modules = [{"idx": 0, "name": "0", "path": "", "type": _SPARSE + "MLMTransformer"},
+             {"idx": 1, "name": "1", "path": SPLADE_DIR, "type": _SPARSE + "SpladePooling"}]
+  fileio.makedirs(os.path.join(output, SPLADE_DIR))
+  fileio.write_json_atomic(os.path.join(output, SPLADE_DIR, "config.json"),
+                           {"pooling_strategy": "max", "activation_function": "relu",
+                            "word_embedding_dimension": int(vocab_size)})
+  if normalize:
+    fileio.makedirs(os.path.join(output, "2_Normalize"))
+    modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+  fileio.write_json_atomic(os.path.join(output, "sentence_bert_config.json"),
+                           {"max_seq_length": int(max_seq_length), "do_lower_case": False})
+  fileio.write_json_atomic(os.path.join(output, ST_CONFIG), {"model_type": "SparseEncoder",
+                                                             "similarity_fn_name": "cosine"})
   fileio.write_json_atomic(os.path.join(output, MODULES), modules)

@@ -9,7 +9,7 @@ tokenizer, and predict's answer on the same texts (the parity reference). No Ten
     ref = head.reference(texts, pairs)                      # predict's outputs on the same rows
 
 Outputs per kind (what `predict` returns, before it is made readable):
-  features        embedding [B, H] (pooling; L2-normalised when normalize)
+  features        embedding [B, H] (pooling; L2-normalised when normalize); [B, V] for pooling=splade
   classification  probabilities [B, C] (softmax; labels = the label list)
   regression      score [B]
   multilabel      probabilities [B, K] (independent sigmoids)
@@ -36,7 +36,7 @@ from bert_jax.finetune import model as fm
 from bert_jax.finetune.predict import Predictor, missing_pairs_warning, task_from_info
 from bert_jax.finetune.tasks import common
 from bert_jax.models import BertModel
-from bert_jax.models.heads import POOLINGS, pool
+from bert_jax.models.heads import POOLINGS, SPARSE_POOLINGS, pool
 from bert_jax.predict import FeatureExtractor, make_tokenizer, sentence_max_length, sentence_pipeline
 from bert_jax.pretrained import Pretrained
 
@@ -94,7 +94,9 @@ class ServingHead:
 
   @property
   def params(self) -> dict:
-    return {"bert": self.pre.params["bert"]} if self.kind == "features" else self.pre.params
+    if self.kind == "features":   # SPLADE reads the masked-LM head too
+      return {g: self.pre.params[g] for g in (("bert", "mlm") if self.pooling in SPARSE_POOLINGS else ("bert",))}
+    return self.pre.params
 
   def apply_fn(self):
     """(params, *inputs in the order of self.inputs) -> {output: array}: the exported function (float32
@@ -105,6 +107,13 @@ class ServingHead:
     # (local_attention.py; the export's parity check runs predict's blocked path against it).
     cfg = self.pre.config.replace(dtype="float32", scan_layers=False, local_attention_impl="dense")
     kind, pooling, normalize = self.kind, self.pooling, self.normalize
+    if kind == "features" and pooling in SPARSE_POOLINGS:
+      from bert_jax.finetune.tasks.embedding import BiEncoder
+      sparse = BiEncoder(cfg, pooling, normalize)
+
+      def sparse_features(params, input_ids, input_mask, segment_ids):
+        return {"embedding": sparse.apply({"params": params}, input_ids, input_mask, segment_ids)["embeddings"][:, 0]}
+      return sparse_features
     if kind == "features":
       model = BertModel(cfg)
 
@@ -216,8 +225,12 @@ def resolve_head(pre: Pretrained, task_head: str = "auto", pooling: Optional[str
   if not use_task:
     default_pool, default_norm = sentence_pipeline(pre)
     pooling = pooling or default_pool
-    if pooling not in POOLINGS:
-      raise UserError(f"--pooling={pooling!r}; expected one of {', '.join(POOLINGS)}")
+    if pooling not in POOLINGS + SPARSE_POOLINGS:
+      raise UserError(f"--pooling={pooling!r}; expected one of {', '.join(POOLINGS + SPARSE_POOLINGS)}")
+    if pooling in SPARSE_POOLINGS and ("mlm" not in pre.params
+                                       or "mlm" in pre.info.get("report", {}).get("fresh_groups", [])):
+      raise UserError(f"--pooling={pooling} reads the masked-LM head (params['mlm']), which {pre.directory} "
+                      "lacks; use --pooling=mean")
     msl = int(max_seq_length or info.get("max_seq_length") or min(sentence_max_length(pre), limit))
     return ServingHead(pre, "features", None, pooling, default_norm if normalize is None else bool(normalize),
                        msl, pairs=False)

@@ -14,9 +14,9 @@ projection) and shared layers, gelu / gelu_tanh / relu / silu / tanh; the modern
 norm without positions or token types, pre-norm layers with layer 0's attention norm the identity, fused QKV,
 rotary in the rotate-half form with the global / local theta, sliding-window layers as a banded mask
 |i - j| <= local_attention / 2 added to the padding mask, GeGLU, the final norm, the prediction head as
-pooler and token output). Heads: pooled features (cls / first / mean / max / last, optional L2
-normalisation), sequence classification (softmax / sigmoid / regression score), token classification,
-with a CRF too (the Viterbi decode as two ONNX Scans, forward over the time axis and back along the
+pooler and token output). Heads: pooled features (cls / first / mean / max / last, or splade over BERT's
+masked-LM head; optional L2 normalisation), sequence classification (softmax / sigmoid / regression score),
+token classification, with a CRF too (the Viterbi decode as two ONNX Scans, forward over the time axis and back along the
 back-pointers, over the words' first pieces: word_mask), SQuAD span logits, multiple choice (each choice a
 row, one score each, softmax over the real choices). Anything else raises ValueError with the reason (the
 command turns it into one `error:` line).
@@ -184,7 +184,8 @@ def encoder(g: _Graph, bert: dict, cfg, ids: str = INPUTS[0], mask_ids: str = IN
   emb = bert["embeddings"]
   length = g.op("Gather", g.op("Shape", ids), g.const(np.array(1, np.int64), "axis1"), axis=0)
   positions = g.op("Range", g.const(np.array(0, np.int64), "zero"), length, g.const(np.array(1, np.int64), "one"))
-  x = g.op("Gather", g.const(np.asarray(emb["word_embeddings"]["embedding"], np.float32), "word_embeddings"), ids)
+  table = g.const(np.asarray(emb["word_embeddings"]["embedding"], np.float32), "word_embeddings")
+  x = g.op("Gather", table, ids)
   x = g.op("Add", x, g.op("Gather", g.const(np.asarray(emb["position_embeddings"]["embedding"], np.float32),
                                             "position_embeddings"), positions))
   x = g.op("Add", x, g.op("Gather", g.const(np.asarray(emb["token_type_embeddings"]["embedding"], np.float32),
@@ -205,7 +206,7 @@ def encoder(g: _Graph, bert: dict, cfg, ids: str = INPUTS[0], mask_ids: str = IN
   if "pooler" in bert:
     pooled = g.op("Tanh", g.dense(first, bert["pooler"]["kernel"], bert["pooler"]["bias"]))
   return {"sequence_output": x, "pooled_output": pooled, "first": first, "mask": mask, "token_output": x,
-          "mask_ids": mask_ids}
+          "mask_ids": mask_ids, "word_table": table}
 
 
 # ---- modernbert ---------------------------------------------------------------------------------------------
@@ -414,6 +415,22 @@ def _flat_choices(g: _Graph, name: str) -> str:
   return g.op("Reshape", name, g.op("Concat", g.i64(-1), length, axis=0))
 
 
+def splade(g: _Graph, enc: Dict[str, str], mlm: dict, cfg) -> str:
+  """heads.splade_pool over BERT's masked-LM head (targets.LanguageModelHead: dense, activation, LayerNorm, the
+  decoder tied to the word embeddings, output_bias) at every token, in ONNX: [B, V]."""
+  if "word_table" not in enc:
+    raise ValueError(f"pooling=splade has no ONNX form here for encoder={cfg.encoder!r} (its masked-LM head is "
+                     "its own); export stablehlo or savedmodel")
+  h = g.activation(g.dense(enc["sequence_output"], mlm["transform"]["kernel"], mlm["transform"]["bias"]),
+                   cfg.hidden_act)
+  h = g.layer_norm(h, mlm["LayerNorm"], cfg.layer_norm_eps)
+  logits = g.op("Add", g.op("MatMul", h, g.op("Transpose", enc["word_table"], perm=[1, 0])),
+                g.const(np.asarray(mlm["output_bias"], np.float32), "output_bias"))
+  w = g.op("Log", g.op("Add", g.op("Relu", logits), g.const(np.float32(1.0))))     # log(1 + relu): >= 0
+  w = g.op("Mul", w, g.op("Unsqueeze", enc["mask"], g.i64(2)))                   # padding: 0, never the max
+  return g.op("ReduceMax", w, axes=[1], keepdims=0)
+
+
 def build_onnx(config, params: dict, head) -> onnx.ModelProto:
   """The ONNX model of `head` (heads.ServingHead): head.inputs in (int64), head.outputs out."""
   check_exportable(config)
@@ -425,7 +442,7 @@ def build_onnx(config, params: dict, head) -> onnx.ModelProto:
     enc = encoder(g, params["bert"], config)
   outs: Dict[str, str] = {}
   if kind == "features":
-    v = pool(g, enc, head.pooling)
+    v = splade(g, enc, params["mlm"], config) if head.pooling == "splade" else pool(g, enc, head.pooling)
     outs["embedding"] = l2_normalize(g, v) if head.normalize else g.op("Identity", v)
   elif kind in ("classification", "regression", "multilabel"):
     c = params["classifier"]
