@@ -127,9 +127,11 @@ class ServingHead:
   def tokenizer(self):
     return make_tokenizer(self.pre)
 
-  def featurize(self, texts: Sequence, pairs: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
+  def featurize(self, texts: Sequence, pairs: Optional[Sequence[str]] = None,
+                windows: bool = False) -> Dict[str, np.ndarray]:
     """self.inputs as numpy int32 (input_ids, input_mask, segment_ids [N, max_seq_length], ...), exactly as
-    predict builds them (the first window of a long SQuAD context / NER sentence). Multiple choice takes
+    predict builds them: one row per text, the first window of a long SQuAD context / NER sentence, or with
+    windows=True every window's row and example_index [N] (the text of each). Multiple choice takes
     predict_choices' questions, {"context", "question", "choices": [...]}, as `texts`."""
     tok = self.tokenizer()
     if self.kind == "features":
@@ -141,6 +143,8 @@ class ServingHead:
     else:
       examples = self.task.text_examples(list(texts), None if pairs is None else list(pairs))
     feats = self.task.featurize(examples, tok, self.max_seq_length)
+    if windows and "example_index" in feats:
+      return {k: np.asarray(feats[k]) for k in (*self.inputs, "example_index")}
     first = np.unique(np.asarray(feats.get("example_index", np.arange(len(texts)))), return_index=True)[1]
     return {k: np.asarray(feats[k])[first] for k in self.inputs}
 
@@ -155,6 +159,26 @@ class ServingHead:
     feats = self.featurize(texts, pairs)
     feats["example_weight"] = np.ones(len(texts), np.float32)
     return transform(self.kind, p._outputs(feats), np)
+
+  def whole_reference(self, texts: Sequence[str], pairs: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
+    """predict's answer over the whole input where it reads several windows (the SavedModel serves it too):
+    NER words and word_tags [N, most words] ("" pads), one tag per word of the whole sentence; SQuAD answer [N]
+    (the text), answer_start_logit / answer_end_logit [N] (its n-best entry's; 0 without one) and, v2,
+    null_odds [N]. {} for the other kinds."""
+    if self.kind not in ("ner", "squad"):
+      return {}
+    got = Predictor(self.pre, batch_size=8).predict(list(texts), None if pairs is None else list(pairs))
+    if self.kind == "ner":
+      width = max(len(g["words"]) for g in got)
+      pad = lambda rows: np.array([list(r) + [""] * (width - len(r)) for r in rows], dtype=object)  # noqa: E731
+      return {"words": pad([g["words"] for g in got]), "word_tags": pad([g["tags"] for g in got])}
+    spans = [next((x for x in g["nbest"] if x["text"]), {"start_logit": 0.0, "end_logit": 0.0}) for g in got]
+    out = {"answer": np.array([g["answer"] for g in got], dtype=object),
+           "answer_start_logit": np.array([x["start_logit"] for x in spans], np.float32),
+           "answer_end_logit": np.array([x["end_logit"] for x in spans], np.float32)}
+    if self.task.version_2_with_negative:
+      out["null_odds"] = np.array([g["null_odds"] for g in got], np.float32)
+    return out
 
   def describe(self) -> dict:
     """signature.json's head part."""

@@ -49,14 +49,23 @@ def tolerance() -> float:
   return FP32_TOLERANCE if compute_dtype("auto") == "float32" else BF16_TOLERANCE
 
 
+def long_text(head: ServingHead, windows: float = 2.5) -> str:
+  """PARITY_TEXTS' words (English, accents, Chinese, digits) repeated to about `windows` x max_seq_length
+  tokens: a NER sentence or SQuAD context that predict splits into several windows."""
+  base = " ".join(t for t in PARITY_TEXTS if t.strip())
+  per = max(1, len(head.tokenizer().encode(base)))
+  return " ".join([base] * -(-int(windows * head.max_seq_length) // per))
+
+
 def parity_inputs(head: ServingHead):
+  """The texts (and pairs) the export is checked on; NER and SQuAD add one longer than a window."""
   if head.kind == "squad":
-    return SQUAD_QUESTIONS, SQUAD_CONTEXTS
+    return SQUAD_QUESTIONS + ["Where is Paris?"], SQUAD_CONTEXTS + [long_text(head)]
   if head.kind == "multiple_choice":
     return CHOICE_QUESTIONS, None
   if head.kind == "ner":   # NER refuses a text without words
     keep = [i for i, t in enumerate(PARITY_TEXTS) if t.strip()]
-    return [PARITY_TEXTS[i] for i in keep], None
+    return [PARITY_TEXTS[i] for i in keep] + [long_text(head)], None
   return PARITY_TEXTS, (PARITY_PAIRS if head.pairs else None)
 
 
@@ -67,6 +76,12 @@ def compare(name: str, got: Dict[str, np.ndarray], want: Dict[str, np.ndarray], 
   for k, w in want.items():
     if k not in got:
       raise UserError(f"{name}: the exported model has no output {k!r}")
+    if np.asarray(w).dtype == object:   # strings (a NER sentence's tags, a SQuAD answer): equal
+      g, w = np.asarray(got[k], object), np.asarray(w, object)
+      if g.shape != w.shape or not np.array_equal(g, w):
+        bad = int(np.sum(g != w)) if g.shape == w.shape else "its shape"
+        raise UserError(f"{name}: output {k!r} differs from predict's ({bad} of {w.size}: they must be equal)")
+      continue
     g, w = np.asarray(got[k], np.float32), np.asarray(w, np.float32)
     if k in TOKEN_OUTPUTS and mask is not None:
       t = min(g.shape[1], w.shape[1])
@@ -162,6 +177,8 @@ def export(fmt: str, model: str, output: str, task_head: str = "auto", max_seq_l
     result = _write(fmt, head, tmp, batch)
     texts, pairs = parity_inputs(head)
     want = head.reference(texts, pairs)
+    if fmt == "savedmodel":   # it also serves predict's answer over a long input's windows
+      want.update(head.whole_reference(texts, pairs))
     got, mask = result.pop("run")(texts, pairs)
     diff = compare(fmt, got, want, mask)
     tol = tolerance()
@@ -242,19 +259,44 @@ def _savedmodel_runner(head: ServingHead, path: str):
     args = {k: tf.constant(v) for k, v in savedmodel_args(head, texts, pairs).items()}
     ids = {k: v.numpy() for k, v in m.signatures["tokenize_pairs" if pairs is not None else "tokenize"](**args)
            .items()}
-    want = head.featurize(texts, pairs)
+    want = head.featurize(texts, pairs, windows=True)
     t = ids["input_ids"].shape[-1]
-    same = (np.array_equal(ids["input_ids"], want["input_ids"][..., :t]) and not want["input_ids"][..., t:].any()
+    same = (ids["input_ids"].shape[:-1] == want["input_ids"].shape[:-1]
+            and np.array_equal(ids["input_ids"], want["input_ids"][..., :t]) and not want["input_ids"][..., t:].any()
             and np.array_equal(ids["segment_ids"], want["segment_ids"][..., :t]))
     if not same:
-      differs = (ids["input_ids"] != want["input_ids"][..., :t]).reshape(len(texts), -1)
-      bad = int(np.flatnonzero(differs.any(1))[0]) if ids["input_ids"].shape == want["input_ids"][..., :t].shape \
-          else 0
+      bad = 0
+      if ids["input_ids"].shape == want["input_ids"][..., :t].shape:
+        differs = (ids["input_ids"] != want["input_ids"][..., :t]).reshape(len(ids["input_ids"]), -1)
+        bad = int(np.flatnonzero(differs.any(1))[0])
+        bad = int(want.get("example_index", np.arange(len(texts)))[bad])
       raise UserError(f"savedmodel: the in-graph tokenizer's ids differ from predict's on text {texts[bad]!r}; "
                       "export onnx or stablehlo (token ids in)")
-    out = m.signatures["pairs" if pairs is not None else "serving_default"](**args)
-    return {k: v.numpy() for k, v in out.items()}, ids["input_mask"]
+    out = {k: v.numpy() for k, v in m.signatures["pairs" if pairs is not None else "serving_default"](**args)
+           .items()}
+    out = {k: v.astype(object) if v.dtype == object else v for k, v in out.items()}
+    for k in ("word_tags", "words"):
+      if k in out:
+        out[k] = np.vectorize(lambda b: b.decode("utf-8"), otypes=[object])(out[k])
+    if "answer_token_start" in out:   # the answer's text, cut from the context as predict cuts it
+      out["answer"] = np.array(answer_texts(head, pairs, out["answer_token_start"], out["answer_token_end"]),
+                               dtype=object)
+    return out, out["input_mask"]
   return go
+
+
+def answer_texts(head: ServingHead, contexts: Sequence[str], first, last) -> List[str]:
+  """The context's characters from token `first` to token `last` (-1: no answer, ""), by the tokenizer's
+  character offsets (tokenize_with_offsets, as SQuAD's post-processing cuts predict's answer)."""
+  tok = head.tokenizer()
+  out = []
+  for context, a, b in zip(contexts, first, last):
+    if a < 0:
+      out.append("")
+      continue
+    spans = tok.tokenize_with_offsets(context)[1]
+    out.append(context[spans[int(a)][0]:spans[int(b)][1]])
+  return out
 
 
 def closing_line(result: dict) -> str:
