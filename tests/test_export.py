@@ -364,6 +364,17 @@ assert "bert_jax" not in sys.modules
 """
 
 
+def serve_fresh(out, call, tmp_path):
+  """The SavedModel in `out` called as `call` says ({"signature", **inputs}) in a Python with TensorFlow and
+  TF-Text and no bert_jax; its outputs as JSON lists (strings flattened)."""
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+  proc = subprocess.run([sys.executable, "-c", _FRESH, os.path.join(out, "savedmodel"), json.dumps(call)],
+                        capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["classification", "regression", "multilabel", "ner", "squad", "features",
                                   "ner_crf", "multiple_choice"])
@@ -386,12 +397,7 @@ def test_savedmodel_of_every_head_matches_predict_on_raw_text(models, kind, tmp_
   if kind == "multiple_choice":
     texts = OTHER_QUESTIONS
   call = {"signature": "pairs" if pairs else "serving_default", **writer.savedmodel_args(head, texts, pairs)}
-  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-  env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-  proc = subprocess.run([sys.executable, "-c", _FRESH, os.path.join(out, "savedmodel"), json.dumps(call)],
-                        capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300)
-  assert proc.returncode == 0, proc.stderr[-2000:]
-  got = json.loads(proc.stdout.strip().splitlines()[-1])
+  got = serve_fresh(out, call, tmp_path)
   want = head.reference(texts, pairs)
   assert_like_predict(got, want, {"input_mask": np.asarray(got["input_mask"])})
   mask = np.asarray(got["input_mask"]).astype(bool)
@@ -429,13 +435,7 @@ def test_savedmodel_serves_predict_beyond_the_first_window(kind, tmp_path):
     want = head.whole_reference(texts)
     windows = head.featurize(texts, windows=True)["example_index"]
     assert np.bincount(windows).tolist()[0] >= 3 and np.bincount(windows)[2] >= 2
-    call = {"signature": "serving_default", "text": texts}
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    proc = subprocess.run([sys.executable, "-c", _FRESH, os.path.join(out, "savedmodel"), json.dumps(call)],
-                          capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = serve_fresh(out, {"signature": "serving_default", "text": texts}, tmp_path)
     shape = want["word_tags"].shape
     assert shape == (3, 70)
     assert np.asarray(got["words"], object).reshape(shape).tolist() == want["words"].tolist()

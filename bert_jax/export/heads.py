@@ -7,6 +7,7 @@ tokenizer, and predict's answer on the same texts (the parity reference). No Ten
     head.apply_fn()(params, *(feats[k] for k in head.inputs))   # {"probabilities": [B, C]} (float32)
     feats = head.featurize(texts, pairs)                    # what predict feeds the model (numpy int32)
     ref = head.reference(texts, pairs)                      # predict's outputs on the same rows
+    head.whole_reference(texts, pairs)    # NER / SQuAD: predict's answer over a long input's windows
 
 Outputs per kind (what `predict` returns, before it is made readable):
   features        embedding [B, H] (pooling; L2-normalised when normalize)
@@ -53,6 +54,8 @@ OUTPUTS = {
     "multiple_choice": {"probabilities": "[batch, num_choices] float32 softmax over each question's choices "
                                          "(0 for the padded ones: choice_mask 0)"},
 }
+# [B, T, ...]: compared on real tokens
+TOKEN_OUTPUTS = ("tag_probabilities", "start_logits", "end_logits", "tag_ids", "emissions")
 CRF_OUTPUTS = {"tag_ids": "[batch, length] int32 Viterbi tag id over `labels` at each word's first piece "
                           "(word_mask 1), 0 elsewhere: predict's tags",
                "emissions": "[batch, length, num_labels] float32 the CRF's emission scores"}
@@ -190,6 +193,8 @@ class ServingHead:
       d["normalize"] = self.normalize
     if self.kind == "squad":
       d["max_query_length"] = self.max_query_length
+      d.update({k: getattr(self.task, k) for k in ("doc_stride", "n_best_size", "max_answer_length",
+                                                   "version_2_with_negative", "null_score_diff_threshold")})
     if self.kind == "ner":
       d["crf"] = self.crf
       if self.crf:

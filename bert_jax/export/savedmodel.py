@@ -6,20 +6,40 @@ tokenization.FullTokenizer), the model as jax2tf's StableHLO call with a polymor
     m.signatures["serving_default"](text=tf.constant(["这本书很好"]))            # {"probabilities", "label"}
     m.signatures["pairs"](text=tf.constant(["q"]), text_pair=tf.constant(["c"]))  # pair tasks and SQuAD
     m.signatures["tokenize"](text=...)        # input_ids, input_mask, segment_ids: what the model saw
+    m.signatures["serving_default"](text=tf.constant([long_sentence]))["word_tags"]   # NER: every word's tag
     m.signatures["serving_default"](context=tf.constant(["..."]), question=tf.constant(["..."]),
                                     choices=tf.constant([["A", "B", ""]]))   # multiple choice: "" pads
 
 Signatures: serving_default (single texts), pairs (text, text_pair: sentence pairs, SQuAD's question and
-context), tokenize / tokenize_pairs (the ids). Outputs are heads.OUTPUTS plus, for the readers' sake,
-`label` (classification: the arg-max label), `tags` (NER: the arg-max tag, or the CRF's Viterbi tag, at each
-word's first piece, "" elsewhere), `answer` (multiple choice: the arg-max choice's index) and `input_mask`.
+context), tokenize / tokenize_pairs (the ids: one row per text; NER and SQuAD one per window, example_index [N]
+naming its text). Outputs are heads.OUTPUTS plus, for the readers' sake, `label` (classification: the arg-max
+label), `tags` (NER: the arg-max tag, or the CRF's Viterbi tag, at each word's first piece, "" elsewhere),
+`answer` (multiple choice: the arg-max choice's index) and `input_mask`.
 Multiple choice takes a context, a question and a [batch, num_choices] string tensor of choices per example
 ("" pads a question with fewer choices: choice_mask 0); each choice row is packed as multiple_choice.pack_choice
-packs it. A CRF tagger gets word_mask from the words' first pieces and window_continued = 1 where the sentence
-has more pieces than fit (predict's first window of it).
+packs it.
 
-The length is padded to a multiple of 16 (one XLA compile per bucket, not one per length). Truncation is
-Google's (head; pairs: the longer text loses tokens first); a model fine-tuned with tail / head_tail
+Inputs longer than a window, as predict reads them (the windows run as extra rows of the same model call):
+  NER        a sentence of more than max_seq_length - 2 pieces is split at word boundaries as NER's featurize
+             splits it (words go greedily into a window until the next one does not fit; a word longer than
+             a window is cut to it); the CRF gets word_mask from the words' first pieces and
+             window_continues / window_continued from the split. `word_tags` [batch, words] is the tag of
+             every word of the whole sentence (predict's tags), `words` [batch, words] the words ("" pads both
+             to the batch's longest sentence).
+  SQuAD      (pairs) the context is cut into the doc-stride windows of squad.convert_examples_to_features,
+             each row padded to max_seq_length, and the answer picked as squad_postprocess picks it (n-best
+             starts x ends per window, the start at its most-context window, the best start + end logit over
+             the windows): `answer_token_start` / `answer_token_end` [batch] index the context's tokens (the
+             context's part of tokenize_pairs, window after window without the overlap; -1: no answer),
+             `answer_start_logit` / `answer_end_logit` [batch] are the answer's logits and, SQuAD v2,
+             `null_odds` [batch] predict's null odds. The answer's text is the context's characters from the
+             first token's start to the last one's end (the exporter's parity check cuts it so and compares it
+             with predict's answer); predict's n-best list and probability are not served.
+  The per-token outputs (tag_probabilities, tag_ids, emissions, tags, word_start, start_logits, end_logits,
+  input_mask) stay [batch, length]: each text's first window.
+
+The length is padded to a multiple of 16 (one XLA compile per bucket, not one per length; SQuAD's pairs to
+max_seq_length). Truncation is Google's (head; pairs: the longer text loses tokens first); a model fine-tuned with tail / head_tail
 truncation is refused (the ONNX / StableHLO exports take ids).
 
 TensorFlow and TF-Text are imported here, so this module is imported only by the savedmodel command.
@@ -32,7 +52,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the TF-Text ops the graph uses)
 from jax.experimental import jax2tf
 
-from bert_jax.export.writer import TOKEN_OUTPUTS
+from bert_jax.export.heads import TOKEN_OUTPUTS
 from bert_jax.input_pipeline.tf_tokenization import TFBertTokenizer
 
 LENGTH_BUCKET = 16
@@ -301,7 +321,7 @@ class ServingModule(tf.Module):
                                        example, bsz)
     found = row < rows
     row = tf.minimum(row, rows - 1)
-    pick = tf.gather(pick, row)
+    pick = tf.where(found, tf.gather(pick, row), 0)   # no candidate: any in-range pair (the outputs say none)
     s_at, e_at = pick // num, pick % num
     sl = tf.where(found, tf.gather_nd(ts.values, tf.stack([row, s_at], 1)), 0.0)
     el = tf.where(found, tf.gather_nd(te.values, tf.stack([row, e_at], 1)), 0.0)

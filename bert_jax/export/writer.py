@@ -17,13 +17,11 @@ from bert_jax import fileio
 from bert_jax.engine.train_step import compute_dtype
 from bert_jax.errors import UserError
 from bert_jax.export import docs, stablehlo
-from bert_jax.export.heads import ServingHead, resolve_head
+from bert_jax.export.heads import TOKEN_OUTPUTS, ServingHead, resolve_head
 from bert_jax.input_pipeline import tokenization
 from bert_jax.predict import load_model
 
 FORMATS = ("savedmodel", "onnx", "stablehlo", "sentence-transformers")
-# [B, T, ...]: compared on real tokens
-TOKEN_OUTPUTS = ("tag_probabilities", "start_logits", "end_logits", "tag_ids", "emissions")
 FP32_TOLERANCE = 1e-4
 # predict computes in bfloat16 on a GPU/TPU (compute_dtype("auto")) while every export computes in float32:
 # bf16 keeps 8 significant bits (relative error 2^-8 = 0.4% per rounding), which a 12-layer encoder compounds to
