@@ -417,7 +417,8 @@ def test_savedmodel_of_every_head_matches_predict_on_raw_text(models, kind, tmp_
 def test_savedmodel_serves_predict_beyond_the_first_window(kind, tmp_path):
   """A NER sentence of several windows (split at word boundaries as predict splits it) gets predict's tag for
   every word, in a Python with TensorFlow and no bert_jax; a SQuAD context of several overlapping doc-stride
-  windows gets predict's answer (its text, cut at the returned tokens, and its logits; v2: null_odds)."""
+  windows gets predict's answer (its text, the tokens it spans, its logits, its probability and the n-best
+  list, de-duplicated by text; v2: null_odds)."""
   pytest.importorskip("tensorflow_text")
   import tensorflow as tf
   squad = kind.startswith("squad")
@@ -446,11 +447,16 @@ def test_savedmodel_serves_predict_beyond_the_first_window(kind, tmp_path):
   m = tf.saved_model.load(os.path.join(out, "savedmodel"))
   got = {k: v.numpy() for k, v in m.signatures["pairs"](text=tf.constant(questions),
                                                        text_pair=tf.constant(contexts)).items()}
-  answers = writer.answer_texts(head, contexts, got["answer_token_start"], got["answer_token_end"])
+  answers = [a.decode() for a in got["answer"]]
   assert answers == want["answer"].tolist() and any(answers)
+  for context, a, first, last in zip(contexts, answers, got["answer_token_start"], got["answer_token_end"]):
+    spans = head.tokenizer().tokenize_with_offsets(context)[1]   # the answer's tokens, in the context
+    assert a == (context[spans[first][0]:spans[last][1]] if first >= 0 else "")
   room = np.array([64 - 3 - len(head.tokenizer().encode(q)) for q in questions])
   assert (got["answer_token_start"] >= room).any()   # an answer beyond the first window
-  for k in ("answer_start_logit", "answer_end_logit") + (("null_odds",) if kind == "squad_v2" else ()):
+  assert np.vectorize(bytes.decode, otypes=[object])(got["nbest_text"]).tolist() == want["nbest_text"].tolist()
+  for k in ("answer_start_logit", "answer_end_logit", "probability", "nbest_probability", "nbest_start_logit",
+            "nbest_end_logit") + (("null_odds",) if kind == "squad_v2" else ()):
     np.testing.assert_allclose(got[k], want[k], atol=1e-4)
 
 

@@ -34,8 +34,14 @@ def signature(fmt: str, head, tokenizer: dict, result: dict) -> dict:
                             "one split into windows as predict splits it), '' pads",
                "words": "string [batch, words] the words (whitespace split, CJK characters one each), '' pads"}
     if head.kind == "squad":
-      extra = {"answer_token_start": "int32 [batch] the answer's first token in the context's tokens (-1: none), "
-                                     "picked over every doc-stride window as predict picks it",
+      extra = {"answer": "string [batch] predict's answer: the context's characters from its first token to "
+                         "its last, picked over every doc-stride window as predict picks it ('' for none)",
+               "probability": "float32 [batch] predict's: the answer's share of the n-best softmax",
+               "nbest_text": "string [batch, n_best] predict's n-best answers, de-duplicated by text ('' pads; "
+                             "v2: one more, the null answer '')",
+               "nbest_probability": "float32 [batch, n_best] their softmax (0 pads)",
+               "nbest_start_logit": "float32 [batch, n_best]", "nbest_end_logit": "float32 [batch, n_best]",
+               "answer_token_start": "int32 [batch] the answer's first token in the context's tokens (-1: none)",
                "answer_token_end": "int32 [batch] its last token (-1: none)",
                "answer_start_logit": "float32 [batch]", "answer_end_logit": "float32 [batch]"}
       if head.task.version_2_with_negative:

@@ -176,9 +176,16 @@ class ServingHead:
       pad = lambda rows: np.array([list(r) + [""] * (width - len(r)) for r in rows], dtype=object)  # noqa: E731
       return {"words": pad([g["words"] for g in got]), "word_tags": pad([g["tags"] for g in got])}
     spans = [next((x for x in g["nbest"] if x["text"]), {"start_logit": 0.0, "end_logit": 0.0}) for g in got]
+    width = self.task.n_best_size + int(self.task.version_2_with_negative)
+    nbest = lambda k, pad: [[x[k] for x in g["nbest"]] + [pad] * (width - len(g["nbest"])) for g in got]  # noqa
     out = {"answer": np.array([g["answer"] for g in got], dtype=object),
            "answer_start_logit": np.array([x["start_logit"] for x in spans], np.float32),
-           "answer_end_logit": np.array([x["end_logit"] for x in spans], np.float32)}
+           "answer_end_logit": np.array([x["end_logit"] for x in spans], np.float32),
+           "probability": np.array([g["probability"] for g in got], np.float32),
+           "nbest_text": np.array(nbest("text", ""), dtype=object),
+           "nbest_probability": np.array(nbest("probability", 0.0), np.float32),
+           "nbest_start_logit": np.array(nbest("start_logit", 0.0), np.float32),
+           "nbest_end_logit": np.array(nbest("end_logit", 0.0), np.float32)}
     if self.task.version_2_with_negative:
       out["null_odds"] = np.array([g["null_odds"] for g in got], np.float32)
     return out

@@ -29,18 +29,21 @@ Inputs longer than a window, as predict reads them (the windows run as extra row
   SQuAD      (pairs) the context is cut into the doc-stride windows of squad.convert_examples_to_features,
              each row padded to max_seq_length, and the answer picked as squad_postprocess picks it (n-best
              starts x ends per window, the start at its most-context window, the best start + end logit over
-             the windows): `answer_token_start` / `answer_token_end` [batch] index the context's tokens (the
-             context's part of tokenize_pairs, window after window without the overlap; -1: no answer),
-             `answer_start_logit` / `answer_end_logit` [batch] are the answer's logits and, SQuAD v2,
-             `null_odds` [batch] predict's null odds. The answer's text is the context's characters from the
-             first token's start to the last one's end (the exporter's parity check cuts it so and compares it
-             with predict's answer); predict's n-best list and probability are not served.
+             the windows, de-duplicated by text): `answer` [batch] is predict's answer, the context's
+             characters from the answer's first token to its last ("" for none;
+             TFBertTokenizer.tokenize_with_offsets gives the characters FullTokenizer.tokenize_with_offsets
+             gives), `probability` [batch] predict's, `nbest_text` / `nbest_probability` / `nbest_start_logit`
+             / `nbest_end_logit` [batch, n_best_size (+ 1 for v2)] predict's n-best list ("" / 0 pad),
+             `answer_token_start` / `answer_token_end` [batch] the answer's first / last token in the
+             context's (the context's part of tokenize_pairs, window after window without the overlap; -1: no
+             answer), `answer_start_logit` / `answer_end_logit` [batch] its logits and, SQuAD v2, `null_odds`
+             [batch] predict's null odds.
   The per-token outputs (tag_probabilities, tag_ids, emissions, tags, word_start, start_logits, end_logits,
   input_mask) stay [batch, length]: each text's first window.
 
 The length is padded to a multiple of 16 (one XLA compile per bucket, not one per length; SQuAD's pairs to
-max_seq_length). Truncation is Google's (head; pairs: the longer text loses tokens first); a model fine-tuned with tail / head_tail
-truncation is refused (the ONNX / StableHLO exports take ids).
+max_seq_length). Truncation is Google's (head; pairs: the longer text loses tokens first); a model fine-tuned
+with tail / head_tail truncation is refused (the ONNX / StableHLO exports take ids).
 
 TensorFlow and TF-Text are imported here, so this module is imported only by the savedmodel command.
 """
@@ -53,11 +56,10 @@ import tensorflow_text  # noqa: F401  (registers the TF-Text ops the graph uses)
 from jax.experimental import jax2tf
 
 from bert_jax.export.heads import TOKEN_OUTPUTS
-from bert_jax.input_pipeline.tf_tokenization import TFBertTokenizer
+from bert_jax.input_pipeline.tf_tokenization import CJK, TFBertTokenizer
 
 LENGTH_BUCKET = 16
-_CJK = (r"([\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2B73F}\x{2B740}-\x{2B81F}"
-        r"\x{2B820}-\x{2CEAF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}])")
+
 
 
 class ServingModule(tf.Module):
@@ -93,7 +95,7 @@ class ServingModule(tf.Module):
     """Per word (whitespace split, every CJK character a word, as ner.split_words), its pieces; a word whose
     characters all drop out gets one [UNK], and a word longer than a window is cut to max_seq_length - 2
     pieces, as NER's featurize does. Returns the words [B, (words)] and their pieces [W, (pieces)]."""
-    spaced = tf.strings.regex_replace(text, _CJK, r" \1 ")
+    spaced = tf.strings.regex_replace(text, f"({CJK})", r" \1 ")
     words = tf.strings.split(tf.strings.regex_replace(spaced, r"[\t\n\r\p{Zs}\x{2028}\x{2029}]", " "))
     flat = tf.cast(self.tok.tokenize(words.flat_values), tf.int32)   # [W, (pieces)]
     width = tf.minimum(tf.maximum(flat.row_lengths(), 1), max(self.max_len - 2, 1))
@@ -150,7 +152,8 @@ class ServingModule(tf.Module):
     q = self._ids(question)
     lq = tf.minimum(q.row_lengths(), self.max_query)
     q = tf.ragged.boolean_mask(q, tf.ragged.range(q.row_lengths()) < tf.expand_dims(lq, 1))
-    ctx = self._ids(context)
+    ids, byte_start, byte_end = self.tok.tokenize_with_offsets(context)      # the answer's text is cut by these
+    ctx = tf.cast(ids, tf.int32)
     n = ctx.row_lengths()
     room = self.max_len - 3 - lq                                              # max_tokens_for_doc [B]
     step = tf.minimum(room, self.doc_stride)
@@ -183,7 +186,8 @@ class ServingModule(tf.Module):
     best_score = tf.reduce_max(score, -1, keepdims=True)
     best = tf.reduce_min(tf.where(holds & (score == best_score), tf.range(most)[None, None, :], most), -1)
     return out, {"first_row": offset, "context": inside, "max_context": inside & (best == k[:, None]),
-                 "first_ctx": first_ctx, "window_start": start}
+                 "first_ctx": first_ctx, "window_start": start, "text": context, "byte_start": byte_start,
+                 "byte_end": byte_end}
 
   def _pack(self, a, b=None, a_start=None):
     """[CLS] a [SEP] (b [SEP]), truncated as common.pack_pair (head), padded to the batch's longest."""
@@ -293,56 +297,95 @@ class ServingModule(tf.Module):
     return out
 
   def _best_span(self, start, end, example, aux):
-    """squad_postprocess.postprocess_predictions' answer in TF: per window the n_best_size highest start and
-    end logits paired (both context tokens, the start at its most-context window, end >= start, at most
-    max_answer_length tokens), the best start + end logit (float64) over the windows, the first on ties in
-    predict's order (window, start rank, end rank). SQuAD v2: null_odds = the least [CLS] start + end over the
-    windows - that best, and no answer when it exceeds null_score_diff_threshold. Returns answer_token_start /
-    answer_token_end [B] (the answer's first / last context token, -1 for no answer), answer_start_logit /
-    answer_end_logit [B] (the best span's: predict's nbest entry of its answer) and, v2, null_odds [B]."""
+    """squad_postprocess.postprocess_predictions in TF. Per window the n_best_size highest start and end
+    logits are paired (both context tokens, the start at its most-context window, end >= start, at most
+    max_answer_length tokens); the candidates of all windows (SQuAD v2: and the null, the least [CLS] start +
+    end over the windows) are ranked by start + end logit (float64; ties keep predict's order: window, start
+    rank, end rank, the null last), de-duplicated by text, and the first n_best_size (v2: the null appended
+    when it is not among them) get softmax probabilities. Returns nbest_text, nbest_probability,
+    nbest_start_logit, nbest_end_logit [B, K] (K = n_best_size, + 1 for v2; "" / 0 pad), probability [B]
+    (the first's), answer [B] (the first non-null entry's text; v2: "" when null_odds exceeds
+    null_score_diff_threshold), answer_token_start / answer_token_end [B] (its first / last token in the
+    context's tokens, -1 for no answer), answer_start_logit / answer_end_logit [B] (that entry's, 0 without
+    one) and, v2, null_odds [B] (the null score - the entry's score; 1e9 without one)."""
     num = min(self.n_best, self.max_len)
     ts, te = tf.math.top_k(start, num), tf.math.top_k(end, num)             # ties: the lower index first
     ctx, most = aux["context"], aux["max_context"]
     s, e = ts.indices[:, :, None], te.indices[:, None, :]
     ok = (tf.gather(ctx & most, ts.indices, batch_dims=1)[:, :, None] & tf.gather(ctx, te.indices, batch_dims=1)
           [:, None, :] & (e >= s) & (e - s + 1 <= self.max_answer))
-    score = tf.cast(ts.values, tf.float64)[:, :, None] + tf.cast(te.values, tf.float64)[:, None, :]
-    rows = tf.shape(start)[0]
-    score = tf.reshape(tf.where(ok, score, -np.inf), [rows, num * num])
-    ok = tf.reshape(ok, [rows, num * num])
-    row_best = tf.reduce_max(score, 1)
-    flat = tf.range(num * num)[None, :]
-    pick = tf.reduce_min(tf.where(ok & (score == row_best[:, None]), flat, num * num), 1)   # the first best
-    bsz = tf.shape(aux["first_row"])[0]
-    has = tf.reduce_any(ok, 1)
-    best = tf.math.unsorted_segment_max(tf.where(has, row_best, -np.inf), example, bsz)     # [B]
-    index = tf.range(rows)
-    row = tf.math.unsorted_segment_min(tf.where(has & (row_best == tf.gather(best, example)), index, rows),
-                                       example, bsz)
-    found = row < rows
-    row = tf.minimum(row, rows - 1)
-    pick = tf.where(found, tf.gather(pick, row), 0)   # no candidate: any in-range pair (the outputs say none)
-    s_at, e_at = pick // num, pick % num
-    sl = tf.where(found, tf.gather_nd(ts.values, tf.stack([row, s_at], 1)), 0.0)
-    el = tf.where(found, tf.gather_nd(te.values, tf.stack([row, e_at], 1)), 0.0)
-    to_context = tf.cast(tf.gather(aux["window_start"] - aux["first_ctx"], row), tf.int32)
-    first = tf.gather_nd(ts.indices, tf.stack([row, s_at], 1)) + to_context
-    last = tf.gather_nd(te.indices, tf.stack([row, e_at], 1)) + to_context
-    answered = found
-    out = {}
-    if self.v2:
+    rows = tf.shape(start, out_type=tf.int64)[0]
+    bsz = tf.shape(aux["first_row"], out_type=tf.int64)[0]
+    example = tf.cast(example, tf.int64)
+    # The candidates in predict's order: row-major over [window, start rank, end rank].
+    at = tf.where(tf.reshape(ok, [-1]))[:, 0]
+    row, s_rank, e_rank = at // (num * num), at % (num * num) // num, at % num
+    sl = tf.gather_nd(ts.values, tf.stack([row, s_rank], 1))
+    el = tf.gather_nd(te.values, tf.stack([row, e_rank], 1))
+    to_context = tf.gather(aux["window_start"] - aux["first_ctx"], row)
+    first = tf.cast(tf.gather_nd(ts.indices, tf.stack([row, s_rank], 1)), tf.int64) + to_context
+    last = tf.cast(tf.gather_nd(te.indices, tf.stack([row, e_rank], 1)), tf.int64) + to_context
+    ex = tf.gather(example, row)
+    base = tf.gather(aux["byte_start"].row_starts(), ex)
+    cut_from = tf.gather(aux["byte_start"].flat_values, base + first)
+    cut_to = tf.gather(aux["byte_end"].flat_values, base + last)
+    text = tf.strings.substr(tf.gather(aux["text"], ex), cut_from, cut_to - cut_from)   # whole UTF-8 characters
+    is_null = tf.zeros_like(ex, tf.bool)
+    if self.v2:   # the null: the window with the least [CLS] start + end (the first of equals)
       null = tf.cast(start[:, 0], tf.float64) + tf.cast(end[:, 0], tf.float64)
       score_null = tf.math.unsorted_segment_min(null, example, bsz)
-      # n_best_size 1 keeps only the null entry when it ranks first (ties: the span, listed before it), and
-      # predict then has no non-null answer
-      kept = found & (score_null <= best) if self.n_best < 2 else found
-      diff = tf.where(kept, score_null - best, 1e9)
+      null_row = tf.math.unsorted_segment_min(tf.where(null == tf.gather(score_null, example), tf.range(rows),
+                                                       rows), example, bsz)
+      ex = tf.concat([ex, tf.range(bsz)], 0)
+      sl, el = tf.concat([sl, tf.gather(start[:, 0], null_row)], 0), tf.concat([el, tf.gather(end[:, 0], null_row)], 0)
+      first, last = tf.concat([first, tf.fill([bsz], tf.constant(-1, tf.int64))], 0), tf.concat(
+          [last, tf.fill([bsz], tf.constant(-1, tf.int64))], 0)
+      text = tf.concat([text, tf.fill([bsz], "")], 0)
+      is_null = tf.concat([is_null, tf.ones([bsz], tf.bool)], 0)
+    score = tf.cast(sl, tf.float64) + tf.cast(el, tf.float64)
+    order = tf.argsort(score, direction="DESCENDING", stable=True)
+    order = tf.gather(order, tf.argsort(tf.gather(ex, order), stable=True))   # by example, then by score
+    ex, sl, el, first, last, text, is_null, score = (tf.gather(v, order) for v in (
+        ex, sl, el, first, last, text, is_null, score))
+    # De-duplicated by text within the example; the first n_best_size kept; v2's null after them if cut.
+    _, same = tf.unique(tf.strings.join([tf.strings.as_string(ex), text], "\x00"), out_idx=tf.int64)
+    where = tf.range(tf.size(ex, out_type=tf.int64))
+    keep = tf.gather(tf.math.unsorted_segment_min(where, same, tf.size(same, out_type=tf.int64)), same) == where
+    before = tf.cumsum(tf.math.unsorted_segment_sum(tf.cast(keep, tf.int64), ex, bsz), exclusive=True)
+    rank = tf.cumsum(tf.cast(keep, tf.int64)) - 1 - tf.gather(before, ex)
+    listed = keep & (rank < self.n_best)
+    if self.v2:
+      rank, listed = tf.where(listed, rank, self.n_best), listed | is_null
+    width = self.n_best + int(self.v2)
+    slot = tf.boolean_mask(tf.stack([ex, rank], 1), listed)
+    put = lambda fill, v: tf.tensor_scatter_nd_update(tf.fill([bsz, width], fill), slot,  # noqa: E731
+                                                      tf.boolean_mask(v, listed))
+    n_text, n_sl, n_el = put("", text), put(0.0, sl), put(0.0, el)
+    n_first, n_last = put(tf.constant(-1, tf.int64), first), put(tf.constant(-1, tf.int64), last)
+    count = tf.math.unsorted_segment_sum(tf.cast(listed, tf.int64), ex, bsz)
+    real = tf.range(width, dtype=tf.int64)[None, :] < tf.maximum(count, 1)[:, None]   # v1 with none: {"", 0, 0}
+    logit = tf.where(real, tf.cast(n_sl, tf.float64) + tf.cast(n_el, tf.float64), -np.inf)
+    exp = tf.exp(logit - tf.reduce_max(logit, 1, keepdims=True))
+    prob = exp / tf.reduce_sum(exp, 1, keepdims=True)
+    # The answer: the first entry with text.
+    has = n_text != ""
+    pick = tf.reduce_min(tf.where(has, tf.range(width, dtype=tf.int64)[None, :], width), 1)
+    found = pick < width
+    pick = tf.stack([tf.range(bsz), tf.minimum(pick, width - 1)], 1)
+    a_sl, a_el = tf.where(found, tf.gather_nd(n_sl, pick), 0.0), tf.where(found, tf.gather_nd(n_el, pick), 0.0)
+    answered = found
+    out = {"nbest_text": n_text, "nbest_probability": tf.cast(prob, tf.float32), "nbest_start_logit": n_sl,
+           "nbest_end_logit": n_el, "probability": tf.cast(prob[:, 0], tf.float32)}
+    if self.v2:
+      diff = tf.where(found, score_null - tf.cast(a_sl, tf.float64) - tf.cast(a_el, tf.float64), 1e9)
       out["null_odds"] = tf.cast(diff, tf.float32)
-      answered = kept & (diff <= self.null_threshold)
-      sl, el = tf.where(kept, sl, 0.0), tf.where(kept, el, 0.0)
-    out.update(answer_token_start=tf.where(answered, first, -1), answer_token_end=tf.where(answered, last, -1),
-               answer_start_logit=sl, answer_end_logit=el)
+      answered = found & (diff <= self.null_threshold)
+    out.update(answer=tf.where(answered, tf.gather_nd(n_text, pick), ""),
+               answer_token_start=tf.cast(tf.where(answered, tf.gather_nd(n_first, pick), -1), tf.int32),
+               answer_token_end=tf.cast(tf.where(answered, tf.gather_nd(n_last, pick), -1), tf.int32),
+               answer_start_logit=a_sl, answer_end_logit=a_el)
     return out
+
 
 def _pair_lengths(la, lb, budget):
   """common.pair_lengths in TF: the longer text loses tokens until both are equal, then they alternate (B

@@ -272,29 +272,11 @@ def _savedmodel_runner(head: ServingHead, path: str):
                       "export onnx or stablehlo (token ids in)")
     out = {k: v.numpy() for k, v in m.signatures["pairs" if pairs is not None else "serving_default"](**args)
            .items()}
-    out = {k: v.astype(object) if v.dtype == object else v for k, v in out.items()}
-    for k in ("word_tags", "words"):
+    for k in ("word_tags", "words", "answer", "nbest_text"):   # strings predict returns: compared as str
       if k in out:
         out[k] = np.vectorize(lambda b: b.decode("utf-8"), otypes=[object])(out[k])
-    if "answer_token_start" in out:   # the answer's text, cut from the context as predict cuts it
-      out["answer"] = np.array(answer_texts(head, pairs, out["answer_token_start"], out["answer_token_end"]),
-                               dtype=object)
     return out, out["input_mask"]
   return go
-
-
-def answer_texts(head: ServingHead, contexts: Sequence[str], first, last) -> List[str]:
-  """The context's characters from token `first` to token `last` (-1: no answer, ""), by the tokenizer's
-  character offsets (tokenize_with_offsets, as SQuAD's post-processing cuts predict's answer)."""
-  tok = head.tokenizer()
-  out = []
-  for context, a, b in zip(contexts, first, last):
-    if a < 0:
-      out.append("")
-      continue
-    spans = tok.tokenize_with_offsets(context)[1]
-    out.append(context[spans[int(a)][0]:spans[int(b)][1]])
-  return out
 
 
 def closing_line(result: dict) -> str:
