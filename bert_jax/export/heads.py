@@ -27,6 +27,7 @@ Outputs per kind (what `predict` returns, before it is made readable):
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import jax.numpy as jnp
@@ -126,6 +127,11 @@ class ServingHead:
                               for k, v in out.items()}, jnp)
     return task_head
 
+  @functools.cached_property
+  def predictor(self) -> Predictor:
+    """The fine-tuned Predictor the references run (made once: reference and whole_reference share it)."""
+    return Predictor(self.pre, batch_size=8)
+
   # ---- inputs as predict builds them ------------------------------------------------------------------
   def tokenizer(self):
     return make_tokenizer(self.pre)
@@ -158,7 +164,7 @@ class ServingHead:
       fx = FeatureExtractor(self.pre.directory, pooling=self.pooling, normalize=self.normalize,
                             max_seq_length=self.max_seq_length, pre=self.pre)
       return {"embedding": fx.encode(list(texts))}
-    p = Predictor(self.pre, batch_size=8)
+    p = self.predictor
     feats = self.featurize(texts, pairs)
     feats["example_weight"] = np.ones(len(texts), np.float32)
     return transform(self.kind, p._outputs(feats), np)
@@ -166,11 +172,12 @@ class ServingHead:
   def whole_reference(self, texts: Sequence[str], pairs: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
     """predict's answer over the whole input where it reads several windows (the SavedModel serves it too):
     NER words and word_tags [N, most words] ("" pads), one tag per word of the whole sentence; SQuAD answer [N]
-    (the text), answer_start_logit / answer_end_logit [N] (its n-best entry's; 0 without one) and, v2,
-    null_odds [N]. {} for the other kinds."""
+    (the text), probability [N], answer_start_logit / answer_end_logit [N] (its n-best entry's; 0 without
+    one), nbest_text / nbest_probability / nbest_start_logit / nbest_end_logit [N, n_best_size (+ 1 for v2)]
+    ("" / 0 pad) and, v2, null_odds [N]. {} for the other kinds."""
     if self.kind not in ("ner", "squad"):
       return {}
-    got = Predictor(self.pre, batch_size=8).predict(list(texts), None if pairs is None else list(pairs))
+    got = self.predictor.predict(list(texts), None if pairs is None else list(pairs))
     if self.kind == "ner":
       width = max(len(g["words"]) for g in got)
       pad = lambda rows: np.array([list(r) + [""] * (width - len(r)) for r in rows], dtype=object)  # noqa: E731

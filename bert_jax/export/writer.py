@@ -273,7 +273,7 @@ def _savedmodel_runner(head: ServingHead, path: str):
     out = {k: v.numpy() for k, v in m.signatures["pairs" if pairs is not None else "serving_default"](**args)
            .items()}
     for k in ("word_tags", "words", "answer", "nbest_text"):   # strings predict returns: compared as str
-      if k in out:
+      if k in out and out[k].dtype == object:   # (multiple choice's answer is an index)
         out[k] = np.vectorize(lambda b: b.decode("utf-8"), otypes=[object])(out[k])
     return out, out["input_mask"]
   return go
