@@ -38,6 +38,7 @@ HEADS = {
     "multilabel": ("multilabel", {"label_list": ["a", "b", "c"]}, {"label_list": ["a", "b", "c"]}),
     "ner": ("ner", {"label_list": NER_LABELS}, {"label_list": NER_LABELS}),
     "squad": ("squad_v1", {"max_query_length": 16}, {"max_query_length": 16}),
+    "squad_v2": ("squad_v2", {"max_query_length": 16}, {"max_query_length": 16}),
     "ner_crf": ("ner", {"label_list": NER_LABELS, "crf": True}, {"label_list": NER_LABELS, "crf": True}),
     "multiple_choice": ("multiple_choice", {}, {}),
 }
@@ -363,6 +364,17 @@ assert "bert_jax" not in sys.modules
 """
 
 
+def serve_fresh(out, call, tmp_path):
+  """The SavedModel in `out` called as `call` says ({"signature", **inputs}) in a Python with TensorFlow and
+  TF-Text and no bert_jax; its outputs as JSON lists (strings flattened)."""
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+  proc = subprocess.run([sys.executable, "-c", _FRESH, os.path.join(out, "savedmodel"), json.dumps(call)],
+                        capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["classification", "regression", "multilabel", "ner", "squad", "features",
                                   "ner_crf", "multiple_choice"])
@@ -385,12 +397,7 @@ def test_savedmodel_of_every_head_matches_predict_on_raw_text(models, kind, tmp_
   if kind == "multiple_choice":
     texts = OTHER_QUESTIONS
   call = {"signature": "pairs" if pairs else "serving_default", **writer.savedmodel_args(head, texts, pairs)}
-  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-  env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-  proc = subprocess.run([sys.executable, "-c", _FRESH, os.path.join(out, "savedmodel"), json.dumps(call)],
-                        capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300)
-  assert proc.returncode == 0, proc.stderr[-2000:]
-  got = json.loads(proc.stdout.strip().splitlines()[-1])
+  got = serve_fresh(out, call, tmp_path)
   want = head.reference(texts, pairs)
   assert_like_predict(got, want, {"input_mask": np.asarray(got["input_mask"])})
   mask = np.asarray(got["input_mask"]).astype(bool)
@@ -403,6 +410,53 @@ def test_savedmodel_of_every_head_matches_predict_on_raw_text(models, kind, tmp_
     if kind == "ner_crf":   # the Viterbi tags as predict reads them
       ids = want["tag_ids"][:, :mask.shape[1]]
       assert tags[starts].tolist() == [NER_LABELS[i] for i in ids[starts]]
+
+
+@pytest.mark.slow   # ~15 s each
+@pytest.mark.parametrize("kind", ["ner", "ner_crf", "squad", "squad_v2"])
+def test_savedmodel_serves_predict_beyond_the_first_window(kind, tmp_path):
+  """A NER sentence of several windows (split at word boundaries as predict splits it) gets predict's tag for
+  every word, and a SQuAD context of several overlapping doc-stride windows predict's answer (its text, the
+  tokens it spans, its logits, its probability and the n-best list, de-duplicated by text; v2: null_odds),
+  both in a Python with TensorFlow and no bert_jax."""
+  pytest.importorskip("tensorflow_text")
+  squad = kind.startswith("squad")
+  work = finetuned(tmp_path / "m", kind, max_seq_length=64 if squad else 24,
+                   **({"doc_stride": 16} if squad else {}))[0]
+  out = str(tmp_path / "sm")
+  assert export("savedmodel", work, out)["max_abs_diff"] <= 1e-4   # its parity texts hold a long one too
+  head = resolve_head(load_model(work))
+  if squad:
+    questions = ["where is the cafe ?", "who ?", "what did the dog play ?", "when ?", "is it good ?", "where ?"]
+    contexts = long_texts([150, 90, 20, 200, 120]) + [writer.long_text(head)]   # accents, case, Chinese
+    want = head.whole_reference(questions, contexts)
+  else:
+    texts = long_texts([70, 3]) + ["北京是中国的首都。" * 4 + " the cat sat on the mat ."]
+    want = head.whole_reference(texts)
+    windows = head.featurize(texts, windows=True)["example_index"]
+    assert np.bincount(windows).tolist()[0] >= 3 and np.bincount(windows)[2] >= 2
+    got = serve_fresh(out, {"signature": "serving_default", "text": texts}, tmp_path)
+    shape = want["word_tags"].shape
+    assert shape == (3, 70)
+    assert np.asarray(got["words"], object).reshape(shape).tolist() == want["words"].tolist()
+    assert np.asarray(got["word_tags"], object).reshape(shape).tolist() == want["word_tags"].tolist()
+    return
+  windows = head.featurize(questions, contexts, windows=True)["example_index"]
+  assert np.bincount(windows)[0] >= 5 and np.bincount(windows)[5] >= 3
+  got = serve_fresh(out, {"signature": "pairs", "text": questions, "text_pair": contexts}, tmp_path)
+  got = {k: np.asarray(v) for k, v in got.items()}
+  got["nbest_text"] = got["nbest_text"].reshape(want["nbest_text"].shape)
+  answers = got["answer"].tolist()
+  assert answers == want["answer"].tolist() and any(answers)
+  for context, a, first, last in zip(contexts, answers, got["answer_token_start"], got["answer_token_end"]):
+    spans = head.tokenizer().tokenize_with_offsets(context)[1]   # the answer's tokens, in the context
+    assert a == (context[spans[first][0]:spans[last][1]] if first >= 0 else "")
+  room = np.array([64 - 3 - len(head.tokenizer().encode(q)) for q in questions])
+  assert (got["answer_token_start"] >= room).any()   # an answer beyond the first window
+  assert got["nbest_text"].tolist() == want["nbest_text"].tolist()
+  for k in ("answer_start_logit", "answer_end_logit", "probability", "nbest_probability", "nbest_start_logit",
+            "nbest_end_logit") + (("null_odds",) if kind == "squad_v2" else ()):
+    np.testing.assert_allclose(got[k], want[k], atol=1e-4)
 
 
 @pytest.mark.slow

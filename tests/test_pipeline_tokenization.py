@@ -188,16 +188,43 @@ def small_vocab(tmp_path):
                                                    "##h", "e", "t"])
 
 
+# Accents (precomposed and combining), CJK, deleted control/format characters, Unicode spaces and line separators,
+# punctuation, a ligature, dotted I and sigma.
+MIXED_ALPHABET = list("the cat sat on mat CAT Zürich Café cafe\u0301 1990s ÉÀ ßİΣ北京是中国的首都。，!?.'-\t\n\x00\u200b"
+                      "\u3000ﬁ\u2028\u2029\x85\x0b\x1f\ufffd")
+
+
 @pytest.mark.parametrize("lower", [True, False])
 def test_tokenize_with_offsets_on_random_mixed_text(small_vocab, lower):
   # Accents (precomposed and combining), CJK, deleted control/format characters, Unicode spaces and line
   # separators, punctuation, a ligature, dotted I and sigma, with a vocab small enough for many [UNK]s.
   tok = tokenization.FullTokenizer(small_vocab, do_lower_case=lower)
   rng = random.Random(0)
-  alphabet = list("the cat sat on mat CAT Zürich Café cafe\u0301 1990s ÉÀ ßİΣ北京是中国的首都。，!?.'-\t\n\x00\u200b\u3000ﬁ\u2028\u2029\x85\x0b\x1f\ufffd")
+  alphabet = MIXED_ALPHABET
   for _ in range(3000):
     text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 25)))
     _assert_offsets_agree_with_tokenize(tok, text)
+
+
+@pytest.mark.slow   # TensorFlow
+@pytest.mark.parametrize("lower", [True, False])
+def test_tf_text_tokenize_with_offsets_gives_the_same_ids_and_characters(small_vocab, lower):
+  """TFBertTokenizer.tokenize_with_offsets (bytes, in the graph) cuts each token's characters as
+  FullTokenizer.tokenize_with_offsets does, on the random mixed texts above and the documented cases."""
+  tf = pytest.importorskip("tensorflow")
+  from bert_jax.input_pipeline import tf_tokenization  # pylint: disable=g-import-not-at-top
+  tok = tokenization.FullTokenizer(small_vocab, do_lower_case=lower)
+  rng = random.Random(1)
+  alphabet = MIXED_ALPHABET
+  texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 25))) for _ in range(2000)]
+  texts += ["Café  Zu\u0308ri in the 1990s, 北京!", "Flore", "x" * 250 + " ok", "北\u0301x", "a\x00 b\x00", ""]
+  ids, starts, ends = tf_tokenization.TFBertTokenizer(small_vocab, do_lower_case=lower).tokenize_with_offsets(
+      tf.constant(texts))
+  for text, i, a, b in zip(texts, ids.to_list(), starts.to_list(), ends.to_list()):
+    tokens, spans = tok.tokenize_with_offsets(text)
+    raw = text.encode("utf-8")
+    assert (i, [raw[s:e].decode() for s, e in zip(a, b)]) == (tok.convert_tokens_to_ids(tokens),
+                                                             [text[s:e] for s, e in spans]), repr(text)
 
 
 def test_tokenize_with_offsets_spans_cover_the_exact_original_characters(small_vocab):

@@ -27,9 +27,28 @@ def signature(fmt: str, head, tokenizer: dict, result: dict) -> dict:
       extra = {"answer": "int32 [batch] index of the arg-max choice"}
     if head.kind == "ner":
       what = "Viterbi" if head.crf else "arg-max"
-      extra = {"tags": f"string [batch, length] {what} tag at each word's first piece, '' elsewhere",
-               "word_start": "int32 [batch, length]"}
+      extra = {"tags": f"string [batch, length] {what} tag at each word's first piece, '' elsewhere (the "
+                       "first window)",
+               "word_start": "int32 [batch, length]",
+               "word_tags": f"string [batch, words] the {what} tag of every word of the whole sentence (a long "
+                            "one split into windows as predict splits it), '' pads",
+               "words": "string [batch, words] the words (whitespace split, CJK characters one each), '' pads"}
+    if head.kind == "squad":
+      extra = {"answer": "string [batch] predict's answer: the context's characters from its first token to "
+                         "its last, picked over every doc-stride window as predict picks it ('' for none)",
+               "probability": "float32 [batch] predict's: the answer's share of the n-best softmax",
+               "nbest_text": "string [batch, n_best] predict's n-best answers, de-duplicated by text ('' pads; "
+                             "v2: one more, the null answer '')",
+               "nbest_probability": "float32 [batch, n_best] their softmax (0 pads)",
+               "nbest_start_logit": "float32 [batch, n_best]", "nbest_end_logit": "float32 [batch, n_best]",
+               "answer_token_start": "int32 [batch] the answer's first token in the context's tokens (-1: none)",
+               "answer_token_end": "int32 [batch] its last token (-1: none)",
+               "answer_start_logit": "float32 [batch]", "answer_end_logit": "float32 [batch]"}
+      if head.task.version_2_with_negative:
+        extra["null_odds"] = "float32 [batch] the least [CLS] start + end logit - the answer's (predict's)"
     outputs = {**head.outputs, **extra, "input_mask": "int32 [batch, length]"}
+    if head.kind in ("ner", "squad"):   # the per-token outputs of a long input: its first window
+      outputs = {k: v + " (each text's first window)" if k in head.outputs else v for k, v in outputs.items()}
   elif fmt == "sentence-transformers":
     inputs = {"texts": "list of str (SentenceTransformer.encode)"}
     outputs = {"embedding": head.outputs["embedding"]}

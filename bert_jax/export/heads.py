@@ -7,6 +7,7 @@ tokenizer, and predict's answer on the same texts (the parity reference). No Ten
     head.apply_fn()(params, *(feats[k] for k in head.inputs))   # {"probabilities": [B, C]} (float32)
     feats = head.featurize(texts, pairs)                    # what predict feeds the model (numpy int32)
     ref = head.reference(texts, pairs)                      # predict's outputs on the same rows
+    head.whole_reference(texts, pairs)    # NER / SQuAD: predict's answer over a long input's windows
 
 Outputs per kind (what `predict` returns, before it is made readable):
   features        embedding [B, H] (pooling; L2-normalised when normalize); [B, V] for pooling=splade
@@ -26,6 +27,7 @@ Outputs per kind (what `predict` returns, before it is made readable):
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import jax.numpy as jnp
@@ -53,6 +55,8 @@ OUTPUTS = {
     "multiple_choice": {"probabilities": "[batch, num_choices] float32 softmax over each question's choices "
                                          "(0 for the padded ones: choice_mask 0)"},
 }
+# [B, T, ...]: compared on real tokens
+TOKEN_OUTPUTS = ("tag_probabilities", "start_logits", "end_logits", "tag_ids", "emissions")
 CRF_OUTPUTS = {"tag_ids": "[batch, length] int32 Viterbi tag id over `labels` at each word's first piece "
                           "(word_mask 1), 0 elsewhere: predict's tags",
                "emissions": "[batch, length, num_labels] float32 the CRF's emission scores"}
@@ -132,13 +136,20 @@ class ServingHead:
                               for k, v in out.items()}, jnp)
     return task_head
 
+  @functools.cached_property
+  def predictor(self) -> Predictor:
+    """The fine-tuned Predictor the references run (made once: reference and whole_reference share it)."""
+    return Predictor(self.pre, batch_size=8)
+
   # ---- inputs as predict builds them ------------------------------------------------------------------
   def tokenizer(self):
     return make_tokenizer(self.pre)
 
-  def featurize(self, texts: Sequence, pairs: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
+  def featurize(self, texts: Sequence, pairs: Optional[Sequence[str]] = None,
+                windows: bool = False) -> Dict[str, np.ndarray]:
     """self.inputs as numpy int32 (input_ids, input_mask, segment_ids [N, max_seq_length], ...), exactly as
-    predict builds them (the first window of a long SQuAD context / NER sentence). Multiple choice takes
+    predict builds them: one row per text, the first window of a long SQuAD context / NER sentence, or with
+    windows=True every window's row and example_index [N] (the text of each). Multiple choice takes
     predict_choices' questions, {"context", "question", "choices": [...]}, as `texts`."""
     tok = self.tokenizer()
     if self.kind == "features":
@@ -150,6 +161,8 @@ class ServingHead:
     else:
       examples = self.task.text_examples(list(texts), None if pairs is None else list(pairs))
     feats = self.task.featurize(examples, tok, self.max_seq_length)
+    if windows and "example_index" in feats:
+      return {k: np.asarray(feats[k]) for k in (*self.inputs, "example_index")}
     first = np.unique(np.asarray(feats.get("example_index", np.arange(len(texts)))), return_index=True)[1]
     return {k: np.asarray(feats[k])[first] for k in self.inputs}
 
@@ -160,10 +173,38 @@ class ServingHead:
       fx = FeatureExtractor(self.pre.directory, pooling=self.pooling, normalize=self.normalize,
                             max_seq_length=self.max_seq_length, pre=self.pre)
       return {"embedding": fx.encode(list(texts))}
-    p = Predictor(self.pre, batch_size=8)
+    p = self.predictor
     feats = self.featurize(texts, pairs)
     feats["example_weight"] = np.ones(len(texts), np.float32)
     return transform(self.kind, p._outputs(feats), np)
+
+  def whole_reference(self, texts: Sequence[str], pairs: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
+    """predict's answer over the whole input where it reads several windows (the SavedModel serves it too):
+    NER words and word_tags [N, most words] ("" pads), one tag per word of the whole sentence; SQuAD answer [N]
+    (the text), probability [N], answer_start_logit / answer_end_logit [N] (its n-best entry's; 0 without
+    one), nbest_text / nbest_probability / nbest_start_logit / nbest_end_logit [N, n_best_size (+ 1 for v2)]
+    ("" / 0 pad) and, v2, null_odds [N]. {} for the other kinds."""
+    if self.kind not in ("ner", "squad"):
+      return {}
+    got = self.predictor.predict(list(texts), None if pairs is None else list(pairs))
+    if self.kind == "ner":
+      width = max(len(g["words"]) for g in got)
+      pad = lambda rows: np.array([list(r) + [""] * (width - len(r)) for r in rows], dtype=object)  # noqa: E731
+      return {"words": pad([g["words"] for g in got]), "word_tags": pad([g["tags"] for g in got])}
+    spans = [next((x for x in g["nbest"] if x["text"]), {"start_logit": 0.0, "end_logit": 0.0}) for g in got]
+    width = self.task.n_best_size + int(self.task.version_2_with_negative)
+    nbest = lambda k, pad: [[x[k] for x in g["nbest"]] + [pad] * (width - len(g["nbest"])) for g in got]  # noqa
+    out = {"answer": np.array([g["answer"] for g in got], dtype=object),
+           "answer_start_logit": np.array([x["start_logit"] for x in spans], np.float32),
+           "answer_end_logit": np.array([x["end_logit"] for x in spans], np.float32),
+           "probability": np.array([g["probability"] for g in got], np.float32),
+           "nbest_text": np.array(nbest("text", ""), dtype=object),
+           "nbest_probability": np.array(nbest("probability", 0.0), np.float32),
+           "nbest_start_logit": np.array(nbest("start_logit", 0.0), np.float32),
+           "nbest_end_logit": np.array(nbest("end_logit", 0.0), np.float32)}
+    if self.task.version_2_with_negative:
+      out["null_odds"] = np.array([g["null_odds"] for g in got], np.float32)
+    return out
 
   def describe(self) -> dict:
     """signature.json's head part."""
@@ -175,6 +216,8 @@ class ServingHead:
       d["normalize"] = self.normalize
     if self.kind == "squad":
       d["max_query_length"] = self.max_query_length
+      d.update({k: getattr(self.task, k) for k in ("doc_stride", "n_best_size", "max_answer_length",
+                                                   "version_2_with_negative", "null_score_diff_threshold")})
     if self.kind == "ner":
       d["crf"] = self.crf
       if self.crf:

@@ -17,13 +17,11 @@ from bert_jax import fileio
 from bert_jax.engine.train_step import compute_dtype
 from bert_jax.errors import UserError
 from bert_jax.export import docs, stablehlo
-from bert_jax.export.heads import ServingHead, resolve_head
+from bert_jax.export.heads import TOKEN_OUTPUTS, ServingHead, resolve_head
 from bert_jax.input_pipeline import tokenization
 from bert_jax.predict import load_model
 
 FORMATS = ("savedmodel", "onnx", "stablehlo", "sentence-transformers")
-# [B, T, ...]: compared on real tokens
-TOKEN_OUTPUTS = ("tag_probabilities", "start_logits", "end_logits", "tag_ids", "emissions")
 FP32_TOLERANCE = 1e-4
 # predict computes in bfloat16 on a GPU/TPU (compute_dtype("auto")) while every export computes in float32:
 # bf16 keeps 8 significant bits (relative error 2^-8 = 0.4% per rounding), which a 12-layer encoder compounds to
@@ -49,14 +47,23 @@ def tolerance() -> float:
   return FP32_TOLERANCE if compute_dtype("auto") == "float32" else BF16_TOLERANCE
 
 
+def long_text(head: ServingHead, windows: float = 2.5) -> str:
+  """PARITY_TEXTS' words (English, accents, Chinese, digits) repeated to about `windows` x max_seq_length
+  tokens: a NER sentence or SQuAD context that predict splits into several windows."""
+  base = " ".join(t for t in PARITY_TEXTS if t.strip())
+  per = max(1, len(head.tokenizer().encode(base)))
+  return " ".join([base] * -(-int(windows * head.max_seq_length) // per))
+
+
 def parity_inputs(head: ServingHead):
+  """The texts (and pairs) the export is checked on; NER and SQuAD add one longer than a window."""
   if head.kind == "squad":
-    return SQUAD_QUESTIONS, SQUAD_CONTEXTS
+    return SQUAD_QUESTIONS + ["Where is Paris?"], SQUAD_CONTEXTS + [long_text(head)]
   if head.kind == "multiple_choice":
     return CHOICE_QUESTIONS, None
   if head.kind == "ner":   # NER refuses a text without words
     keep = [i for i, t in enumerate(PARITY_TEXTS) if t.strip()]
-    return [PARITY_TEXTS[i] for i in keep], None
+    return [PARITY_TEXTS[i] for i in keep] + [long_text(head)], None
   return PARITY_TEXTS, (PARITY_PAIRS if head.pairs else None)
 
 
@@ -67,6 +74,12 @@ def compare(name: str, got: Dict[str, np.ndarray], want: Dict[str, np.ndarray], 
   for k, w in want.items():
     if k not in got:
       raise UserError(f"{name}: the exported model has no output {k!r}")
+    if np.asarray(w).dtype == object:   # strings (a NER sentence's tags, a SQuAD answer): equal
+      g, w = np.asarray(got[k], object), np.asarray(w, object)
+      if g.shape != w.shape or not np.array_equal(g, w):
+        bad = int(np.sum(g != w)) if g.shape == w.shape else "its shape"
+        raise UserError(f"{name}: output {k!r} differs from predict's ({bad} of {w.size}: they must be equal)")
+      continue
     g, w = np.asarray(got[k], np.float32), np.asarray(w, np.float32)
     if k in TOKEN_OUTPUTS and mask is not None:
       t = min(g.shape[1], w.shape[1])
@@ -162,6 +175,8 @@ def export(fmt: str, model: str, output: str, task_head: str = "auto", max_seq_l
     result = _write(fmt, head, tmp, batch)
     texts, pairs = parity_inputs(head)
     want = head.reference(texts, pairs)
+    if fmt == "savedmodel":   # it also serves predict's answer over a long input's windows
+      want.update(head.whole_reference(texts, pairs))
     got, mask = result.pop("run")(texts, pairs)
     diff = compare(fmt, got, want, mask)
     tol = tolerance()
@@ -242,18 +257,25 @@ def _savedmodel_runner(head: ServingHead, path: str):
     args = {k: tf.constant(v) for k, v in savedmodel_args(head, texts, pairs).items()}
     ids = {k: v.numpy() for k, v in m.signatures["tokenize_pairs" if pairs is not None else "tokenize"](**args)
            .items()}
-    want = head.featurize(texts, pairs)
+    want = head.featurize(texts, pairs, windows=True)
     t = ids["input_ids"].shape[-1]
-    same = (np.array_equal(ids["input_ids"], want["input_ids"][..., :t]) and not want["input_ids"][..., t:].any()
+    same = (ids["input_ids"].shape[:-1] == want["input_ids"].shape[:-1]
+            and np.array_equal(ids["input_ids"], want["input_ids"][..., :t]) and not want["input_ids"][..., t:].any()
             and np.array_equal(ids["segment_ids"], want["segment_ids"][..., :t]))
     if not same:
-      differs = (ids["input_ids"] != want["input_ids"][..., :t]).reshape(len(texts), -1)
-      bad = int(np.flatnonzero(differs.any(1))[0]) if ids["input_ids"].shape == want["input_ids"][..., :t].shape \
-          else 0
+      bad = 0
+      if ids["input_ids"].shape == want["input_ids"][..., :t].shape:
+        differs = (ids["input_ids"] != want["input_ids"][..., :t]).reshape(len(ids["input_ids"]), -1)
+        bad = int(np.flatnonzero(differs.any(1))[0])
+        bad = int(want.get("example_index", np.arange(len(texts)))[bad])
       raise UserError(f"savedmodel: the in-graph tokenizer's ids differ from predict's on text {texts[bad]!r}; "
                       "export onnx or stablehlo (token ids in)")
-    out = m.signatures["pairs" if pairs is not None else "serving_default"](**args)
-    return {k: v.numpy() for k, v in out.items()}, ids["input_mask"]
+    out = {k: v.numpy() for k, v in m.signatures["pairs" if pairs is not None else "serving_default"](**args)
+           .items()}
+    for k in ("word_tags", "words", "answer", "nbest_text"):   # strings predict returns: compared as str
+      if k in out and out[k].dtype == object:   # (multiple choice's answer is an index)
+        out[k] = np.vectorize(lambda b: b.decode("utf-8"), otypes=[object])(out[k])
+    return out, out["input_mask"]
   return go
 
 

@@ -29,6 +29,8 @@ from bert_jax.input_pipeline import tokenization
 _CONTROL = r"[\p{Cc}\p{Cf}\p{Co}\x{FFFD}]"
 # U+2028/U+2029 survive BERT's cleaning but its final str.split() splits on them.
 _WHITESPACE = r"[\t\n\r\p{Zs}\x{2028}\x{2029}]"
+# CJK ideographs (tokenization.is_chinese_char's blocks) as an RE2 class: each a word of its own.
+CJK = "[" + "".join(f"\\x{{{lo:X}}}-\\x{{{hi:X}}}" for lo, hi in tokenization._CJK_RANGES) + "]"  # noqa
 
 
 def make_vocab_table(vocab, unk_token: str = tokenization.UNK) -> tf.lookup.StaticHashTable:
@@ -86,3 +88,43 @@ class TFBertTokenizer(tf.Module):
   def tokenize(self, text: tf.Tensor) -> tf.RaggedTensor:
     """Ragged int64 ids [..., (tokens)]: words and their pieces merged into one token axis."""
     return self.tokenize_words(text).merge_dims(-2, -1)
+
+  def tokenize_with_offsets(self, text: tf.Tensor):
+    """tokenize's ids [B, (tokens)] and each token's [start, end) in BYTES of the original UTF-8 text: the
+    characters `FullTokenizer.tokenize_with_offsets` gives it. A token covers the original characters its
+    normalised characters came from, and the characters that normalise to nothing (deleted control
+    characters, combining accents) after its last one, up to the next character that does not (never after
+    a CJK ideograph, a word of its own); an over-long word's [UNK] covers the word. Each character is
+    normalised alone to learn where its normalised bytes lie in the whole text's (the same bytes but for
+    the order of combining marks, which lower-casing deletes). `text` is [B]."""
+    text = tf.convert_to_tensor(text)
+    words, w_start, w_end = self._basic.tokenize_with_offsets(normalize(text, self.do_lower_case))
+    too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > self.max_input_chars_per_word
+    words = words.with_flat_values(tf.where(too_long, tokenization.UNK, words.flat_values))
+    ids, p_start, p_end = self._wordpiece.tokenize_with_offsets(words)           # [B, (words), (pieces)]
+    word = ids.values.value_rowids()                                             # each piece's word
+    ws, we = tf.gather(w_start.flat_values, word), tf.gather(w_end.flat_values, word)
+    first = ws + p_start.flat_values                                             # bytes of the normalised row
+    last = tf.where(tf.gather(too_long, word), we, ws + p_end.flat_values) - 1
+    row = tf.gather(words.value_rowids(), word)
+    # Normalised bytes -> original characters: each character's normalised bytes, over all rows in a row.
+    chars, char_start = tf.strings.unicode_split_with_offsets(text, "UTF-8")
+    splits = chars.row_splits
+    size = tf.cast(tf.strings.length(normalize(chars.flat_values, self.do_lower_case)), tf.int64)
+    ends = tf.cumsum(size)
+    base = tf.gather(tf.concat([[0], ends], 0), splits[:-1])                     # [B] first byte of each row
+    at = lambda b: tf.searchsorted(ends, tf.gather(base, row) + b, side="right", out_type=tf.int64)  # noqa
+    c_first, c_last = at(first), at(last)
+    # The first character after c_last that normalises to something (or the row's end), c_last + 1 after CJK.
+    kept = tf.where(size > 0)[:, 0]
+    count = tf.cumsum(tf.cast(size > 0, tf.int64))
+    nxt = tf.gather(tf.concat([kept, [tf.size(size, out_type=tf.int64)]], 0), tf.gather(count, c_last))
+    row_end = tf.gather(splits[1:], row)
+    cjk = tf.strings.regex_full_match(chars.flat_values, CJK)
+    stop = tf.where(tf.gather(cjk, c_last), c_last + 1, tf.minimum(nxt, row_end))
+    flat_start = tf.cast(char_start.flat_values, tf.int64)
+    byte_end = tf.where(stop < row_end, tf.gather(flat_start, tf.minimum(stop, tf.maximum(tf.size(
+        flat_start, out_type=tf.int64) - 1, 0))), tf.gather(tf.cast(tf.strings.length(text), tf.int64), row))
+    token_rows = ids.merge_dims(-2, -1)
+    rag = lambda v: token_rows.with_flat_values(v)  # noqa: E731
+    return token_rows, rag(tf.gather(flat_start, c_first)), rag(byte_end)
