@@ -26,6 +26,7 @@ import numpy as np
 
 from bert_jax import fileio
 from bert_jax.convert import mapping
+from bert_jax.convert.hf_folder import write_folder
 from bert_jax.convert.mapping import ConversionError
 from bert_jax.models.config import BertConfig
 from bert_jax.pretrained import params_dir
@@ -52,7 +53,7 @@ class TaskClasses:
   with, where `groups` names it; `pooler_heads`: the heads whose class holds the pooler (BERT's token and QA
   classes have none); `pooling`: how the sentence classes pool, and how to fine-tune for it (the refusal of
   another pooling); `body`: what an import keeps of a head it cannot (the report's note); `config_dict(config,
-  architecture, vocab_file)`: config.json; `folder_options`: hf.write_folder's tokenizer options."""
+  architecture, vocab_file)`: config.json; `folder_options`: hf_folder.write_folder's tokenizer options."""
 
   classes: Dict[str, Tuple[str, str, str]]
   encoder_arrays: Callable[..., Dict[str, np.ndarray]]
@@ -250,7 +251,6 @@ def write_task_model(ckpt, output: str, source: str, classes: TaskClasses) -> ma
   family's task class, with id2label, label2id and problem_type where the task has labels; transformers' logits
   equal ours (SQuAD v2's null answer is a decision on those logits, not a weight: the folder has none of it).
   What the class cannot compute is a ConversionError (check_exportable)."""
-  from bert_jax.convert import hf   # here: hf.py (BERT's family module) imports this module
   input_dir = source or ckpt.directory
   info, config, params = ckpt.finetune_info, ckpt.config, ckpt.params
   arch = task_architecture(ckpt, classes)
@@ -275,7 +275,7 @@ def write_task_model(ckpt, output: str, source: str, classes: TaskClasses) -> ma
   problem = PROBLEM_TYPES.get(info.get("kind")) if head == "sequence_classification" else None
   if problem:
     config_json["problem_type"] = problem
-  hf.write_folder(output, arrays, config_json, vocab_file, ckpt.do_lower_case, config.max_position_embeddings,
+  write_folder(output, arrays, config_json, vocab_file, ckpt.do_lower_case, config.max_position_embeddings,
                   **classes.folder_options)
   report = mapping.ConversionReport(source=input_dir, fmt="hf")
   report.loaded = len(arrays)
