@@ -37,6 +37,7 @@ from bert_jax.errors import UserError
 from bert_jax.finetune import model as fm
 from bert_jax.finetune.predict import Predictor, missing_pairs_warning, task_from_info
 from bert_jax.finetune.tasks import common
+from bert_jax.finetune.tasks.embedding import BiEncoder
 from bert_jax.models import BertModel
 from bert_jax.models.heads import POOLINGS, SPARSE_POOLINGS, pool
 from bert_jax.predict import FeatureExtractor, make_tokenizer, sentence_max_length, sentence_pipeline
@@ -112,7 +113,6 @@ class ServingHead:
     cfg = self.pre.config.replace(dtype="float32", scan_layers=False, local_attention_impl="dense")
     kind, pooling, normalize = self.kind, self.pooling, self.normalize
     if kind == "features" and pooling in SPARSE_POOLINGS:
-      from bert_jax.finetune.tasks.embedding import BiEncoder
       sparse = BiEncoder(cfg, pooling, normalize)
 
       def sparse_features(params, input_ids, input_mask, segment_ids):

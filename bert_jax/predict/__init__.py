@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from bert_jax.errors import UserError
 from bert_jax.logs import log_once
 from bert_jax.finetune.predict import Predictor
+from bert_jax.finetune.tasks.embedding import BiEncoder
 from bert_jax.input_pipeline import example_packing, tokenization
 from bert_jax.models import BertForPreTraining, BertModel
 from bert_jax.models.objectives import OBJECTIVES
@@ -304,7 +305,6 @@ class FeatureExtractor:
     """pooling=splade: the encoder and its masked-LM head at every token, SPLADE's max of log(1 + relu) per
     vocabulary entry ([N, V]); one padded row per text (a packed row's [T, V] logits per example would cost
     K times the memory)."""
-    from bert_jax.finetune.tasks.embedding import BiEncoder
     mlm = MaskedLM.param_groups[0]
     fresh = self.pre.info.get("report", {}).get("fresh_groups", [])
     if mlm not in self.pre.params or mlm in fresh:
