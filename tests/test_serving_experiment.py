@@ -2,6 +2,7 @@
 data or the BM25 pass, and serving.json's retrieval runs (one key per model, `retrieval<TAG>`) each render as
 their own table, with only the metric rows as table rows."""
 
+import numpy as np
 import pytest
 
 from bert_jax.errors import UserError
@@ -45,3 +46,24 @@ def test_overlap_counts_test_queries_and_passage_sentences_found_in_the_pretrain
   got = serving.overlap(str(tmp_path / "retrieval"), test, [p for _, p in test])
   assert got == {"queries_in_news": 1, "queries": 2, "passage_sentences_in_news": 1, "passage_sentences": 3,
                  "news_sentences": 3}
+
+
+def test_bm25_matrix_scores_as_rank_bm25_and_mined_negatives_are_top_ranked_non_positives():
+  rank_bm25 = pytest.importorskip("rank_bm25")
+  corpus = ["北京今天下雨", "上海明天晴天", "北京明天下雪", "广州天气很热", "北京上海都下雨了", "今天天气不错"]
+  toks = list
+  vocab, idf, weights = serving.bm25_matrix([toks(p) for p in corpus])
+  ref = rank_bm25.BM25Okapi([toks(p) for p in corpus])
+  for q in ("北京下雨", "明天天气", "上海"):
+    v = np.zeros(len(vocab))
+    for t in toks(q):
+      if t in vocab:
+        v[vocab[t]] += idf[vocab[t]]
+    np.testing.assert_allclose(weights @ v, ref.get_scores(toks(q)), atol=1e-9)
+  pairs = [("北京下雨", "北京今天下雨"), ("上海晴天", "上海明天晴天")]
+  triples = serving.bm25_negatives(pairs, corpus, toks, top=2)
+  for (q, p), (q2, p2, n) in zip(pairs, triples):
+    assert (q2, p2) == (q, p) and n != p
+    scores = ref.get_scores(toks(q))
+    second = sorted(s for c, s in zip(corpus, scores) if c != p)[-2]   # the top 2 others (ties count)
+    assert scores[corpus.index(n)] >= second - 1e-12

@@ -121,3 +121,11 @@ def test_splade_fine_tuning_loads_the_mlm_head_and_exports_a_sparse_encoder(pair
   assert result["max_abs_diff"] <= 1e-5
   modules = json.load(open(tmp_path / "st" / "modules.json", encoding="utf-8"))
   assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["MLMTransformer", "SpladePooling", "Normalize"]
+  from bert_jax.convert.hf import import_hf     # and back: the imported folder keeps the sparse pipeline
+  import_hf(str(tmp_path / "st"), str(tmp_path / "back"))
+  back = FeatureExtractor(str(tmp_path / "back"))
+  assert (back.pooling, back.normalize) == ("splade", True)
+  np.testing.assert_allclose(back.encode(texts), v, atol=1e-5)
+  for fmt in ("onnx", "stablehlo"):              # the id formats carry the MLM head too
+    result = export(fmt, out, str(tmp_path / fmt))
+    assert result["head"] == "features" and result["max_abs_diff"] <= 1e-4, fmt
