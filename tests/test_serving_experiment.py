@@ -67,3 +67,11 @@ def test_bm25_matrix_scores_as_rank_bm25_and_mined_negatives_are_top_ranked_non_
     scores = ref.get_scores(toks(q))
     second = sorted(s for c, s in zip(corpus, scores) if c != p)[-2]   # the top 2 others (ties count)
     assert scores[corpus.index(n)] >= second - 1e-12
+
+
+def test_ict_pairs_keep_each_pair_and_add_the_paragraphs_other_sentences_as_queries():
+  q, p = "第一句话说了这件事。", "第二句话讲的是另外一件事情。第三句很短。第四句话也足够长吧。"
+  out = serving.ict_pairs([(q, p)])
+  assert out[0] == (q, p)
+  assert out[1:] == [("第二句话讲的是另外一件事情。", q + "第三句很短。第四句话也足够长吧。"),
+                     ("第四句话也足够长吧。", q + "第二句话讲的是另外一件事情。第三句很短。")]   # "第三句很短。" < 8
