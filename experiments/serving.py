@@ -376,7 +376,8 @@ def render(results) -> str:
   if c:
     lines += ["What the characters alone reach on the test split (recall@10; no model):", "",
               "| vector | recall@10 |", "|---|---:|"]
-    lines += [f"| BM25, each passage cut to its first {n} characters | {v:.3f} |" for n, v in c["bm25_cut"].items()]
+    lines += [f"| BM25, each passage cut to its first {n} characters (what max_seq_length {int(n) + 2} keeps) | "
+              f"{v:.3f} |" for n, v in c["bm25_cut"].items()]
     lines.append(f"| TF-IDF cosine, every character (sparse) | {c['tfidf_cosine']:.3f} |")
     lines += [f"| TF-IDF in {d} dims, random projection | {v:.3f} |" for d, v in c["random_projection"].items()]
     lines += [f"| TF-IDF in {d} dims, LSA fitted on the train corpus | {v:.3f} |" for d, v in c["lsa"].items()]

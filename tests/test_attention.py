@@ -84,6 +84,7 @@ def _qkv_and_mask(b=1, t=128, n=1, h=32, lengths=(100,), dtype=jnp.float32):
   return q, k, v, input_mask
 
 
+@pytest.mark.slow   # the Pallas interpreter on CPU
 def test_pallas_flash_interpret_matches_einsum_forward_and_grads_with_padding():
   q, k, v, input_mask = _qkv_and_mask()
   mask = (input_mask > 0)[:, None, None, :]

@@ -121,6 +121,7 @@ def test_vmapped_packed_runs_equal_a_separate_packed_run_which_reports_its_packi
   assert want["timing"]["train_examples_seen"] >= want["train"]["train_examples"]
 
 
+@pytest.mark.slow   # a fine-tuning run; the packed CRF equality stays fast
 def test_a_crf_taggers_predictor_packs_and_tags_every_word_as_the_padded_one_does(tmp_path):
   """A CRF NER checkpoint (random emissions and transitions, so the Viterbi path depends on both): the packed
   Predictor (several texts per row, sentences cut into windows at 12 tokens) gives the padded one's tags."""

@@ -40,6 +40,7 @@ def test_jax_path_equals_blocked_on_real_queries_with_padding_and_packed_rows(t,
   np.testing.assert_allclose(ours[real], blocked[real], atol=TOL, rtol=TOL)
 
 
+@pytest.mark.slow   # two whole models; the layer-level equality stays fast
 def test_model_with_the_jax_path_equals_the_blocked_model(caplog):
   cfg = _tiny(num_hidden_layers=2, global_attn_every_n_layers=2)   # a global and a sliding layer (window 8, T 40)
   rng = np.random.default_rng(0)

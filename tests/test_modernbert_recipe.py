@@ -73,6 +73,7 @@ def test_batch_warmup_rows_grow_linearly_and_each_host_keeps_its_share():
   assert src.closed
 
 
+@pytest.mark.slow   # gradients of a modernbert step
 def test_a_weighted_out_row_adds_nothing_to_the_mlm_gradient():
   """The premise of batch warmup: the loss of 8 rows with rows 4..7 weighted 0 has the gradient of rows 0..3."""
   cfg = BertConfig.from_size("tiny", vocab_size=40, hidden_size=32, num_attention_heads=2, intermediate_size=64,

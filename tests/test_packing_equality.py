@@ -27,8 +27,10 @@ ENCODERS = {
     "albert": dict(TINY, share_layers=True, embedding_size=16),
     "lstm": dict(TINY, encoder="lstm"),
 }
-# The lstm's backward pass (a scan per layer and direction) compiles in ~10 s: its gradients run in the full tier.
-SLOW_GRADIENTS = ("lstm",)
+# The lstm's backward pass (a scan per layer and direction) compiles in ~10 s: its gradients run in the full tier,
+# as do the other families' but BERT post-LN's (each a few seconds: the fast tier keeps one family's gradients).
+SLOW_GRADIENTS = ("lstm", "bert_pre_ln", "albert", "modernbert")
+SLOW_FORWARD = ("lstm", "modernbert")      # their forward-only checks too (the full tier runs every family)
 # A family's own fields for a tiny config (modernbert: a 16-token sliding window, so with T = 32 one global and
 # one sliding layer both see packed rows).
 FAMILY_FIELDS = {"modernbert": dict(local_attention=16, global_attn_every_n_layers=2)}
@@ -167,13 +169,15 @@ def _token_outputs(make, key, cfg, seed):
   return np.where(real, want, 0), np.where(real, got, 0)
 
 
-@pytest.mark.parametrize("name", list(ENCODERS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_FORWARD else n
+                                  for n in ENCODERS])
 def test_packed_rows_give_the_same_token_logits(name):
   want, got = _token_outputs(lambda c: heads.BertForTokenClassification(c, LABELS), "logits",
                              BertConfig(**ENCODERS[name]), seed=1)
   np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+@pytest.mark.slow   # one more family's compile
 def test_packed_rows_give_the_same_electra_discriminator_logits():
   want, got = _token_outputs(ElectraDiscriminator, "disc_logits", BertConfig(**TINY), seed=4)
   np.testing.assert_allclose(got, want, atol=1e-5)
@@ -273,7 +277,8 @@ def test_a_family_that_does_not_state_it_packs_is_refused_packed_rows_naming_tho
 
 
 # the families other than the transformer's (whose attention masks the tests above check on every path)
-@pytest.mark.parametrize("name", [n for n, fields in ENCODERS.items() if fields.get("encoder")])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_FORWARD else n
+                                  for n, fields in ENCODERS.items() if fields.get("encoder")])
 def test_no_token_of_a_packed_row_moves_another_examples_outputs_in_any_family(name):
   """A row of three examples: changing the middle one leaves the first (what a forward recurrence or a left
   context would carry) and the last (a backward one) bit for bit; the same row read as one example (input_mask

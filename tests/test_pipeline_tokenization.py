@@ -150,6 +150,7 @@ def test_english_ids_equal_hugging_face_and_tf_text_on_minilm_vocab(english_voca
   assert tok.tokenize("ΟΔΟΣ")[-1] == "##ος"  # BERT's final sigma
 
 
+@pytest.mark.slow   # TensorFlow and transformers start-up
 def test_chinese_ids_equal_hugging_face_and_tf_text_on_built_vocab(chinese_vocab, chinese_sentences):
   tok, sentences, ours = _check_parity_with_hugging_face(chinese_vocab, chinese_sentences)
   unk = tok.vocab["[UNK]"]

@@ -51,6 +51,7 @@ def test_fill_mask_needs_an_mlm_head_and_user_errors_exit_2(minilm, tmp_path, ca
   assert cli.main(["features", f"--model={minilm}", f"--input={tmp_path / 'x.txt'}", "--output=o.csv"]) == 2
 
 
+@pytest.mark.slow   # a pre-training run first; fill-mask packing stays in the fast tier
 def test_fill_mask_reads_the_mlm_head_at_each_mask(tmp_path, capsys):
   vocab = testing.write_vocab(str(tmp_path))
   n = params_dir.count_vocab_lines(vocab)

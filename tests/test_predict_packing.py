@@ -62,6 +62,7 @@ def test_fill_mask_packed_equals_padded(pretrained):
                                  atol=1e-5)
 
 
+@pytest.mark.slow   # a fine-tuning run; features and fill-mask packing stay fast
 def test_classify_packed_equals_padded(pretrained):
   tmp, d, vocab = pretrained
   cfg = params_dir.read_model_config(d)

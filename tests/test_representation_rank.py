@@ -1,6 +1,7 @@
 """experiments/representation_rank.py: the effective rank it reports, and the command on a real params dir."""
 
 import numpy as np
+import pytest
 
 from experiments import representation_rank as rr
 
@@ -36,6 +37,7 @@ def _checkpoint(tmp_path, tiny_vocab):
   return save_params_dir(str(tmp_path / "ck"), config, {"bert": params}, tiny_vocab)
 
 
+@pytest.mark.slow   # a subprocess over a checkpoint
 def test_command_reports_every_layer_of_a_checkpoint(tmp_path, tiny_vocab, capsys):
   ck = _checkpoint(tmp_path, tiny_vocab)
   tsv = tmp_path / "dev.tsv"
