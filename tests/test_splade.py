@@ -126,6 +126,6 @@ def test_splade_fine_tuning_loads_the_mlm_head_and_exports_a_sparse_encoder(pair
   back = FeatureExtractor(str(tmp_path / "back"))
   assert (back.pooling, back.normalize) == ("splade", True)
   np.testing.assert_allclose(back.encode(texts), v, atol=1e-5)
-  for fmt in ("onnx", "stablehlo"):              # the id formats carry the MLM head too
+  for fmt in ("onnx", "stablehlo", "savedmodel"):   # every format carries the MLM head too
     result = export(fmt, out, str(tmp_path / fmt))
     assert result["head"] == "features" and result["max_abs_diff"] <= 1e-4, fmt
