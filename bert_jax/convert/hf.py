@@ -442,7 +442,7 @@ def write_model(ckpt, output: str, heads: str, source: str, *, heads_table: dict
   report = mapping.ConversionReport(source=input_dir, fmt="hf")
   head_groups = tuple(layout.targets)
   need = {"pooler": "bert", **{g: g for g in head_groups}}
-  fresh = fresh_groups(ckpt)
+  fresh = ckpt.fresh_groups()
   if heads == "auto":
     # the first layout whose heads the params hold trained: a converted BertForMaskedLM goes back as one, a
     # bare BertModel (sentence-transformers) as BertModel, not with the heads conversion initialised at random
@@ -491,15 +491,6 @@ TASK_CLASSES = hf_heads.TaskClasses(
     pooling="through its pooler (dense + tanh on the [CLS] vector): fine-tune with pooling=cls",
     body="the encoder (and pooler) were, and fine-tuning puts its own head on them",
     config_dict=_task_config_dict)
-
-
-def fresh_groups(ckpt) -> list:
-  """The param groups a converter initialised at random (the conversion report's fresh_groups), unless the
-  checkpoint was fine-tuned since (its finetune_info: training set them; an imported fine-tuned head's
-  finetune_info names its source, "imported_from", and trained nothing)."""
-  if ckpt.finetune_info and not ckpt.finetune_info.get("imported_from"):
-    return []
-  return list((ckpt.info or {}).get("report", {}).get("fresh_groups", []))
 
 
 def _pad_id(vocab_file: str) -> int:

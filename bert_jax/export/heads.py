@@ -270,8 +270,7 @@ def resolve_head(pre: Pretrained, task_head: str = "auto", pooling: Optional[str
     pooling = pooling or default_pool
     if pooling not in POOLINGS + SPARSE_POOLINGS:
       raise UserError(f"--pooling={pooling!r}; expected one of {', '.join(POOLINGS + SPARSE_POOLINGS)}")
-    if pooling in SPARSE_POOLINGS and ("mlm" not in pre.params
-                                       or "mlm" in pre.info.get("report", {}).get("fresh_groups", [])):
+    if pooling in SPARSE_POOLINGS and ("mlm" not in pre.params or "mlm" in pre.fresh_groups()):
       raise UserError(f"--pooling={pooling} reads the masked-LM head (params['mlm']), which {pre.directory} "
                       "lacks; use --pooling=mean")
     msl = int(max_seq_length or info.get("max_seq_length") or min(sentence_max_length(pre), limit))

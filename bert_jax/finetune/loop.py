@@ -237,7 +237,7 @@ def init_params(plan: FinetunePlan, model, mesh):
   fresh = params_dir.host_params(params)
   loaded = load_pretrained(plan.init_checkpoint)
   merged, rep = merge_params(fresh, loaded.params, fm.init_groups(plan))
-  fm.check_init_groups(plan, rep, loaded.info.get("report", {}).get("fresh_groups", []))
+  fm.check_init_groups(plan, rep, loaded.fresh_groups())
   if not any(p.startswith("bert/") for p in rep["loaded"]):
     raise ValueError(f"init_checkpoint {plan.init_checkpoint} holds none of the model's encoder parameters "
                      "(params['bert'])")

@@ -188,7 +188,7 @@ def init_stacked(plans: Sequence[FinetunePlan], model, device) -> Tuple[Any, Lis
     pre = load_pretrained(first.init_checkpoint)
     for i, row in enumerate(rows):
       merged, rep = merge_params(row, pre.params, fm.init_groups(first))
-      fm.check_init_groups(first, rep, pre.info.get("report", {}).get("fresh_groups", []))
+      fm.check_init_groups(first, rep, pre.fresh_groups())
       if first.reinit_top_layers > 0:
         merged, again = fm.reinit_top_layers(merged, row, first.reinit_top_layers, first.model.num_hidden_layers)
         rep = dict(rep, reinitialised=again)

@@ -300,14 +300,12 @@ class FeatureExtractor:
     bar.close()
     return out
 
-
   def _sparse_model(self, cfg, normalize: bool):
     """pooling=splade: the encoder and its masked-LM head at every token, SPLADE's max of log(1 + relu) per
     vocabulary entry ([N, V]); one padded row per text (a packed row's [T, V] logits per example would cost
     K times the memory)."""
     mlm = MaskedLM.param_groups[0]
-    fresh = self.pre.info.get("report", {}).get("fresh_groups", [])
-    if mlm not in self.pre.params or mlm in fresh:
+    if mlm not in self.pre.params or mlm in self.pre.fresh_groups():
       raise UserError(f"--pooling=splade reads the masked-LM head (params['{mlm}']), but {self.pre.directory} "
                       + ("has it only randomly initialised at conversion" if mlm in self.pre.params else "has none")
                       + "; use a pre-training work dir, an embedding model fine-tuned with pooling=splade, or "

@@ -47,6 +47,14 @@ class Pretrained:
   info: Dict[str, Any] = dataclasses.field(default_factory=dict)            # convert_info.json
   finetune_info: Dict[str, Any] = dataclasses.field(default_factory=dict)   # finetune_info.json
 
+  def fresh_groups(self) -> list:
+    """The param groups a converter initialised at random (the conversion report's fresh_groups), unless the
+    checkpoint was fine-tuned since (its finetune_info: training set them; an imported fine-tuned head's
+    finetune_info names its source, "imported_from", and trained nothing)."""
+    if self.finetune_info and not self.finetune_info.get("imported_from"):
+      return []
+    return list((self.info or {}).get("report", {}).get("fresh_groups", []))
+
   def require_vocab(self) -> str:
     """The vocab file, or a clear error for a checkpoint saved without one."""
     if not self.vocab_file:

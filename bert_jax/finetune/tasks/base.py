@@ -77,11 +77,6 @@ class Task:
   takes_choices = False  # raw-input prediction takes {"context", "question", "choices"} dicts, not texts
   pooling = "cls"        # sentence vector of sentence-level heads (heads.POOLINGS); set by data.make_task
   extra_poolings: tuple = ()       # poolings beyond heads.POOLINGS the head takes (embedding: "splade")
-
-  def init_groups(self) -> tuple:
-    """Top-level parameter groups besides params["bert"] that the head reads from init_checkpoint as part of
-    the pre-trained model (SPLADE pooling: the masked-LM head, "mlm"), loaded whatever load_head says."""
-    return ()
   uses_truncation = False          # featurize keeps the tokens `truncation` says (sentence-level text tasks)
   truncation = "head"              # head (Google's) | tail | head_tail (common.keep_tokens); set by make_task
   truncation_head_fraction = 0.25  # head_tail: the share of the kept tokens taken from the start
@@ -132,6 +127,11 @@ class Task:
       return ""
     return (f"task {self.name!r} ({self.head} head) reads whole rows (SQuAD windows and multiple choice are "
             "not packed)")
+
+  def init_groups(self) -> tuple:
+    """Top-level parameter groups besides params["bert"] that the head reads from init_checkpoint as part of
+    the pre-trained model (SPLADE pooling: the masked-LM head, "mlm"), loaded whatever load_head says."""
+    return ()
 
   def head_options(self) -> dict:
     """What finetune_info.json must record to rebuild this task's head (Predictor)."""
