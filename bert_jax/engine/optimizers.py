@@ -54,6 +54,9 @@ from bert_jax.errors import UserError
 # Substrings of a parameter's path that exclude it from weight decay, as Google BERT's
 # exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"] (output_bias of the MLM head included).
 NO_DECAY_SUBSTRINGS = ("LayerNorm", "layer_norm", "bias")
+# Parameters held fixed (no gradient), which weight decay must not shrink either: the IDF table of an
+# inference-free query side (finetune task=embedding, embedding.query_encoder=idf).
+FIXED_PATHS = ("query_encoder/idf",)
 
 
 def _path_str(path) -> str:
@@ -66,14 +69,15 @@ def _path_str(path) -> str:
 def decay_mask(params) -> Any:
   """True for kernels and embeddings; False for LayerNorm scale/bias and every bias."""
   return jax.tree_util.tree_map_with_path(
-      lambda path, _: not any(s in _path_str(path) for s in NO_DECAY_SUBSTRINGS), params)
+      lambda path, _: not any(s in _path_str(path) for s in NO_DECAY_SUBSTRINGS + FIXED_PATHS), params)
 
 
 def decay_mask_no_norms(params) -> Any:
   """decay_mask without any norm either (a path naming "norm" in any case: ModernBERT's attn_norm, mlp_norm,
   final_norm; BERT's LayerNorm): StableAdamW's rule, "not on norms or biases"."""
   return jax.tree_util.tree_map_with_path(
-      lambda path, _: not any(s in _path_str(path).lower() for s in ("norm", "bias")), params)
+      lambda path, _: not (any(s in _path_str(path).lower() for s in ("norm", "bias"))
+                           or any(s in _path_str(path) for s in FIXED_PATHS)), params)
 
 
 def google_schedule(learning_rate: float, num_train_steps: int, warmup_steps: int) -> optax.Schedule:

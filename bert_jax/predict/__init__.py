@@ -218,6 +218,26 @@ def sentence_pipeline(pre: Pretrained):
   return str(said.get("pooling", "mean")), bool(said.get("normalize", False))
 
 
+def query_idf(pre: Pretrained) -> Optional[np.ndarray]:
+  """The IDF table [V] an inference-free sparse model weights a query's tokens with (embedding.query_encoder=idf,
+  recorded in finetune_info.json), or None for a model that encodes queries as passages."""
+  said = (pre.finetune_info or {}).get("sentence_embedding") or (pre.info or {}).get("sentence_embedding") or {}
+  if said.get("query_encoder") != "idf":
+    return None
+  group = pre.params.get("query_encoder") or {}
+  if "idf" not in group:
+    raise UserError(f"{pre.directory}: finetune_info.json says query_encoder=idf, but the params hold no "
+                    "query_encoder/idf table")
+  return np.asarray(group["idf"], np.float32)
+
+
+def term_weight_params(pre: Pretrained) -> dict:
+  """pooling=lexical's term-weight head: params["term_weight"] of a model fine-tuned with it, else its initial
+  value (every token weighs 1: the term frequency fine-tuning starts from)."""
+  return pre.params.get("term_weight") or {"kernel": np.zeros((pre.config.hidden_size, 1), np.float32),
+                                           "bias": np.ones((1,), np.float32)}
+
+
 def sentence_max_length(pre: Pretrained) -> int:
   """The token limit the checkpoint's sentence pipeline records (sentence-transformers' max_seq_length), else
   128."""
@@ -227,7 +247,9 @@ def sentence_max_length(pre: Pretrained) -> int:
 
 class FeatureExtractor:
   """Sentence vectors [N, H] (float32) from the encoder, pooled by `pooling` (models.heads.POOLINGS) and
-  L2-normalised when `normalize`; None takes what the checkpoint records (sentence_pipeline)."""
+  L2-normalised when `normalize`; None takes what the checkpoint records (sentence_pipeline). `encode` embeds
+  passages (documents); `encode_queries` embeds queries, the same way except for an inference-free sparse model
+  (query_idf), whose query is the set of its tokens weighted by IDF."""
 
   def __init__(self, model: str, pooling: Optional[str] = None, batch_size: int = 32,
                max_seq_length: Optional[int] = None, packing: bool = True,
@@ -250,6 +272,7 @@ class FeatureExtractor:
                       "(the same [CLS] vector without the pooler) or --pooling=mean")
     self.tokenizer = make_tokenizer(self.pre)
     self.pooling, self.batch_size = pooling, int(batch_size)
+    self.query_idf = query_idf(self.pre) if pooling in SPARSE_POOLINGS else None
     self.max_seq_length = cap_seq_length(max_seq_length, self.pre)
     self.truncated = 0
     cfg = self.pre.config.replace(dtype=compute_dtype("auto"), scan_layers=False)
@@ -300,17 +323,39 @@ class FeatureExtractor:
     bar.close()
     return out
 
+  def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+    """Query vectors: encode(texts), or for an inference-free model (query_idf) [N, V] with each of the query's
+    tokens (at most max_seq_length - 2, as in training) at its IDF, L2-normalised when `normalize`."""
+    if self.query_idf is None:
+      return self.encode(texts)
+    out = np.zeros((len(texts), len(self.query_idf)), np.float32)
+    for i, ids in enumerate(tokenization.fast_batch_tokenizer(self.tokenizer).encode_batch(list(texts))):
+      if len(ids) > self.max_seq_length - 2:
+        self.truncated += 1
+      ids = np.asarray(ids[:self.max_seq_length - 2], np.int64)
+      out[i, ids] = self.query_idf[ids]
+    if self.normalize:
+      out /= np.maximum(np.linalg.norm(out, axis=-1, keepdims=True), 1e-12)
+    return out
+
   def _sparse_model(self, cfg, normalize: bool):
     """pooling=splade: the encoder and its masked-LM head at every token, SPLADE's max of log(1 + relu) per
-    vocabulary entry ([N, V]); one padded row per text (a packed row's [T, V] logits per example would cost
-    K times the memory)."""
+    vocabulary entry ([N, V]); pooling=lexical: the term-weight head's weight of each token summed per entry
+    (a model without one, e.g. a pre-training work dir: every token 1, the term frequency fine-tuning starts
+    from). One padded row per text (a packed row's [T, V] vectors per example would cost K times the memory)."""
+    self.cap, self.dim = 0, cfg.vocab_size
+    if self.pooling == "lexical":
+      model_ = BiEncoder(cfg, "lexical", normalize)
+      self.params = jax.device_put({"bert": self.pre.params["bert"], "term_weight": term_weight_params(self.pre)})
+      self._forward = jax.jit(lambda params, ids, mask: model_.apply(
+          {"params": params}, ids, mask, jnp.zeros_like(ids))["embeddings"][:, 0])
+      return
     mlm = MaskedLM.param_groups[0]
     if mlm not in self.pre.params or mlm in self.pre.fresh_groups():
       raise UserError(f"--pooling=splade reads the masked-LM head (params['{mlm}']), but {self.pre.directory} "
                       + ("has it only randomly initialised at conversion" if mlm in self.pre.params else "has none")
                       + "; use a pre-training work dir, an embedding model fine-tuned with pooling=splade, or "
                       "--pooling=mean")
-    self.cap, self.dim = 0, cfg.vocab_size
     model_ = BiEncoder(cfg, "splade", normalize)
     self.params = jax.device_put({"bert": self.pre.params["bert"], mlm: self.pre.params[mlm]})
 

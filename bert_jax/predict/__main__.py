@@ -59,13 +59,17 @@ def build_parser() -> argparse.ArgumentParser:
   e = sub.add_parser("features", help="sentence vectors of a text file -> .npy or .jsonl")
   e.add_argument("--model", required=True)
   e.add_argument("--input", required=True, help="one text per line (row i of the output = line i)")
-  e.add_argument("--output", required=True, help="features.npy ([N, H] float32; [N, V] for splade) or "
+  e.add_argument("--output", required=True, help="features.npy ([N, H] float32; [N, V] for splade / lexical) or "
                  "features.jsonl")
   e.add_argument("--pooling", default=None, help="cls | first | mean | max | last | splade (the masked-LM head's "
-                 "vocabulary-sized vector) (default: what the model records, e.g. an imported "
+                 "vocabulary-sized vector) | lexical (a learned weight per token, summed per vocabulary entry) "
+                 "(default: what the model records, e.g. an imported "
                  "sentence-transformers model's Pooling, else mean)")
   e.add_argument("--normalize", default=None, action=argparse.BooleanOptionalAction,
                  help="L2-normalise the vectors (default: what the model records, else no)")
+  e.add_argument("--queries", action="store_true", help="the texts are queries: for an inference-free sparse "
+                 "model (fine-tuned with embedding.query_encoder=idf) each is the set of its tokens at their IDF "
+                 "weight; other models encode queries as passages")
   e.add_argument("--batch_size", type=int, default=32)
   e.add_argument("--max_seq_length", type=int, default=None,
                  help="default: the model's recorded sentence max_seq_length, else 128")
@@ -143,7 +147,7 @@ def run(args) -> int:
       raise UserError(f"--input={args.input} is empty")
     fx = lib.FeatureExtractor(args.model, args.pooling, args.batch_size, args.max_seq_length, args.packing,
                               normalize=args.normalize)
-    vecs = fx.encode(texts)
+    vecs = fx.encode_queries(texts) if args.queries else fx.encode(texts)
     if ext == ".npy":
       buf = io.BytesIO()
       np.save(buf, vecs)
@@ -154,7 +158,10 @@ def run(args) -> int:
     note = f"; {fx.truncated} text(s) truncated to {fx.max_seq_length} tokens" if fx.truncated else ""
     if fx.layout is not None:   # the padding share before and after packing
       print(f"packed {fx.layout.describe()}", file=sys.stderr)
-    how = f"{fx.pooling}-pooled" + (", L2-normalised" if fx.normalize else "")
+    norm = ", L2-normalised" if fx.normalize else ""
+    how = f"{fx.pooling}-pooled{norm}"
+    if fx.query_idf is not None:   # an inference-free model: which side these vectors are
+      how = f"IDF-weighted query{norm}" if args.queries else f"{fx.pooling}-pooled passage{norm}"
     print(f"wrote {vecs.shape[0]} x {vecs.shape[1]} {how} features to {args.output}{note}")
     return 0
   lines = lib.read_lines(args.input)

@@ -17,9 +17,14 @@ Features: training rows input_ids, input_mask, segment_ids int32 [N, S, T] (S = 
 negative); evaluation and prediction rows are single texts [N, 1, T] (the split's queries, then its passages,
 or text_a then text_b), with `text_role` int32 [N] (0 query / text_a, 1 passage / text_b) and `text_index`.
 The head (BiEncoder) pools each text (config.pooling, mean by default) and L2-normalises it when
-config.embedding.normalize; its params are params["bert"] alone, so `predict features`, `export` and
-`export sentence-transformers` read the model as any encoder, with the pooling and normalisation that
-finetune_info.json records ("sentence_embedding").
+config.embedding.normalize; its params are params["bert"] (+ params["mlm"] for pooling=splade,
+params["term_weight"] for pooling=lexical), so `predict features`, `export` and `export sentence-transformers`
+read the model as any encoder, with the pooling and normalisation that finetune_info.json records
+("sentence_embedding").
+
+config.embedding.query_encoder=idf (pooling splade or lexical) is inference-free on the query side: a query is
+the set of its tokens at their BM25 idf over the training passages (IdfQueryEncoder, params["query_encoder"],
+fixed), computed when the training split is featurized; only passages go through the encoder.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import dataclasses
 import json
 import math
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import flax.linen as nn
 import jax
@@ -39,9 +44,10 @@ from scipy import stats
 from bert_jax.fileio import write_text_atomic
 from bert_jax.finetune.tasks import common
 from bert_jax.finetune.tasks.base import Task
+from bert_jax.input_pipeline import tokenization
 from bert_jax.models import BertConfig
 from bert_jax.models.bert import BertModel
-from bert_jax.models.heads import SPARSE_POOLINGS, pool, splade_pool
+from bert_jax.models.heads import MLM_POOLINGS, SPARSE_POOLINGS, lexical_pool, pool, splade_pool
 from bert_jax.models.targets import LanguageModelHead
 
 DEFAULT_SCALE = 20.0
@@ -57,32 +63,97 @@ class PairExample:
   score: Optional[float] = None   # STS
 
 
+QUERY_ENCODERS = ("", "idf")   # "": queries go through the model as passages do; "idf": inference-free
+
+
+def bm25_idf(token_rows: Sequence[Sequence[int]], vocab_size: int, skip_ids: Sequence[int] = ()) -> np.ndarray:
+  """Lucene's BM25 idf per vocabulary entry over the passages `token_rows` (token ids): ln(1 + (N - df + 0.5) /
+  (df + 0.5)), > 0 for every entry; 0 for `skip_ids` ([CLS], [SEP], [PAD]). float32 [V]."""
+  df = np.zeros(vocab_size, np.float64)
+  for row in token_rows:
+    df[np.unique(np.asarray(row, np.int64))] += 1
+  n = float(len(token_rows))
+  idf = np.log1p((n - df + 0.5) / (df + 0.5))
+  idf[np.asarray(list(skip_ids), np.int64)] = 0.0
+  return idf.astype(np.float32)
+
+
+class IdfQueryEncoder(nn.Module):
+  """The query side of an inference-free sparse model (embedding.query_encoder=idf; OpenSearch's inference-free
+  SPLADE, sentence-transformers' SparseStaticEmbedding): a query is the set of its tokens, each weighted by its
+  IDF over the training passages, params["query_encoder"]["idf"] [V], held fixed (no gradient). input_ids
+  [N, T], input_mask [N, T] -> [N, V] float32."""
+  vocab_size: int
+  idf_init: Optional[Callable] = None   # the task's IDF at fine-tuning start; zeros (a checkpoint fills them)
+
+  @nn.compact
+  def __call__(self, input_ids, input_mask):
+    init = self.idf_init or (lambda key, shape: jnp.zeros(shape, jnp.float32))
+    idf = jax.lax.stop_gradient(self.param("idf", init, (self.vocab_size,)))
+    w = jnp.where(input_mask.astype(bool), idf[input_ids], 0.0)
+    rows = jnp.arange(input_ids.shape[0])[:, None]
+    return jnp.zeros((input_ids.shape[0], self.vocab_size), jnp.float32).at[rows, input_ids].max(w)
+
+
 class BiEncoder(nn.Module):
   """BertModel + pooling (+ L2 normalisation) per text: input_ids [B, S, T] (or [B, T]) -> {"embeddings":
-  [B, S, H] float32}. Parameters: params["bert"], and params["mlm"] (the masked-LM head) for pooling=splade,
-  whose vectors are [B, S, V]."""
+  [B, S, H] float32}. Parameters: params["bert"], and params["mlm"] (the masked-LM head) for pooling=splade or
+  params["term_weight"] for pooling=lexical, whose vectors are [B, S, V]. With query_encoder="idf" (a sparse
+  pooling) queries skip the model
+  (IdfQueryEncoder, params["query_encoder"]): on training rows (S > 1) text 0 is the query and the rest are
+  passages; on single-text rows (S = 1) text_role [B] (or [B, 1]) says which (0 query, 1 passage; absent: all
+  passages)."""
   config: BertConfig
   pooling: str = "mean"
   normalize: bool = True
   dropout_rate: Optional[float] = None   # unused: the encoder's own dropout regularises (as sentence-transformers)
+  query_encoder: str = ""
+  idf_init: Optional[Callable] = None
+
+  @property
+  def extra_input_keys(self) -> tuple:
+    return ("text_role",) if self.query_encoder else ()
 
   @nn.compact
-  def __call__(self, input_ids, input_mask, segment_ids=None, deterministic: bool = True):
+  def __call__(self, input_ids, input_mask, segment_ids=None, deterministic: bool = True, text_role=None):
     if input_ids.ndim == 2:
       input_ids, input_mask = input_ids[:, None], input_mask[:, None]
       segment_ids = None if segment_ids is None else segment_ids[:, None]
+    if not self.query_encoder:
+      return {"embeddings": self._texts(input_ids, input_mask, segment_ids, deterministic)}
+    b, s, t = input_ids.shape
+    queries = IdfQueryEncoder(self.config.vocab_size, self.idf_init, name="query_encoder")
+    if s > 1:   # training rows: (query, positive[, negative]); the passages alone go through the model
+      q = self._unit(queries(input_ids[:, 0], input_mask[:, 0]))[:, None]
+      seg = None if segment_ids is None else segment_ids[:, 1:]
+      return {"embeddings": jnp.concatenate(
+          [q, self._texts(input_ids[:, 1:], input_mask[:, 1:], seg, deterministic)], 1)}
+    v = self._texts(input_ids, input_mask, segment_ids, deterministic)
+    q = self._unit(queries(input_ids[:, 0], input_mask[:, 0]))[:, None]   # (also creates the table at init)
+    if text_role is None:
+      return {"embeddings": v}
+    is_query = (jnp.reshape(text_role, (b, 1, 1)) == 0)
+    return {"embeddings": jnp.where(is_query, q, v)}
+
+  def _unit(self, v):
+    return v / jnp.maximum(jnp.linalg.norm(v, axis=-1, keepdims=True), 1e-12) if self.normalize else v
+
+  def _texts(self, input_ids, input_mask, segment_ids, deterministic):
+    """[B, S, T] -> [B, S, H or V]: the encoder and the pooling (and normalisation) per text."""
     b, s, t = input_ids.shape
     flat = lambda x: None if x is None else x.reshape(b * s, t)  # noqa: E731
     enc = BertModel(self.config, name="bert")(flat(input_ids), flat(input_mask), flat(segment_ids),
                                               deterministic=deterministic)
-    if self.pooling in SPARSE_POOLINGS:   # the pre-training MLM head at every token (params["mlm"])
+    if self.pooling in MLM_POOLINGS:   # the pre-training MLM head at every token (params["mlm"])
       logits = LanguageModelHead(self.config, name="mlm")(enc["sequence_output"], enc["word_embeddings"])
       v = splade_pool(logits, flat(input_mask))
+    elif self.pooling == "lexical":     # a weight per token (params["term_weight"]); 1 at init: term frequency
+      w = nn.Dense(1, kernel_init=nn.initializers.zeros, bias_init=nn.initializers.ones, dtype=jnp.float32,
+                   param_dtype=jnp.float32, name="term_weight")(enc["sequence_output"].astype(jnp.float32))
+      v = lexical_pool(jax.nn.relu(w[..., 0]), flat(input_ids), flat(input_mask), self.config.vocab_size)
     else:
       v = pool(enc, flat(input_mask), self.pooling).astype(jnp.float32)
-    if self.normalize:
-      v = v / jnp.maximum(jnp.linalg.norm(v, axis=-1, keepdims=True), 1e-12)
-    return {"embeddings": v.reshape(b, s, -1)}
+    return self._unit(v).reshape(b, s, -1)
 
 
 def mnrl_sums(embeddings, weights, scale: float) -> dict:
@@ -195,35 +266,48 @@ class EmbeddingTask(Task):
   extra_poolings = SPARSE_POOLINGS
   test_splits = ("test",)
 
-  def init_groups(self) -> tuple:
-    return ("mlm",) if self.pooling in SPARSE_POOLINGS else ()
-
-  def __init__(self, scale: float = DEFAULT_SCALE, normalize: bool = True, on_error: str = "raise"):
+  def __init__(self, scale: float = DEFAULT_SCALE, normalize: bool = True, on_error: str = "raise",
+               query_encoder: str = ""):
     super().__init__(on_error)
     if not scale > 0:
       raise ValueError(f"embedding scale={scale}; expected > 0 (sentence-transformers: 20)")
-    self.scale, self.normalize = float(scale), bool(normalize)
+    if query_encoder not in QUERY_ENCODERS:
+      raise ValueError(f"embedding.query_encoder={query_encoder!r}; expected '' (the model encodes queries) or "
+                       "'idf' (inference-free: a query is its tokens weighted by IDF; pooling=splade or lexical)")
+    self.scale, self.normalize, self.query_encoder = float(scale), bool(normalize), query_encoder
+    self.extra_input_keys = ("text_role",) if query_encoder else ()
     self._corpus: Dict[str, List[str]] = {}
+    self._idf: Optional[np.ndarray] = None
+
+  def init_groups(self) -> tuple:
+    return ("mlm",) if self.pooling in MLM_POOLINGS else ()
 
   @classmethod
   def from_config(cls, name, config, label_list=None):
     e = config.get("embedding", {}) or {}
     return cls(scale=float(e.get("scale", DEFAULT_SCALE)), normalize=bool(e.get("normalize", True)),
-               on_error=config.on_error)
+               on_error=config.on_error, query_encoder=str(e.get("query_encoder", "") or ""))
 
   @classmethod
   def from_info(cls, name, info):
     said = info.get("sentence_embedding", {})
-    return cls(scale=float(said.get("scale", DEFAULT_SCALE)), normalize=bool(said.get("normalize", True)))
+    return cls(scale=float(said.get("scale", DEFAULT_SCALE)), normalize=bool(said.get("normalize", True)),
+               query_encoder=str(said.get("query_encoder", "") or ""))
 
   def head_options(self) -> dict:
-    return {"pooling": self.pooling, "sentence_embedding": {"pooling": self.pooling, "normalize": self.normalize,
-                                                            "scale": self.scale}}
+    said = {"pooling": self.pooling, "normalize": self.normalize, "scale": self.scale}
+    if self.query_encoder:
+      said["query_encoder"] = self.query_encoder
+    return {"pooling": self.pooling, "sentence_embedding": said}
 
   # ---- data -------------------------------------------------------------------------------------------
   def prepare(self, data_dir=None, use_tfds=False, **_):
     if use_tfds:
       raise ValueError("task=embedding reads local files only")
+    if self.query_encoder and self.pooling not in SPARSE_POOLINGS:
+      raise ValueError(f"embedding.query_encoder={self.query_encoder!r} weights a query's tokens in the "
+                       f"vocabulary space, so the passages need pooling=splade or lexical "
+                       f"(pooling={self.pooling!r})")
     if data_dir:   # STS-only dev data: Spearman selects the best checkpoint
       try:
         dev = read_pairs(_split_file(data_dir, "dev"), "dev")
@@ -257,19 +341,33 @@ class EmbeddingTask(Task):
       if all(e.negative for e in pairs):
         cols.append([e.negative for e in pairs])
       parts = [rows(c) for c in cols]
-      return {k: np.stack([p[k] for p in parts], 1) for k in parts[0]}
+      out = {k: np.stack([p[k] for p in parts], 1) for k in parts[0]}
+      if self.query_encoder:
+        out["text_role"] = np.tile(np.asarray([0] + [1] * (len(cols) - 1), np.int32), (len(pairs), 1))
+        self._idf = self._passage_idf(tokenizer, cols[1:], getattr(example_set, "split", "train"),
+                                      (cls_id, sep_id, tokenizer.vocab.get("[PAD]", 0)))
+      return out
     texts, role, index = self._eval_texts(example_set, examples)
     out = {k: v[:, None] for k, v in rows(texts).items()}
     out["text_role"] = np.asarray(role, np.int32)
     out["text_index"] = np.asarray(index, np.int32)
     return out
 
+  def _passage_idf(self, tokenizer, passage_cols, split, skip_ids) -> np.ndarray:
+    """BM25 idf over the training passages: the split's corpus file and its positives (and negatives), each
+    distinct text once."""
+    passages = dict.fromkeys(self._corpus.get(split, []) + [t for col in passage_cols for t in col])
+    rows = tokenization.fast_batch_tokenizer(tokenizer).encode_batch(list(passages))
+    return bm25_idf(rows, len(tokenizer.vocab), skip_ids)
+
   def _eval_texts(self, example_set, examples):
-    """Queries / text_a (role 0), then passages / text_b (role 1): the corpus and every positive, each once."""
+    """Queries / text_a (role 0), then passages / text_b (role 1): the corpus and every positive, each once.
+    Texts alone (prediction) are role 0, or passages (1) for an inference-free model (query_encoder)."""
     texts = [e.query for e in examples]
-    role, index = [0] * len(texts), list(range(len(texts)))
+    role, index = [1 if self.query_encoder else 0] * len(texts), list(range(len(texts)))
     if not examples or examples[0].positive is None:   # prediction: texts alone
       return texts, role, index
+    role = [0] * len(texts)
     passages: Dict[str, int] = {}
     for p in self._corpus.get(getattr(example_set, "split", ""), []) + [e.positive for e in examples]:
       passages.setdefault(p, len(passages))
@@ -279,7 +377,9 @@ class EmbeddingTask(Task):
     return texts, role, index
 
   def build_head(self, bert_cfg, dropout_rate=None):
-    return BiEncoder(bert_cfg, self.pooling, self.normalize)
+    idf = None if self._idf is None else np.pad(self._idf, (0, max(0, bert_cfg.vocab_size - len(self._idf))))
+    init = None if idf is None else (lambda key, shape: jnp.asarray(idf[:shape[0]], jnp.float32))
+    return BiEncoder(bert_cfg, self.pooling, self.normalize, query_encoder=self.query_encoder, idf_init=init)
 
   def loss_sums(self, outputs, batch):
     return mnrl_sums(outputs["embeddings"], batch["example_weight"].astype(jnp.float32), self.scale)
