@@ -143,6 +143,15 @@ def resolve_model_folder(folder: str) -> str:
   the snapshot refs/main names (or the only one). Anything else is returned as given (the caller names it)."""
   if os.path.exists(os.path.join(folder, "config.json")) or not os.path.isdir(folder):
     return folder
+  if os.path.isfile(os.path.join(folder, st_modules.ROUTER_CONFIG)):   # an inference-free SparseEncoder
+    try:
+      with open(os.path.join(folder, st_modules.ROUTER_CONFIG), encoding="utf-8") as f:
+        router = json.load(f)
+      doc = os.path.join(folder, str(((router.get("structure") or {}).get("document") or [""])[0]))
+      if os.path.isfile(os.path.join(doc, "config.json")):
+        return os.path.normpath(doc)
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError):
+      pass   # the caller's "no config.json" error names the folder
   modules = os.path.join(folder, "modules.json")
   if os.path.isfile(modules):
     try:
@@ -307,6 +316,7 @@ def import_hf(folder: str, output: Optional[str] = None, vocab_file: Optional[st
   ignorable = lambda n: bool(_HF_BUFFERS.search(n)) or any(p.search(n) for p in patterns)  # noqa: E731
   params = mapping.assign_params(state, "hf", config, report, ignorable=ignorable, seed=seed)
   hf_heads.add_kept_head(params, kept, report)
+  add_query_idf(given, params, config, report)
 
   tmp_vocab = None
   if vocab_file is None:
@@ -334,11 +344,30 @@ def import_hf(folder: str, output: Optional[str] = None, vocab_file: Optional[st
   return config, params, report
 
 
+def add_query_idf(given: str, params: dict, config, report: mapping.ConversionReport) -> None:
+  """An inference-free SparseEncoder's query table (its Router's SparseStaticEmbedding weight) into
+  params["query_encoder"]["idf"], which predict features --queries and the exports read."""
+  try:
+    router = st_modules.read_router(given) if os.path.isdir(given) else None
+  except (st_modules.PipelineError, OSError, ValueError) as e:
+    raise mapping.ConversionError(str(e)) from None
+  if router is None:
+    return
+  if router["idf"].shape[0] != config.vocab_size:
+    raise mapping.ConversionError(f"{given}: SparseStaticEmbedding has {router['idf'].shape[0]} weights; the "
+                                  f"model's vocabulary has {config.vocab_size}")
+  params["query_encoder"] = {"idf": router["idf"]}
+  report.notes.append("query side: SparseStaticEmbedding's weights as params['query_encoder']['idf']")
+
+
 def record_sentence_pipeline(given: str, folder: str, output: str, report: mapping.ConversionReport) -> None:
   """A sentence-transformers folder's Pooling / Normalize (modules.json) into convert_info.json's
-  "sentence_embedding", so `predict features` and the exports pool as the model was trained to."""
+  "sentence_embedding", so `predict features` and the exports pool as the model was trained to; an
+  inference-free SparseEncoder's Router (st_modules.read_router) records query_encoder=idf too."""
   try:
-    pipeline = st_modules.read_pipeline(given) or st_modules.read_pipeline(folder)
+    router = st_modules.read_router(given) if os.path.isdir(given) else None
+    pipeline = (router["pipeline"] if router
+                else st_modules.read_pipeline(given) or st_modules.read_pipeline(folder))
   except (st_modules.PipelineError, OSError, ValueError) as e:
     report.notes.append(f"sentence-transformers pipeline not recorded: {e}")
     pipeline = None

@@ -18,7 +18,7 @@ import os
 from typing import Dict, Optional
 
 import numpy as np
-from safetensors.numpy import save_file
+from safetensors.numpy import load_file, save_file
 
 from bert_jax import fileio
 
@@ -134,6 +134,95 @@ def write_pipeline(output: str, hidden_size: int, pooling: str, normalize: bool,
   fileio.write_json_atomic(os.path.join(output, "sentence_bert_config.json"),
                            {"max_seq_length": int(max_seq_length), "do_lower_case": False})
   fileio.write_json_atomic(os.path.join(output, MODULES), modules)
+
+
+ROUTER_CONFIG = "router_config.json"
+QUERY_DIR, DOCUMENT_DIR = "query_0_SparseStaticEmbedding", "document_0_MLMTransformer"
+
+
+def read_router(folder: str) -> Optional[Dict]:
+  """An inference-free sparse folder (a SparseEncoder whose Router has a "query" route of SparseStaticEmbedding
+  [+ Normalize] and a "document" route of MLMTransformer + SpladePooling max / relu [+ Normalize]), or None when
+  `folder` has no router_config.json: {"document_dir", "idf" [V] float32, "pipeline": the sentence pipeline
+  with query_encoder "idf"}. PipelineError for any other Router."""
+  path = os.path.join(folder, ROUTER_CONFIG)
+  if not os.path.isfile(path):
+    return None
+  config = _read(path)
+  types, structure = config.get("types") or {}, config.get("structure") or {}
+  kinds = {route: [str(types.get(m, "")).rsplit(".", 1)[-1] for m in structure.get(route) or []]
+           for route in ("query", "document")}
+  query, doc = kinds["query"], kinds["document"]
+  if (set(structure) != {"query", "document"} or query not in (["SparseStaticEmbedding"],
+                                                                ["SparseStaticEmbedding", "Normalize"])
+          or doc not in (["MLMTransformer", "SpladePooling"], ["MLMTransformer", "SpladePooling", "Normalize"])):
+    raise PipelineError(f"{path}: routes {kinds}; supported: query = SparseStaticEmbedding [+ Normalize], "
+                        "document = MLMTransformer + SpladePooling [+ Normalize] (an inference-free SPLADE)")
+  if (query[-1] == "Normalize") != (doc[-1] == "Normalize"):
+    raise PipelineError(f"{path}: one route normalises and the other does not; supported: both or neither")
+  query_dir, doc_dir, pool_dir = (os.path.join(folder, structure[r][i])
+                                  for r, i in (("query", 0), ("document", 0), ("document", 1)))
+  pool = _read(os.path.join(pool_dir, "config.json"))
+  said = (pool.get("pooling_strategy", "max"), pool.get("activation_function", "relu"))
+  if said != ("max", "relu"):
+    raise PipelineError(f"{pool_dir}/config.json: SpladePooling {said[0]} / {said[1]}; supported: max / relu")
+  weights = os.path.join(query_dir, "model.safetensors")
+  if not os.path.isfile(weights):
+    raise PipelineError(f"{query_dir}: no model.safetensors (SparseStaticEmbedding's weight)")
+  idf = load_file(weights).get("weight")
+  if idf is None or idf.ndim != 1:
+    raise PipelineError(f"{weights}: no 1-D 'weight' (SparseStaticEmbedding's per-token weights)")
+  pipeline = {"pooling": "splade", "normalize": doc[-1] == "Normalize", "query_encoder": "idf",
+              "source": ROUTER_CONFIG}
+  cfg = os.path.join(doc_dir, "sentence_bert_config.json")
+  if os.path.isfile(cfg) and _read(cfg).get("max_seq_length"):
+    pipeline["max_seq_length"] = int(_read(cfg)["max_seq_length"])
+  return {"document_dir": os.path.normpath(doc_dir), "idf": np.asarray(idf, np.float32), "pipeline": pipeline}
+
+
+def write_inference_free_pipeline(output: str, vocab_size: int, normalize: bool, max_seq_length: int,
+                                  idf: np.ndarray) -> None:
+  """An inference-free SPLADE model (embedding.query_encoder=idf) as sentence-transformers' SparseEncoder reads
+  it: one Router module whose "query" route is SparseStaticEmbedding (the IDF table, frozen; the query's tokens
+  without [CLS] / [SEP], at most max_seq_length - 2 of them) + Normalize, and whose "document" route (the
+  default) is MLMTransformer over the BertForMaskedLM folder already in output/document_0_MLMTransformer +
+  SpladePooling + Normalize, each route's Normalize only when `normalize`."""
+  doc = os.path.join(output, DOCUMENT_DIR)
+  fileio.write_json_atomic(os.path.join(doc, "sentence_bert_config.json"),
+                           {"max_seq_length": int(max_seq_length), "do_lower_case": False})
+  query = os.path.join(output, QUERY_DIR)
+  fileio.makedirs(query)
+  for name in ("vocab.txt", "tokenizer.json", "special_tokens_map.json"):   # the same tokenizer
+    if os.path.exists(os.path.join(doc, name)):
+      with open(os.path.join(doc, name), "rb") as f:
+        fileio.write_bytes_atomic(os.path.join(query, name), f.read())
+  with open(os.path.join(doc, "tokenizer_config.json"), encoding="utf-8") as f:
+    tok_config = json.load(f)
+  tok_config["model_max_length"] = int(max_seq_length) - 2   # SparseStaticEmbedding truncates to it
+  fileio.write_json_atomic(os.path.join(query, "tokenizer_config.json"), tok_config)
+  fileio.write_json_atomic(os.path.join(query, "config.json"), {"frozen": True})
+  tmp = os.path.join(query, f".model.safetensors.tmp-{os.getpid()}")
+  save_file({"weight": np.ascontiguousarray(np.asarray(idf, np.float32)[:vocab_size])}, tmp)
+  os.replace(tmp, os.path.join(query, "model.safetensors"))
+  fileio.makedirs(os.path.join(output, "document_1_SpladePooling"))
+  fileio.write_json_atomic(os.path.join(output, "document_1_SpladePooling", "config.json"),
+                           {"pooling_strategy": "max", "activation_function": "relu",
+                            "word_embedding_dimension": int(vocab_size)})
+  types = {QUERY_DIR: _SPARSE + "SparseStaticEmbedding", DOCUMENT_DIR: _SPARSE + "MLMTransformer",
+           "document_1_SpladePooling": _SPARSE + "SpladePooling"}
+  structure = {"query": [QUERY_DIR], "document": [DOCUMENT_DIR, "document_1_SpladePooling"]}
+  if normalize:
+    for route, name in (("query", "query_1_Normalize"), ("document", "document_2_Normalize")):
+      fileio.makedirs(os.path.join(output, name))
+      types[name] = "sentence_transformers.models.Normalize"
+      structure[route].append(name)
+  fileio.write_json_atomic(os.path.join(output, ROUTER_CONFIG), {
+      "types": types, "structure": structure,
+      "parameters": {"default_route": "document", "allow_empty_key": True}})
+  fileio.write_json_atomic(os.path.join(output, ST_CONFIG), {"model_type": "SparseEncoder",
+                                                             "similarity_fn_name": "cosine"})
+  fileio.write_json_atomic(os.path.join(output, MODULES),
+                           [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Router"}])
 
 
 def write_sparse_pipeline(output: str, vocab_size: int, normalize: bool, max_seq_length: int) -> None:

@@ -56,6 +56,15 @@ def signature(fmt: str, head, tokenizer: dict, result: dict) -> dict:
     bits = 64 if fmt == "onnx" else 32
     inputs = {k: f"int{bits} [{', '.join(dims)}]{INPUT_NOTES.get(k, '')}" for k, dims in head.inputs.items()}
     outputs = head.outputs
+  if getattr(head, "query_idf", None) is not None:
+    outputs = dict(outputs, embedding=outputs["embedding"] + " (a passage's: the model encodes documents)")
+    if fmt == "sentence-transformers":
+      outputs["query_embedding"] = ("SparseEncoder.encode_query: the set of the query's tokens, each at its "
+                                    "IDF (SparseStaticEmbedding)" + (", L2-normalised" if head.normalize else ""))
+    else:
+      outputs["query_embedding"] = ("not in the model: a query is the set of its tokens (no [CLS] / [SEP]), "
+                                    "each at its weight in query_idf.json, over the same vocabulary" +
+                                    (", L2-normalised" if head.normalize else ""))
   return {"format": fmt, "takes": "raw text" if fmt in ("savedmodel", "sentence-transformers") else "token ids",
           "inputs": inputs, "outputs": outputs, "head": head.describe(), "labels": head.labels,
           "tokenizer": tokenizer, "files": result.get("files", []),

@@ -39,8 +39,9 @@ from bert_jax.finetune.predict import Predictor, missing_pairs_warning, task_fro
 from bert_jax.finetune.tasks import common
 from bert_jax.finetune.tasks.embedding import BiEncoder
 from bert_jax.models import BertModel
-from bert_jax.models.heads import POOLINGS, SPARSE_POOLINGS, pool
-from bert_jax.predict import FeatureExtractor, make_tokenizer, sentence_max_length, sentence_pipeline
+from bert_jax.models.heads import MLM_POOLINGS, POOLINGS, SPARSE_POOLINGS, pool
+from bert_jax.predict import (FeatureExtractor, make_tokenizer, query_idf, sentence_max_length, sentence_pipeline,
+                              term_weight_params)
 from bert_jax.pretrained import Pretrained
 
 KINDS = ("features", "classification", "regression", "multilabel", "ner", "squad", "multiple_choice")
@@ -100,7 +101,9 @@ class ServingHead:
   @property
   def params(self) -> dict:
     if self.kind == "features":   # SPLADE reads the masked-LM head too
-      return {g: self.pre.params[g] for g in (("bert", "mlm") if self.pooling in SPARSE_POOLINGS else ("bert",))}
+      if self.pooling == "lexical":   # the term-weight head (untrained: every token 1)
+        return {"bert": self.pre.params["bert"], "term_weight": term_weight_params(self.pre)}
+      return {g: self.pre.params[g] for g in (("bert", "mlm") if self.pooling in MLM_POOLINGS else ("bert",))}
     return self.pre.params
 
   def apply_fn(self):
@@ -165,6 +168,20 @@ class ServingHead:
       return {k: np.asarray(feats[k]) for k in (*self.inputs, "example_index")}
     first = np.unique(np.asarray(feats.get("example_index", np.arange(len(texts)))), return_index=True)[1]
     return {k: np.asarray(feats[k])[first] for k in self.inputs}
+
+  @functools.cached_property
+  def query_idf(self) -> Optional[np.ndarray]:
+    """The IDF table [V] of an inference-free sparse model's query side (predict.query_idf), else None: the
+    exported model encodes passages (documents); its queries are the set of their tokens at these weights."""
+    return query_idf(self.pre) if self.kind == "features" and self.pooling in SPARSE_POOLINGS else None
+
+  def query_reference(self, texts: Sequence[str]) -> Dict[str, np.ndarray]:
+    """predict's query vectors (FeatureExtractor.encode_queries) for an inference-free model, else {}."""
+    if self.query_idf is None:
+      return {}
+    fx = FeatureExtractor(self.pre.directory, pooling=self.pooling, normalize=self.normalize,
+                          max_seq_length=self.max_seq_length, pre=self.pre)
+    return {"query_embedding": fx.encode_queries(list(texts))}
 
   def reference(self, texts: Sequence[str], pairs: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
     """predict's outputs on `texts` (float32 numpy, one row per text): FeatureExtractor.encode for features,
@@ -270,7 +287,7 @@ def resolve_head(pre: Pretrained, task_head: str = "auto", pooling: Optional[str
     pooling = pooling or default_pool
     if pooling not in POOLINGS + SPARSE_POOLINGS:
       raise UserError(f"--pooling={pooling!r}; expected one of {', '.join(POOLINGS + SPARSE_POOLINGS)}")
-    if pooling in SPARSE_POOLINGS and ("mlm" not in pre.params or "mlm" in pre.fresh_groups()):
+    if pooling in MLM_POOLINGS and ("mlm" not in pre.params or "mlm" in pre.fresh_groups()):
       raise UserError(f"--pooling={pooling} reads the masked-LM head (params['mlm']), which {pre.directory} "
                       "lacks; use --pooling=mean")
     msl = int(max_seq_length or info.get("max_seq_length") or min(sentence_max_length(pre), limit))

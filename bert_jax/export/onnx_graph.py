@@ -431,6 +431,17 @@ def splade(g: _Graph, enc: Dict[str, str], mlm: dict, cfg) -> str:
   return g.op("ReduceMax", w, axes=[1], keepdims=0)
 
 
+def lexical(g: _Graph, enc: Dict[str, str], term_weight: dict, cfg) -> str:
+  """heads.lexical_pool over the term-weight head (relu of a dense to one weight per token), in ONNX: each
+  token's weight added at its id (ScatterElements, reduction add) into zeros [B, V]."""
+  w = g.op("Relu", g.dense(enc["sequence_output"], term_weight["kernel"], term_weight["bias"]))   # [B, T, 1]
+  w = g.op("Mul", g.op("Squeeze", w, g.i64(2)), enc["mask"])                                    # padding: 0
+  batch = g.op("Slice", g.op("Shape", INPUTS[0]), g.i64(0), g.i64(1))
+  zeros = g.op("ConstantOfShape", g.op("Concat", batch, g.i64(cfg.vocab_size), axis=0),
+               value=numpy_helper.from_array(np.zeros(1, np.float32)))
+  return g.op("ScatterElements", zeros, INPUTS[0], w, axis=1, reduction="add")
+
+
 def build_onnx(config, params: dict, head) -> onnx.ModelProto:
   """The ONNX model of `head` (heads.ServingHead): head.inputs in (int64), head.outputs out."""
   check_exportable(config)
@@ -442,7 +453,12 @@ def build_onnx(config, params: dict, head) -> onnx.ModelProto:
     enc = encoder(g, params["bert"], config)
   outs: Dict[str, str] = {}
   if kind == "features":
-    v = splade(g, enc, params["mlm"], config) if head.pooling == "splade" else pool(g, enc, head.pooling)
+    if head.pooling == "splade":
+      v = splade(g, enc, params["mlm"], config)
+    elif head.pooling == "lexical":
+      v = lexical(g, enc, params["term_weight"], config)
+    else:
+      v = pool(g, enc, head.pooling)
     outs["embedding"] = l2_normalize(g, v) if head.normalize else g.op("Identity", v)
   elif kind in ("classification", "regression", "multilabel"):
     c = params["classifier"]

@@ -177,6 +177,8 @@ def export(fmt: str, model: str, output: str, task_head: str = "auto", max_seq_l
     want = head.reference(texts, pairs)
     if fmt == "savedmodel":   # it also serves predict's answer over a long input's windows
       want.update(head.whole_reference(texts, pairs))
+    if fmt == "sentence-transformers":   # an inference-free model's query route too
+      want.update(head.query_reference(texts))
     got, mask = result.pop("run")(texts, pairs)
     diff = compare(fmt, got, want, mask)
     tol = tolerance()
@@ -197,7 +199,28 @@ def export(fmt: str, model: str, output: str, task_head: str = "auto", max_seq_l
 
 
 def _write(fmt: str, head: ServingHead, tmp: str, batch: str) -> dict:
-  """Writes the format's files into tmp; returns {"files", "run": (texts, pairs) -> (outputs, token mask)}."""
+  """Writes the format's files into tmp; returns {"files", "run": (texts, pairs) -> (outputs, token mask)};
+  an inference-free model's query side (its IDF table) goes beside the model as query_idf.json."""
+  out = _write_model(fmt, head, tmp, batch)
+  if head.query_idf is not None and fmt != "sentence-transformers":
+    write_query_idf(head, os.path.join(tmp, QUERY_IDF))
+    out["files"].append(QUERY_IDF)
+  return out
+
+
+QUERY_IDF = "query_idf.json"
+
+
+def write_query_idf(head: ServingHead, path: str) -> None:
+  """{token: weight} of every vocabulary entry with a weight > 0 (the form of OpenSearch's idf.json and of
+  sentence-transformers' SparseStaticEmbedding.from_json): a query's vector is each of its tokens at its
+  weight (once however often it occurs), then L2-normalised when the model normalises."""
+  inv = {i: t for t, i in head.tokenizer().vocab.items()}
+  fileio.write_json_atomic(path, {inv[i]: round(float(w), 7) for i, w in enumerate(head.query_idf)
+                                  if w > 0 and i in inv})
+
+
+def _write_model(fmt: str, head: ServingHead, tmp: str, batch: str) -> dict:
   if fmt == "stablehlo":
     blob = stablehlo.export_stablehlo(head, batch)
     with open(os.path.join(tmp, "model.stablehlo"), "wb") as f:
@@ -223,8 +246,7 @@ def _write(fmt: str, head: ServingHead, tmp: str, batch: str) -> dict:
     return {"files": ["savedmodel/", "vocab.txt"], "signatures": sigs, "run": _savedmodel_runner(head, sm)}
   from bert_jax.export import st_export       # sentence-transformers and torch: the [st] extra
   st_export.write_st(head, tmp)
-  return {"files": ["modules.json", "1_Pooling/config.json", "config.json", "model.safetensors", "vocab.txt"],
-          "run": st_export.runner(tmp)}
+  return {"files": sorted(os.listdir(tmp)), "run": st_export.runner(tmp)}
 
 
 def _copy_vocab(head: ServingHead, tmp: str) -> None:
