@@ -476,7 +476,7 @@ def main(argv=None):
   p.add_argument("--max_seq_length", type=int, default=96)
   p.add_argument("--pooling", default="mean", choices=("mean", "cls", "first", "splade", "lexical"),
                  help="retrieval: the sentence vector, before and after fine-tuning (splade: the MLM head's "
-                 "vocabulary-sized vector)")
+                 "vocabulary-sized vector; lexical: a learned weight per own token, term frequency before)")
   p.add_argument("--query_encoder", default="", choices=("", "idf"), help="retrieval: idf = inference-free "
                  "(pooling=splade): queries are their tokens weighted by the train passages' IDF, fixed; only "
                  "passages go through the model")

@@ -226,7 +226,7 @@ def query_idf(pre: Pretrained) -> Optional[np.ndarray]:
     return None
   group = pre.params.get("query_encoder") or {}
   if "idf" not in group:
-    raise UserError(f"{pre.directory}: finetune_info.json says query_encoder=idf, but the params hold no "
+    raise UserError(f"{pre.directory}: its sentence pipeline says query_encoder=idf, but the params hold no "
                     "query_encoder/idf table")
   return np.asarray(group["idf"], np.float32)
 
