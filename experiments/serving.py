@@ -224,20 +224,27 @@ def bm25_with_train_idf(data, queries, corpus, relevant, toks):
   ln(1 + (N - df + 0.5) / (df + 0.5))), as an inference-free model's query side counts it: what the source of
   the idf alone costs."""
   import collections
-  from bert_jax.finetune.tasks.embedding import read_corpus, read_pairs, retrieval_metrics
+  from bert_jax.finetune.tasks.embedding import read_corpus, read_pairs
   train = list(dict.fromkeys(read_corpus(data, "train") +
                              [e.positive for e in read_pairs(os.path.join(data, "train.tsv"))]))
   df = collections.Counter(t for p in train for t in set(toks(p)))
   n = float(len(train))
   idf = lambda t: float(np.log1p((n - df[t] + 0.5) / (df[t] + 0.5)))  # noqa: E731  (df 0: the highest)
-  vocab, _, weights = bm25_matrix([toks(p) for p in corpus])
-  q = np.zeros((len(queries), len(vocab)))
-  for i, text in enumerate(queries):
-    for t in toks(text):
+  return bm25_recall([toks(p) for p in corpus], [toks(q) for q in queries], relevant, idf)
+
+
+def bm25_recall(corpus_tokens, query_tokens, relevant, idf=None):
+  """Recall@10 of BM25 (bm25_matrix's weights) over `corpus_tokens`, each query token adding its idf (repeats
+  add up, as rank_bm25 scores them): the corpus's own idf, or `idf(token)` when given."""
+  from bert_jax.finetune.tasks.embedding import retrieval_metrics
+  vocab, corpus_idf, weights = bm25_matrix(corpus_tokens)
+  q = np.zeros((len(query_tokens), len(vocab)))
+  for i, tokens in enumerate(query_tokens):
+    for t in tokens:
       if t in vocab:
-        q[i, vocab[t]] += idf(t)
+        q[i, vocab[t]] += corpus_idf[vocab[t]] if idf is None else idf(t)
   scores = q @ weights.T.toarray()
-  own = scores[np.arange(len(queries)), relevant]
+  own = scores[np.arange(len(query_tokens)), relevant]
   return retrieval_metrics(1 + np.sum(scores > own[:, None], axis=1))["recall@10"]
 
 
@@ -261,15 +268,7 @@ def lexical_ceiling(workdir, dims=(128, 256, 512), lengths=(94, 126, 254), seed=
   recall = lambda q, p: retrieval_metrics(rank_of_relevant(q, p, relevant))["recall@10"]  # noqa: E731
   out = {"bm25_cut": {}, "random_projection": {}, "lsa": {}}
   for n in lengths:
-    vocab, idf, weights = bm25_matrix([toks(p)[:n] for p in corpus])
-    q = np.zeros((len(queries), len(vocab)))
-    for i, text in enumerate(queries):
-      for t in toks(text):
-        if t in vocab:
-          q[i, vocab[t]] += idf[vocab[t]]
-    scores = q @ weights.T.toarray()
-    own = scores[np.arange(len(queries)), relevant]
-    out["bm25_cut"][str(n)] = retrieval_metrics(1 + np.sum(scores > own[:, None], axis=1))["recall@10"]
+    out["bm25_cut"][str(n)] = bm25_recall([toks(p)[:n] for p in corpus], [toks(q) for q in queries], relevant)
   out["bm25_train_idf"] = bm25_with_train_idf(data, queries, corpus, relevant, toks)
   train = read_corpus(data, "train")
   tfidf = TfidfVectorizer(analyzer=toks, sublinear_tf=True, min_df=2).fit(train)
@@ -308,10 +307,8 @@ def train_idf(sub, tokenizer, vocab_size):
   train_corpus.txt and the passages of train.tsv): the raw model's query side."""
   from bert_jax.finetune.tasks.embedding import EmbeddingTask
   task = EmbeddingTask(query_encoder="idf")
-  task.pooling = "lexical"
-  pairs = task.read("train", sub)
-  task.featurize(pairs, tokenizer, 8, is_training=True)
-  return np.pad(task._idf, (0, max(0, vocab_size - len(task._idf))))[:vocab_size]
+  idf = task.passage_idf(task.read("train", sub), tokenizer)
+  return np.pad(idf, (0, max(0, vocab_size - len(idf))))[:vocab_size]
 
 
 def _head_lines(path, n):

@@ -129,7 +129,9 @@ class BiEncoder(nn.Module):
       return {"embeddings": jnp.concatenate(
           [q, self._texts(input_ids[:, 1:], input_mask[:, 1:], seg, deterministic)], 1)}
     v = self._texts(input_ids, input_mask, segment_ids, deterministic)
-    q = self._unit(queries(input_ids[:, 0], input_mask[:, 0]))[:, None]   # (also creates the table at init)
+    if text_role is None and not self.is_initializing():   # passages alone (init still creates the table)
+      return {"embeddings": v}
+    q = self._unit(queries(input_ids[:, 0], input_mask[:, 0]))[:, None]
     if text_role is None:
       return {"embeddings": v}
     is_query = (jnp.reshape(text_role, (b, 1, 1)) == 0)
@@ -344,8 +346,7 @@ class EmbeddingTask(Task):
       out = {k: np.stack([p[k] for p in parts], 1) for k in parts[0]}
       if self.query_encoder:
         out["text_role"] = np.tile(np.asarray([0] + [1] * (len(cols) - 1), np.int32), (len(pairs), 1))
-        self._idf = self._passage_idf(tokenizer, cols[1:], getattr(example_set, "split", "train"),
-                                      (cls_id, sep_id, tokenizer.vocab.get("[PAD]", 0)))
+        self._idf = self.passage_idf(example_set, tokenizer)
       return out
     texts, role, index = self._eval_texts(example_set, examples)
     out = {k: v[:, None] for k, v in rows(texts).items()}
@@ -353,12 +354,16 @@ class EmbeddingTask(Task):
     out["text_index"] = np.asarray(index, np.int32)
     return out
 
-  def _passage_idf(self, tokenizer, passage_cols, split, skip_ids) -> np.ndarray:
-    """BM25 idf over the training passages: the split's corpus file and its positives (and negatives), each
-    distinct text once."""
-    passages = dict.fromkeys(self._corpus.get(split, []) + [t for col in passage_cols for t in col])
+  def passage_idf(self, example_set, tokenizer) -> np.ndarray:
+    """The table query_encoder=idf starts from: BM25 idf over a read training split's passages (its corpus file,
+    the positives of its retrieval rows, and their negatives when every row has one, as training uses them),
+    each distinct text once; 0 for [CLS], [SEP] and [PAD]."""
+    pairs = [e for e in example_set if e.score is None]
+    negatives = [e.negative for e in pairs] if all(e.negative for e in pairs) else []
+    passages = dict.fromkeys(self._corpus.get(getattr(example_set, "split", "train"), []) +
+                             [e.positive for e in pairs] + negatives)
     rows = tokenization.fast_batch_tokenizer(tokenizer).encode_batch(list(passages))
-    return bm25_idf(rows, len(tokenizer.vocab), skip_ids)
+    return bm25_idf(rows, len(tokenizer.vocab), common.special_ids(tokenizer) + (tokenizer.vocab.get("[PAD]", 0),))
 
   def _eval_texts(self, example_set, examples):
     """Queries / text_a (role 0), then passages / text_b (role 1): the corpus and every positive, each once.
