@@ -41,7 +41,7 @@ from bert_jax.finetune.tasks.embedding import BiEncoder
 from bert_jax.models import BertModel
 from bert_jax.models.heads import MLM_POOLINGS, POOLINGS, SPARSE_POOLINGS, pool
 from bert_jax.predict import (FeatureExtractor, make_tokenizer, query_idf, sentence_max_length, sentence_pipeline,
-                              term_weight_params)
+                              sparse_head_params)
 from bert_jax.pretrained import Pretrained
 
 KINDS = ("features", "classification", "regression", "multilabel", "ner", "squad", "multiple_choice")
@@ -100,10 +100,9 @@ class ServingHead:
 
   @property
   def params(self) -> dict:
-    if self.kind == "features":   # SPLADE reads the masked-LM head too
-      if self.pooling == "lexical":   # the term-weight head (untrained: every token 1)
-        return {"bert": self.pre.params["bert"], "term_weight": term_weight_params(self.pre)}
-      return {g: self.pre.params[g] for g in (("bert", "mlm") if self.pooling in MLM_POOLINGS else ("bert",))}
+    if self.kind == "features":   # a sparse pooling reads its head too (SPLADE: the masked-LM head)
+      return sparse_head_params(self.pre, self.pooling) if self.pooling in SPARSE_POOLINGS else {
+          "bert": self.pre.params["bert"]}
     return self.pre.params
 
   def apply_fn(self):

@@ -210,18 +210,24 @@ class FillMask:
     return out
 
 
+def recorded_pipeline(pre: Pretrained) -> dict:
+  """The sentence pipeline a checkpoint records: an embedding task's finetune_info.json "sentence_embedding",
+  else an import's convert_info.json one (sentence-transformers' modules.json), else {}."""
+  return (pre.finetune_info or {}).get("sentence_embedding") or (pre.info or {}).get("sentence_embedding") or {}
+
+
 def sentence_pipeline(pre: Pretrained):
   """(pooling, normalize) the checkpoint says its sentence vectors take: an imported sentence-transformers
   model's modules.json (convert_info.json "sentence_embedding": Pooling mode, Normalize module), or an
   embedding task's finetune_info.json; ("mean", False) when it says nothing."""
-  said = (pre.finetune_info or {}).get("sentence_embedding") or (pre.info or {}).get("sentence_embedding") or {}
+  said = recorded_pipeline(pre)
   return str(said.get("pooling", "mean")), bool(said.get("normalize", False))
 
 
 def query_idf(pre: Pretrained) -> Optional[np.ndarray]:
   """The IDF table [V] an inference-free sparse model weights a query's tokens with (embedding.query_encoder=idf,
   recorded in finetune_info.json), or None for a model that encodes queries as passages."""
-  said = (pre.finetune_info or {}).get("sentence_embedding") or (pre.info or {}).get("sentence_embedding") or {}
+  said = recorded_pipeline(pre)
   if said.get("query_encoder") != "idf":
     return None
   group = pre.params.get("query_encoder") or {}
@@ -231,17 +237,21 @@ def query_idf(pre: Pretrained) -> Optional[np.ndarray]:
   return np.asarray(group["idf"], np.float32)
 
 
-def term_weight_params(pre: Pretrained) -> dict:
-  """pooling=lexical's term-weight head: params["term_weight"] of a model fine-tuned with it, else its initial
+def sparse_head_params(pre: Pretrained, pooling: str) -> dict:
+  """The params a sparse pooling's BiEncoder reads: the encoder and, for splade, the masked-LM head
+  (params["mlm"]); for lexical, the term-weight head of a model fine-tuned with it, else that head's initial
   value (every token weighs 1: the term frequency fine-tuning starts from)."""
-  return pre.params.get("term_weight") or {"kernel": np.zeros((pre.config.hidden_size, 1), np.float32),
-                                           "bias": np.ones((1,), np.float32)}
+  if pooling == "lexical":
+    head = pre.params.get("term_weight") or {"kernel": np.zeros((pre.config.hidden_size, 1), np.float32),
+                                             "bias": np.ones((1,), np.float32)}
+    return {"bert": pre.params["bert"], "term_weight": head}
+  return {"bert": pre.params["bert"], "mlm": pre.params["mlm"]}
 
 
 def sentence_max_length(pre: Pretrained) -> int:
   """The token limit the checkpoint's sentence pipeline records (sentence-transformers' max_seq_length), else
   128."""
-  said = (pre.finetune_info or {}).get("sentence_embedding") or (pre.info or {}).get("sentence_embedding") or {}
+  said = recorded_pipeline(pre)
   return int(said.get("max_seq_length") or 128)
 
 
@@ -344,20 +354,14 @@ class FeatureExtractor:
     (a model without one, e.g. a pre-training work dir: every token 1, the term frequency fine-tuning starts
     from). One padded row per text (a packed row's [T, V] vectors per example would cost K times the memory)."""
     self.cap, self.dim = 0, cfg.vocab_size
-    if self.pooling == "lexical":
-      model_ = BiEncoder(cfg, "lexical", normalize)
-      self.params = jax.device_put({"bert": self.pre.params["bert"], "term_weight": term_weight_params(self.pre)})
-      self._forward = jax.jit(lambda params, ids, mask: model_.apply(
-          {"params": params}, ids, mask, jnp.zeros_like(ids))["embeddings"][:, 0])
-      return
     mlm = MaskedLM.param_groups[0]
-    if mlm not in self.pre.params or mlm in self.pre.fresh_groups():
+    if self.pooling == "splade" and (mlm not in self.pre.params or mlm in self.pre.fresh_groups()):
       raise UserError(f"--pooling=splade reads the masked-LM head (params['{mlm}']), but {self.pre.directory} "
                       + ("has it only randomly initialised at conversion" if mlm in self.pre.params else "has none")
                       + "; use a pre-training work dir, an embedding model fine-tuned with pooling=splade, or "
                       "--pooling=mean")
-    model_ = BiEncoder(cfg, "splade", normalize)
-    self.params = jax.device_put({"bert": self.pre.params["bert"], mlm: self.pre.params[mlm]})
+    model_ = BiEncoder(cfg, self.pooling, normalize)
+    self.params = jax.device_put(sparse_head_params(self.pre, self.pooling))
 
     def forward(params, ids, mask):
       return model_.apply({"params": params}, ids, mask, jnp.zeros_like(ids))["embeddings"][:, 0]
