@@ -316,7 +316,7 @@ def import_hf(folder: str, output: Optional[str] = None, vocab_file: Optional[st
   ignorable = lambda n: bool(_HF_BUFFERS.search(n)) or any(p.search(n) for p in patterns)  # noqa: E731
   params = mapping.assign_params(state, "hf", config, report, ignorable=ignorable, seed=seed)
   hf_heads.add_kept_head(params, kept, report)
-  add_query_idf(given, params, config, report)
+  router = add_query_idf(given, params, config, report)
 
   tmp_vocab = None
   if vocab_file is None:
@@ -337,37 +337,39 @@ def import_hf(folder: str, output: Optional[str] = None, vocab_file: Optional[st
     if output:
       mapping.save_imported(output, config, params, vocab_file, folder, "hf", do_lower_case, report)
       hf_heads.write_finetune_info(output, kept)
-      record_sentence_pipeline(given, folder, output, report)
+      record_sentence_pipeline(given, folder, output, report, router)
   finally:
     if tmp_vocab:
       os.unlink(tmp_vocab)
   return config, params, report
 
 
-def add_query_idf(given: str, params: dict, config, report: mapping.ConversionReport) -> None:
+def add_query_idf(given: str, params: dict, config, report: mapping.ConversionReport) -> Optional[dict]:
   """An inference-free SparseEncoder's query table (its Router's SparseStaticEmbedding weight) into
-  params["query_encoder"]["idf"], which predict features --queries and the exports read."""
+  params["query_encoder"]["idf"], which predict features --queries and the exports read; returns the Router
+  st_modules.read_router read (None for any other folder)."""
   try:
     router = st_modules.read_router(given) if os.path.isdir(given) else None
   except (st_modules.PipelineError, OSError, ValueError) as e:
     raise mapping.ConversionError(str(e)) from None
   if router is None:
-    return
+    return None
   if router["idf"].shape[0] != config.vocab_size:
     raise mapping.ConversionError(f"{given}: SparseStaticEmbedding has {router['idf'].shape[0]} weights; the "
                                   f"model's vocabulary has {config.vocab_size}")
   params["query_encoder"] = {"idf": router["idf"]}
   report.notes.append("query side: SparseStaticEmbedding's weights as params['query_encoder']['idf']")
+  return router
 
 
-def record_sentence_pipeline(given: str, folder: str, output: str, report: mapping.ConversionReport) -> None:
+def record_sentence_pipeline(given: str, folder: str, output: str, report: mapping.ConversionReport,
+                             router: Optional[dict] = None) -> None:
   """A sentence-transformers folder's Pooling / Normalize (modules.json) into convert_info.json's
   "sentence_embedding", so `predict features` and the exports pool as the model was trained to; an
-  inference-free SparseEncoder's Router (st_modules.read_router) records query_encoder=idf too."""
+  inference-free SparseEncoder's Router (add_query_idf's) records query_encoder=idf too."""
   try:
-    router = st_modules.read_router(given) if os.path.isdir(given) else None
-    pipeline = (router["pipeline"] if router
-                else st_modules.read_pipeline(given) or st_modules.read_pipeline(folder))
+    pipeline = router["pipeline"] if router else (st_modules.read_pipeline(given) or
+                                                  st_modules.read_pipeline(folder))
   except (st_modules.PipelineError, OSError, ValueError) as e:
     report.notes.append(f"sentence-transformers pipeline not recorded: {e}")
     pipeline = None

@@ -52,6 +52,22 @@ def find_modules(folder: str) -> Optional[str]:
   return None
 
 
+def _check_splade_pooling(directory: str) -> None:
+  """PipelineError unless the SpladePooling module in `directory` is max / relu (the one splade_pool computes)."""
+  cfg = _read(os.path.join(directory, "config.json"))
+  said = (cfg.get("pooling_strategy", "max"), cfg.get("activation_function", "relu"))
+  if said != ("max", "relu"):
+    raise PipelineError(f"{directory}/config.json: SpladePooling {said[0]} / {said[1]}; supported: max / relu "
+                        "(SPLADE's log(1 + relu) max-pooled)")
+
+
+def _write_splade_pooling(directory: str, vocab_size: int) -> None:
+  fileio.makedirs(directory)
+  fileio.write_json_atomic(os.path.join(directory, "config.json"),
+                           {"pooling_strategy": "max", "activation_function": "relu",
+                            "word_embedding_dimension": int(vocab_size)})
+
+
 def read_pipeline(folder: str) -> Optional[Dict]:
   """The sentence pipeline of a sentence-transformers folder, or None when it has no modules.json. Raises
   PipelineError for modules we cannot run (a Dense that is not the pooler's tanh over [CLS], weighted means)."""
@@ -66,11 +82,7 @@ def read_pipeline(folder: str) -> Optional[Dict]:
     kind = str(e.get("type", "")).rsplit(".", 1)[-1]
     sub = os.path.join(root, str(e.get("path", "")))
     if kind == "SpladePooling":
-      cfg = _read(os.path.join(sub, "config.json"))
-      said = (cfg.get("pooling_strategy", "max"), cfg.get("activation_function", "relu"))
-      if said != ("max", "relu"):
-        raise PipelineError(f"{sub}/config.json: SpladePooling {said[0]} / {said[1]}; supported: max / relu "
-                            "(SPLADE's log(1 + relu) max-pooled)")
+      _check_splade_pooling(sub)
       out["pooling"] = "splade"
       continue
     if kind in ("Transformer", "MLMTransformer"):
@@ -162,10 +174,7 @@ def read_router(folder: str) -> Optional[Dict]:
     raise PipelineError(f"{path}: one route normalises and the other does not; supported: both or neither")
   query_dir, doc_dir, pool_dir = (os.path.join(folder, structure[r][i])
                                   for r, i in (("query", 0), ("document", 0), ("document", 1)))
-  pool = _read(os.path.join(pool_dir, "config.json"))
-  said = (pool.get("pooling_strategy", "max"), pool.get("activation_function", "relu"))
-  if said != ("max", "relu"):
-    raise PipelineError(f"{pool_dir}/config.json: SpladePooling {said[0]} / {said[1]}; supported: max / relu")
+  _check_splade_pooling(pool_dir)
   weights = os.path.join(query_dir, "model.safetensors")
   if not os.path.isfile(weights):
     raise PipelineError(f"{query_dir}: no model.safetensors (SparseStaticEmbedding's weight)")
@@ -204,10 +213,7 @@ def write_inference_free_pipeline(output: str, vocab_size: int, normalize: bool,
   tmp = os.path.join(query, f".model.safetensors.tmp-{os.getpid()}")
   save_file({"weight": np.ascontiguousarray(np.asarray(idf, np.float32)[:vocab_size])}, tmp)
   os.replace(tmp, os.path.join(query, "model.safetensors"))
-  fileio.makedirs(os.path.join(output, "document_1_SpladePooling"))
-  fileio.write_json_atomic(os.path.join(output, "document_1_SpladePooling", "config.json"),
-                           {"pooling_strategy": "max", "activation_function": "relu",
-                            "word_embedding_dimension": int(vocab_size)})
+  _write_splade_pooling(os.path.join(output, "document_1_SpladePooling"), vocab_size)
   types = {QUERY_DIR: _SPARSE + "SparseStaticEmbedding", DOCUMENT_DIR: _SPARSE + "MLMTransformer",
            "document_1_SpladePooling": _SPARSE + "SpladePooling"}
   structure = {"query": [QUERY_DIR], "document": [DOCUMENT_DIR, "document_1_SpladePooling"]}
@@ -232,10 +238,7 @@ def write_sparse_pipeline(output: str, vocab_size: int, normalize: bool, max_seq
   similarity task=embedding trains)."""
   modules = [{"idx": 0, "name": "0", "path": "", "type": _SPARSE + "MLMTransformer"},
              {"idx": 1, "name": "1", "path": SPLADE_DIR, "type": _SPARSE + "SpladePooling"}]
-  fileio.makedirs(os.path.join(output, SPLADE_DIR))
-  fileio.write_json_atomic(os.path.join(output, SPLADE_DIR, "config.json"),
-                           {"pooling_strategy": "max", "activation_function": "relu",
-                            "word_embedding_dimension": int(vocab_size)})
+  _write_splade_pooling(os.path.join(output, SPLADE_DIR), vocab_size)
   if normalize:
     fileio.makedirs(os.path.join(output, "2_Normalize"))
     modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
