@@ -93,14 +93,15 @@ def get_config(arg=None):
   config.multilabel_threshold = 0.5                # predict a label when its sigmoid probability >= this
   # Sentence vector of sentence-level heads (classification, GLUE, multilabel, c3/multiple_choice).
   # cls (BERT pooler) | first | mean | max | last; task=embedding also splade (the MLM head's sparse vector) and
-  # lexical (a learned weight per token of the text, summed per vocabulary entry: uniCOIL's term weights)
+  # lexical (a learned weight per token of the text, summed per vocabulary entry: uniCOIL's term weights), lexical_log
+  # (log(1 + that sum): a term's repeats saturate, as SPLADE's log does)
   config.pooling = "mean" if task == "embedding" else "cls"
   # Sentence embeddings (task=embedding): MultipleNegativesRankingLoss over in-batch negatives.
   config.embedding = ml_collections.ConfigDict()
   config.embedding.scale = 20.0                    # logits = scale x cosine (sentence-transformers: 20 = 1/0.05)
   config.embedding.normalize = True                # L2-normalise the vectors the model serves (predict, export)
-  # "" = queries go through the model as passages do; "idf" (pooling=splade / lexical) = inference-free: a query is its
-  # tokens, each weighted by its BM25 idf over the training passages (OpenSearch's inference-free SPLADE)
+  # "" = queries go through the model as passages do; "idf" (pooling=splade / lexical[_log]) = inference-free: a query
+  # is its tokens, each weighted by its BM25 idf over the training passages (OpenSearch's inference-free SPLADE)
   config.embedding.query_encoder = ""
   # Packing: several short examples share one max_seq_length row, each attending only to itself (docs/finetuning.md,
   # "Packing"); classification, GLUE, regression, multilabel and NER with either head (not SQuAD or multiple choice).

@@ -188,7 +188,8 @@ def test_an_inference_free_bi_encoder_gives_a_text_the_same_vector_in_a_training
 def test_query_encoder_idf_needs_splade_pooling_and_a_known_value(pair_data, tmp_path):  # noqa: F811
   from bert_jax.finetune.data import make_task
   data, vocab = pair_data
-  with pytest.raises(ValueError, match=r"embedding.query_encoder='idf' .* need pooling=splade or lexical \(pooling='mean'\)"):
+  with pytest.raises(ValueError, match=r"embedding.query_encoder='idf' .* need pooling=splade, lexical or lexical_log "
+                                       r"\(pooling='mean'\)"):
     make_task(make_config("embedding", data, vocab, **{"embedding.query_encoder": "idf"}))
   with pytest.raises(ValueError, match=r"embedding.query_encoder='bm25'; expected '' .* or 'idf'"):
     make_task(make_config("embedding", data, vocab, pooling="splade", **{"embedding.query_encoder": "bm25"}))
@@ -271,6 +272,8 @@ def test_lexical_pool_sums_each_tokens_weight_at_its_id_over_the_real_tokens():
   want[0, 2], want[0, 5], want[0, 3] = 0.5, 3.0, 0.25       # 5 twice: 1 + 2; the padding's 9 nowhere
   want[1, 2], want[1, 7], want[1, 3] = 1.0, 3.0, 0.0
   np.testing.assert_array_equal(v, want)
+  # lexical_log: log(1 + the sum), so 5's two tokens (3.0) weigh log 4, not 3
+  np.testing.assert_allclose(np.asarray(lexical_pool(w, ids, mask, 8, saturate=True)), np.log1p(want), rtol=1e-6)
 
 
 def test_lexical_features_of_a_model_without_a_term_weight_head_are_term_frequencies(tmp_path):
@@ -286,6 +289,21 @@ def test_lexical_features_of_a_model_without_a_term_weight_head_are_term_frequen
       want[i, j] += 1
   np.testing.assert_allclose(v, want, atol=1e-6)
   assert v[0, tok.vocab["cat"]] == 2
+  saturated = FeatureExtractor(bare, pooling="lexical_log", normalize=False).encode(["the cat saw the cat", "a dog"])
+  np.testing.assert_allclose(saturated, np.log1p(want), atol=1e-6)
+  assert saturated[0, tok.vocab["cat"]] == pytest.approx(np.log(3.0))
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "stablehlo"])
+def test_lexical_log_exports_carry_the_log_and_reproduce_predict(tmp_path, fmt):
+  pytest.importorskip("onnxruntime" if fmt == "onnx" else "jax")
+  from bert_jax.export import export
+  vocab = testing.write_vocab(str(tmp_path / "vocab"), extra=TOPICS)
+  bare = _mlm_checkpoint(str(tmp_path / "bare"), vocab, with_mlm=False)
+  result = export(fmt, bare, str(tmp_path / fmt), pooling="lexical_log", normalize=False)
+  assert result["head"] == "features" and result["max_abs_diff"] <= 1e-4
+  signature = json.load(open(os.path.join(tmp_path, fmt, "signature.json"), encoding="utf-8"))
+  assert signature["head"]["pooling"] == "lexical_log", signature
 
 
 @pytest.mark.slow

@@ -33,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--max_seq_length", type=int, default=None, help="default: the fine-tuned length, else 128")
   p.add_argument("--batch", default="polymorphic", help="polymorphic, or a fixed batch size (onnx, stablehlo)")
   p.add_argument("--pooling", default=None, help="features: cls | first | mean | max | last | lexical (learned "
-                 "weights of the text's tokens) | splade (the MLM head's sparse vector) (default: recorded)")
+                 "weights of the text's tokens) | lexical_log (log(1 + those)) | splade (the MLM head's sparse "
+                 "vector) (default: recorded)")
   p.add_argument("--normalize", default=None, action=argparse.BooleanOptionalAction,
                  help="features: L2-normalise (default: what the model records)")
   return p

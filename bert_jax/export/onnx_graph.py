@@ -38,6 +38,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from bert_jax.models import crf, rotary
 from bert_jax.models.encoders import modernbert
+from bert_jax.models.heads import LEXICAL_POOLINGS
 
 OPSET = 17
 INPUTS = ("input_ids", "input_mask", "segment_ids")
@@ -431,15 +432,17 @@ def splade(g: _Graph, enc: Dict[str, str], mlm: dict, cfg) -> str:
   return g.op("ReduceMax", w, axes=[1], keepdims=0)
 
 
-def lexical(g: _Graph, enc: Dict[str, str], term_weight: dict, cfg) -> str:
+def lexical(g: _Graph, enc: Dict[str, str], term_weight: dict, cfg, saturate: bool = False) -> str:
   """heads.lexical_pool over the term-weight head (relu of a dense to one weight per token), in ONNX: each
-  token's weight added at its id (ScatterElements, reduction add) into zeros [B, V]."""
+  token's weight added at its id (ScatterElements, reduction add) into zeros [B, V]; `saturate`
+  (pooling=lexical_log): log(1 + that)."""
   w = g.op("Relu", g.dense(enc["sequence_output"], term_weight["kernel"], term_weight["bias"]))   # [B, T, 1]
   w = g.op("Mul", g.op("Squeeze", w, g.i64(2)), enc["mask"])                                    # padding: 0
   batch = g.op("Slice", g.op("Shape", INPUTS[0]), g.i64(0), g.i64(1))
   zeros = g.op("ConstantOfShape", g.op("Concat", batch, g.i64(cfg.vocab_size), axis=0),
                value=numpy_helper.from_array(np.zeros(1, np.float32)))
-  return g.op("ScatterElements", zeros, INPUTS[0], w, axis=1, reduction="add")
+  v = g.op("ScatterElements", zeros, INPUTS[0], w, axis=1, reduction="add")
+  return g.op("Log", g.op("Add", v, g.const(np.float32(1.0)))) if saturate else v
 
 
 def build_onnx(config, params: dict, head) -> onnx.ModelProto:
@@ -455,8 +458,8 @@ def build_onnx(config, params: dict, head) -> onnx.ModelProto:
   if kind == "features":
     if head.pooling == "splade":
       v = splade(g, enc, params["mlm"], config)
-    elif head.pooling == "lexical":
-      v = lexical(g, enc, params["term_weight"], config)
+    elif head.pooling in LEXICAL_POOLINGS:
+      v = lexical(g, enc, params["term_weight"], config, saturate=head.pooling == "lexical_log")
     else:
       v = pool(g, enc, head.pooling)
     outs["embedding"] = l2_normalize(g, v) if head.normalize else g.op("Identity", v)

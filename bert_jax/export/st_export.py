@@ -16,6 +16,7 @@ import numpy as np
 
 from bert_jax.convert import hf, mapping, st_modules
 from bert_jax.errors import UserError
+from bert_jax.models.heads import LEXICAL_POOLINGS
 
 
 def write_st(head, output: str) -> None:
@@ -23,8 +24,8 @@ def write_st(head, output: str) -> None:
     raise UserError("sentence-transformers exports sentence features; the head is " + head.kind)
   if head.pooling == "cls" and "pooler" not in head.pre.params["bert"]:
     raise UserError(f"--pooling=cls reads the pooler, which {head.pre.directory} lacks; use first or mean")
-  if head.pooling == "lexical":
-    raise UserError("sentence-transformers has no module for pooling=lexical (a learned weight per token, "
+  if head.pooling in LEXICAL_POOLINGS:
+    raise UserError(f"sentence-transformers has no module for pooling={head.pooling} (a learned weight per token, "
                     "summed per vocabulary entry); export onnx, stablehlo or savedmodel")
   try:
     if head.query_idf is not None:   # inference-free: a Router, IDF queries and SPLADE documents

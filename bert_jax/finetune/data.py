@@ -56,7 +56,7 @@ def make_task(config, label_list: Optional[Sequence[str]] = None):
   task = task_class(name).from_config(canonical_name(name), config, label_list)
   pooling = str(config.get("pooling", "cls"))
   if pooling not in POOLINGS + tuple(task.extra_poolings):
-    extra = {"splade": " (splade: task=embedding)", "lexical": " (lexical: task=embedding)"}.get(pooling, "")
+    extra = f" ({pooling}: task=embedding)" if pooling in task_class("embedding").extra_poolings else ""
     raise UserError(f"config.pooling={pooling!r}; expected one of "
                     f"{', '.join(POOLINGS + tuple(task.extra_poolings))}{extra}")
   if pooling != "cls" and not task.uses_pooling:

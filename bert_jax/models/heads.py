@@ -6,7 +6,8 @@ token ([SEP]). The sentence-embedding heads (finetune task=embedding, predict fe
 "splade" (SPARSE_POOLINGS): the masked-LM head (params["mlm"], the pre-training one) at every token, then
 SPLADE's max over the real tokens of log(1 + relu(logits)): a vocabulary-sized vector [B, V]; and "lexical": a
 learned weight per token, relu(dense(hidden)) (uniCOIL's term weight, params["term_weight"]), summed per
-vocabulary entry over the text's own tokens: [B, V] with no expansion, term frequency at init. On packed rows
+vocabulary entry over the text's own tokens: [B, V] with no expansion, term frequency at init; "lexical_log" is
+log(1 + that sum), SPLADE's saturation (a term's tenth occurrence adds less than its first). On packed rows
 (config.max_examples_per_row = K > 0) every pooling reads each example's own tokens and the sentence-level
 heads answer per example: logits [B, K, labels]. Heads whose inputs go beyond (input_ids, input_mask,
 segment_ids) list them in
@@ -27,8 +28,9 @@ from bert_jax.models.config import BertConfig
 from bert_jax.models.layers import dense, example_slots, example_starts, zeros_init
 
 POOLINGS = ("cls", "first", "mean", "max", "last")
-SPARSE_POOLINGS = ("splade", "lexical")   # sentence embeddings only: vocabulary-sized vectors, not a pooler
+SPARSE_POOLINGS = ("splade", "lexical", "lexical_log")   # sentence embeddings only: vocabulary-sized vectors
 MLM_POOLINGS = ("splade",)                 # ... that read the pre-training masked-LM head (params["mlm"])
+LEXICAL_POOLINGS = ("lexical", "lexical_log")   # ... that weigh the text's own tokens (params["term_weight"])
 
 
 def splade_pool(token_logits, input_mask):
@@ -40,13 +42,14 @@ def splade_pool(token_logits, input_mask):
   return jnp.max(jnp.where(input_mask.astype(bool)[..., None], w, 0.0), axis=1)
 
 
-def lexical_pool(token_weights, input_ids, input_mask, vocab_size: int):
+def lexical_pool(token_weights, input_ids, input_mask, vocab_size: int, saturate: bool = False):
   """The "lexical" sentence vector: token_weights [B, T] (one weight >= 0 per token), input_ids [B, T],
   input_mask [B, T] -> [B, V] float32, per vocabulary entry the sum of the weights of the text's tokens with that
-  id (0 for an id the text lacks)."""
+  id (0 for an id the text lacks); `saturate` ("lexical_log") takes log(1 + sum)."""
   w = jnp.where(input_mask.astype(bool), token_weights.astype(jnp.float32), 0.0)
   rows = jnp.arange(input_ids.shape[0])[:, None]
-  return jnp.zeros((input_ids.shape[0], vocab_size), jnp.float32).at[rows, input_ids].add(w)
+  v = jnp.zeros((input_ids.shape[0], vocab_size), jnp.float32).at[rows, input_ids].add(w)
+  return jnp.log1p(v) if saturate else v
 
 
 def pool(enc: dict, input_mask, pooling: str = "cls", max_examples: int = 0):

@@ -40,7 +40,7 @@ from bert_jax.models import BertForPreTraining, BertModel
 from bert_jax.models.objectives import OBJECTIVES
 from bert_jax.models.objectives.electra import Electra
 from bert_jax.models.objectives.mlm import MaskedLM
-from bert_jax.models.heads import POOLINGS, SPARSE_POOLINGS, pool
+from bert_jax.models.heads import LEXICAL_POOLINGS, POOLINGS, SPARSE_POOLINGS, pool
 from bert_jax.pretrained import Pretrained, is_workdir, load_pretrained, params_dir
 from bert_jax.engine.train_step import compute_dtype
 
@@ -239,9 +239,9 @@ def query_idf(pre: Pretrained) -> Optional[np.ndarray]:
 
 def sparse_head_params(pre: Pretrained, pooling: str) -> dict:
   """The params a sparse pooling's BiEncoder reads: the encoder and, for splade, the masked-LM head
-  (params["mlm"]); for lexical, the term-weight head of a model fine-tuned with it, else that head's initial
-  value (every token weighs 1: the term frequency fine-tuning starts from)."""
-  if pooling == "lexical":
+  (params["mlm"]); for lexical / lexical_log, the term-weight head of a model fine-tuned with it, else that
+  head's initial value (every token weighs 1: the term frequency fine-tuning starts from)."""
+  if pooling in LEXICAL_POOLINGS:
     head = pre.params.get("term_weight") or {"kernel": np.zeros((pre.config.hidden_size, 1), np.float32),
                                              "bias": np.ones((1,), np.float32)}
     return {"bert": pre.params["bert"], "term_weight": head}
@@ -351,8 +351,8 @@ class FeatureExtractor:
   def _sparse_model(self, cfg, normalize: bool):
     """pooling=splade: the encoder and its masked-LM head at every token, SPLADE's max of log(1 + relu) per
     vocabulary entry ([N, V]); pooling=lexical: the term-weight head's weight of each token summed per entry
-    (a model without one, e.g. a pre-training work dir: every token 1, the term frequency fine-tuning starts
-    from). One padded row per text (a packed row's [T, V] vectors per example would cost K times the memory)."""
+    (lexical_log: log(1 + the sum); a model without one, e.g. a pre-training work dir: every token 1, the term
+    frequency fine-tuning starts from). One padded row per text (a packed row's [T, V] vectors per example would cost K times the memory)."""
     self.cap, self.dim = 0, cfg.vocab_size
     mlm = MaskedLM.param_groups[0]
     if self.pooling == "splade" and (mlm not in self.pre.params or mlm in self.pre.fresh_groups()):

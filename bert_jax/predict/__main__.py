@@ -59,10 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
   e = sub.add_parser("features", help="sentence vectors of a text file -> .npy or .jsonl")
   e.add_argument("--model", required=True)
   e.add_argument("--input", required=True, help="one text per line (row i of the output = line i)")
-  e.add_argument("--output", required=True, help="features.npy ([N, H] float32; [N, V] for splade / lexical) or "
+  e.add_argument("--output", required=True, help="features.npy ([N, H] float32; [N, V] for splade / lexical[_log]) or "
                  "features.jsonl")
   e.add_argument("--pooling", default=None, help="cls | first | mean | max | last | splade (the masked-LM head's "
                  "vocabulary-sized vector) | lexical (a learned weight per token, summed per vocabulary entry) "
+                 "| lexical_log (log(1 + that sum)) "
                  "(default: what the model records, e.g. an imported "
                  "sentence-transformers model's Pooling, else mean)")
   e.add_argument("--normalize", default=None, action=argparse.BooleanOptionalAction,

@@ -18,12 +18,12 @@ negative); evaluation and prediction rows are single texts [N, 1, T] (the split'
 or text_a then text_b), with `text_role` int32 [N] (0 query / text_a, 1 passage / text_b) and `text_index`.
 The head (BiEncoder) pools each text (config.pooling, mean by default) and L2-normalises it when
 config.embedding.normalize; its params are params["bert"] (+ params["mlm"] for pooling=splade,
-params["term_weight"] for pooling=lexical), so `predict features`, `export` and `export sentence-transformers`
-read the model as any encoder, with the pooling and normalisation that finetune_info.json records
-("sentence_embedding").
+params["term_weight"] for pooling=lexical / lexical_log), so `predict features`, `export` and
+`export sentence-transformers` read the model as any encoder, with the pooling and normalisation that
+finetune_info.json records ("sentence_embedding").
 
-config.embedding.query_encoder=idf (pooling splade or lexical) is inference-free on the query side: a query is
-the set of its tokens at their BM25 idf over the training passages (IdfQueryEncoder, params["query_encoder"],
+config.embedding.query_encoder=idf (pooling splade, lexical or lexical_log) is inference-free on the query side: a
+query is the set of its tokens at their BM25 idf over the training passages (IdfQueryEncoder, params["query_encoder"],
 fixed), computed when the training split is featurized; only passages go through the encoder.
 """
 
@@ -47,7 +47,7 @@ from bert_jax.finetune.tasks.base import Task
 from bert_jax.input_pipeline import tokenization
 from bert_jax.models import BertConfig
 from bert_jax.models.bert import BertModel
-from bert_jax.models.heads import MLM_POOLINGS, SPARSE_POOLINGS, lexical_pool, pool, splade_pool
+from bert_jax.models.heads import LEXICAL_POOLINGS, MLM_POOLINGS, SPARSE_POOLINGS, lexical_pool, pool, splade_pool
 from bert_jax.models.targets import LanguageModelHead
 
 DEFAULT_SCALE = 20.0
@@ -98,8 +98,8 @@ class IdfQueryEncoder(nn.Module):
 class BiEncoder(nn.Module):
   """BertModel + pooling (+ L2 normalisation) per text: input_ids [B, S, T] (or [B, T]) -> {"embeddings":
   [B, S, H] float32}. Parameters: params["bert"], and params["mlm"] (the masked-LM head) for pooling=splade or
-  params["term_weight"] for pooling=lexical, whose vectors are [B, S, V]. With query_encoder="idf" (a sparse
-  pooling) queries skip the model
+  params["term_weight"] for pooling=lexical / lexical_log, whose vectors are [B, S, V]. With query_encoder="idf" (a
+  sparse pooling) queries skip the model
   (IdfQueryEncoder, params["query_encoder"]): on training rows (S > 1) text 0 is the query and the rest are
   passages; on single-text rows (S = 1) text_role [B] (or [B, 1]) says which (0 query, 1 passage; absent: all
   passages)."""
@@ -149,10 +149,11 @@ class BiEncoder(nn.Module):
     if self.pooling in MLM_POOLINGS:   # the pre-training MLM head at every token (params["mlm"])
       logits = LanguageModelHead(self.config, name="mlm")(enc["sequence_output"], enc["word_embeddings"])
       v = splade_pool(logits, flat(input_mask))
-    elif self.pooling == "lexical":     # a weight per token (params["term_weight"]); 1 at init: term frequency
+    elif self.pooling in LEXICAL_POOLINGS:   # a weight per token (params["term_weight"]); 1 at init: term frequency
       w = nn.Dense(1, kernel_init=nn.initializers.zeros, bias_init=nn.initializers.ones, dtype=jnp.float32,
                    param_dtype=jnp.float32, name="term_weight")(enc["sequence_output"].astype(jnp.float32))
-      v = lexical_pool(jax.nn.relu(w[..., 0]), flat(input_ids), flat(input_mask), self.config.vocab_size)
+      v = lexical_pool(jax.nn.relu(w[..., 0]), flat(input_ids), flat(input_mask), self.config.vocab_size,
+                       saturate=self.pooling == "lexical_log")
     else:
       v = pool(enc, flat(input_mask), self.pooling).astype(jnp.float32)
     return self._unit(v).reshape(b, s, -1)
@@ -275,7 +276,8 @@ class EmbeddingTask(Task):
       raise ValueError(f"embedding scale={scale}; expected > 0 (sentence-transformers: 20)")
     if query_encoder not in QUERY_ENCODERS:
       raise ValueError(f"embedding.query_encoder={query_encoder!r}; expected '' (the model encodes queries) or "
-                       "'idf' (inference-free: a query is its tokens weighted by IDF; pooling=splade or lexical)")
+                       "'idf' (inference-free: a query is its tokens weighted by IDF; pooling=splade, lexical or "
+                       "lexical_log)")
     self.scale, self.normalize, self.query_encoder = float(scale), bool(normalize), query_encoder
     self.extra_input_keys = ("text_role",) if query_encoder else ()
     self._corpus: Dict[str, List[str]] = {}
@@ -308,7 +310,7 @@ class EmbeddingTask(Task):
       raise ValueError("task=embedding reads local files only")
     if self.query_encoder and self.pooling not in SPARSE_POOLINGS:
       raise ValueError(f"embedding.query_encoder={self.query_encoder!r} weights a query's tokens in the "
-                       f"vocabulary space, so the passages need pooling=splade or lexical "
+                       f"vocabulary space, so the passages need pooling=splade, lexical or lexical_log "
                        f"(pooling={self.pooling!r})")
     if data_dir:   # STS-only dev data: Spearman selects the best checkpoint
       try:
