@@ -193,21 +193,28 @@ def bm25_matrix(corpus_tokens, k1=1.5, b=0.75):
   return vocab, idf, sparse.csr_matrix((w, (tf.row, tf.col)), shape=tf.shape)
 
 
+def bm25_queries(query_tokens, vocab, weight):
+  """The queries as BM25 scores them, sparse [Q, V] over bm25_matrix's `vocab`: each of a query's tokens the
+  corpus holds adds `weight(token)` (its idf) at its column, so a repeated token counts each time, as rank_bm25
+  scores it."""
+  from scipy import sparse
+  rows, cols, vals = [], [], []
+  for i, tokens in enumerate(query_tokens):
+    for t in tokens:
+      if t in vocab:
+        rows.append(i)
+        cols.append(vocab[t])
+        vals.append(weight(t))
+  return sparse.csr_matrix((vals, (rows, cols)), shape=(len(query_tokens), len(vocab)))   # duplicates add up
+
+
 def bm25_negatives(pairs, corpus, toks, seed=0, top=10):
   """One hard negative per (query, positive): a passage drawn from BM25's top `top` for the query over the
   split's own corpus (the positive left out), as (query, positive, negative) triples. The negatives come from
   the train split only, so the test split stays unseen."""
   import random
-  from scipy import sparse
   vocab, idf, weights = bm25_matrix([toks(p) for p in corpus])
-  q_rows, q_cols, q_vals = [], [], []
-  for i, (q, _) in enumerate(pairs):
-    for t in toks(q):
-      if t in vocab:
-        q_rows.append(i)
-        q_cols.append(vocab[t])
-        q_vals.append(idf[vocab[t]])
-  queries = sparse.csr_matrix((q_vals, (q_rows, q_cols)), shape=(len(pairs), len(vocab)))  # duplicates add up
+  queries = bm25_queries([toks(q) for q, _ in pairs], vocab, lambda t: idf[vocab[t]])
   rng = random.Random(seed)
   out = []
   for start in range(0, len(pairs), 512):
@@ -239,12 +246,8 @@ def bm25_recall(corpus_tokens, query_tokens, relevant, idf=None):
   add up, as rank_bm25 scores them): the corpus's own idf, or `idf(token)` when given."""
   from bert_jax.finetune.tasks.embedding import retrieval_metrics
   vocab, corpus_idf, weights = bm25_matrix(corpus_tokens)
-  q = np.zeros((len(query_tokens), len(vocab)))
-  for i, tokens in enumerate(query_tokens):
-    for t in tokens:
-      if t in vocab:
-        q[i, vocab[t]] += corpus_idf[vocab[t]] if idf is None else idf(t)
-  scores = q @ weights.T.toarray()
+  q = bm25_queries(query_tokens, vocab, idf or (lambda t: corpus_idf[vocab[t]]))
+  scores = q.toarray() @ weights.T.toarray()
   own = scores[np.arange(len(query_tokens)), relevant]
   return retrieval_metrics(1 + np.sum(scores > own[:, None], axis=1))["recall@10"]
 

@@ -352,7 +352,8 @@ class FeatureExtractor:
     """pooling=splade: the encoder and its masked-LM head at every token, SPLADE's max of log(1 + relu) per
     vocabulary entry ([N, V]); pooling=lexical: the term-weight head's weight of each token summed per entry
     (lexical_log: log(1 + the sum); a model without one, e.g. a pre-training work dir: every token 1, the term
-    frequency fine-tuning starts from). One padded row per text (a packed row's [T, V] vectors per example would cost K times the memory)."""
+    frequency fine-tuning starts from). One padded row per text (a packed row's [T, V] vectors per example would
+    cost K times the memory)."""
     self.cap, self.dim = 0, cfg.vocab_size
     mlm = MaskedLM.param_groups[0]
     if self.pooling == "splade" and (mlm not in self.pre.params or mlm in self.pre.fresh_groups()):
