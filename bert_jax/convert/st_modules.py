@@ -210,9 +210,8 @@ def write_inference_free_pipeline(output: str, vocab_size: int, normalize: bool,
   tok_config["model_max_length"] = int(max_seq_length) - 2   # SparseStaticEmbedding truncates to it
   fileio.write_json_atomic(os.path.join(query, "tokenizer_config.json"), tok_config)
   fileio.write_json_atomic(os.path.join(query, "config.json"), {"frozen": True})
-  tmp = os.path.join(query, f".model.safetensors.tmp-{os.getpid()}")
-  save_file({"weight": np.ascontiguousarray(np.asarray(idf, np.float32)[:vocab_size])}, tmp)
-  os.replace(tmp, os.path.join(query, "model.safetensors"))
+  with fileio.atomic_path(os.path.join(query, "model.safetensors")) as tmp:
+    save_file({"weight": np.ascontiguousarray(np.asarray(idf, np.float32)[:vocab_size])}, tmp)
   _write_splade_pooling(os.path.join(output, "document_1_SpladePooling"), vocab_size)
   types = {QUERY_DIR: _SPARSE + "SparseStaticEmbedding", DOCUMENT_DIR: _SPARSE + "MLMTransformer",
            "document_1_SpladePooling": _SPARSE + "SpladePooling"}
