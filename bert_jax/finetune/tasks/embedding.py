@@ -1,20 +1,23 @@
-"""Sentence embeddings for retrieval (task=embedding): contrastive training on (query, positive[, hard negative])
+"""Sentence embeddings for retrieval (task=embedding): contrastive training on (query, positive[, hard negatives])
 with in-batch negatives, sentence-transformers' MultipleNegativesRankingLoss: cross-entropy over
 scale x cos(query, every positive and negative of the batch), the query's own positive the target (scale 20 =
 temperature 0.05 by default).
 
 Files in data_dir, `{split}.tsv` (no header) or `{split}.jsonl`:
-  retrieval pairs / triples   query<TAB>positive[<TAB>negative]   {"query", "positive"[, "negative"]}
-                              ("anchor" is read as "query", as sentence-transformers names it)
-  scored pairs (STS)          text_a<TAB>text_b<TAB>score          {"text_a", "text_b", "score"}
-  (a TSV third column that reads as a number is a score; a row without a positive is one error, file:line)
+  retrieval pairs / triples   query<TAB>positive[<TAB>negative...]  {"query", "positive"[, "negative"]}
+                              ("anchor" is read as "query", as sentence-transformers names it; "negative" is a
+                              passage or a list of them, "negatives" a list; a TSV row takes any number of
+                              negative columns, sentence-transformers' (anchor, positive, negative_1, ...))
+  scored pairs (STS)          text_a<TAB>text_b<TAB>score           {"text_a", "text_b", "score"}
+  (a lone TSV third column that reads as a number is a score; a row without a positive is one error, file:line)
 Evaluation splits: retrieval rows rank `corpus.tsv` / `corpus.txt` (one passage per line, or id<TAB>passage;
 `{split}_corpus.*` first) together with the split's own positives: recall@1, recall@10, MRR@10, nDCG@10 (one
 relevant passage per query: its positive); scored pairs give the Spearman correlation of the cosine with the
-score (STS). Training uses retrieval rows only; negatives are used when every row has one.
+score (STS). Training uses retrieval rows only, each with as many hard negatives as every row has (the first
+ones of a longer row; a warning counts the rows whose negatives go unused).
 
-Features: training rows input_ids, input_mask, segment_ids int32 [N, S, T] (S = 2: query, positive; 3 with the
-negative); evaluation and prediction rows are single texts [N, 1, T] (the split's queries, then its passages,
+Features: training rows input_ids, input_mask, segment_ids int32 [N, S, T] (S = 2: query, positive; 2 + k with k
+negatives); evaluation and prediction rows are single texts [N, 1, T] (the split's queries, then its passages,
 or text_a then text_b), with `text_role` int32 [N] (0 query / text_a, 1 passage / text_b) and `text_index`.
 The head (BiEncoder) pools each text (config.pooling, mean by default) and L2-normalises it when
 config.embedding.normalize; its params are params["bert"] (+ params["mlm"] for pooling=splade,
@@ -31,9 +34,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import os
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import flax.linen as nn
 import jax
@@ -52,6 +56,7 @@ from bert_jax.models.targets import LanguageModelHead
 
 DEFAULT_SCALE = 20.0
 CORPUS_NAMES = ("{split}_corpus.tsv", "{split}_corpus.txt", "corpus.tsv", "corpus.txt")
+_log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -59,8 +64,13 @@ class PairExample:
   guid: str                       # "<file>:<line>"
   query: str                      # or STS's text_a
   positive: Optional[str] = None  # or STS's text_b; None for a text to embed (prediction)
-  negative: Optional[str] = None
+  negatives: Tuple[str, ...] = ()  # hard negatives, in the file's order
   score: Optional[float] = None   # STS
+
+  @property
+  def negative(self) -> Optional[str]:
+    """The first hard negative, or None."""
+    return self.negatives[0] if self.negatives else None
 
 
 QUERY_ENCODERS = ("", "idf")   # "": queries go through the model as passages do; "idf": inference-free
@@ -209,23 +219,39 @@ def read_pairs(path: str, split: str = "train") -> common.ExampleSet:
           raise common.TaskDataError(path, n, "not a JSON object")
         query = row.get("query", row.get("anchor", row.get("text_a")))
         positive = row.get("positive", row.get("text_b"))
-        negative, score = row.get("negative"), row.get("score")
+        negatives, score = row.get("negative", row.get("negatives")), row.get("score")
+        negatives = [] if negatives is None else [negatives] if isinstance(negatives, str) else negatives
+        if not isinstance(negatives, list) or not all(isinstance(x, str) for x in negatives):
+          raise common.TaskDataError(path, n, "\"negative\" is a passage or a list of passages (strings)")
         score = None if score is None else float(score)
       else:
         cols = line.split("\t")
         query = cols[0]
         positive = cols[1] if len(cols) > 1 else None
-        third = cols[2] if len(cols) > 2 else None
-        score = None if third is None else _number(third)
-        negative = third if score is None else None
+        score = _number(cols[2]) if len(cols) == 3 else None
+        negatives = cols[2:] if score is None else []
       if not isinstance(query, str) or not query.strip():
         raise common.TaskDataError(path, n, "no query (first column / \"query\")")
       if not isinstance(positive, str) or not positive.strip():
         raise common.TaskDataError(path, n, "no positive: a row is query<TAB>positive[<TAB>negative] (JSONL: "
                                             "{\"query\", \"positive\"[, \"negative\"]}), or "
                                             "text_a<TAB>text_b<TAB>score")
-      examples.append(PairExample(f"{path}:{n}", query, positive, negative or None, score))
+      examples.append(PairExample(f"{path}:{n}", query, positive, tuple(x for x in negatives if x.strip()), score))
   return common.finish(examples, path, split, common.SkipReport(source=path))
+
+
+def negative_columns(pairs: Sequence[PairExample], source: Optional[str] = None) -> List[List[str]]:
+  """The hard negatives training uses, one column per negative slot: as many as every row has (the first ones
+  of a longer row). With `source`, a warning counts the rows whose negatives go unused."""
+  k = min((len(e.negatives) for e in pairs), default=0)
+  unused = sum(len(e.negatives) > k for e in pairs)
+  if source is not None and unused and k:
+    _log.warning("%s: %d of %d rows have more hard negatives than the %d every row has; training uses each row's "
+                 "first %d", source, unused, len(pairs), k, k)
+  elif source is not None and unused:
+    _log.warning("%s: %d of %d rows have hard negatives, the others none; training uses in-batch negatives only",
+                 source, unused, len(pairs))
+  return [[e.negatives[j] for e in pairs] for j in range(k)]
 
 
 def read_corpus(data_dir: str, split: str) -> List[str]:
@@ -341,9 +367,7 @@ class EmbeddingTask(Task):
       if not pairs:
         raise common.TaskDataError(example_set.source, None, "no (query, positive) rows to train on (scored "
                                                              "pairs only evaluate)")
-      cols = [[e.query for e in pairs], [e.positive for e in pairs]]
-      if all(e.negative for e in pairs):
-        cols.append([e.negative for e in pairs])
+      cols = [[e.query for e in pairs], [e.positive for e in pairs]] + negative_columns(pairs, example_set.source)
       parts = [rows(c) for c in cols]
       out = {k: np.stack([p[k] for p in parts], 1) for k in parts[0]}
       if self.query_encoder:
@@ -358,10 +382,10 @@ class EmbeddingTask(Task):
 
   def passage_idf(self, example_set, tokenizer) -> np.ndarray:
     """The table query_encoder=idf starts from: BM25 idf over a read training split's passages (its corpus file,
-    the positives of its retrieval rows, and their negatives when every row has one, as training uses them),
-    each distinct text once; 0 for [CLS], [SEP] and [PAD]."""
+    the positives of its retrieval rows, and the negatives training uses), each distinct text once; 0 for [CLS],
+    [SEP] and [PAD]."""
     pairs = [e for e in example_set if e.score is None]
-    negatives = [e.negative for e in pairs] if all(e.negative for e in pairs) else []
+    negatives = [t for col in negative_columns(pairs) for t in col]
     passages = dict.fromkeys(self._corpus.get(getattr(example_set, "split", "train"), []) +
                              [e.positive for e in pairs] + negatives)
     rows = tokenization.fast_batch_tokenizer(tokenizer).encode_batch(list(passages))
