@@ -133,7 +133,7 @@ class BiEncoder(nn.Module):
       return {"embeddings": self._texts(input_ids, input_mask, segment_ids, deterministic)}
     b, s, t = input_ids.shape
     queries = IdfQueryEncoder(self.config.vocab_size, self.idf_init, name="query_encoder")
-    if s > 1:   # training rows: (query, positive[, negative]); the passages alone go through the model
+    if s > 1:   # training rows: (query, positive[, negatives...]); the passages alone go through the model
       q = self._unit(queries(input_ids[:, 0], input_mask[:, 0]))[:, None]
       seg = None if segment_ids is None else segment_ids[:, 1:]
       return {"embeddings": jnp.concatenate(
@@ -170,7 +170,7 @@ class BiEncoder(nn.Module):
 
 
 def mnrl_sums(embeddings, weights, scale: float) -> dict:
-  """MultipleNegativesRankingLoss sums: embeddings [B, S, H] (query, positive[, negative]), weights [B] (0 =
+  """MultipleNegativesRankingLoss sums: embeddings [B, S, H] (query, positive[, negatives...]), weights [B] (0 =
   padding row, left out as a query and as a candidate)."""
   e = embeddings / jnp.maximum(jnp.linalg.norm(embeddings, axis=-1, keepdims=True), 1e-12)
   b, s = e.shape[0], e.shape[1]
@@ -233,7 +233,7 @@ def read_pairs(path: str, split: str = "train") -> common.ExampleSet:
       if not isinstance(query, str) or not query.strip():
         raise common.TaskDataError(path, n, "no query (first column / \"query\")")
       if not isinstance(positive, str) or not positive.strip():
-        raise common.TaskDataError(path, n, "no positive: a row is query<TAB>positive[<TAB>negative] (JSONL: "
+        raise common.TaskDataError(path, n, "no positive: a row is query<TAB>positive[<TAB>negative...] (JSONL: "
                                             "{\"query\", \"positive\"[, \"negative\"]}), or "
                                             "text_a<TAB>text_b<TAB>score")
       examples.append(PairExample(f"{path}:{n}", query, positive, tuple(x for x in negatives if x.strip()), score))
